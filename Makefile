@@ -26,7 +26,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/lint-imports
+	$(PY) tests/lint/import_layers.py
 
 schemas: $(STAMP)
 	$(PY) -m gpuaware.schemas.generate schemas/generated

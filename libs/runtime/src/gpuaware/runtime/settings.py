@@ -1,0 +1,82 @@
+"""One frozen settings object per service, read once from a prefixed environment.
+
+Handlers never read `os.environ`; the entry point calls `Settings.from_env()` once and passes the
+object down. Each service subclasses `ServiceSettings`, adds its own fields with defaults (each
+documented where it is declared), and picks a prefix: `GPUAWARE_PLACEMENT_` reads
+`GPUAWARE_PLACEMENT_LOG_LEVEL` and so on. The two URLs also fall back to the unprefixed
+`NATS_URL` / `DATABASE_URL` that the launcher and the chart set for every service.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+import msgspec
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message names the variable and what it should hold."""
+
+
+class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What every service needs; subclass to add service fields."""
+
+    prefix: ClassVar[str] = "GPUAWARE_"
+
+    service_name: str = "gpuaware"
+    """Name announced to NATS micro ($SRV.INFO) and to OpenTelemetry."""
+    instance_id: str = ""
+    """Unique per process; empty means hostname + pid."""
+    cluster: str = "default"
+    """Cluster this instance serves; becomes part of subjects and leader-election keys."""
+    nats_url: str = "nats://127.0.0.1:4222"
+    """NATS server(s), comma-separated; the launcher's default port."""
+    nats_creds: str = ""
+    """Path to a NATS credentials file (per-service least-privilege user); empty = none."""
+    database_url: str = ""
+    """libpq URL; empty for services that do not touch the database."""
+    log_level: str = "INFO"
+    log_format: str = "json"
+    """`json` (one object per line, for collectors) or `console` (for humans)."""
+    otel_exporter: str = "none"
+    """`none`, `console`, or `memory` (tests); an OTLP exporter can be added in the chart's image."""
+    drain_timeout_s: float = 10.0
+    """How long a service drains in-flight work after SIGTERM before it exits anyway."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Self:
+        env = os.environ if env is None else env
+        raw: dict[str, Any] = {}
+        for field in cls.__struct_fields__:
+            key = f"{cls.prefix}{field.upper()}"
+            if key in env:
+                raw[field] = env[key]
+        for field, fallback in (("nats_url", "NATS_URL"), ("database_url", "DATABASE_URL")):
+            if field not in raw and fallback in env:
+                raw[field] = env[fallback]
+        try:
+            return msgspec.convert(raw, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            raise SettingsError(f"invalid setting ({cls.prefix}*): {exc}") from None
+
+    def redacted(self) -> dict[str, Any]:
+        """Settings safe to log: passwords in URLs and credential paths masked."""
+        out = msgspec.structs.asdict(self)
+        for key, value in out.items():
+            if isinstance(value, str) and ("url" in key or "creds" in key or "password" in key):
+                out[key] = redact_url(value)
+        return out
+
+
+def redact_url(value: str) -> str:
+    """`postgresql://user:secret@host/db` -> `postgresql://user:***@host/db`."""
+    if "://" not in value or "@" not in value:
+        return value
+    scheme, rest = value.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    if ":" in creds:
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return value

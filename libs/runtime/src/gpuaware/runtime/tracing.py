@@ -1,0 +1,30 @@
+"""OpenTelemetry set-up: one TracerProvider per process named after the service.
+
+The bus injects and extracts W3C trace context, so a pod's path from pending to bound is one
+trace across services; this module only decides where spans go (nowhere, the console, or an
+in-memory exporter that tests read).
+"""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+
+def setup_tracing(service: str, exporter: str = "none", instance_id: str = "") -> InMemorySpanExporter | None:
+    """Install the global TracerProvider; returns the in-memory exporter when `exporter == "memory"`."""
+    resource = Resource.create({"service.name": service, "service.instance.id": instance_id or service})
+    provider = TracerProvider(resource=resource)
+    memory: InMemorySpanExporter | None = None
+    if exporter == "console":
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+    elif exporter == "memory":
+        memory = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+    elif exporter != "none":
+        raise ValueError(f"unknown OpenTelemetry exporter {exporter!r}: use none, console or memory")
+    trace.set_tracer_provider(provider)
+    return memory
