@@ -1,0 +1,25 @@
+"""The `gpuaware` command: one entry point for the embedded stack, the demo and the evaluators.
+
+Sub-commands live in their own modules (`stack`, `demo`, `evaluate`); this file only assembles them.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from gpuaware.cli import demo, stack
+
+app = typer.Typer(
+    name="gpuaware",
+    help="GPU-aware scheduling for Kubernetes: embedded stack, demo and evaluators.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+app.command("up")(stack.up)
+app.command("down")(stack.down)
+app.command("status")(stack.status)
+app.command("demo")(demo.demo)
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,70 @@
+"""`gpuaware up | down | status`: the embedded NATS + PostgreSQL, migrated and ready.
+
+`up` is idempotent: a running stack is reused and reported, never started twice. When
+`NATS_URL` / `DATABASE_URL` are set, those servers are used as they are (migrations still run
+against the database, because services need the schema either way).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpuaware.devstack import StackError, stack_down, stack_status, stack_up
+from gpuaware.devstack.stack import DEFAULT_DATA_DIR, DEFAULT_NATS_PORT, DEFAULT_PG_PORT
+from gpuaware.runtime.settings import redact_url
+from gpuaware.tsdb import migrate
+
+console = Console(stderr=True)
+
+DataDir = Annotated[Path, typer.Option("--data-dir", help="Folder holding the servers' data and state.")]
+
+
+def up(
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    nats_port: Annotated[int, typer.Option(help="NATS client port.")] = DEFAULT_NATS_PORT,
+    pg_port: Annotated[int, typer.Option(help="PostgreSQL port.")] = DEFAULT_PG_PORT,
+) -> None:
+    """Start (or reuse) NATS with JetStream and PostgreSQL, apply migrations, print the URLs."""
+    try:
+        with console.status("starting the embedded stack"):
+            started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port)
+            applied = migrate(started.state.database_url)
+    except StackError as exc:
+        console.print(f"[red]cannot start the stack:[/red] {exc}")
+        raise typer.Exit(1) from None
+    verb = "reusing" if started.reused else "started"
+    _print_state(started.state, title=f"gpuaware stack ({verb}; {len(applied)} migrations applied)")
+
+
+def down(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Stop the servers `up` started (external ones are left alone)."""
+    stopped = stack_down(data_dir)
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing of ours was running")
+
+
+def status(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Show whether the embedded stack runs, and where."""
+    state = stack_status(data_dir)
+    if state is None:
+        console.print("the embedded stack is not running (start it with `gpuaware up`)")
+        raise typer.Exit(1)
+    _print_state(state, title="gpuaware stack (running)")
+
+
+def _print_state(state, *, title: str) -> None:
+    table = Table(title=title, show_header=True)
+    table.add_column("server")
+    table.add_column("url")
+    table.add_column("managed by")
+    table.add_row("NATS (JetStream)", state.nats_url, "external" if state.nats_external else f"pid {state.nats_pid}")
+    table.add_row("PostgreSQL", redact_url(state.database_url),
+                  "external" if state.postgres_external else f"pid {state.postgres_pid}")
+    console.print(table)
+    typer.echo(f"NATS_URL={state.nats_url}")
+    typer.echo(f"DATABASE_URL={redact_url(state.database_url)}")
+

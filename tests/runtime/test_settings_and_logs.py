@@ -1,0 +1,81 @@
+"""Service settings come from a prefixed environment, typed and validated; logs never carry secrets."""
+
+import io
+import json
+import logging
+from typing import ClassVar
+
+import pytest
+
+from gpuaware.runtime.logs import JsonFormatter, scrub
+from gpuaware.runtime.settings import ServiceSettings, SettingsError, redact_url
+
+
+class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
+    prefix: ClassVar[str] = "GPUAWARE_PLACEMENT_"
+    batch_size: int = 64
+    leader_lease_s: float = 5.0
+    dry_run: bool = False
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        # nothing set: every default
+        ({}, {"batch_size": 64, "leader_lease_s": 5.0, "dry_run": False, "nats_url": "nats://127.0.0.1:4222"}),
+        # prefixed strings are converted to the declared types
+        ({"GPUAWARE_PLACEMENT_BATCH_SIZE": "128", "GPUAWARE_PLACEMENT_DRY_RUN": "true",
+          "GPUAWARE_PLACEMENT_LEADER_LEASE_S": "2.5"}, {"batch_size": 128, "dry_run": True, "leader_lease_s": 2.5}),
+        # unprefixed NATS_URL is the launcher's fallback; the prefixed one wins over it
+        ({"NATS_URL": "nats://a:1"}, {"nats_url": "nats://a:1"}),
+        ({"NATS_URL": "nats://a:1", "GPUAWARE_PLACEMENT_NATS_URL": "nats://b:2"}, {"nats_url": "nats://b:2"}),
+        # another service's prefix is ignored
+        ({"GPUAWARE_QUOTA_BATCH_SIZE": "9"}, {"batch_size": 64}),
+    ],
+)
+def test_from_env(env: dict[str, str], expected: dict[str, object]) -> None:
+    settings = PlacementSettings.from_env(env)
+    for key, value in expected.items():
+        assert getattr(settings, key) == value
+
+
+def test_bad_value_names_the_field() -> None:
+    with pytest.raises(SettingsError, match="batch_size"):
+        PlacementSettings.from_env({"GPUAWARE_PLACEMENT_BATCH_SIZE": "many"})
+
+
+def test_settings_are_frozen() -> None:
+    settings = PlacementSettings.from_env({})
+    with pytest.raises(AttributeError):
+        settings.batch_size = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://svc:s3cret@db:5432/gpuaware", "postgresql://svc:***@db:5432/gpuaware"),
+        ("postgresql://svc@db/gpuaware", "postgresql://svc@db/gpuaware"),  # no password: unchanged
+        ("nats://127.0.0.1:4222", "nats://127.0.0.1:4222"),
+    ],
+)
+def test_redact_url(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
+    assert scrub(f"connecting to {url}") == f"connecting to {expected}"
+
+
+def test_redacted_settings_hide_passwords() -> None:
+    settings = PlacementSettings.from_env({"DATABASE_URL": "postgresql://u:pw@h/db"})
+    assert settings.redacted()["database_url"] == "postgresql://u:***@h/db"
+
+
+def test_json_log_line_is_structured_and_scrubbed() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter("placement"))
+    log = logging.getLogger("test.json")
+    log.addHandler(handler)
+    log.propagate = False
+    log.warning("lost connection to %s", "postgresql://u:hunter2@db/x", extra={"attempt": 3})
+    entry = json.loads(stream.getvalue())
+    assert entry["service"] == "placement" and entry["level"] == "warning" and entry["attempt"] == 3
+    assert "hunter2" not in stream.getvalue()
