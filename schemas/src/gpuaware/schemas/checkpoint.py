@@ -1,0 +1,64 @@
+"""Checkpoint handshake: ask a checkpointable pod to save its state before it is preempted.
+
+The binder publishes ``CheckpointRequested`` (for a planned preemption with ``checkpoint_first``,
+or a node drain); the workload's sidecar/operator answers ``CheckpointAcknowledged`` with the same
+``request_id``. If no acknowledgement arrives before ``deadline_s`` the binder evicts anyway —
+the preemption must not wait forever on a workload that cannot answer — and reports
+``checkpointed=False`` on ``binder.pod.preempted.v1``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from msgspec import Meta
+
+from gpuaware.schemas.base import Event, Name, Timestamp
+
+__all__ = [
+    "CHECKPOINT_ACKNOWLEDGED",
+    "CHECKPOINT_REQUESTED",
+    "CheckpointAcknowledged",
+    "CheckpointRequested",
+    "CheckpointStatus",
+]
+
+CHECKPOINT_REQUESTED = "binder.checkpoint.requested.v1"
+CHECKPOINT_ACKNOWLEDGED = "binder.checkpoint.acknowledged.v1"
+
+
+class CheckpointStatus(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    UNSUPPORTED = "unsupported"
+    """the pod claimed to be checkpointable but cannot do it now"""
+
+
+class CheckpointRequested(Event, frozen=True, kw_only=True, tag=CHECKPOINT_REQUESTED):
+    """Ask a checkpointable pod to save its state before ``deadline_s`` runs out."""
+
+    request_id: Name
+    pod_uid: Name
+    pod_name: Name
+    namespace: Name
+    node: Name
+    reason: str
+    """``preemption``, ``drain``, ``migration``"""
+    deadline_s: Annotated[float, Meta(gt=0)]
+    """seconds from ``requested_at`` after which the binder evicts regardless"""
+    requested_at: Timestamp
+    decision_id: str | None = None
+
+
+class CheckpointAcknowledged(Event, frozen=True, kw_only=True, tag=CHECKPOINT_ACKNOWLEDGED):
+    """The workload's answer to a checkpoint request, by ``request_id``."""
+
+    request_id: Name
+    pod_uid: Name
+    namespace: Name
+    status: CheckpointStatus
+    acknowledged_at: Timestamp
+    checkpoint_uri: str | None = None
+    """where the state went (object store URL, PVC path) when ``completed``"""
+    message: str = ""

@@ -1,0 +1,107 @@
+"""A pod waiting for GPUs: everything placement and quota need to decide, nothing more.
+
+The binder turns a Kubernetes Pod (its requests, annotations, priority class, owner CRDs) or a
+digital-twin job into one ``PodPending``; from then on no service looks at Kubernetes objects.
+A pod asking only ``nvidia.com/gpu: N`` becomes ``num_gpu=N, gpu_milli=1000`` with every
+other field at its default, so the plain case stays plain.
+
+Fractions: ``gpu_milli`` is the share of *one* GPU's compute (0..1000) and is meaningful only with
+``num_gpu == 1``; multi-GPU pods take whole GPUs. ``gpu_memory_mib`` is the memory asked of each
+GPU (0 = no explicit limit: the whole GPU when ``gpu_milli == 1000``). A ``mig_profile`` asks
+for one MIG instance of that profile instead of a time/space-shared fraction.
+
+Closed sets that change placement's logic are enums (topology preference, QoS); open sets are
+strings (GPU model names, queue names, priority class names).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from gpuaware.schemas.base import Event, MiB, Milli, Name, NonNegInt, Seconds, Timestamp
+
+__all__ = [
+    "POD_PENDING",
+    "GpuCapabilities",
+    "PodPending",
+    "QosClass",
+    "TopologyPreference",
+]
+
+POD_PENDING = "binder.pod.pending.v1"
+
+
+class TopologyPreference(StrEnum):
+    """Where the GPUs of one pod (or of one gang) should sit relative to each other."""
+
+    NONE = "none"
+    SAME_NVLINK_ISLAND = "same-nvlink-island"
+    SAME_NUMA = "same-numa"
+    SAME_RACK = "same-rack"
+
+
+class QosClass(StrEnum):
+    """Kubernetes QoS class (Guaranteed / Burstable / BestEffort), in this contract's spelling."""
+
+    GUARANTEED = "guaranteed"
+    BURSTABLE = "burstable"
+    BEST_EFFORT = "best-effort"
+
+
+class GpuCapabilities(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What any GPU given to the pod must have; defaults ask for nothing."""
+
+    tensor_cores: bool = False
+    fp8: bool = False
+    nvlink: bool = False
+    min_memory_mib: MiB = 0
+    """total memory of the GPU model, not free memory (that is ``gpu_memory_mib``)"""
+    min_compute_capability: Annotated[str, Meta(pattern=r"^[0-9]+\.[0-9]+$")] | None = None
+
+
+class PodPending(Event, frozen=True, kw_only=True, tag=POD_PENDING):
+    """A pod waiting for placement, with everything placement and quota need to decide."""
+
+    pod_uid: Name
+    pod_name: Name
+    namespace: Name
+    submitted_at: Timestamp
+    cpu_milli: NonNegInt = 0
+    memory_mib: MiB = 0
+    num_gpu: Annotated[int, Meta(ge=0, le=64)] = 0
+    gpu_milli: Milli = 1000
+    gpu_memory_mib: MiB = 0
+    gpu_types: tuple[str, ...] = ()
+    """allowed GPU models (as inventory names them, or a short alias such as ``A100-80GB``); empty = any"""
+    capabilities: GpuCapabilities = msgspec.field(default_factory=GpuCapabilities)
+    mig_profile: str | None = None
+    gang_id: str | None = None
+    gang_min_members: Annotated[int, Meta(ge=1)] = 1
+    topology: TopologyPreference = TopologyPreference.NONE
+    queue: Name = "default"
+    priority: int = 0
+    priority_class: str = ""
+    checkpointable: bool = False
+    deferrable: bool = False
+    qos: QosClass = QosClass.BEST_EFFORT
+    expected_duration_s: Seconds | None = None
+    """a hint (trace replay, user estimate) for backfill and deferral; None = unknown"""
+    attempt: NonNegInt = 0
+    """how many times the pod was re-queued (bind failure, preemption, unschedulable retry)"""
+
+    def __post_init__(self) -> None:
+        if self.gpu_milli < 1000 and self.num_gpu != 1:
+            raise ValueError(f"`gpu_milli` {self.gpu_milli} < 1000 needs `num_gpu` == 1, got {self.num_gpu}")
+        if self.mig_profile is not None and self.num_gpu != 1:
+            raise ValueError(f"`mig_profile` needs `num_gpu` == 1, got {self.num_gpu}")
+        if self.gang_min_members > 1 and self.gang_id is None:
+            raise ValueError("`gang_min_members` > 1 needs a `gang_id`")
+
+    @property
+    def gpu_milli_total(self) -> int:
+        """GPU compute asked in thousandths of a GPU, across all GPUs (what quota counts)."""
+        return self.gpu_milli if self.num_gpu == 1 else 1000 * self.num_gpu
