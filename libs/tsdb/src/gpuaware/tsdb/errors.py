@@ -1,0 +1,52 @@
+"""Errors that say what happens next: fix the migrations, or retry later.
+
+Services must not import psycopg, so they cannot tell a dropped connection from a bad row by
+exception type; `is_transient` makes that call here, once, for every caller.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+
+class TsdbError(RuntimeError):
+    """Base class for errors raised by gpuaware.tsdb itself."""
+
+
+class MigrationError(TsdbError):
+    """A migration cannot be applied; the message names the file. Permanent until someone fixes it."""
+
+    def __init__(self, message: str, *, filename: str | None = None) -> None:
+        super().__init__(message)
+        self.filename = filename
+
+
+class ChecksumMismatchError(MigrationError):
+    """An already-applied migration file was edited. Never edit an applied migration: add a new one."""
+
+
+# SQLSTATE classes that clear up on their own: connection loss (08), resources (53), operator
+# intervention such as a restart (57), system errors (58), plus serialization/deadlock (40001/40P01).
+_TRANSIENT_CLASSES = ("08", "53", "57", "58")
+_TRANSIENT_STATES = {"40001", "40P01", "55P03"}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when retrying the same operation later may succeed (server down, restarting, deadlock).
+
+    False for errors that will fail again (bad data, missing table, permission): callers should
+    dead-letter those instead of retrying forever.
+    """
+    if isinstance(exc, PoolTimeout):
+        return True
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate
+        if state is None:
+            # no server answer at all: the connection failed or broke
+            return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
+    return isinstance(exc, ConnectionError | TimeoutError)
+
+
+__all__ = ["ChecksumMismatchError", "MigrationError", "TsdbError", "is_transient"]

@@ -1,0 +1,74 @@
+"""GPU inventory and the demo's bus round-trip table: small upserts and lookups.
+
+Services may not import psycopg, so every table they touch gets its few typed calls here.
+Inventory is last-writer-wins per GPU (a node re-announcing replaces its row); round-trip rows are
+first-writer-wins per message id (redelivery is ignored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from gpuaware.tsdb.rows import INVENTORY_COLUMNS, InventoryGpu
+
+_INV_WRITE_COLS = INVENTORY_COLUMNS[:-1]  # updated_at is set by the database
+_UPSERT = (
+    f"INSERT INTO gpu_inventory ({', '.join(_INV_WRITE_COLS)}, updated_at) "
+    f"VALUES ({', '.join(['%s'] * len(_INV_WRITE_COLS))}, now()) "
+    "ON CONFLICT (gpu_uuid) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in (*_INV_WRITE_COLS[1:], "updated_at"))
+)
+_SELECT = f"SELECT {', '.join(INVENTORY_COLUMNS)} FROM gpu_inventory"
+
+
+def upsert_inventory(conn: psycopg.Connection, gpus: Iterable[InventoryGpu]) -> int:
+    """Insert or replace each GPU's row; returns how many rows were written."""
+    params = [tuple(g)[: len(_INV_WRITE_COLS)] for g in gpus]
+    if not params:
+        return 0
+    with conn.transaction(), conn.cursor() as cur:
+        cur.executemany(_UPSERT, params)
+    return len(params)
+
+
+def list_inventory(conn: psycopg.Connection, *, node: str | None = None) -> list[InventoryGpu]:
+    with conn.cursor(row_factory=class_row(InventoryGpu)) as cur:
+        if node is None:
+            return cur.execute(_SELECT + " ORDER BY node, gpu_index").fetchall()
+        return cur.execute(_SELECT + " WHERE node = %s ORDER BY gpu_index", (node,)).fetchall()
+
+
+_STORE = ("INSERT INTO bus_roundtrip (id, subject, payload) VALUES (%s, %s, %s) "
+          "ON CONFLICT (id) DO NOTHING")
+_FETCH = "SELECT id, subject, payload, received_at FROM bus_roundtrip WHERE id = %s"
+
+
+def store_roundtrip(conn: psycopg.Connection, message_id: str, subject: str, payload: Any) -> bool:
+    """Store one received message; False when this id was already stored (a redelivery)."""
+    with conn.transaction():
+        cur = conn.execute(_STORE, (message_id, subject, Jsonb(payload)))
+    return cur.rowcount == 1
+
+
+async def store_roundtrip_async(conn: psycopg.AsyncConnection, message_id: str, subject: str,
+                                payload: Any) -> bool:
+    async with conn.transaction():
+        cur = await conn.execute(_STORE, (message_id, subject, Jsonb(payload)))
+    return cur.rowcount == 1
+
+
+def fetch_roundtrip(conn: psycopg.Connection, message_id: str) -> tuple[str, str, Any, datetime] | None:
+    """(id, subject, payload, received_at) of a stored message, or None."""
+    return conn.execute(_FETCH, (message_id,)).fetchone()
+
+
+async def fetch_roundtrip_async(conn: psycopg.AsyncConnection,
+                                message_id: str) -> tuple[str, str, Any, datetime] | None:
+    cur = await conn.execute(_FETCH, (message_id,))
+    return await cur.fetchone()

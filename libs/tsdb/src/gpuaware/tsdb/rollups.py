@@ -1,0 +1,125 @@
+"""Refresh and expire the 1-minute and 1-hour rollups, the same call on either backend.
+
+Natively the rollups are tables recomputed by `gpuaware_refresh_rollups(since, until)` (one
+transaction, rows of every overlapping bucket replaced). With TimescaleDB they are continuous
+aggregates refreshed by `CALL refresh_continuous_aggregate`, which commits internally and so must
+run outside any transaction; its background policy does the same on a schedule. `refresh_statements`
+is the pure choice of SQL, unit-tested for both backends.
+
+Refresh from the oldest timestamp written since the last refresh (late samples included); a
+refresh is idempotent, so overlapping windows are only wasted work, never wrong results.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from gpuaware.tsdb.capabilities import Backend, installed_backend
+from gpuaware.tsdb.errors import TsdbError
+
+ROLLUP_VIEWS = {"1m": "gpu_metrics_1m", "1h": "gpu_metrics_1h"}
+ROLLUP_1M_RETENTION = timedelta(days=90)  # same as the TimescaleDB policies in 0004
+ROLLUP_1H_RETENTION = timedelta(days=730)
+
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # bucket origin of time_bucket/date_bin for minutes and hours
+_EXPIRE = "SELECT gpuaware_drop_expired_rollups(%s, %s)"
+
+
+def _aware(value: datetime, what: str) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError(f"{what} must be timezone-aware")
+    return value
+
+
+def _floor(value: datetime, width: timedelta) -> datetime:
+    return _EPOCH + ((value - _EPOCH) // width) * width
+
+
+def _literal(value: datetime | None) -> str:
+    # a datetime's isoformat contains no quote, so this literal is safe to inline
+    return "NULL::timestamptz" if value is None else f"TIMESTAMPTZ '{value.astimezone(UTC).isoformat()}'"
+
+
+def refresh_statements(backend: Backend, since: datetime, until: datetime | None = None) -> list[str]:
+    """The SQL that refreshes every 1m/1h bucket overlapping [since, until) (until None = no end)."""
+    _aware(since, "since")
+    if until is not None:
+        _aware(until, "until")
+    if backend == "native":
+        return [f"SELECT gpuaware_refresh_rollups({_literal(since)}, {_literal(until)})"]
+    statements = []
+    for view, width in (("gpu_metrics_1m", timedelta(minutes=1)), ("gpu_metrics_1h", timedelta(hours=1))):
+        start = _floor(since, width)
+        end = None if until is None else _floor(until - timedelta(microseconds=1), width) + width
+        statements.append(f"CALL refresh_continuous_aggregate('{view}', {_literal(start)}, {_literal(end)})")
+    return statements
+
+
+def refresh_rollups(conn: psycopg.Connection, since: datetime, until: datetime | None = None) -> int | None:
+    """Bring gpu_metrics_1m/1h up to date for [since, until); returns rollup rows written (native)
+    or None (TimescaleDB does not say). With TimescaleDB `conn` must not be inside a transaction."""
+    was_idle = conn.info.transaction_status == TransactionStatus.IDLE
+    backend = _backend(installed_backend(conn))
+    if was_idle and not conn.autocommit:
+        conn.commit()  # close the read transaction the lookup opened
+    statements = refresh_statements(backend, since, until)
+    if backend == "native":
+        with conn.transaction():
+            row = conn.execute(statements[0].encode()).fetchone()
+        return int(row[0]) if row else 0
+    if not was_idle:
+        raise TsdbError("refresh_rollups with TimescaleDB must run outside a transaction")
+    saved = conn.autocommit
+    conn.autocommit = True
+    try:
+        for statement in statements:
+            conn.execute(statement.encode())
+    finally:
+        conn.autocommit = saved
+    return None
+
+
+async def refresh_rollups_async(conn: psycopg.AsyncConnection, since: datetime,
+                                until: datetime | None = None) -> int | None:
+    """The asyncio twin of `refresh_rollups`."""
+    was_idle = conn.info.transaction_status == TransactionStatus.IDLE
+    cur = await conn.execute("SELECT variant FROM schema_migrations WHERE variant <> 'common' "
+                             "ORDER BY version LIMIT 1")
+    row = await cur.fetchone()
+    backend = _backend(row[0] if row else None)
+    if was_idle and not conn.autocommit:
+        await conn.commit()
+    statements = refresh_statements(backend, since, until)
+    if backend == "native":
+        async with conn.transaction():
+            cur = await conn.execute(statements[0].encode())
+            result = await cur.fetchone()
+        return int(result[0]) if result else 0
+    if not was_idle:
+        raise TsdbError("refresh_rollups with TimescaleDB must run outside a transaction")
+    saved = conn.autocommit
+    await conn.set_autocommit(True)
+    try:
+        for statement in statements:
+            await conn.execute(statement.encode())
+    finally:
+        await conn.set_autocommit(saved)
+    return None
+
+
+def expire_rollups(conn: psycopg.Connection, *, now: datetime | None = None,
+                   keep_1m: timedelta = ROLLUP_1M_RETENTION, keep_1h: timedelta = ROLLUP_1H_RETENTION) -> int:
+    """Rollup retention on demand: rows deleted natively, chunks dropped with TimescaleDB."""
+    now = _aware(now or datetime.now(UTC), "now")
+    with conn.transaction():
+        row = conn.execute(_EXPIRE, (now - keep_1m, now - keep_1h)).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _backend(value: str | None) -> Backend:
+    if value not in ("native", "timescale"):
+        raise TsdbError("gpu_metrics rollups are missing: run gpuaware.tsdb.migrate(dsn) first")
+    return value  # type: ignore[return-value]

@@ -1,0 +1,119 @@
+"""Native backend: daily partitions appear for written days, stray rows are rescued, old days dropped."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import psycopg
+from tsdb_helpers import at, sample
+
+from gpuaware.tsdb import (
+    SAMPLE_COLUMNS,
+    SAMPLE_PG_TYPES,
+    copy_rows,
+    list_partitions,
+    maintain_partitions,
+    write_samples,
+)
+
+NOW = at("2025-03-10 12:00:00")
+
+
+def _placement(conn: psycopg.Connection) -> dict[str, str]:
+    """gpu_uuid -> name of the partition that physically holds its row."""
+    return dict(conn.execute("SELECT gpu_uuid, tableoid::regclass::text FROM gpu_samples").fetchall())
+
+
+def test_gpu_samples_is_range_partitioned_by_ts_with_a_default(conn: psycopg.Connection) -> None:
+    row = conn.execute("""
+        SELECT p.partstrat, a.attname, p.partdefid <> 0
+        FROM pg_partitioned_table p
+        JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
+        WHERE p.partrelid = 'gpu_samples'::regclass""").fetchone()
+    assert row == ("r", "ts", True)
+
+
+def test_written_days_get_daily_partitions_that_cover_them(conn: psycopg.Connection) -> None:
+    written = {
+        "GPU-late": at("2025-03-08 23:59:59.999999"),
+        "GPU-midnight": at("2025-03-09 00:00:00"),
+        "GPU-today": at("2025-03-10 11:00:00"),
+        "GPU-old": at("2025-02-01 06:00:00"),
+    }
+    assert write_samples(conn, [sample(ts, gpu=gpu) for gpu, ts in written.items()]) == 4
+
+    parts = {p.name: p for p in list_partitions(conn)}
+    assert set(parts) == {"gpu_samples_default", "gpu_samples_p20250201", "gpu_samples_p20250308",
+                          "gpu_samples_p20250309", "gpu_samples_p20250310"}
+    # every child is exactly one UTC day
+    for p in parts.values():
+        if p.name != "gpu_samples_default":
+            assert p.lower is not None and p.upper is not None
+            assert p.upper - p.lower == timedelta(days=1)
+            assert p.lower.utcoffset() is not None
+            assert p.name == f"gpu_samples_p{p.lower.astimezone(NOW.tzinfo):%Y%m%d}"
+    # each row lives in the daily partition whose [lower, upper) contains it, never in the default
+    for gpu, holder in _placement(conn).items():
+        part = parts[holder]
+        assert part.lower is not None and part.upper is not None, f"{gpu} landed in the default partition"
+        assert part.lower <= written[gpu] < part.upper
+
+
+def test_maintenance_premakes_days_rescues_default_rows_and_applies_retention(conn: psycopg.Connection) -> None:
+    write_samples(conn, [sample("2025-02-01 06:00:00", gpu="GPU-old"), sample("2025-03-08 10:00:00", gpu="GPU-kept"),
+                         sample("2025-03-10 11:00:00", gpu="GPU-today")])
+    # bypass the writer (raw COPY): rows for days without a partition land in the default partition,
+    # one within retention (2025-03-20) and one already expired (2025-01-15)
+    with conn.transaction():
+        copy_rows(conn, "gpu_samples", SAMPLE_COLUMNS,
+                  [tuple(sample("2025-03-20 08:00:00", gpu="GPU-stray")),
+                   tuple(sample("2025-01-15 08:00:00", gpu="GPU-ancient"))], types=SAMPLE_PG_TYPES)
+    assert _placement(conn)["GPU-stray"] == "gpu_samples_default"
+
+    report = maintain_partitions(conn, now=NOW, ahead_days=3, retention=timedelta(days=30))
+    # retention: now - 30 days = 2025-02-08 12:00; a day goes when it ends at or before that,
+    # so 2025-02-01 (ends 02-02) is dropped, 2025-03-08 is kept; the expired default row is deleted
+    assert report.dropped == ["gpu_samples_p20250201"]
+    # premake yesterday..today+3 = 03-09..03-13: 03-10 exists, so 03-09, 03-11, 03-12, 03-13 are new,
+    # plus 03-20 for the stray row: 5 created
+    assert report.created == 5
+    names = [p.name for p in list_partitions(conn)]
+    assert names == ["gpu_samples_default", "gpu_samples_p20250308", "gpu_samples_p20250309",
+                     "gpu_samples_p20250310", "gpu_samples_p20250311", "gpu_samples_p20250312",
+                     "gpu_samples_p20250313", "gpu_samples_p20250320"]
+    assert _placement(conn) == {"GPU-kept": "gpu_samples_p20250308", "GPU-today": "gpu_samples_p20250310",
+                                "GPU-stray": "gpu_samples_p20250320"}
+    assert conn.execute("SELECT count(*) FROM gpu_samples_default").fetchone() == (0,)
+
+    again = maintain_partitions(conn, now=NOW, ahead_days=3, retention=timedelta(days=30))
+    assert (again.created, again.dropped) == (0, [])  # idempotent
+    # the rescued row is still deduplicated by the primary key of its new partition
+    assert write_samples(conn, [sample("2025-03-20 08:00:00", gpu="GPU-stray")]) == 0
+
+
+def test_writers_racing_into_a_new_day_create_its_partition_once(migrated_url: str) -> None:
+    writers = 5
+    barrier = threading.Barrier(writers)
+    inserted: list[int] = []
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        rows = [sample(at("2025-04-01 00:00:00") + timedelta(seconds=s), gpu=f"GPU-{i}") for s in range(200)]
+        with psycopg.connect(migrated_url, autocommit=True) as conn:
+            barrier.wait()
+            try:
+                inserted.append(write_samples(conn, rows))
+            except BaseException as exc:  # collected and asserted below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert inserted == [200] * writers
+    with psycopg.connect(migrated_url) as conn:
+        assert [p.name for p in list_partitions(conn)] == ["gpu_samples_default", "gpu_samples_p20250401"]
+        assert conn.execute("SELECT count(*) FROM gpu_samples_p20250401").fetchone() == (200 * writers,)

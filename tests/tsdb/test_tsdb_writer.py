@@ -1,0 +1,186 @@
+"""COPY writer: idempotent on (gpu_uuid, ts), atomic per batch, usable by the collector role."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from tsdb_helpers import at, sample
+
+from gpuaware.tsdb import (
+    SAMPLE_COLUMNS,
+    SAMPLE_PG_TYPES,
+    InventoryGpu,
+    Sample,
+    copy_rows,
+    fetch_roundtrip,
+    latest_samples,
+    list_inventory,
+    store_roundtrip,
+    upsert_inventory,
+    write_samples,
+    write_samples_async,
+)
+
+
+def _batch(n: int, start: str = "2025-03-01 10:00:00", gpus: int = 4) -> list[Sample]:
+    t0 = at(start)
+    return [sample(t0 + timedelta(seconds=i // gpus), gpu=f"GPU-{i % gpus}", util_pct=float(i % 100),
+                   mem_used_mib=i, throttle_reasons=0, nvlink_up=4)
+            for i in range(n)]
+
+
+def _count(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM gpu_samples").fetchone()[0]
+
+
+def test_rewriting_the_same_rows_inserts_nothing(conn: psycopg.Connection) -> None:
+    rows = _batch(2000)
+    assert write_samples(conn, rows) == 2000
+    assert write_samples(conn, rows) == 0
+    assert _count(conn) == 2000
+    # half redelivered, half new: only the new half counts (rows 1000..2999 of a 3000-row series)
+    assert write_samples(conn, _batch(3000)[1000:]) == 1000
+    assert _count(conn) == 3000
+
+
+def test_duplicates_inside_one_batch_are_inserted_once(conn: psycopg.Connection) -> None:
+    row = sample("2025-03-01 10:00:00", util_pct=5.0)
+    assert write_samples(conn, [row, row, row._replace(util_pct=9.0)]) == 1
+    assert conn.execute("SELECT util_pct FROM gpu_samples").fetchall() == [(5.0,)]  # first one wins
+
+
+def test_values_round_trip_with_their_types(conn: psycopg.Connection) -> None:
+    full = Sample(at("2025-03-01 10:00:00"), "node-1", "GPU-x", 12.5, 40.0, 30_000, 81_559, 65.0, 300.5, 700.0,
+                  1980, 2619, 1 << 40, 3, 7, 2, 79, 11, 12)
+    assert write_samples(conn, [full]) == 1
+    got = conn.execute(f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM gpu_samples").fetchone()
+    assert Sample(*got) == full
+
+
+def test_mappings_and_attribute_objects_are_accepted(conn: psycopg.Connection) -> None:
+    @dataclass
+    class Reading:
+        ts: datetime
+        node: str
+        gpu_uuid: str
+        util_pct: float
+
+    rows = [{"ts": at("2025-03-01 10:00:00"), "node": "n", "gpu_uuid": "GPU-m", "power_w": 250.0},
+            Reading(at("2025-03-01 10:00:01"), "n", "GPU-m", 33.0)]
+    assert write_samples(conn, rows) == 2
+    assert conn.execute("SELECT power_w, util_pct FROM gpu_samples ORDER BY ts").fetchall() == [
+        (250.0, None), (None, 33.0)]
+
+
+@pytest.mark.parametrize("bad", [
+    {"ts": datetime(2025, 3, 1, 10), "node": "n", "gpu_uuid": "g"},  # naive timestamp
+    {"ts": at("2025-03-01 10:00:00"), "node": "", "gpu_uuid": "g"},
+    ("too", "short"),
+])
+def test_malformed_samples_are_rejected_before_anything_is_written(conn: psycopg.Connection, bad) -> None:
+    with pytest.raises(ValueError):
+        write_samples(conn, [sample("2025-03-01 10:00:00"), bad])
+    assert _count(conn) == 0
+
+
+def test_a_batch_inside_the_callers_transaction_rolls_back_with_it(migrated_url: str) -> None:
+    class Abort(Exception):
+        pass
+
+    with psycopg.connect(migrated_url, autocommit=True) as conn:
+        with pytest.raises(Abort), conn.transaction():
+            assert write_samples(conn, _batch(10)) == 10
+            assert write_samples(conn, _batch(20)) == 10  # staging was cleared between the two batches
+            raise Abort
+        assert _count(conn) == 0
+    with psycopg.connect(migrated_url) as conn:  # not autocommit, idle: the writer commits its own batch
+        assert write_samples(conn, _batch(5)) == 5
+    with psycopg.connect(migrated_url) as conn:
+        assert _count(conn) == 5
+
+
+async def test_async_writer_is_idempotent_too(migrated_url: str) -> None:
+    rows = _batch(500)
+    async with await psycopg.AsyncConnection.connect(migrated_url, autocommit=True) as aconn:
+        assert await write_samples_async(aconn, rows) == 500
+        assert await write_samples_async(aconn, rows) == 0
+        cur = await aconn.execute("SELECT count(*) FROM gpu_samples")
+        assert await cur.fetchone() == (500,)
+
+
+def test_copy_rows_binary_and_text(conn: psycopg.Connection) -> None:
+    rows = [tuple(s) for s in _batch(100)]
+    with conn.transaction():
+        assert copy_rows(conn, "gpu_samples", SAMPLE_COLUMNS, rows, types=SAMPLE_PG_TYPES) == 100
+    conn.execute("CREATE TABLE bench (id int, label text)")
+    assert copy_rows(conn, "public.bench", ["id", "label"], [(1, "a"), (2, None)]) == 2
+    assert conn.execute("SELECT * FROM bench ORDER BY id").fetchall() == [(1, "a"), (2, None)]
+    # raw COPY has no dedupe: the same rows again violate the primary key
+    with pytest.raises(psycopg.errors.UniqueViolation), conn.transaction():
+        copy_rows(conn, "gpu_samples", SAMPLE_COLUMNS, rows, types=SAMPLE_PG_TYPES)
+
+
+def test_latest_sample_per_gpu(conn: psycopg.Connection) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    write_samples(conn, [
+        sample(now - timedelta(seconds=30), gpu="GPU-a", node="n1", util_pct=1.0),
+        sample(now - timedelta(seconds=10), gpu="GPU-a", node="n1", util_pct=2.0),  # newest of GPU-a
+        sample(now - timedelta(seconds=20), gpu="GPU-b", node="n2", util_pct=3.0),
+        sample(now - timedelta(hours=2), gpu="GPU-c", node="n1", util_pct=4.0),  # outside the window
+    ])
+    latest = latest_samples(conn, within=timedelta(minutes=15), now=now)
+    assert [(s.gpu_uuid, s.util_pct, s.ts) for s in latest] == [
+        ("GPU-a", 2.0, now - timedelta(seconds=10)), ("GPU-b", 3.0, now - timedelta(seconds=20))]
+    assert [s.gpu_uuid for s in latest_samples(conn, node="n2", now=now)] == ["GPU-b"]
+    assert [s.gpu_uuid for s in latest_samples(conn, within=timedelta(days=1), now=now)] == [
+        "GPU-a", "GPU-c", "GPU-b"]  # ordered by node, then GPU
+
+
+@pytest.fixture
+def login_roles(migrated_url: str) -> Iterator[dict[str, str]]:
+    """Throwaway LOGIN roles in the collector and reader groups; dropped afterwards (roles are cluster-wide)."""
+    suffix = uuid.uuid4().hex[:8]
+    names = {"collector": f"t_collector_{suffix}", "reader": f"t_reader_{suffix}"}
+    with psycopg.connect(migrated_url, autocommit=True) as admin:
+        for group, name in names.items():
+            admin.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE gpuaware_{group}')
+    dbname = migrated_url.rsplit("/", 1)[1]
+    base = migrated_url.rsplit("@", 1)[1].rsplit("/", 1)[0]
+    yield {group: f"postgresql://{name}@{base}/{dbname}" for group, name in names.items()}
+    with psycopg.connect(migrated_url, autocommit=True) as admin:
+        for name in names.values():
+            admin.execute(f'DROP OWNED BY "{name}"')
+            admin.execute(f'DROP ROLE "{name}"')
+
+
+def test_collector_role_can_write_and_reader_role_cannot(login_roles: dict[str, str]) -> None:
+    with psycopg.connect(login_roles["collector"], autocommit=True) as collector:
+        # a day with no partition yet: made through the SECURITY DEFINER function, not by the collector
+        assert write_samples(collector, [sample("2025-06-01 12:00:00")]) == 1
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            collector.execute("DELETE FROM gpu_samples")
+    with psycopg.connect(login_roles["reader"], autocommit=True) as reader:
+        assert reader.execute("SELECT count(*) FROM gpu_samples").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            write_samples(reader, [sample("2025-06-01 12:00:01")])
+
+
+def test_inventory_upsert_replaces_and_roundtrip_ignores_redelivery(conn: psycopg.Connection) -> None:
+    gpu = InventoryGpu("GPU-a", "node-1", 0, "H100", 81_559, False, "island-0", 0)
+    assert upsert_inventory(conn, [gpu, InventoryGpu("GPU-b", "node-1", 1, "H100", 81_559)]) == 2
+    assert upsert_inventory(conn, [gpu._replace(mig_mode=True)]) == 1
+    listed = list_inventory(conn, node="node-1")
+    assert [(g.gpu_uuid, g.mig_mode, g.nvlink_island) for g in listed] == [("GPU-a", True, "island-0"),
+                                                                        ("GPU-b", False, None)]
+    assert all(g.updated_at is not None for g in listed)
+
+    assert store_roundtrip(conn, "msg-1", "demo.ping.v1", {"n": 1}) is True
+    assert store_roundtrip(conn, "msg-1", "demo.ping.v1", {"n": 2}) is False
+    stored = fetch_roundtrip(conn, "msg-1")
+    assert stored is not None and stored[:3] == ("msg-1", "demo.ping.v1", {"n": 1})
+    assert fetch_roundtrip(conn, "missing") is None
