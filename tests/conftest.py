@@ -73,3 +73,27 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path}: set GPUAWARE_SHARED_DATA to the shared/data folder")
     return path
+
+
+def _docker_engine_running() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def timescaledb_url() -> Iterator[str]:
+    """The real TimescaleDB image through testcontainers, only where a Docker engine runs; else skip."""
+    if not _docker_engine_running():
+        pytest.skip("no Docker engine here: the TimescaleDB image cannot run (the native path is tested instead)")
+    from testcontainers.postgres import PostgresContainer
+
+    image = os.environ.get("GPUAWARE_TIMESCALEDB_IMAGE", "timescale/timescaledb:2.17.2-pg16")
+    with PostgresContainer(image, username="postgres", password="postgres", dbname="gpuaware") as container:
+        host = container.get_container_host_ip()
+        port = container.get_exposed_port(5432)
+        yield f"postgresql://postgres:postgres@{host}:{port}/gpuaware"
