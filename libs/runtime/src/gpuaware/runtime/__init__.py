@@ -1,1 +1,23 @@
-"""gpuaware.runtime."""
+"""gpuaware.runtime: what every service process shares, and nothing service-specific.
+
+Settings from a prefixed environment (`ServiceSettings`), structured logging with secrets
+scrubbed, OpenTelemetry set-up, signal handling and a graceful drain (`run_service`), and a NATS
+micro identity with stats for every instance.
+"""
+
+from gpuaware.runtime.logs import setup_logging
+from gpuaware.runtime.service import ServiceContext, run_service
+from gpuaware.runtime.settings import ServiceSettings, SettingsError, redact_url
+from gpuaware.runtime.signals import stop_on_signals
+from gpuaware.runtime.tracing import setup_tracing
+
+__all__ = [
+    "ServiceContext",
+    "ServiceSettings",
+    "SettingsError",
+    "redact_url",
+    "run_service",
+    "setup_logging",
+    "setup_tracing",
+    "stop_on_signals",
+]

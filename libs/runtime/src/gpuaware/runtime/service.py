@@ -1,0 +1,109 @@
+"""The life of every gpuaware service process: set up, mount handlers, serve, drain on a signal.
+
+A service's `__main__` stays tiny:
+
+    async def main() -> None:
+        settings = PlacementSettings.from_env()
+        await run_service(settings, version=__version__, mount=handlers.mount)
+
+`run_service` configures structured logging and OpenTelemetry, connects to NATS (reconnecting
+forever), declares the platform's JetStream streams (idempotent), calls `mount(ctx)` so the
+service can start its durable consumers and return its request/reply endpoints, and registers a
+NATS micro service named after the service: `$SRV.PING/INFO/STATS` then report the instance and
+each endpoint's request/error counts, with or without endpoints of its own. On SIGTERM/SIGINT (or
+`stop.set()`) it stops consumers first (in-flight messages finish and are acked), then the
+micro service, then drains the connection, within `drain_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpuaware import bus
+from gpuaware.runtime.logs import setup_logging
+from gpuaware.runtime.settings import ServiceSettings
+from gpuaware.runtime.signals import stop_on_signals
+from gpuaware.runtime.tracing import setup_tracing
+from gpuaware.schemas.streams import STREAMS, StreamSpec
+
+log = logging.getLogger(__name__)
+
+
+class Stoppable(Protocol):
+    async def stop(self) -> None: ...
+
+
+@dataclass
+class ServiceContext:
+    """What `mount` gets: the settings, the connection, JetStream, and a place to register closers."""
+
+    settings: ServiceSettings
+    nc: Any
+    js: Any
+    instance_id: str
+    closers: list[Stoppable] = field(default_factory=list)
+
+    def on_stop(self, resource: Stoppable) -> Stoppable:
+        """Stop `resource` (a consumer, a background task wrapper) first when the service drains."""
+        self.closers.append(resource)
+        return resource
+
+
+Mount = Callable[[ServiceContext], Awaitable[Sequence[bus.Endpoint] | None]]
+
+
+def instance_id(settings: ServiceSettings) -> str:
+    return settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
+                      stop: asyncio.Event | None = None, streams: Sequence[StreamSpec] = STREAMS,
+                      ready: asyncio.Event | None = None) -> None:
+    """Run one service until `stop` is set or a termination signal arrives, then drain."""
+    setup_logging(settings.service_name, settings.log_level, settings.log_format)
+    setup_tracing(settings.service_name, settings.otel_exporter, instance_id(settings))
+    log.info("starting %s %s", settings.service_name, version, extra={"settings": settings.redacted()})
+    options: dict[str, Any] = {}
+    if settings.nats_creds:
+        options["user_credentials"] = settings.nats_creds
+    async with bus.connected(settings.nats_url.split(","), name=settings.service_name, **options) as nc:
+        js = nc.jetstream()
+        for spec in streams:
+            await bus.ensure_stream(js, spec)
+        ctx = ServiceContext(settings=settings, nc=nc, js=js, instance_id=instance_id(settings))
+        endpoints = list(await mount(ctx) or [])
+        service = await bus.add_service(
+            nc, settings.service_name, version, endpoints,
+            metadata={"instance": ctx.instance_id, "cluster": settings.cluster})
+        log.info("%s serving (%d endpoints)", settings.service_name, len(endpoints))
+        if ready is not None:
+            ready.set()
+        if stop is None:
+            async with stop_on_signals() as signalled:
+                await signalled.wait()
+        else:
+            await stop.wait()
+        log.info("%s draining", settings.service_name)
+        await _drain(ctx, service, settings.drain_timeout_s)
+    log.info("%s stopped", settings.service_name)
+
+
+async def _drain(ctx: ServiceContext, service: Any, timeout: float) -> None:
+    async def stop_all() -> None:
+        for resource in reversed(ctx.closers):
+            try:
+                await resource.stop()
+            except Exception:
+                log.exception("stopping %r failed", resource)
+        await service.stop()
+
+    try:
+        await asyncio.wait_for(stop_all(), timeout)
+    except TimeoutError:
+        log.warning("drain took longer than %.1fs; closing anyway", timeout)
