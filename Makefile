@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv demo test lint schemas schemas-check bench-bus clean up down
+.PHONY: venv demo test lint schemas bench-bus bench-placement clean up down
 
 venv: $(STAMP)
 
@@ -33,6 +33,9 @@ schemas: $(STAMP)
 
 bench-bus: $(STAMP)
 	$(PY) bench/bus.py
+
+bench-placement: $(STAMP)
+	$(PY) bench/placement.py
 
 up: $(STAMP)
 	$(VENV)/bin/gpuaware up

@@ -1,1 +1,92 @@
-"""gpuaware.bus."""
+"""gpuaware.bus: NATS + JetStream for every service, the only module that imports `nats`.
+
+    async with bus.connected(settings.nats_url, name="placement") as nc:
+        js = nc.jetstream()
+        await bus.ensure_stream(js, PENDING_PODS_STREAM)
+        pods = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: p.uid)
+        consumer = await bus.subscribe_durable(js, pods, "placement", handle_pending)
+        await bus.publish(js, decisions, decision)             # stored once, traced
+        reply = await bus.request(nc, QUOTA_ADMIT, ask, Admission, timeout=1.0)
+
+Handlers are plain typed functions; raising `TransientError` / `PermanentError` decides retries
+and dead letters. Each module's docstring explains its part of the design.
+"""
+
+from gpuaware.bus.codec import Channel, content_id, decoder_for
+from gpuaware.bus.connection import Client, ReconnectPolicy, close, connect, connected, reconnect_delay
+from gpuaware.bus.consumer import (
+    ConsumerStats,
+    Delivery,
+    DurableConsumer,
+    Handler,
+    RetryPolicy,
+    subscribe_durable,
+)
+from gpuaware.bus.deadletter import DeadLetters, ensure_dead_letter_stream
+from gpuaware.bus.dedupe import Deduper
+from gpuaware.bus.errors import (
+    BusError,
+    NoResponders,
+    PermanentError,
+    RequestTimeout,
+    ServiceError,
+    StreamConfigError,
+    TransientError,
+)
+from gpuaware.bus.headers import MSG_ID
+from gpuaware.bus.jetstream import (
+    ConsumerSpec,
+    JetStream,
+    SimpleStreamSpec,
+    StreamSpecLike,
+    ensure_consumer,
+    ensure_stream,
+)
+from gpuaware.bus.publish import PubAck, publish, publish_async, publish_core
+from gpuaware.bus.service import Endpoint, Service, add_service, request
+from gpuaware.bus.tracing import extract, inject
+
+__all__ = [
+    "MSG_ID",
+    "BusError",
+    "Channel",
+    "Client",
+    "ConsumerSpec",
+    "ConsumerStats",
+    "DeadLetters",
+    "Deduper",
+    "Delivery",
+    "DurableConsumer",
+    "Endpoint",
+    "Handler",
+    "JetStream",
+    "NoResponders",
+    "PermanentError",
+    "PubAck",
+    "ReconnectPolicy",
+    "RequestTimeout",
+    "RetryPolicy",
+    "Service",
+    "ServiceError",
+    "SimpleStreamSpec",
+    "StreamConfigError",
+    "StreamSpecLike",
+    "TransientError",
+    "add_service",
+    "close",
+    "connect",
+    "connected",
+    "content_id",
+    "decoder_for",
+    "ensure_consumer",
+    "ensure_dead_letter_stream",
+    "ensure_stream",
+    "extract",
+    "inject",
+    "publish",
+    "publish_async",
+    "publish_core",
+    "reconnect_delay",
+    "request",
+    "subscribe_durable",
+]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuaware.cli import demo, stack
+from gpuaware.cli import demo, evaluate, stack
 
 app = typer.Typer(
     name="gpuaware",
@@ -20,6 +20,7 @@ app.command("up")(stack.up)
 app.command("down")(stack.down)
 app.command("status")(stack.status)
 app.command("demo")(demo.demo)
+app.add_typer(evaluate.app, name="eval")
 
 if __name__ == "__main__":  # pragma: no cover
     app()
