@@ -1,1 +1,51 @@
-"""gpuaware.sim."""
+"""gpuaware.sim: trace loaders, workload construction, the placement evaluator and its reports."""
+
+from gpuaware.sim.evaluator import ARRIVED, FRAG_AT, REPORT_AT, RunResult, discretize, evaluate, run_one
+from gpuaware.sim.report import (
+    expected_means,
+    load_expected,
+    plot_alloc,
+    summarize,
+    write_assignments,
+    write_per_seed,
+    write_summary,
+)
+from gpuaware.sim.synthetic import synthetic_nodes, synthetic_pods
+from gpuaware.sim.traces import (
+    TraceError,
+    TracePod,
+    load_nodes,
+    load_pods,
+    shared_data_dir,
+    write_nodes,
+    write_pods,
+)
+from gpuaware.sim.workload import Workload, build_workload
+
+__all__ = [
+    "ARRIVED",
+    "FRAG_AT",
+    "REPORT_AT",
+    "RunResult",
+    "TraceError",
+    "TracePod",
+    "Workload",
+    "build_workload",
+    "discretize",
+    "evaluate",
+    "expected_means",
+    "load_expected",
+    "load_nodes",
+    "load_pods",
+    "plot_alloc",
+    "run_one",
+    "shared_data_dir",
+    "summarize",
+    "synthetic_nodes",
+    "synthetic_pods",
+    "write_assignments",
+    "write_nodes",
+    "write_per_seed",
+    "write_pods",
+    "write_summary",
+]

@@ -1,0 +1,204 @@
+"""Loaders for the openb trace format (Alibaba cluster-trace-gpu-v2023, the FGD paper's traces).
+
+Every row is validated; a malformed row, an unknown GPU type or a negative request raises TraceError
+naming the file and line, because a silently skipped row would quietly change what is evaluated.
+The traces are research-use-only data and stay outside the repository: callers pass paths (see
+`shared_data_dir`).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuaware.placement import GPU_CATALOG, MILLI, NodeSpec, PodRequest, RequestError
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+POD_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+
+
+class TraceError(ValueError):
+    """A trace file cannot be used as given. Permanent: the message names file, line and field."""
+
+    def __init__(self, path: Path | str, line: int | None, message: str) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+        self.path = str(path)
+        self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    """One pod of a trace: its request plus the timing the trace recorded (seconds, relative)."""
+
+    request: PodRequest
+    creation_time: float | None = None
+    deletion_time: float | None = None
+    scheduled_time: float | None = None
+    phase: str = ""
+    line: int = 0
+
+
+def shared_data_dir(repo_root: Path | None = None) -> Path:
+    """GPUAWARE_SHARED_DATA, or ../shared/data next to the repository root."""
+    env = os.environ.get("GPUAWARE_SHARED_DATA")
+    if env:
+        return Path(env)
+    root = repo_root if repo_root is not None else Path(__file__).resolve().parents[5]
+    return root.parent / "shared" / "data"
+
+
+def _open_rows(path: Path, required: Iterable[str]) -> tuple[list[str], Iterable[tuple[int, dict[str, str]]]]:
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(path, None, "file not found")
+    handle = path.open(newline="", encoding="utf-8")
+    reader = csv.reader(handle)
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        handle.close()
+        raise TraceError(path, 1, "empty file (no header)") from None
+    missing = [c for c in required if c not in header]
+    if missing:
+        handle.close()
+        raise TraceError(path, 1, f"missing column(s) {', '.join(missing)}; header is {','.join(header)}")
+
+    def rows() -> Iterable[tuple[int, dict[str, str]]]:
+        with handle:
+            for fields in reader:
+                if not fields or all(not f.strip() for f in fields):
+                    continue
+                if len(fields) != len(header):
+                    raise TraceError(path, reader.line_num, f"expected {len(header)} fields, got {len(fields)}")
+                yield reader.line_num, dict(zip(header, (f.strip() for f in fields), strict=True))
+
+    return header, rows()
+
+
+def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
+    text = row[column]
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(path, line, f"{column}={text!r} is not a number") from None
+    if value != value or value != int(value):
+        raise TraceError(path, line, f"{column}={text!r} is not an integer")
+    if value < 0:
+        raise TraceError(path, line, f"{column}={text!r} is negative")
+    return int(value)
+
+
+def _time(path: Path, line: int, row: dict[str, str], column: str) -> float | None:
+    text = row.get(column, "")
+    if text in ("", "nan", "NaN"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise TraceError(path, line, f"{column}={text!r} is not a number") from None
+
+
+def load_nodes(path: Path | str, known_models: Iterable[str] | None = None) -> list[NodeSpec]:
+    """Nodes from an openb node list (sn, cpu_milli, memory_mib, gpu, model)."""
+    path = Path(path)
+    known = set(GPU_CATALOG if known_models is None else known_models)
+    _, rows = _open_rows(path, NODE_COLUMNS)
+    nodes: list[NodeSpec] = []
+    seen: set[str] = set()
+    for line, row in rows:
+        name = row["sn"]
+        if not name:
+            raise TraceError(path, line, "empty node name (sn)")
+        if name in seen:
+            raise TraceError(path, line, f"duplicate node {name!r}")
+        seen.add(name)
+        gpus = _int(path, line, row, "gpu")
+        model = row["model"] if row["model"] not in ("nan", "NaN") else ""
+        if gpus > 0 and model not in known:
+            raise TraceError(path, line, f"unknown GPU type {model!r}; known: {', '.join(sorted(known))}")
+        try:
+            nodes.append(NodeSpec(name, _int(path, line, row, "cpu_milli"), _int(path, line, row, "memory_mib"),
+                                  gpus, model if gpus > 0 else ""))
+        except RequestError as exc:
+            raise TraceError(path, line, str(exc)) from None
+    if not nodes:
+        raise TraceError(path, None, "no nodes")
+    return nodes
+
+
+def load_pods(path: Path | str, known_models: Iterable[str] | None = None) -> list[TracePod]:
+    """Pods from an openb pod list; gpu_spec types must be known GPU models."""
+    path = Path(path)
+    known = set(GPU_CATALOG if known_models is None else known_models)
+    header, rows = _open_rows(path, POD_COLUMNS)
+    has_spec = "gpu_spec" in header
+    pods: list[TracePod] = []
+    seen: set[str] = set()
+    for line, row in rows:
+        name = row["name"]
+        if name in seen:
+            raise TraceError(path, line, f"duplicate pod {name!r}")
+        seen.add(name)
+        num_gpu = _int(path, line, row, "num_gpu")
+        gpu_milli = _int(path, line, row, "gpu_milli")
+        if gpu_milli > MILLI:
+            raise TraceError(path, line, f"gpu_milli={gpu_milli} is above {MILLI} (one whole GPU)")
+        types: tuple[str, ...] = ()
+        if has_spec and row["gpu_spec"] not in ("", "nan", "NaN"):
+            types = tuple(t for t in row["gpu_spec"].split("|") if t)
+            unknown = [t for t in types if t not in known]
+            if unknown:
+                raise TraceError(path, line, f"unknown GPU type(s) {', '.join(unknown)} in gpu_spec")
+        try:
+            request = PodRequest(
+                name=name,
+                cpu_milli=_int(path, line, row, "cpu_milli"),
+                memory_mib=_int(path, line, row, "memory_mib"),
+                num_gpu=num_gpu,
+                gpu_milli=gpu_milli,
+                gpu_types=types if num_gpu > 0 else (),
+                qos=row.get("qos", ""),
+            )
+        except RequestError as exc:
+            raise TraceError(path, line, str(exc)) from None
+        pods.append(
+            TracePod(
+                request,
+                _time(path, line, row, "creation_time"),
+                _time(path, line, row, "deletion_time"),
+                _time(path, line, row, "scheduled_time"),
+                row.get("pod_phase", ""),
+                line,
+            )
+        )
+    if not pods:
+        raise TraceError(path, None, "no pods")
+    return pods
+
+
+def write_nodes(path: Path | str, nodes: Iterable[NodeSpec]) -> None:
+    with Path(path).open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(NODE_COLUMNS)
+        for n in nodes:
+            w.writerow([n.name, n.cpu_milli, n.memory_mib, n.num_gpu, n.gpu_model])
+
+
+def write_pods(path: Path | str, pods: Iterable[TracePod | PodRequest]) -> None:
+    with Path(path).open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(POD_COLUMNS + POD_OPTIONAL)
+        for p in pods:
+            tp = p if isinstance(p, TracePod) else TracePod(p)
+            r = tp.request
+
+            def fmt(t: float | None) -> str:
+                return "" if t is None else f"{t:g}"
+
+            w.writerow([r.name, r.cpu_milli, r.memory_mib, r.num_gpu, r.gpu_milli, r.gpu_spec, r.qos, tp.phase,
+                        fmt(tp.creation_time), fmt(tp.deletion_time), fmt(tp.scheduled_time)])

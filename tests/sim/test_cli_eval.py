@@ -1,0 +1,101 @@
+"""`gpuaware eval placement` writes the contract's summary.json and re-checkable assignments."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuaware.cli.evaluate import app, parse_seeds
+from gpuaware.sim import load_nodes, synthetic_nodes, synthetic_pods, write_nodes, write_pods
+
+KEYS_AT = ["90", "95", "100", "110", "120", "130"]
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    write_nodes(tmp_path / "nodes.csv", synthetic_nodes(40, seed=1))
+    write_pods(tmp_path / "pods.csv", synthetic_pods(500, seed=2, gpu_types=("T4", "G2"), typed_fraction=0.2))
+    return tmp_path / "nodes.csv", tmp_path / "pods.csv"
+
+
+def recheck(nodes_csv: Path, assignments_csv: Path) -> int:
+    """Replay an assignments file against the node list; returns the number of placed pods."""
+    nodes = {n.name: n for n in load_nodes(nodes_csv)}
+    cpu = defaultdict(int)
+    mem = defaultdict(int)
+    gpu = defaultdict(int)
+    placed = 0
+    with assignments_csv.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["seq"]) for r in rows] == list(range(len(rows)))
+    for r in rows:
+        if not r["node"]:
+            assert r["gpus"] == ""
+            continue
+        placed += 1
+        n = nodes[r["node"]]
+        cpu[n.name] += int(r["cpu_milli"])
+        mem[n.name] += int(r["memory_mib"])
+        gpus = [int(g) for g in r["gpus"].split("|")] if r["gpus"] else []
+        assert len(gpus) == int(r["num_gpu"]) and len(set(gpus)) == len(gpus)
+        if r["gpu_spec"]:
+            assert n.gpu_model in r["gpu_spec"].split("|")
+        for g in gpus:
+            assert 0 <= g < n.num_gpu
+            gpu[(n.name, g)] += int(r["gpu_milli"])
+        assert cpu[n.name] <= n.cpu_milli and mem[n.name] <= n.memory_mib
+    assert all(v <= 1000 for v in gpu.values()), "a GPU is over-allocated"
+    return placed
+
+
+def test_cli_writes_contract_and_assignments(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = inputs
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["placement", "--nodes", str(nodes), "--trace", str(pods),
+                                      "--policies", "fgd,BestFit", "--seeds", "42-43", "--out", str(out),
+                                      "--assignments", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"trace", "nodes", "seeds", "policies"}
+    assert summary["seeds"] == [42, 43] and summary["trace"] == str(pods) and summary["nodes"] == str(nodes)
+    assert list(summary["policies"]) == ["FGD", "BestFit"]
+    for s in summary["policies"].values():
+        assert set(s) == {"alloc_pct_at", "unallocated_gpus_at", "frag_ratio_pct_at", "p99_decision_ms"}
+        assert list(s["alloc_pct_at"]) == KEYS_AT and list(s["unallocated_gpus_at"]) == KEYS_AT
+        assert list(s["frag_ratio_pct_at"]) == ["80", "90"]
+        assert all(isinstance(v, float) for v in s["alloc_pct_at"].values())
+        assert s["p99_decision_ms"] > 0
+    assert (out / "per_seed.csv").is_file() and (out / "alloc.png").stat().st_size > 1000
+    for name in ("FGD-42", "FGD-43", "BestFit-42", "BestFit-43"):
+        path = out / "assignments" / f"{name}.csv"
+        assert path.read_text().splitlines()[0] == "seq,pod,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,node,gpus"
+        assert recheck(nodes, path) > 100
+    assert "FGD" in result.output and "130%" in result.output
+
+
+def test_cli_bad_input_names_file_and_line(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, _ = inputs
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,100,1,1,500\np2,-3,1,1,500\n")
+    result = CliRunner().invoke(app, ["placement", "--nodes", str(nodes), "--trace", str(bad), "--seeds", "1",
+                                      "--out", str(tmp_path / "o"), "--jobs", "1"])
+    assert result.exit_code == 2
+    assert f"{bad}:3" in result.output.replace("\n", "") and "negative" in result.output
+
+
+def test_cli_unknown_policy(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = inputs
+    result = CliRunner().invoke(app, ["placement", "--nodes", str(nodes), "--trace", str(pods),
+                                      "--policies", "tetris", "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0 and "unknown policy" in result.output
+
+
+@pytest.mark.parametrize("text, seeds", [("42-44", [42, 43, 44]), ("42,50", [42, 50]), ("7", [7]),
+                                         ("42-43,50", [42, 43, 50])])
+def test_parse_seeds(text: str, seeds: list[int]) -> None:
+    assert parse_seeds(text) == seeds
