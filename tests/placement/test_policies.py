@@ -244,6 +244,6 @@ def test_suite_scores_stay_in_0_to_100(name: str) -> None:
             s = ws.plugin.score(CycleState(), pod, snap, nodes)
             if hasattr(ws.plugin, "normalize"):
                 s = ws.plugin.normalize(CycleState(), pod, s)
-            assert s.dtype.kind == "i" and s.min() >= 0 and s.max() <= 100, ws.plugin.name
+            assert s.dtype.kind in "iuf" and s.min() >= 0 and s.max() <= 100, ws.plugin.name
         d = sched.schedule(pod, snap)
         c.reserve(pod, d.node, d.gpus)

@@ -83,6 +83,12 @@ def _samples() -> dict[type, msgspec.Struct]:
             s.GpuRollup(gpu_uuid="GPU-0", gpu_index=0, samples=6, util_pct=stats, power_w=stats,
                         throttled_pct=16.7, ecc_uncorrected_delta=1, xid_last=79),
         )),
+        s.PodUsageReported(**EV, node="node-a", window_start=T0 - 60, window_s=60.0, usage=(
+            s.PodGpuUsage(namespace="team-a", pod="train-0", gpu_uuid="GPU-0", tenant="team-a", gpu_milli=500,
+                          seconds=60.0, gpu_seconds_allocated=30.0, gpu_seconds_used=12.0, util_pct_avg=20.0,
+                          util_pct_max=35.0, mem_used_mib_avg=20000.0, mem_used_mib_max=20480.0,
+                          pod_uid="uid-1"),
+        )),
         s.DemandPredicted(**EV, model="lstm-demand", model_version="2026-01-01.1", issued_at=T0, start=T0 + 300,
                           step_s=300.0, horizon_steps=3, quantiles=(0.1, 0.5, 0.9), series=(
             s.DemandSeries(metric="gpu_milli_requested", labels={"queue": "team-a"},
@@ -142,6 +148,15 @@ def _samples() -> dict[type, msgspec.Struct]:
         )),
         s.ExplainRequest(**EV, pod_uid="uid-1"),
         s.ExplainReply(**EV, pod_uid="uid-1", explanation=_explanation()),
+        s.WorldSnapshotRequest(**EV, node_offset=500, limit=500),
+        s.WorldSnapshotReply(**EV, world="twin", at=T0, generation=42, total_nodes=1, total_pods=1, pending_pods=3,
+                             nodes=(s.WorldNode(name="node-a", cpu_milli=96000, memory_mib=393216, gpu_model="A100",
+                                                gpus=(s.WorldGpu(uuid="GPU-0", index=0, model="A100", memory_mib=81251,
+                                                                 nvlink_island="node-a/nvl0", numa_node=0),),
+                                                rack="rack-0", labels={"kind": "a100"}),),
+                             pods=(s.WorldPod(pod_uid="uid-1", pod_name="train-0", namespace="team-a", node="node-a",
+                                              slices=(_slice(0),), bound_at=T0, decision_id="d-1", queue="team-a",
+                                              priority=100, checkpointable=True),)),
     ]
     return {type(m): m for m in out}
 

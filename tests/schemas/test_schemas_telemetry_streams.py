@@ -39,9 +39,12 @@ def _batch(gpus: int) -> GpuSampled:
 
 
 def test_row_view_and_columns_cannot_drift() -> None:
-    # every GpuSample metric is a GpuSampled column, in the same order: 2 identity + 23 metrics = 25
+    # every GpuSample metric is a GpuSampled column, in the same order: 2 identity + 23 metrics = 25;
+    # per-GPU columns that are not metrics (anomaly_flags, added later) come after them
     sampled_fields = GpuSampled.__struct_fields__
-    assert sampled_fields[sampled_fields.index("gpu_uuid"):] == ("gpu_uuid", "gpu_index", *METRIC_COLUMNS)
+    start = sampled_fields.index("gpu_uuid")
+    assert sampled_fields[start:start + 25] == ("gpu_uuid", "gpu_index", *METRIC_COLUMNS)
+    assert sampled_fields[start + 25:] == ("anomaly_flags",)
     assert len(METRIC_COLUMNS) + 2 == 25
 
 

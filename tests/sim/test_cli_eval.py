@@ -99,3 +99,24 @@ def test_cli_unknown_policy(inputs: tuple[Path, Path], tmp_path: Path) -> None:
                                          ("42-43,50", [42, 43, 50])])
 def test_parse_seeds(text: str, seeds: list[int]) -> None:
     assert parse_seeds(text) == seeds
+
+
+def test_cli_online_writes_report(tmp_path: Path) -> None:
+    from gpuaware.placement import PodRequest
+    from gpuaware.sim import TracePod
+
+    write_nodes(tmp_path / "n.csv", synthetic_nodes(10, seed=1))
+    pods = [TracePod(PodRequest(f"p{i}", 2000, 100, 1, 500 if i % 2 else 1000, qos="LS" if i % 3 else "BE"),
+                     float(i), float(i + 40)) for i in range(120)]
+    write_pods(tmp_path / "p.csv", pods)
+    out = tmp_path / "o"
+    result = CliRunner().invoke(app, ["placement-online", "--nodes", str(tmp_path / "n.csv"), "--trace",
+                                      str(tmp_path / "p.csv"), "--time-scale", "1", "--inflation", "0",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "online.json").read_text())
+    assert set(report["policies"]) == {"FGD", "BestFit", "WasteGradient"}
+    for s in report["policies"].values():
+        assert s["started"] + s["never_started"] == 120
+        assert set(s["queueing_delay_by_qos"]) == {"LS", "BE"}
+    assert (out / "online.png").stat().st_size > 1000

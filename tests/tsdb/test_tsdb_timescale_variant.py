@@ -71,7 +71,9 @@ def test_an_explicit_backend_cannot_switch_a_migrated_database() -> None:
 def test_timescale_plan_runs_the_extension_statements_and_no_native_ones() -> None:
     plan = load_migrations("timescale")
     assert [m.filename for m in plan] == ["0001_roles.sql", "0002_inventory.sql", "0003_samples.timescale.sql",
-                                          "0004_rollups.timescale.sql", "0005_bus_roundtrip.sql"]
+                                          "0004_rollups.timescale.sql", "0005_bus_roundtrip.sql",
+                                          "0006_samples_contract_columns.sql", "0007_pod_usage.sql",
+                                          "0008_window_rollups.sql"]
     text = "\n".join(m.sql for m in plan)
     for statement in [
         "CREATE EXTENSION IF NOT EXISTS timescaledb;",
@@ -182,7 +184,8 @@ def stubbed_timescale_url(postgres_server, tmp_path: Path) -> Iterator[str]:
             (source / entry.name).write_text(_strip_extension_syntax(entry.read_text()))
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(STUBS)
-    assert migrate(url, backend="timescale", source=source) == ["0001", "0002", "0003", "0004", "0005"]
+    assert migrate(url, backend="timescale", source=source) == ["0001", "0002", "0003", "0004", "0005", "0006",
+                                                                "0007", "0008"]
     yield url
     with psycopg.connect(postgres_server.admin_url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -191,7 +194,8 @@ def stubbed_timescale_url(postgres_server, tmp_path: Path) -> Iterator[str]:
 def test_timescale_files_leave_the_same_shape_as_native(stubbed_timescale_url: str, migrated_url: str) -> None:
     with psycopg.connect(stubbed_timescale_url) as ts, psycopg.connect(migrated_url) as native:
         assert installed_backend(ts) == "timescale" and installed_backend(native) == "native"
-        for relation in ("gpu_samples", "gpu_inventory", "bus_roundtrip", *ROLLUP_VIEWS.values()):
+        for relation in ("gpu_samples", "gpu_inventory", "bus_roundtrip", "gpu_pod_usage", "pod_usage_1h",
+                         "tenant_usage_1h", "tenant_usage_1d", *ROLLUP_VIEWS.values()):
             assert ts.execute(COLUMNS_SQL, (relation,)).fetchall() == native.execute(
                 COLUMNS_SQL, (relation,)).fetchall(), relation
         # same maintenance functions, same signatures and results, on either backend

@@ -73,6 +73,15 @@ class UnschedulableReason(StrEnum):
     UNHEALTHY_GPUS = "unhealthy_gpus"
     FRAGMENTED = "fragmented"
     DEFERRED = "deferred"
+    INSUFFICIENT_GPU_MEMORY = "insufficient_gpu_memory"
+    """the GPU model has less memory than the pod asks of each GPU"""
+    MISSING_GPU_CAPABILITY = "missing_gpu_capability"
+    TOO_FEW_GPUS = "too_few_gpus"
+    """the node has fewer GPUs than the pod asks, even when idle"""
+    INSUFFICIENT_CPU = "insufficient_cpu"
+    INSUFFICIENT_MEMORY = "insufficient_memory"
+    INVALID_REQUEST = "invalid_request"
+    """the request contradicts itself; it is also dead-lettered"""
 
 
 class GpuSlice(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -119,6 +128,10 @@ class PlacementDecided(Event, frozen=True, kw_only=True, tag=PLACEMENT_DECIDED):
     gang_id: str | None = None
     queue: Name = "default"
     attempt: NonNegInt = 0
+    cpu_milli: NonNegInt = 0
+    """CPU the decision reserves on the node (so a standby placement's ledger matches the leader's)"""
+    memory_mib: MiB = 0
+    """memory the decision reserves on the node"""
 
     def __post_init__(self) -> None:
         uuids = [s.gpu_uuid for s in self.slices]
@@ -173,6 +186,8 @@ class PodUnschedulable(Event, frozen=True, kw_only=True, tag=POD_UNSCHEDULABLE):
     retry_after_s: Seconds | None = None
     """when placement will try again on its own, if it knows; None = on the next relevant event"""
     attempt: NonNegInt = 0
+    pod: PodPending | None = None
+    """the request itself, when placement keeps the pod waiting (so a standby rebuilds its queue)"""
 
 
 class ExplainRequest(Request, frozen=True, kw_only=True, tag="placement.explain.request"):

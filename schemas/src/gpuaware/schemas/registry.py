@@ -58,6 +58,8 @@ from gpuaware.schemas.quota import (
     QuotaUsageReported,
 )
 from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GPU_SAMPLED, GpuRolledUp, GpuSampled
+from gpuaware.schemas.usage import POD_USAGE_REPORTED, PodUsageReported
+from gpuaware.schemas.world import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
 
 __all__ = [
     "MESSAGES",
@@ -74,6 +76,7 @@ MESSAGES: dict[str, type[Event]] = {
     NODE_INVENTORY: NodeInventory,
     GPU_SAMPLED: GpuSampled,
     GPU_ROLLED_UP: GpuRolledUp,
+    POD_USAGE_REPORTED: PodUsageReported,
     DEMAND_PREDICTED: DemandPredicted,
     GPU_UTIL_PREDICTED: GpuUtilPredicted,
     GPU_SCORED: GpuScored,
@@ -96,6 +99,7 @@ MESSAGES: dict[str, type[Event]] = {
 REQUESTS: dict[str, tuple[type[Request], type[Reply]]] = {
     QUOTA_ADMIT: (AdmitRequest, AdmitReply),
     PLACEMENT_EXPLAIN: (ExplainRequest, ExplainReply),
+    WORLD_SNAPSHOT: (WorldSnapshotRequest, WorldSnapshotReply),
 }
 
 #: every event type, as one tagged union (decode with ``msgspec.json.decode(data, type=AnyEvent)``)

@@ -13,6 +13,11 @@ collected by this agent"; ``None`` inside a column means "this GPU does not repo
 NotSupported, MIG mode, a consumer board without ECC). Counters (ECC, retired/remapped rows, PCIe
 replays) are cumulative as the driver reports them; rollups turn them into deltas.
 
+Edge aggregation: an agent sends a GPU's row only when it moved beyond a deadband, when something
+that matters happened to it, or when its (backing-off) heartbeat is due, so a batch may carry a
+subset of the node's GPUs. ``anomaly_flags`` (added later, hence defaulted) carries the agent's
+per-GPU verdicts as ``Anomaly`` bits, computed from every local reading, not only the sent ones.
+
 Rollups summarise a window (1 minute, 1 hour) per GPU as ``{mean, max, p95}`` per metric. They are
 objects, not ``array_like`` triples: rollups are low-rate, and objects keep the published JSON
 Schema within draft-07 (no ``prefixItems``), which AsyncAPI tooling still expects.
@@ -41,6 +46,7 @@ __all__ = [
     "GPU_ROLLED_UP",
     "GPU_SAMPLED",
     "METRIC_COLUMNS",
+    "Anomaly",
     "GpuRolledUp",
     "GpuRollup",
     "GpuSample",
@@ -72,6 +78,37 @@ class ThrottleReason:
     HW_THERMAL_SLOWDOWN = 0x40
     HW_POWER_BRAKE_SLOWDOWN = 0x80
     DISPLAY_CLOCK_SETTING = 0x100
+
+
+class Anomaly:
+    """Bits of ``anomaly_flags``: what the node agent saw about a GPU at this tick (0 = nothing).
+
+    Set by the agent from its local readings and events; readers (health scoring, dashboards) treat
+    them as hints, the metrics stay the evidence. Unknown bits must be ignored (new ones may come).
+    """
+
+    THERMAL = 0x1
+    """thermal slowdown active, or temperature at the model's slowdown threshold"""
+    POWER_CAPPED = 0x2
+    """held under a power cap or power brake"""
+    ECC_UNCORRECTED = 0x4
+    """uncorrectable ECC errors grew since the last reading"""
+    ECC_CORRECTED = 0x8
+    """correctable ECC errors grew since the last reading"""
+    ROW_REMAP = 0x10
+    """rows were remapped / pages retired, or a remap is pending a reset"""
+    XID = 0x20
+    """a critical XID arrived (hardware or driver; the GPU may be unhealthy)"""
+    XID_APPLICATION = 0x40
+    """an application XID arrived (13, 31, 43, 45, 68, 109: the workload's fault)"""
+    MEMORY_FULL = 0x80
+    """framebuffer at or above 95 % used"""
+    NVLINK_DOWN = 0x100
+    """fewer NVLink links up than before"""
+    PCIE_REPLAY = 0x200
+    """PCIe replay counter grew (link errors)"""
+    GPU_LOST = 0x400
+    """the GPU fell off the bus or needs a reset"""
 
 
 class GpuSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -144,12 +181,14 @@ class GpuSampled(Event, frozen=True, kw_only=True, tag=GPU_SAMPLED):
     pcie_replay: tuple[NonNegInt | None, ...] = ()
     nvlink_up: tuple[NvLinks | None, ...] = ()
     tensor_active_pct: tuple[Percent | None, ...] = ()
+    anomaly_flags: tuple[NonNegInt, ...] = ()
+    """per GPU, ``Anomaly`` bits the agent set (empty = the agent does not flag)"""
 
     def __post_init__(self) -> None:
         n = len(self.gpu_uuid)
         if len(self.gpu_index) != n:
             raise ValueError(f"`gpu_index` has {len(self.gpu_index)} entries, `gpu_uuid` has {n}")
-        for name in METRIC_COLUMNS:
+        for name in (*METRIC_COLUMNS, "anomaly_flags"):
             column = getattr(self, name)
             if column and len(column) != n:
                 raise ValueError(f"column `{name}` has {len(column)} entries, expected 0 or {n}")
@@ -213,6 +252,8 @@ class GpuRollup(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     pcie_replay_delta: NonNegInt = 0
     xid_last: NonNegInt | None = None
     """the last XID seen inside the window; None = none"""
+    anomaly_flags: NonNegInt = 0
+    """``Anomaly`` bits set by the agent on any sample of the window (bitwise or)"""
 
 
 class GpuRolledUp(Event, frozen=True, kw_only=True, tag=GPU_ROLLED_UP):

@@ -7,6 +7,8 @@
         consumer = await bus.subscribe_durable(js, pods, "placement", handle_pending)
         await bus.publish(js, decisions, decision)             # stored once, traced
         reply = await bus.request(nc, QUOTA_ADMIT, ask, Admission, timeout=1.0)
+        view = await bus.follow(js, [bound, finished], ledger.apply)   # every instance, in order
+        lease = await bus.LeaderLease(js, "placement-leader", cluster, me, on_change=...).start()
 
 Handlers are plain typed functions; raising `TransientError` / `PermanentError` decides retries
 and dead letters. Each module's docstring explains its part of the design.
@@ -33,6 +35,7 @@ from gpuaware.bus.errors import (
     StreamConfigError,
     TransientError,
 )
+from gpuaware.bus.follow import FollowDelivery, Follower, follow, read_stored
 from gpuaware.bus.headers import MSG_ID
 from gpuaware.bus.jetstream import (
     ConsumerSpec,
@@ -42,6 +45,7 @@ from gpuaware.bus.jetstream import (
     ensure_consumer,
     ensure_stream,
 )
+from gpuaware.bus.lease import LeaderLease, open_lease_bucket
 from gpuaware.bus.publish import PubAck, publish, publish_async, publish_core
 from gpuaware.bus.service import Endpoint, Service, add_service, request
 from gpuaware.bus.tracing import extract, inject
@@ -58,8 +62,11 @@ __all__ = [
     "Delivery",
     "DurableConsumer",
     "Endpoint",
+    "FollowDelivery",
+    "Follower",
     "Handler",
     "JetStream",
+    "LeaderLease",
     "NoResponders",
     "PermanentError",
     "PubAck",
@@ -82,10 +89,13 @@ __all__ = [
     "ensure_dead_letter_stream",
     "ensure_stream",
     "extract",
+    "follow",
     "inject",
+    "open_lease_bucket",
     "publish",
     "publish_async",
     "publish_core",
+    "read_stored",
     "reconnect_delay",
     "request",
     "subscribe_durable",

@@ -39,8 +39,10 @@ from gpuaware.placement.model import (
     RequestError,
 )
 from gpuaware.placement.registry import (
+    OURS,
     POLICIES,
     PUBLISHED,
+    VARIANTS,
     build_scheduler,
     canonical_policy,
     policy,
@@ -54,9 +56,11 @@ __all__ = [
     "MAX_SPEC_CPU",
     "MAX_SPEC_GPU",
     "MILLI",
+    "OURS",
     "POLICIES",
     "PUBLISHED",
     "QUARANTINED",
+    "VARIANTS",
     "Allocation",
     "BestFitGpu",
     "Cluster",

@@ -59,7 +59,7 @@ class Decision:
     node: int
     node_name: str
     gpus: tuple[int, ...]
-    score: int
+    score: float  # weighted sum of the plugins' scores
     feasible: int  # how many nodes passed the filters
 
 
@@ -267,7 +267,7 @@ class Scheduler:
             if self._never_fits(pod, snap):
                 return Status(Code.UNRESOLVABLE, f"no node of this cluster can ever hold pod {pod.name}")
             return Status(Code.UNSCHEDULABLE, f"no node fits pod {pod.name} now")
-        total = np.zeros(nodes.size, dtype=np.int64)
+        total = np.zeros(nodes.size, dtype=np.float64)  # exact for int scores; allows float scorers
         for ws in self.scores:
             try:
                 s = ws.plugin.score(cycle, pod, snap, nodes)
@@ -285,7 +285,7 @@ class Scheduler:
             cand = nodes[ties]
             pick = int(cand[np.argmin(self.tie_rank[cand])])
         gpus = self.gpu_selector.select(cycle, pod, snap, pick)
-        return Decision(pod.name, pick, snap.node_names[pick], gpus, int(best), int(nodes.size))
+        return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(nodes.size))
 
     @staticmethod
     def _never_fits(pod: PodRequest, snap: Snapshot) -> bool:

@@ -127,6 +127,7 @@ class PodRequest:
     gang_id: str = ""
     gang_min_members: int = 0
     topology: str = ""  # "" | "nvlink" (all GPUs on one NVLink island) | "numa" (one NUMA node)
+    job_type: str = ""  # workload class for heterogeneity-aware scoring (e.g. "ResNet-50 (batch size 64)")
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -77,10 +77,14 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
         for spec in streams:
             await bus.ensure_stream(js, spec)
         ctx = ServiceContext(settings=settings, nc=nc, js=js, instance_id=instance_id(settings))
-        endpoints = list(await mount(ctx) or [])
-        service = await bus.add_service(
-            nc, settings.service_name, version, endpoints,
-            metadata={"instance": ctx.instance_id, "cluster": settings.cluster})
+        try:
+            endpoints = list(await mount(ctx) or [])
+            service = await bus.add_service(
+                nc, settings.service_name, version, endpoints,
+                metadata={"instance": ctx.instance_id, "cluster": settings.cluster})
+        except BaseException:
+            await _stop_resources(ctx)  # consumers `mount` started must not outlive a failed start
+            raise
         log.info("%s serving (%d endpoints)", settings.service_name, len(endpoints))
         if ready is not None:
             ready.set()
@@ -94,13 +98,17 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
     log.info("%s stopped", settings.service_name)
 
 
+async def _stop_resources(ctx: ServiceContext) -> None:
+    for resource in reversed(ctx.closers):
+        try:
+            await resource.stop()
+        except Exception:
+            log.exception("stopping %r failed", resource)
+
+
 async def _drain(ctx: ServiceContext, service: Any, timeout: float) -> None:
     async def stop_all() -> None:
-        for resource in reversed(ctx.closers):
-            try:
-                await resource.stop()
-            except Exception:
-                log.exception("stopping %r failed", resource)
+        await _stop_resources(ctx)
         await service.stop()
 
     try:

@@ -1,6 +1,7 @@
 """gpuaware.sim: trace loaders, workload construction, the placement evaluator and its reports."""
 
 from gpuaware.sim.evaluator import ARRIVED, FRAG_AT, REPORT_AT, RunResult, discretize, evaluate, run_one
+from gpuaware.sim.online import OnlineResult, inflate_trace, peak_demand, plot_online, run_online
 from gpuaware.sim.report import (
     expected_means,
     load_expected,
@@ -26,6 +27,7 @@ __all__ = [
     "ARRIVED",
     "FRAG_AT",
     "REPORT_AT",
+    "OnlineResult",
     "RunResult",
     "TraceError",
     "TracePod",
@@ -34,11 +36,15 @@ __all__ = [
     "discretize",
     "evaluate",
     "expected_means",
+    "inflate_trace",
     "load_expected",
     "load_nodes",
     "load_pods",
+    "peak_demand",
     "plot_alloc",
+    "plot_online",
     "run_one",
+    "run_online",
     "shared_data_dir",
     "summarize",
     "synthetic_nodes",

@@ -15,17 +15,21 @@ Typical service use::
     pool = open_pool(dsn, application_name="gpuaware-collector")
     with pool.connection() as conn:
         write_samples(conn, samples)               # redelivered samples insert nothing
+    write_sample_columns(conn, SampleColumns(...))   # the same, columnar: one numpy-built binary COPY
 """
 
+from gpuaware.tsdb.binary import SampleColumns, encode_copy_binary, encode_sample_columns
 from gpuaware.tsdb.capabilities import Backend, choose_backend, installed_backend, timescaledb_available
 from gpuaware.tsdb.errors import ChecksumMismatchError, MigrationError, TsdbError, is_transient
 from gpuaware.tsdb.inventory import (
     fetch_roundtrip,
     fetch_roundtrip_async,
     list_inventory,
+    list_inventory_async,
     store_roundtrip,
     store_roundtrip_async,
     upsert_inventory,
+    upsert_inventory_async,
 )
 from gpuaware.tsdb.migrator import (
     Migration,
@@ -50,21 +54,42 @@ from gpuaware.tsdb.rollups import (
     ROLLUP_1M_RETENTION,
     ROLLUP_VIEWS,
     expire_rollups,
+    expire_rollups_async,
     refresh_rollups,
     refresh_rollups_async,
     refresh_statements,
 )
 from gpuaware.tsdb.rows import (
+    POD_USAGE_COLUMNS,
     ROLLUP_COLUMNS,
     SAMPLE_COLUMNS,
     SAMPLE_PG_TYPES,
     InventoryGpu,
+    PodUsage,
     Rollup,
     Sample,
+    WindowRollup,
 )
-from gpuaware.tsdb.writer import copy_rows, copy_rows_async, write_samples, write_samples_async
+from gpuaware.tsdb.usage import (
+    POD_USAGE_RETENTION,
+    expire_pod_usage_async,
+    window_rollups_async,
+    write_pod_usage_async,
+)
+from gpuaware.tsdb.writer import (
+    copy_binary,
+    copy_binary_async,
+    copy_rows,
+    copy_rows_async,
+    write_sample_columns,
+    write_sample_columns_async,
+    write_samples,
+    write_samples_async,
+)
 
 __all__ = [
+    "POD_USAGE_COLUMNS",
+    "POD_USAGE_RETENTION",
     "RAW_RETENTION",
     "ROLLUP_1H_RETENTION",
     "ROLLUP_1M_RETENTION",
@@ -79,17 +104,26 @@ __all__ = [
     "MigrationError",
     "Partition",
     "PartitionReport",
+    "PodUsage",
     "Rollup",
     "Sample",
+    "SampleColumns",
     "TsdbError",
+    "WindowRollup",
     "applied_migrations",
     "choose_backend",
     "connect",
     "conninfo",
+    "copy_binary",
+    "copy_binary_async",
     "copy_rows",
     "copy_rows_async",
+    "encode_copy_binary",
+    "encode_sample_columns",
     "ensure_partitions",
+    "expire_pod_usage_async",
     "expire_rollups",
+    "expire_rollups_async",
     "fetch_roundtrip",
     "fetch_roundtrip_async",
     "installed_backend",
@@ -97,6 +131,7 @@ __all__ = [
     "latest_samples",
     "latest_samples_async",
     "list_inventory",
+    "list_inventory_async",
     "list_partitions",
     "load_migrations",
     "maintain_partitions",
@@ -114,6 +149,11 @@ __all__ = [
     "store_roundtrip_async",
     "timescaledb_available",
     "upsert_inventory",
+    "upsert_inventory_async",
+    "window_rollups_async",
+    "write_pod_usage_async",
+    "write_sample_columns",
+    "write_sample_columns_async",
     "write_samples",
     "write_samples_async",
 ]

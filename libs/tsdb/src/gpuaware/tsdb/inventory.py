@@ -37,6 +37,26 @@ def upsert_inventory(conn: psycopg.Connection, gpus: Iterable[InventoryGpu]) -> 
     return len(params)
 
 
+async def upsert_inventory_async(conn: psycopg.AsyncConnection, gpus: Iterable[InventoryGpu]) -> int:
+    """The asyncio twin of `upsert_inventory`."""
+    params = [tuple(g)[: len(_INV_WRITE_COLS)] for g in gpus]
+    if not params:
+        return 0
+    async with conn.transaction(), conn.cursor() as cur:
+        await cur.executemany(_UPSERT, params)
+    return len(params)
+
+
+async def list_inventory_async(conn: psycopg.AsyncConnection, *, node: str | None = None) -> list[InventoryGpu]:
+    """The asyncio twin of `list_inventory`."""
+    async with conn.cursor(row_factory=class_row(InventoryGpu)) as cur:
+        if node is None:
+            await cur.execute(_SELECT + " ORDER BY node, gpu_index")
+        else:
+            await cur.execute(_SELECT + " WHERE node = %s ORDER BY gpu_index", (node,))
+        return await cur.fetchall()
+
+
 def list_inventory(conn: psycopg.Connection, *, node: str | None = None) -> list[InventoryGpu]:
     with conn.cursor(row_factory=class_row(InventoryGpu)) as cur:
         if node is None:

@@ -123,3 +123,14 @@ def _backend(value: str | None) -> Backend:
     if value not in ("native", "timescale"):
         raise TsdbError("gpu_metrics rollups are missing: run gpuaware.tsdb.migrate(dsn) first")
     return value  # type: ignore[return-value]
+
+
+async def expire_rollups_async(conn: psycopg.AsyncConnection, *, now: datetime | None = None,
+                               keep_1m: timedelta = ROLLUP_1M_RETENTION,
+                               keep_1h: timedelta = ROLLUP_1H_RETENTION) -> int:
+    """The asyncio twin of `expire_rollups`."""
+    now = _aware(now or datetime.now(UTC), "now")
+    async with conn.transaction():
+        cur = await conn.execute(_EXPIRE, (now - keep_1m, now - keep_1h))
+        row = await cur.fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

@@ -32,6 +32,15 @@ class Sample(NamedTuple):
     xid_last: int | None = None
     pcie_replay: int | None = None
     nvlink_up: int | None = None
+    # added by migration 0006 (the rest of the telemetry contract); appended, so older tuples still fit
+    mem_temperature_c: float | None = None
+    tensor_active_pct: float | None = None
+    ecc_corrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    retired_pages: int | None = None
+    remapped_rows_correctable: int | None = None
+    row_remap_pending: bool | None = None
+    anomaly_flags: int | None = None
 
 
 SAMPLE_COLUMNS: tuple[str, ...] = Sample._fields
@@ -41,7 +50,10 @@ SAMPLE_PG_TYPES: tuple[str, ...] = (
     "timestamptz", "text", "text",
     "float4", "float4", "int4", "int4", "float4", "float4", "float4",
     "int4", "int4", "int8", "int8", "int8", "int4", "int4", "int8", "int4",
+    "float4", "float4", "int8", "int8", "int4", "int4", "bool", "int4",
 )
+#: how many columns gpu_samples had before 0006; shorter tuples are padded with NULLs by the writers
+LEGACY_SAMPLE_COLUMNS = 19
 
 
 class Rollup(NamedTuple):
@@ -100,3 +112,62 @@ class InventoryGpu(NamedTuple):
 
 
 INVENTORY_COLUMNS: tuple[str, ...] = InventoryGpu._fields
+
+
+class PodUsage(NamedTuple):
+    """One row of `gpu_pod_usage` (migration 0007): one pod on one GPU over one window."""
+
+    window_start: datetime
+    window_s: float
+    node: str
+    gpu_uuid: str
+    namespace: str
+    pod: str
+    pod_uid: str | None
+    tenant: str
+    gpu_milli: int
+    seconds: float
+    gpu_seconds_allocated: float
+    gpu_seconds_used: float
+    util_pct_avg: float
+    util_pct_max: float
+    mem_used_mib_avg: float
+    mem_used_mib_max: float
+    attribution: str = "share"
+
+
+POD_USAGE_COLUMNS: tuple[str, ...] = PodUsage._fields
+
+
+class WindowRollup(NamedTuple):
+    """One GPU over one closed window, time-weighted (`gpuaware_window_rollups`, migration 0008).
+
+    `*_mean/_max/_p95` triples are None when the GPU reported no value of that metric."""
+
+    node: str
+    gpu_uuid: str
+    samples: int
+    util_mean: float | None
+    util_max: float | None
+    util_p95: float | None
+    mem_util_mean: float | None
+    mem_util_max: float | None
+    mem_util_p95: float | None
+    mem_used_mean: float | None
+    mem_used_max: float | None
+    mem_used_p95: float | None
+    temp_mean: float | None
+    temp_max: float | None
+    temp_p95: float | None
+    power_mean: float | None
+    power_max: float | None
+    power_p95: float | None
+    tensor_mean: float | None
+    tensor_max: float | None
+    tensor_p95: float | None
+    throttled_pct: float | None
+    ecc_uncorrected_delta: int | None
+    remapped_rows_delta: int | None
+    pcie_replay_delta: int | None
+    xid_last: int | None
+    anomaly_flags: int

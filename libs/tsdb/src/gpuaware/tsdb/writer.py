@@ -12,6 +12,13 @@ Before inserting, the batch's UTC days get partitions (`gpuaware_ensure_partitio
 TimescaleDB) so rows land in their day, not in the default partition.
 
 `copy_rows` is the raw COPY, no dedupe, for benchmarks and bulk loads into any table.
+
+Columnar batches (`SampleColumns`, see `binary.py`) take a faster road to the same guarantee:
+`write_sample_columns` first COPYs the batch straight into `gpu_samples` (no staging, one
+numpy-built binary payload); only if that hits the primary key (a redelivery, a batch overlapping
+one already stored) does the transaction roll back and the same payload go through the staging
+table and `ON CONFLICT DO NOTHING`. The common case thus costs one COPY, the rare one two, and the
+result is the same either way: every (gpu_uuid, ts) stored once, the count of new rows returned.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import psycopg
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
-from gpuaware.tsdb.rows import SAMPLE_COLUMNS, SAMPLE_PG_TYPES
+from gpuaware.tsdb.binary import SampleColumns, encode_sample_columns
+from gpuaware.tsdb.rows import LEGACY_SAMPLE_COLUMNS, SAMPLE_COLUMNS, SAMPLE_PG_TYPES
 
 _NCOLS = len(SAMPLE_COLUMNS)
 _COLS = sql.SQL(", ").join(map(sql.Identifier, SAMPLE_COLUMNS))
@@ -42,6 +50,8 @@ _COPY_STAGING = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
 _INSERT = sql.SQL("INSERT INTO gpu_samples ({cols}) SELECT {cols} FROM {staging} "
                   "ON CONFLICT DO NOTHING").format(cols=_COLS, staging=sql.SQL(_STAGING))
 
+_COPY_DIRECT = sql.SQL("COPY gpu_samples ({}) FROM STDIN (FORMAT BINARY)").format(_COLS)
+
 SampleLike = Sequence[Any] | Mapping[str, Any] | Any
 
 
@@ -49,9 +59,11 @@ def _as_row(item: SampleLike) -> tuple[Any, ...]:
     """A tuple in SAMPLE_COLUMNS order from a tuple/Sample, a mapping, or an object with attributes."""
     if isinstance(item, tuple | list):
         row = tuple(item)
-        if len(row) != _NCOLS:
-            raise ValueError(f"a sample tuple needs {_NCOLS} fields in SAMPLE_COLUMNS order, got {len(row)}")
-        return row
+        if len(row) == _NCOLS:
+            return row
+        if LEGACY_SAMPLE_COLUMNS <= len(row) < _NCOLS:  # a tuple from before 0006: the new columns are NULL
+            return row + (None,) * (_NCOLS - len(row))
+        raise ValueError(f"a sample tuple needs {_NCOLS} fields in SAMPLE_COLUMNS order, got {len(row)}")
     if isinstance(item, Mapping):
         return tuple(item.get(c) for c in SAMPLE_COLUMNS)
     return tuple(getattr(item, c, None) for c in SAMPLE_COLUMNS)
@@ -149,3 +161,75 @@ async def copy_rows_async(conn: psycopg.AsyncConnection, table: str, columns: Se
             await copy.write_row(row)
             count += 1
     return count
+
+
+# --- columnar batches -------------------------------------------------------------------------------
+
+def write_sample_columns(conn: psycopg.Connection, batch: SampleColumns) -> int:
+    """Insert a columnar batch idempotently on (gpu_uuid, ts); returns how many rows were new.
+
+    One COPY when none of the rows is stored yet; staging + ON CONFLICT DO NOTHING otherwise (see the
+    module docstring). Runs in its own transaction (or savepoints inside the caller's).
+    """
+    if not len(batch):
+        return 0
+    payload = encode_sample_columns(batch)
+    days = batch.days()
+    nested = conn.info.transaction_status != TransactionStatus.IDLE
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(_ENSURE, (days,))
+            with cur.copy(_COPY_DIRECT) as copy:
+                copy.write(payload)
+        return len(batch)
+    except psycopg.errors.UniqueViolation:
+        pass  # some rows are stored already: the transaction rolled back, take the deduplicating road
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(_CREATE_STAGING)
+        if nested:
+            cur.execute(_CLEAR_STAGING)
+        cur.execute(_ENSURE, (days,))
+        with cur.copy(_COPY_STAGING) as copy:
+            copy.write(payload)
+        cur.execute(_INSERT)
+        return cur.rowcount
+
+
+async def write_sample_columns_async(conn: psycopg.AsyncConnection, batch: SampleColumns) -> int:
+    """The asyncio twin of `write_sample_columns`."""
+    if not len(batch):
+        return 0
+    payload = encode_sample_columns(batch)
+    days = batch.days()
+    nested = conn.info.transaction_status != TransactionStatus.IDLE
+    try:
+        async with conn.transaction(), conn.cursor() as cur:
+            await cur.execute(_ENSURE, (days,))
+            async with cur.copy(_COPY_DIRECT) as copy:
+                await copy.write(payload)
+        return len(batch)
+    except psycopg.errors.UniqueViolation:
+        pass
+    async with conn.transaction(), conn.cursor() as cur:
+        await cur.execute(_CREATE_STAGING)
+        if nested:
+            await cur.execute(_CLEAR_STAGING)
+        await cur.execute(_ENSURE, (days,))
+        async with cur.copy(_COPY_STAGING) as copy:
+            await copy.write(payload)
+        await cur.execute(_INSERT)
+        return cur.rowcount
+
+
+def copy_binary(conn: psycopg.Connection, table: str, columns: Sequence[str], payload: bytes) -> None:
+    """Raw COPY of an already encoded binary payload (no dedupe, no partition upkeep, no commit):
+    the database's own ingest limit, for benchmarks and bulk loads."""
+    with conn.cursor() as cur, cur.copy(_copy_sql(table, columns, True)) as copy:
+        copy.write(payload)
+
+
+async def copy_binary_async(conn: psycopg.AsyncConnection, table: str, columns: Sequence[str],
+                            payload: bytes) -> None:
+    """The asyncio twin of `copy_binary`."""
+    async with conn.cursor() as cur, cur.copy(_copy_sql(table, columns, True)) as copy:
+        await copy.write(payload)

@@ -1,0 +1,188 @@
+"""A scheduler that remembers, per request shape, every node's verdict and recomputes only what changed.
+
+Why: a placement service sees the same few dozen request shapes over and over (openb has ~300
+distinct specs among 8,000 pods, a handful of them covering most pods), and one decision changes one
+node. `Scheduler.schedule` still filters and scores all 1,213 (or 10,000) nodes per pod; with this
+wrapper a pod whose shape was seen before costs the filters and scorers of the nodes whose `version`
+moved since (typically the few nodes touched by the decisions in between) plus one vectorised
+arg-max.
+
+What is cached, per shape (every field of `PodRequest` but its name) and node: the filters' verdict,
+the weighted score sum, and the GPU the score plugin picked for sharing pods (for selectors that read
+it from the cycle state, like FGD's). An entry is valid for a node while the node's version is the
+one it was computed at; a new cluster (uid) drops everything; shapes are evicted least-recently-used.
+
+Results are identical to the wrapped scheduler's (same filters, the same float sums in the same
+order, the same tie-break), which the tests check decision by decision on a trace. That holds only
+for per-node plugins: a score with a `normalize` step (min-max across nodes, e.g. BestFit), a random
+score, or a filter not known to be per-node makes the wrapper pass every call straight through
+(`cacheable` says which).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from gpuaware.placement.cluster import Snapshot
+from gpuaware.placement.framework import (
+    Code,
+    CycleState,
+    Decision,
+    GpuFit,
+    ResourcesFit,
+    Scheduler,
+    Status,
+)
+from gpuaware.placement.model import PodRequest
+
+_SHAPE_FIELDS = tuple(f.name for f in fields(PodRequest) if f.name != "name")
+_PER_NODE_FILTERS = (ResourcesFit, GpuFit)
+_ARRAYS = ("model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", "gpu_count", "gpu_present",
+           "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version")
+
+
+def shape_of(pod: PodRequest) -> tuple[Any, ...]:
+    """Everything about a request that filters and scores may read (all fields but the name)."""
+    return tuple(getattr(pod, f) for f in _SHAPE_FIELDS)
+
+
+def rows_view(snap: Snapshot, rows: np.ndarray) -> Snapshot:
+    """The snapshot restricted to `rows` (for per-node filters; scorers get the full snapshot)."""
+    names = snap.node_names
+    return Snapshot(snap.cluster_uid, snap.generation, [names[i] for i in rows], snap.models,
+                    **{k: getattr(snap, k)[rows] for k in _ARRAYS})
+
+
+@dataclass(slots=True)
+class _Entry:
+    version: np.ndarray  # [N] node version the row was computed at (-1: never)
+    feasible: np.ndarray  # [N] bool
+    total: np.ndarray  # [N] float64 weighted score sum (valid where feasible)
+    gpu: np.ndarray  # [N] int64 GPU picked by the score plugin (-1: none)
+
+
+@dataclass(slots=True)
+class CacheStats:
+    decisions: int = 0
+    shape_hits: int = 0
+    nodes_recomputed: int = 0
+    passthrough: int = 0
+
+
+class CachedScheduler:
+    """`schedule(pod, snap)` like the wrapped `Scheduler`, with per-(shape, node) results reused."""
+
+    def __init__(self, scheduler: Scheduler, *, max_shapes: int = 1024) -> None:
+        self.inner = scheduler
+        self.max_shapes = max_shapes
+        self.gpu_key: str | None = getattr(scheduler.gpu_selector, "key", None)
+        self.cacheable = all(
+            getattr(ws.plugin, "normalize", None) is None and getattr(ws.plugin, "name", "") != "random"
+            for ws in scheduler.scores
+        ) and all(isinstance(f, _PER_NODE_FILTERS) or getattr(f, "per_node", False) for f in scheduler.filters)
+        self.total_weight = sum(ws.weight for ws in scheduler.scores) or 1
+        self.stats = CacheStats()
+        self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
+        self._uid = -1
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    # -- the cached evaluation ---------------------------------------------------------------------
+
+    def _entry(self, pod: PodRequest, snap: Snapshot) -> _Entry | Status:
+        if snap.cluster_uid != self._uid:
+            self._entries.clear()
+            self._uid = snap.cluster_uid
+        key = shape_of(pod)
+        entry = self._entries.get(key)
+        n = snap.num_nodes
+        if entry is None:
+            entry = _Entry(np.full(n, -1, np.int64), np.zeros(n, bool), np.zeros(n, np.float64),
+                           np.full(n, -1, np.int64))
+            self._entries[key] = entry
+            if len(self._entries) > self.max_shapes:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+            self.stats.shape_hits += 1
+        stale = np.flatnonzero(entry.version != snap.version)
+        if stale.size == 0:
+            return entry
+        self.stats.nodes_recomputed += int(stale.size)
+        view = snap if stale.size == n else rows_view(snap, stale)
+        cycle = CycleState()
+        mask = None
+        for f in self.inner.filters:
+            m = f.filter(cycle, pod, view)
+            mask = m if mask is None else (mask & m)
+        assert mask is not None
+        ok = stale[mask]
+        total = np.zeros(ok.size, dtype=np.float64)
+        if ok.size:
+            for ws in self.inner.scores:
+                try:
+                    total += ws.weight * ws.plugin.score(cycle, pod, snap, ok)
+                except Exception as exc:  # as Scheduler.schedule: the cycle fails, naming the plugin
+                    entry.version[stale] = -1
+                    return Status(Code.ERROR, f"{type(exc).__name__}: {exc}", ws.plugin.name)
+            if self.gpu_key is not None and self.gpu_key in cycle:
+                nodes, gpus = cycle[self.gpu_key]
+                entry.gpu[nodes] = gpus
+        entry.feasible[stale] = mask
+        entry.total[ok] = total
+        entry.version[stale] = snap.version[stale]
+        return entry
+
+    def schedule(self, pod: PodRequest, snap: Snapshot) -> Decision | Status:
+        self.stats.decisions += 1
+        if not self.cacheable:
+            self.stats.passthrough += 1
+            return self.inner.schedule(pod, snap)
+        entry = self._entry(pod, snap)
+        if isinstance(entry, Status):
+            return entry
+        masked = np.where(entry.feasible, entry.total, -np.inf)
+        best = masked.max()
+        if best == -np.inf:
+            return self.inner.schedule(pod, snap)  # nothing fits: the wrapped scheduler says why
+        ties = np.flatnonzero(masked == best)
+        rank = self.inner.tie_rank
+        pick = int(ties[0]) if ties.size == 1 or rank is None else int(ties[np.argmin(rank[ties])])
+        cycle = CycleState()
+        if self.gpu_key is not None:
+            cycle[self.gpu_key] = (np.array([pick]), entry.gpu[pick : pick + 1])
+        gpus = self.inner.gpu_selector.select(cycle, pod, snap, pick)
+        return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(entry.feasible.sum()))
+
+    def scores(self, pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, np.ndarray]:
+        """(feasible node indices, their weighted score sums) without deciding (for explanations)."""
+        if self.cacheable:
+            entry = self._entry(pod, snap)
+            if isinstance(entry, Status):
+                raise RuntimeError(entry.reason)
+            nodes = np.flatnonzero(entry.feasible)
+            return nodes, entry.total[nodes].copy()
+        cycle = CycleState()
+        nodes = self.inner.feasible(cycle, pod, snap)
+        total = np.zeros(nodes.size, dtype=np.float64)
+        if nodes.size:
+            for ws in self.inner.scores:
+                s = ws.plugin.score(cycle, pod, snap, nodes)
+                normalize = getattr(ws.plugin, "normalize", None)
+                if normalize is not None:
+                    s = normalize(cycle, pod, s)
+                total += ws.weight * s
+        return nodes, total
+
+    def normalized(self, score: float) -> float:
+        """A weighted sum mapped back onto 0..100 (the contract's score range)."""
+        return float(min(100.0, max(0.0, score / self.total_weight)))

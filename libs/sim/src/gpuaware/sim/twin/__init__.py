@@ -1,0 +1,62 @@
+"""gpuaware.sim.twin: the digital twin of a GPU cluster - the world, never a scheduler.
+
+    nodes = default_cluster(16)                      # or openb_cluster() when ../shared/data is there
+    pods = generate(spec_for_cluster(total_gpus, load=0.8), seed=7)   # gpuaware.sim.workload_gen
+    twin = Twin(nodes, pods, start=1_767_225_600.0, seed=7)
+    for event in twin.advance(twin.next_event_at()):  # Arrived | Finished | CheckpointAnswered
+        ...
+    twin.bind(uid, node, [Slice(gpu_uuid, 500, 8192)], decision_id="d-1")   # or raises Refused(reason)
+    twin.evict(uid, checkpointed=True)
+    twin.fleet                                        # the SimulatedFleet the telemetry agent samples
+
+``world`` holds the truth and the event queue, ``cluster`` the node sets; the clock and the
+workload sources live beside this package (``gpuaware.sim.clock``, ``gpuaware.sim.workload_gen``).
+"""
+
+from gpuaware.sim.twin.cluster import (
+    FLEET_MODEL,
+    MODELS,
+    NODE_KINDS,
+    NodeKind,
+    default_cluster,
+    gpu_memory_mib,
+    openb_cluster,
+    openb_node_list,
+)
+from gpuaware.sim.twin.world import (
+    Arrived,
+    Binding,
+    CheckpointAnswered,
+    Eviction,
+    Finished,
+    PodState,
+    Refusal,
+    Refused,
+    Slice,
+    Twin,
+    TwinEvent,
+    TwinGpu,
+)
+
+__all__ = [
+    "FLEET_MODEL",
+    "MODELS",
+    "NODE_KINDS",
+    "Arrived",
+    "Binding",
+    "CheckpointAnswered",
+    "Eviction",
+    "Finished",
+    "NodeKind",
+    "PodState",
+    "Refusal",
+    "Refused",
+    "Slice",
+    "Twin",
+    "TwinEvent",
+    "TwinGpu",
+    "default_cluster",
+    "gpu_memory_mib",
+    "openb_cluster",
+    "openb_node_list",
+]

@@ -1,0 +1,455 @@
+"""Workloads for the digital twin: pods with arrival times and durations, from a trace or a generator.
+
+A ``SimPod`` is one pod as the world will submit it: what it asks for (the same fields a
+``PodPending`` carries, so the binder's translation is one line per field), who it belongs to
+(tenant = namespace = quota queue), its class, when it arrives (seconds after the workload's start)
+and how long it runs once bound (``None`` = it outlives the run, e.g. a service or a pod the trace
+never saw end).
+
+Three sources, all deterministic:
+
+* ``generate(spec, seed)`` - a synthetic mix of tenants and classes (training / inference /
+  interactive), Poisson arrivals modulated by a diurnal curve (thinning, one seeded generator), and
+  per-class shapes: fractional GPUs for inference and notebooks, whole multi-GPU gangs for training,
+  priorities and checkpointability that make preemption meaningful. ``spec_for_cluster`` sizes the
+  arrival rate so the offered load is a chosen fraction of the cluster.
+* ``from_openb(trace_pods, ...)`` - the Alibaba openb pod list (creation/deletion times, fractional
+  GPUs): a time window is cut out; pods already alive at its start arrive at once with what is left
+  of their life, the others at their creation time; departures follow ``deletion_time``.
+* ``load_philly(path, ...)`` - the Philly trace as the Pollux artifact ships it (``traces/philly.csv``:
+  submit time, duration, GPUs, virtual cluster). A virtual cluster becomes a tenant; jobs wider than
+  one node become gangs of whole-node pods.
+
+Why generated shapes are tables here and not configuration: they are the *default world*, a
+starting point the demo can replay anywhere; a real cluster's mix comes from its trace.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+
+import numpy as np
+
+from gpuaware.sim.traces import TraceError, TracePod
+
+__all__ = [
+    "DEFAULT_CLASSES",
+    "DEFAULT_TENANTS",
+    "ClassProfile",
+    "GeneratorSpec",
+    "PodClass",
+    "SimPod",
+    "Tenant",
+    "expected_gpu_seconds",
+    "from_openb",
+    "generate",
+    "load_philly",
+    "spec_for_cluster",
+]
+
+MILLI = 1000
+TOPOLOGIES = ("none", "same-nvlink-island", "same-numa", "same-rack")
+QOS = ("guaranteed", "burstable", "best-effort")
+
+
+class PodClass(StrEnum):
+    """What kind of work a pod is: decides its shape, priority and how its delay is judged."""
+
+    TRAINING = "training"
+    """long, whole GPUs (often several, sometimes a gang), checkpointable, preemptible"""
+    INFERENCE = "inference"
+    """a serving replica: a fraction of a GPU, high priority, runs for hours; judged by its SLO"""
+    INTERACTIVE = "interactive"
+    """a notebook or debug session: a small fraction, short, someone waits for it"""
+    BATCH = "batch"
+    """anything else (CPU-only pods, trace pods without a known class)"""
+
+
+@dataclass(frozen=True, slots=True)
+class SimPod:
+    """One pod of a workload (see the module docstring); validated like ``PodPending``."""
+
+    uid: str
+    name: str
+    namespace: str
+    arrival_s: float
+    """seconds after the workload's start"""
+    duration_s: float | None
+    """seconds of work once bound; None = runs past the end of the run"""
+    klass: PodClass = PodClass.BATCH
+    queue: str = "default"
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    num_gpu: int = 0
+    gpu_milli: int = MILLI
+    gpu_memory_mib: int = 0
+    gpu_types: tuple[str, ...] = ()
+    priority: int = 0
+    priority_class: str = ""
+    checkpointable: bool = False
+    deferrable: bool = False
+    qos: str = "best-effort"
+    gang_id: str | None = None
+    gang_min_members: int = 1
+    topology: str = "none"
+
+    def __post_init__(self) -> None:
+        if not self.uid or not self.name or not self.namespace:
+            raise ValueError(f"pod {self.uid!r}: uid, name and namespace must be non-empty")
+        if self.arrival_s < 0 or (self.duration_s is not None and self.duration_s < 0):
+            raise ValueError(f"pod {self.uid}: negative arrival {self.arrival_s} or duration {self.duration_s}")
+        for name in ("cpu_milli", "memory_mib", "num_gpu", "gpu_memory_mib"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"pod {self.uid}: {name} is negative")
+        if not 0 <= self.gpu_milli <= MILLI:
+            raise ValueError(f"pod {self.uid}: gpu_milli {self.gpu_milli} outside 0..{MILLI}")
+        if self.gpu_milli < MILLI and self.num_gpu != 1:
+            raise ValueError(f"pod {self.uid}: gpu_milli {self.gpu_milli} < {MILLI} needs num_gpu == 1")
+        if self.gang_min_members > 1 and self.gang_id is None:
+            raise ValueError(f"pod {self.uid}: gang_min_members > 1 needs a gang_id")
+        if self.qos not in QOS:
+            raise ValueError(f"pod {self.uid}: qos {self.qos!r} not one of {QOS}")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"pod {self.uid}: topology {self.topology!r} not one of {TOPOLOGIES}")
+
+    @property
+    def gpu_milli_total(self) -> int:
+        """GPU compute asked, thousandths of a GPU, across all GPUs."""
+        return self.gpu_milli if self.num_gpu == 1 else MILLI * self.num_gpu
+
+
+# --- the generator ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClassProfile:
+    """The shape of one pod class. Choices are (value, weight) tables; durations are log-normal."""
+
+    klass: PodClass
+    gpus: tuple[tuple[int, float], ...]
+    """GPUs per job; a job wider than ``max_gpus_per_pod`` becomes a gang of whole-node pods"""
+    milli: tuple[tuple[int, float], ...] = ((MILLI, 1.0),)
+    """share of the GPU for 1-GPU pods (1000 = whole)"""
+    gpu_memory_mib: tuple[tuple[int, float], ...] = ((0, 1.0),)
+    """memory asked per GPU of fractional pods (0 = no explicit limit)"""
+    median_s: float = 3600.0
+    sigma: float = 1.0
+    """log-normal spread of the duration (natural log)"""
+    min_s: float = 60.0
+    max_s: float = 7 * 86400.0
+    priority: int = 0
+    priority_class: str = ""
+    qos: str = "best-effort"
+    checkpointable: float = 0.0
+    """probability that a pod of this class can checkpoint"""
+    deferrable: float = 0.0
+    cpu_per_gpu_milli: int = 8000
+    memory_per_gpu_mib: int = 65536
+    topology_multi_gpu: str = "none"
+    """topology preference of pods with more than one GPU"""
+    gpu_types: tuple[tuple[tuple[str, ...], float], ...] = (((), 1.0),)
+    """acceptable GPU models ((), any)"""
+
+
+DEFAULT_CLASSES: tuple[ClassProfile, ...] = (
+    ClassProfile(
+        PodClass.TRAINING, gpus=((1, 0.35), (2, 0.2), (4, 0.2), (8, 0.2), (16, 0.05)),
+        median_s=2 * 3600.0, sigma=1.2, min_s=300.0, max_s=3 * 86400.0, priority=100,
+        priority_class="batch-training", qos="burstable", checkpointable=0.8, deferrable=0.5,
+        cpu_per_gpu_milli=8000, memory_per_gpu_mib=65536, topology_multi_gpu="same-nvlink-island",
+        gpu_types=(((), 0.6), (("H100", "A100"), 0.3), (("V100M32", "V100M16"), 0.1)),
+    ),
+    ClassProfile(
+        PodClass.INFERENCE, gpus=((1, 1.0),), milli=((250, 0.3), (500, 0.4), (1000, 0.3)),
+        gpu_memory_mib=((8192, 0.4), (12288, 0.4), (0, 0.2)),
+        median_s=6 * 3600.0, sigma=0.8, min_s=600.0, max_s=2 * 86400.0, priority=1000,
+        priority_class="inference-critical", qos="guaranteed",
+        cpu_per_gpu_milli=4000, memory_per_gpu_mib=16384,
+        gpu_types=(((), 0.7), (("T4", "L4", "A100"), 0.3)),
+    ),
+    ClassProfile(
+        PodClass.INTERACTIVE, gpus=((1, 1.0),), milli=((100, 0.25), (200, 0.25), (300, 0.2), (500, 0.3)),
+        gpu_memory_mib=((4096, 0.5), (8192, 0.5)),
+        median_s=1800.0, sigma=0.9, min_s=120.0, max_s=8 * 3600.0, priority=500,
+        priority_class="interactive", qos="burstable",
+        cpu_per_gpu_milli=2000, memory_per_gpu_mib=8192,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A team: its share of arrivals and its mix of classes (class -> weight)."""
+
+    name: str
+    weight: float
+    classes: tuple[tuple[PodClass, float], ...]
+
+
+DEFAULT_TENANTS: tuple[Tenant, ...] = (
+    Tenant("team-vision", 0.35, ((PodClass.TRAINING, 0.5), (PodClass.INFERENCE, 0.3), (PodClass.INTERACTIVE, 0.2))),
+    Tenant("team-nlp", 0.35, ((PodClass.TRAINING, 0.6), (PodClass.INFERENCE, 0.2), (PodClass.INTERACTIVE, 0.2))),
+    Tenant("team-recsys", 0.2, ((PodClass.TRAINING, 0.2), (PodClass.INFERENCE, 0.6), (PodClass.INTERACTIVE, 0.2))),
+    Tenant("research", 0.1, ((PodClass.TRAINING, 0.4), (PodClass.INTERACTIVE, 0.6))),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratorSpec:
+    """What to generate: how long, how fast, whose pods and of which shapes."""
+
+    duration_s: float = 86400.0
+    """arrivals happen in [0, duration_s)"""
+    rate_per_hour: float = 120.0
+    """mean arrival rate of jobs (a gang counts once)"""
+    diurnal_amplitude: float = 0.5
+    """rate(t) = mean * (1 + a * sin(2 pi (t - peak + 6h) / 1 day)); 0 = flat"""
+    peak_hour: float = 14.0
+    tenants: tuple[Tenant, ...] = DEFAULT_TENANTS
+    classes: tuple[ClassProfile, ...] = DEFAULT_CLASSES
+    max_gpus_per_pod: int = 8
+    namespace_prefix: str = ""
+    uid_prefix: str = "gen"
+    max_pods: int = 0
+    """stop after this many pods (0 = no limit)"""
+    available_models: tuple[str, ...] = ()
+    """GPU models the cluster has: type constraints are cut to these (a constraint left empty means
+    any GPU), so no generated pod asks for a model that does not exist; () = keep them as written"""
+
+    def __post_init__(self) -> None:
+        if self.duration_s <= 0 or self.rate_per_hour < 0:
+            raise ValueError("duration_s must be > 0 and rate_per_hour >= 0")
+        if not 0 <= self.diurnal_amplitude <= 1:
+            raise ValueError(f"diurnal_amplitude {self.diurnal_amplitude} outside 0..1")
+        known = {c.klass for c in self.classes}
+        for t in self.tenants:
+            missing = {k for k, _ in t.classes} - known
+            if missing:
+                raise ValueError(f"tenant {t.name} uses classes without a profile: {sorted(missing)}")
+
+
+def _pick(rng: np.random.Generator, table: Sequence[tuple[object, float]]) -> object:
+    """One value of a (value, weight) table; one uniform draw whatever the table's length."""
+    r = rng.random() * sum(w for _, w in table)
+    for value, w in table:
+        r -= w
+        if r < 0:
+            return value
+    return table[-1][0]
+
+
+def _rate_factor(spec: GeneratorSpec, t: float) -> float:
+    if spec.diurnal_amplitude == 0:
+        return 1.0
+    phase = 2 * math.pi * (t - (spec.peak_hour - 6.0) * 3600.0) / 86400.0
+    return 1.0 + spec.diurnal_amplitude * math.sin(phase)
+
+
+def _lognormal_mean(p: ClassProfile) -> float:
+    """Mean of the clipped log-normal duration (clipping ignored above: an estimate for sizing)."""
+    return min(p.max_s, max(p.min_s, p.median_s * math.exp(p.sigma**2 / 2)))
+
+
+def expected_gpu_seconds(spec: GeneratorSpec) -> float:
+    """Expected GPU-seconds one arriving job asks for (fractions count as fractions)."""
+    profiles = {c.klass: c for c in spec.classes}
+    total_w = sum(t.weight for t in spec.tenants)
+    out = 0.0
+    for t in spec.tenants:
+        cw = sum(w for _, w in t.classes)
+        for k, w in t.classes:
+            p = profiles[k]
+            gw = sum(x for _, x in p.gpus)
+            gpus = sum(g * x for g, x in p.gpus) / gw
+            mw = sum(x for _, x in p.milli)
+            share = sum(m * x for m, x in p.milli) / mw / MILLI
+            one = share if gpus == 1 and all(g == 1 for g, _ in p.gpus) else gpus
+            out += (t.weight / total_w) * (w / cw) * one * _lognormal_mean(p)
+    return out
+
+
+def spec_for_cluster(total_gpus: int, *, load: float = 0.8, duration_s: float = 86400.0,
+                     **overrides: object) -> GeneratorSpec:
+    """A spec whose offered load is ``load`` times the cluster's GPUs, on average over a day.
+
+    Offered load = rate x E[GPU-seconds per job] / GPUs (Little's law), so
+    rate_per_hour = load * GPUs * 3600 / E[GPU-seconds per job].
+    """
+    base = replace(GeneratorSpec(duration_s=duration_s), **overrides)  # type: ignore[arg-type]
+    if total_gpus <= 0 or load < 0:
+        raise ValueError("total_gpus must be > 0 and load >= 0")
+    rate = load * total_gpus * 3600.0 / expected_gpu_seconds(base)
+    return replace(base, rate_per_hour=rate)
+
+
+def generate(spec: GeneratorSpec = GeneratorSpec(), seed: int = 0) -> tuple[SimPod, ...]:
+    """Pods arriving over ``spec.duration_s``, sorted by arrival; the same seed gives the same pods."""
+    rng = np.random.default_rng([seed, 0x5EED])
+    profiles = {c.klass: c for c in spec.classes}
+    peak = spec.rate_per_hour / 3600.0 * (1.0 + spec.diurnal_amplitude)
+    pods: list[SimPod] = []
+    t = 0.0
+    job = 0
+    if peak <= 0:
+        return ()
+    tenant_table = [(tn, tn.weight) for tn in spec.tenants]
+    while True:
+        t += float(rng.exponential(1.0 / peak))
+        if t >= spec.duration_s:
+            break
+        if rng.random() * (1.0 + spec.diurnal_amplitude) > _rate_factor(spec, t):
+            continue  # thinning: keeps arrivals at rate(t)
+        tenant: Tenant = _pick(rng, tenant_table)  # type: ignore[assignment]
+        klass: PodClass = _pick(rng, tenant.classes)  # type: ignore[assignment]
+        p = profiles[klass]
+        gpus = int(_pick(rng, p.gpus))  # type: ignore[call-overload]
+        milli = int(_pick(rng, p.milli)) if gpus == 1 else MILLI  # type: ignore[call-overload]
+        gmem = int(_pick(rng, p.gpu_memory_mib)) if milli < MILLI else 0  # type: ignore[call-overload]
+        types: tuple[str, ...] = _pick(rng, p.gpu_types)  # type: ignore[assignment]
+        if spec.available_models:
+            types = tuple(t for t in types if t in spec.available_models)
+        duration = float(np.clip(p.median_s * math.exp(p.sigma * rng.standard_normal()), p.min_s, p.max_s))
+        checkpointable = bool(rng.random() < p.checkpointable)
+        deferrable = bool(rng.random() < p.deferrable)
+        namespace = f"{spec.namespace_prefix}{tenant.name}"
+        widths = _split_gang(gpus, spec.max_gpus_per_pod)
+        gang = f"{spec.uid_prefix}-{job:06d}" if len(widths) > 1 else None
+        for member, width in enumerate(widths):
+            suffix = f"-{member}" if gang else ""
+            uid = f"{spec.uid_prefix}-{job:06d}{suffix}"
+            pods.append(SimPod(
+                uid=uid, name=f"{klass.value}-{tenant.name}-{job:06d}{suffix}", namespace=namespace,
+                arrival_s=round(t, 3), duration_s=round(duration, 3), klass=klass, queue=tenant.name,
+                cpu_milli=p.cpu_per_gpu_milli * width if milli == MILLI else p.cpu_per_gpu_milli // 2,
+                memory_mib=p.memory_per_gpu_mib * width if milli == MILLI else p.memory_per_gpu_mib // 2,
+                num_gpu=width, gpu_milli=milli, gpu_memory_mib=gmem, gpu_types=types, priority=p.priority,
+                priority_class=p.priority_class, checkpointable=checkpointable, deferrable=deferrable,
+                qos=p.qos, gang_id=gang, gang_min_members=len(widths) if gang else 1,
+                topology=p.topology_multi_gpu if width > 1 or gang else "none",
+            ))
+        job += 1
+        if spec.max_pods and len(pods) >= spec.max_pods:
+            break
+    return tuple(pods)
+
+
+def _split_gang(gpus: int, per_pod: int) -> list[int]:
+    """12 GPUs on 8-GPU nodes -> [8, 4]: whole-node pods, the rest in one more."""
+    if gpus <= per_pod:
+        return [gpus]
+    return [per_pod] * (gpus // per_pod) + ([gpus % per_pod] if gpus % per_pod else [])
+
+
+# --- traces -------------------------------------------------------------------------------------
+
+_OPENB_CLASS = {"LS": PodClass.INFERENCE, "BE": PodClass.TRAINING}
+_OPENB_QOS = {"LS": "guaranteed", "BE": "best-effort", "Burstable": "burstable", "Guaranteed": "guaranteed"}
+_OPENB_PRIORITY = {"LS": 1000, "BE": 0, "Burstable": 100, "Guaranteed": 1000}
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    start: float
+    end: float = field(default=math.inf)
+
+
+def from_openb(trace_pods: Iterable[TracePod], *, window_start: float | None = None,
+               window_s: float | None = None, namespace: str = "openb", gpu_only: bool = False,
+               max_pods: int = 0) -> tuple[SimPod, ...]:
+    """openb pods alive in ``[window_start, window_start + window_s)``, times relative to its start.
+
+    A pod created before the window and deleted inside or after it arrives at 0 with the rest of its
+    life; a pod without a deletion time runs past the end (``duration_s=None``). Pods without a
+    creation time count as created at the trace's start. ``qos`` picks the class and priority:
+    LS (latency-sensitive) -> inference / 1000, BE (best effort) -> training / 0.
+    """
+    pods = list(trace_pods)
+    starts = [p.creation_time or 0.0 for p in pods]
+    first = min(starts, default=0.0)
+    w = _Window(first if window_start is None else window_start)
+    if window_s is not None:
+        w = _Window(w.start, w.start + window_s)
+    out: list[SimPod] = []
+    for p, created in zip(pods, starts, strict=True):
+        r = p.request
+        if gpu_only and r.num_gpu == 0:
+            continue
+        deleted = p.deletion_time
+        if created >= w.end or (deleted is not None and deleted <= w.start):
+            continue
+        arrival = max(0.0, created - w.start)
+        duration = None if deleted is None else max(0.0, deleted - max(created, w.start))
+        qos = r.qos or ""
+        out.append(SimPod(
+            uid=r.name, name=r.name, namespace=namespace, arrival_s=arrival, duration_s=duration,
+            klass=_OPENB_CLASS.get(qos, PodClass.BATCH) if r.num_gpu else PodClass.BATCH,
+            queue="default", cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, num_gpu=r.num_gpu,
+            gpu_milli=r.gpu_milli if r.num_gpu else MILLI, gpu_memory_mib=r.gpu_memory_mib,
+            gpu_types=r.gpu_types, priority=_OPENB_PRIORITY.get(qos, 0),
+            qos=_OPENB_QOS.get(qos, "best-effort"),
+        ))
+    out.sort(key=lambda s: (s.arrival_s, s.uid))
+    return tuple(out[:max_pods] if max_pods else out)
+
+
+def load_philly(path: Path | str, *, window_start: float | None = None, window_s: float | None = 86400.0,
+                gpus_per_node: int = 8, max_pods: int = 0, uid_prefix: str = "philly",
+                checkpointable: bool = True) -> tuple[SimPod, ...]:
+    """Jobs of the Pollux artifact's ``traces/philly.csv`` submitted in a window (seconds after the
+    trace's first submission; None = from the first one).
+
+    Every job is a training job of its virtual cluster (tenant ``vc-<id>``); a job wider than a
+    node becomes a gang of whole-node pods. CPU and memory follow a DGX-like 8 cores and 64 GiB
+    per GPU. Rows are validated like the openb loaders: a bad row raises TraceError.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(path, None, "file not found")
+    rows: list[tuple[float, float, int, str, int]] = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        need = {"timestamp", "duration", "num_gpus", "cluster"}
+        if reader.fieldnames is None or not need <= set(reader.fieldnames):
+            raise TraceError(path, 1, f"missing column(s) {sorted(need - set(reader.fieldnames or ()))}")
+        for row in reader:
+            line = reader.line_num
+            try:
+                submit = datetime.fromisoformat(row["timestamp"]).timestamp()
+                duration = float(row["duration"])
+                gpus = int(row["num_gpus"])
+            except ValueError as exc:
+                raise TraceError(path, line, str(exc)) from None
+            if duration < 0 or gpus < 1:
+                raise TraceError(path, line, f"duration {duration} / num_gpus {gpus} out of range")
+            rows.append((submit, duration, gpus, row["cluster"], line))
+    if not rows:
+        raise TraceError(path, None, "no jobs")
+    rows.sort()
+    first = rows[0][0]
+    lo = first + (window_start or 0.0)
+    hi = math.inf if window_s is None else lo + window_s
+    out: list[SimPod] = []
+    for submit, duration, gpus, vc, line in rows:
+        if not lo <= submit < hi:
+            continue
+        widths = _split_gang(gpus, gpus_per_node)
+        job = f"{uid_prefix}-{line:06d}"
+        for member, width in enumerate(widths):
+            suffix = f"-{member}" if len(widths) > 1 else ""
+            out.append(SimPod(
+                uid=f"{job}{suffix}", name=f"{job}{suffix}", namespace=f"vc-{vc}", queue=f"vc-{vc}",
+                arrival_s=submit - lo, duration_s=duration, klass=PodClass.TRAINING, cpu_milli=8000 * width,
+                memory_mib=65536 * width, num_gpu=width, priority=100, priority_class="batch-training",
+                checkpointable=checkpointable, qos="burstable",
+                gang_id=job if len(widths) > 1 else None, gang_min_members=len(widths),
+                topology="same-nvlink-island" if width > 1 else "none",
+            ))
+        if max_pods and len(out) >= max_pods:
+            break
+    return tuple(out)

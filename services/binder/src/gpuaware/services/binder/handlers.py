@@ -1,0 +1,146 @@
+"""The binder on the bus: decode, call ``Binder``, publish. No domain logic here.
+
+    consumed (durable)                          what happens
+    placement.pod.decided.v1    (<durable>)     Binder.on_decision; a failed publish -> TransientError
+                                                (redelivered: safe, the decision is idempotent)
+    binder.checkpoint.acknowledged.v1           Binder.on_checkpoint_answer (wakes the waiting decision)
+                                (<durable>-checkpoints)
+    the world's loop (a task)                   Binder.emit: pending pods, finished pods, and the
+                                                twin's checkpoint answers, published in order
+    world.snapshot (request/reply)              Binder.snapshot: one page of nodes and bound pods
+
+Decisions are handled one at a time (concurrency 1): two decisions may name the same GPU, and the
+world must see them in the order placement made them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gpuaware import bus
+from gpuaware.runtime import ServiceContext
+from gpuaware.runtime.service import Mount
+from gpuaware.schemas import (
+    CHECKPOINT_ACKNOWLEDGED,
+    CHECKPOINT_REQUESTED,
+    PLACEMENT_DECIDED,
+    POD_BIND_FAILED,
+    POD_BOUND,
+    POD_FINISHED,
+    POD_PENDING,
+    POD_PREEMPTED,
+    WORLD_SNAPSHOT,
+    CheckpointAcknowledged,
+    CheckpointRequested,
+    Event,
+    PlacementDecided,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPending,
+    PodPreempted,
+    WorldSnapshotRequest,
+)
+from gpuaware.services.binder.binder import Binder
+from gpuaware.services.binder.settings import BinderSettings
+from gpuaware.services.binder.twin_world import build_world
+from gpuaware.services.binder.world import World
+
+__all__ = ["DECISIONS", "OUT", "JetStreamOutbox", "WorldLoop", "make_mount", "mount"]
+
+log = logging.getLogger(__name__)
+
+DECISIONS = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
+ANSWERS = bus.Channel(CHECKPOINT_ACKNOWLEDGED, CheckpointAcknowledged)
+OUT: dict[type, bus.Channel[Any]] = {
+    PodPending: bus.Channel(POD_PENDING, PodPending),
+    PodBound: bus.Channel(POD_BOUND, PodBound),
+    PodBindFailed: bus.Channel(POD_BIND_FAILED, PodBindFailed),
+    PodPreempted: bus.Channel(POD_PREEMPTED, PodPreempted),
+    PodFinished: bus.Channel(POD_FINISHED, PodFinished),
+    CheckpointRequested: bus.Channel(CHECKPOINT_REQUESTED, CheckpointRequested),
+    CheckpointAcknowledged: ANSWERS,
+}
+
+
+class JetStreamOutbox:
+    """``Outbox`` over JetStream: each event on its subject, stored once per message id."""
+
+    def __init__(self, js: bus.JetStream, timeout: float) -> None:
+        self.js = js
+        self.timeout = timeout
+        self.counts: dict[str, int] = {}
+
+    async def publish(self, event: Event, msg_id: str) -> None:
+        channel = OUT[type(event)]
+        ack = await bus.publish(self.js, channel, event, msg_id=msg_id, timeout=self.timeout)
+        if not ack.duplicate:
+            self.counts[channel.subject] = self.counts.get(channel.subject, 0) + 1
+
+
+class WorldLoop:
+    """The world's ``run`` as a task that survives hiccups: a failed publish is retried after a pause
+    (the world keeps the event), anything else is logged and the loop restarts."""
+
+    def __init__(self, world: World, binder: Binder) -> None:
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._run(world, binder), name="binder world loop")
+
+    async def _run(self, world: World, binder: Binder) -> None:
+        while not self._stop.is_set():
+            try:
+                await world.run(binder.emit, self._stop)
+            except Exception:
+                log.exception("world loop failed; restarting in 1s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), 1.0)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.wait([self._task])
+
+
+def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = None,
+               on_binder: Callable[[Binder], None] | None = None) -> Mount:
+    """A ``mount`` for ``run_service``; tests pass their own world (and get the ``Binder`` back)."""
+
+    async def mount_binder(ctx: ServiceContext) -> list[bus.Endpoint]:
+        settings: BinderSettings = ctx.settings  # type: ignore[assignment]
+        source = f"{settings.service_name}/{ctx.instance_id}"
+        world = (world_factory or (lambda s, src: build_world(s, source=src)))(settings, source)
+        binder = Binder(world, JetStreamOutbox(ctx.js, settings.publish_timeout_s), source=source,
+                        checkpoint_deadline_s=settings.checkpoint_deadline_s,
+                        checkpoint_min_wait_s=settings.checkpoint_min_wait_s,
+                        requeue_on_bind_failure=settings.requeue_on_bind_failure,
+                        dedupe_capacity=settings.dedupe_capacity)
+        if on_binder is not None:
+            on_binder(binder)
+
+        async def on_answer(ack: CheckpointAcknowledged, _delivery: bus.Delivery) -> None:
+            binder.on_checkpoint_answer(ack)
+
+        async def on_decision(decision: PlacementDecided, delivery: bus.Delivery) -> None:
+            try:
+                await binder.on_decision(decision, heartbeat=delivery.in_progress)
+            except bus.BusError as exc:
+                raise bus.TransientError(f"publishing the outcome failed: {exc}", delay=1.0) from exc
+
+        ctx.on_stop(await bus.subscribe_durable(
+            ctx.js, ANSWERS, f"{settings.durable}-checkpoints", on_answer, deliver_policy="new",
+            ack_wait=settings.ack_wait_s, poll=settings.poll_s))
+        ctx.on_stop(await bus.subscribe_durable(
+            ctx.js, DECISIONS, settings.durable, on_decision, ack_wait=settings.ack_wait_s,
+            max_deliver=settings.max_deliver, poll=settings.poll_s))
+        ctx.on_stop(WorldLoop(world, binder))
+        log.info("binder: %s world, cluster %s", world.kind, world.cluster)
+        return [bus.Endpoint(name="snapshot", subject=WORLD_SNAPSHOT, request_type=WorldSnapshotRequest,
+                             handler=binder.snapshot)]
+
+    return mount_binder
+
+
+mount = make_mount()

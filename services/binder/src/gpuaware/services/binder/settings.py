@@ -1,0 +1,79 @@
+"""The binder's one frozen settings object, read once from ``GPUAWARE_BINDER_*``.
+
+``NATS_URL`` is honoured as a fallback, as for every service. The twin's settings choose the
+world's nodes, its workload and how fast its time runs; the consumer settings how decisions are
+received. Each field says what its default means.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from gpuaware.runtime import ServiceSettings
+
+
+class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
+    prefix: ClassVar[str] = "GPUAWARE_BINDER_"
+
+    service_name: str = "binder"
+    world: Literal["twin"] = "twin"
+    """which world the decisions are applied to (the Kubernetes world arrives with its own issue)"""
+    durable: str = "binder"
+    """durable consumer of placement decisions (its checkpoint-answer consumer is ``<durable>-checkpoints``)"""
+
+    # --- the twin: nodes -------------------------------------------------------------------------
+    twin_nodes: str = "auto"
+    """``auto`` (openb's 1,213 nodes when shared data is present, else ``default``), ``default``
+    (the built-in mixed cluster), ``openb``, or a path to a node list in openb's format"""
+    twin_default_nodes: int = 16
+    """size of the built-in mixed cluster"""
+    shared_data: str = ""
+    """where ``../shared/data`` is; empty = GPUAWARE_SHARED_DATA or ../shared/data next to the repo"""
+
+    # --- the twin: workload ----------------------------------------------------------------------
+    workload: Literal["generator", "openb", "philly", "none"] = "generator"
+    """where pods come from: the tenant/class generator, the openb pod list, the Philly trace
+    (Pollux artifact), or nowhere (tests submit their own)"""
+    workload_file: str = ""
+    """openb: a pod list path or a name (``gpushare40`` -> openb_pod_list_gpushare40.csv; empty =
+    default); philly: a path (empty = pollux/traces/philly.csv)"""
+    window_start_s: float = -1.0
+    """trace window start, seconds after the trace's first pod; -1 = the trace's start"""
+    window_s: float = 86400.0
+    """length of the replayed window (traces) or of the generated arrivals (generator)"""
+    load: float = 0.8
+    """generator: offered GPU load as a fraction of the cluster's GPUs"""
+    max_pods: int = 0
+    """cap on the workload's pods (0 = none)"""
+    seed: int = 0
+
+    # --- the twin: time --------------------------------------------------------------------------
+    speed: float = 288.0
+    """virtual seconds per wall second (288 = one day in five minutes)"""
+    start: float = 0.0
+    """Unix time at which the virtual day starts; 0 = the wall clock when the binder starts"""
+    skip_idle: bool = True
+    """jump to the next event when nothing is pending and no checkpoint is in flight"""
+    tick_s: float = 0.25
+    """longest wall sleep of the world loop between two looks at the clock"""
+    checkpoint_delay_min_s: float = 2.0
+    """virtual seconds a simulated workload takes to checkpoint, at least"""
+    checkpoint_delay_max_s: float = 20.0
+    fleet: bool = True
+    """keep a simulated GPU fleet mirroring the bindings (for the telemetry agent)"""
+    fleet_traces: Literal["auto", "synthetic"] = "synthetic"
+    """utilisation traces of the fleet: ``auto`` reads GenTD26/Helios from shared data"""
+
+    # --- decisions -------------------------------------------------------------------------------
+    checkpoint_deadline_s: float = 60.0
+    """world seconds to wait for a checkpoint when a planned preemption gives no grace period"""
+    checkpoint_min_wait_s: float = 1.0
+    """wall seconds a checkpoint wait lasts at least, whatever the speed (NATS round trips)"""
+    requeue_on_bind_failure: bool = True
+    """after a transient bind failure publish the pod as pending again (attempt + 1)"""
+    dedupe_capacity: int = 100_000
+    """decision ids remembered in memory; beyond it the world's truth still catches duplicates"""
+    ack_wait_s: float = 30.0
+    max_deliver: int = 10
+    poll_s: float = 0.5
+    publish_timeout_s: float = 5.0

@@ -1,0 +1,473 @@
+"""NATS around the placement state: follow the world, lead when elected, publish, explain.
+
+    every instance                              the leader only (one per cluster, NATS KV lease)
+    follow telemetry.node.inventory.v1[.>]      consume binder.pod.pending.v1 (durable, batches)
+    follow health.gpu.state_changed.v1[.>]        -> decide -> publish decisions (pipelined, then
+    follow forecast.gpu.predicted.v1[.>]             ack the batch once the stream stored them)
+    follow binder.pod.{bound,bind_failed,       retry parked pods when capacity is freed
+           preempted,finished}.v1[.>]
+    follow placement.pod.{decided,unschedulable}.v1[.>]   (what the leader, or a previous one, did)
+    answer placement.explain (+ publish placement.pod.explained.v1)
+
+Acks follow durability: a pending pod is acknowledged only after its decision (or its
+"unschedulable" verdict, which carries the request so a standby can take over the parked pod) is
+stored. A leader that dies leaves its in-flight pods unacknowledged; they come back to the next
+leader after `pending_ack_wait_s`, and a decision it repeats has the same id, so the stream stores
+it once; if the stream already held the old leader's decision, that copy wins (read back and
+applied). Quota is asked only when a quota service answers; nobody listening means admit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuaware import bus
+from gpuaware.placement.ledger import HOLDING, Phase
+from gpuaware.runtime import ServiceContext
+from gpuaware.schemas.binder import (
+    POD_BIND_FAILED,
+    POD_BOUND,
+    POD_FINISHED,
+    POD_PREEMPTED,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPreempted,
+)
+from gpuaware.schemas.forecast import GPU_UTIL_PREDICTED, GpuUtilPredicted
+from gpuaware.schemas.health import GPU_STATE_CHANGED, GpuStateChanged
+from gpuaware.schemas.inventory import NODE_INVENTORY, NodeInventory
+from gpuaware.schemas.placement import (
+    PLACEMENT_DECIDED,
+    PLACEMENT_EXPLAIN,
+    PLACEMENT_EXPLAINED,
+    POD_UNSCHEDULABLE,
+    ExplainReply,
+    ExplainRequest,
+    Explanation,
+    PlacementDecided,
+    PlacementExplained,
+    PodUnschedulable,
+    UnschedulableReason,
+)
+from gpuaware.schemas.pods import POD_PENDING, PodPending
+from gpuaware.schemas.quota import QUOTA_ADMIT, AdmitReply, AdmitRequest
+from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, TELEMETRY
+from gpuaware.schemas.world import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
+from gpuaware.services.placement import convert
+from gpuaware.services.placement.settings import PlacementSettings
+from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected, Unschedulable
+
+log = logging.getLogger(__name__)
+
+PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
+DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided, id_of=lambda d: d.decision_id)
+UNSCHEDULABLE = bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable,
+                            id_of=lambda u: f"{u.pod_uid}/{u.attempt}/{u.reason}")
+EXPLAINED = bus.Channel(PLACEMENT_EXPLAINED, PlacementExplained)
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
+HEALTH = bus.Channel(GPU_STATE_CHANGED, GpuStateChanged)
+FORECASTS = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
+BOUND = bus.Channel(POD_BOUND, PodBound)
+BIND_FAILED = bus.Channel(POD_BIND_FAILED, PodBindFailed)
+PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
+FINISHED = bus.Channel(POD_FINISHED, PodFinished)
+
+
+class PlacementService:
+    """One placement instance: its view, its lease, and (while leading) the pending consumer."""
+
+    def __init__(self, ctx: ServiceContext, settings: PlacementSettings) -> None:
+        self.ctx = ctx
+        self.settings = s = settings
+        self.nc = ctx.nc
+        self.js = ctx.js
+        self.source = f"placement/{ctx.instance_id}"[:253]
+        typical = convert.typical_from_file(s.typical_pods_file) if s.typical_pods_file else None
+        self.state = PlacementState(
+            cluster_name=s.cluster, source=self.source, policy_name=s.policy_name, policy_config=s.policy_config,
+            typical=typical, learn_typical=typical is None, typical_min_pods=s.typical_min_pods,
+            typical_window=s.typical_window, typical_drift=s.typical_drift, seed=s.seed,
+            max_tombstones=s.max_tombstones)
+        self.followers: list[bus.Follower] = []
+        self.lease: bus.LeaderLease | None = None
+        self.consumer: bus.DurableConsumer[PodPending] | None = None
+        self._lead_task: asyncio.Task[None] | None = None
+        self._retry_task: asyncio.Task[None] | None = None
+        self._retry_event = asyncio.Event()
+        self._report_task: asyncio.Task[None] | None = None
+        self._world_task: asyncio.Task[None] | None = None
+        self._quota_absent_until = 0.0
+        self._quota_absent_logged = False
+        self.leading_since: float | None = None
+
+    # -- life ---------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        s = self.settings
+        # the node set first, so replaying the ledger places pods on known nodes (one rebuild)
+        inv = await bus.follow(self.js, [INVENTORY], self._on_inventory, stream=TELEMETRY.name,
+                               deliver="last_per_subject", with_suffixes=True, name="placement-inventory")
+        self.followers.append(inv)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(inv.caught_up.wait(), 30.0)
+        if s.world_snapshot and not await self._world_sync(quiet=False):
+            self._world_task = asyncio.create_task(self._world_retry(), name="placement world snapshot")
+        self.state.ensure_cluster()
+        self.followers += [
+            await bus.follow(self.js, [HEALTH], self._on_health, stream=ALERTS.name, with_suffixes=True,
+                             name="placement-health"),
+            await bus.follow(self.js, [FORECASTS], self._on_forecast, stream=FORECAST.name, deliver="new",
+                             with_suffixes=True, name="placement-forecast"),
+            await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED], self._on_binder, stream=BINDER.name,
+                             with_suffixes=True, name="placement-binder", batch=512),
+            await bus.follow(self.js, [DECIDED, UNSCHEDULABLE], self._on_placement, stream=PLACEMENT.name,
+                             with_suffixes=True, name="placement-decisions", batch=512),
+        ]
+        self.lease = bus.LeaderLease(self.js, s.lease_bucket, s.cluster, self.ctx.instance_id,
+                                     ttl_s=s.lease_ttl_s, poll_s=s.lease_poll_s, on_change=self._on_lease)
+        await self.lease.start()
+        self._report_task = asyncio.create_task(self._report(), name="placement report")
+
+    async def stop(self) -> None:
+        """Stop deciding (in-flight pods finish), hand the lease over, stop following."""
+        await self._step_down()
+        if self.lease is not None:
+            await self.lease.stop(release=True)
+        for task in (self._report_task, self._world_task):
+            if task is not None:
+                task.cancel()
+        for f in self.followers:
+            await f.stop()
+
+    @property
+    def leading(self) -> bool:
+        return self.lease is not None and self.lease.leading
+
+    @property
+    def caught_up(self) -> bool:
+        return all(f.caught_up.is_set() for f in self.followers)
+
+    async def _on_lease(self, leading: bool) -> None:
+        if leading:
+            self._lead_task = asyncio.create_task(self._lead(), name="placement lead")
+        else:
+            await self._step_down()
+
+    async def _lead(self) -> None:
+        s = self.settings
+        for f in self.followers:
+            await f.caught_up.wait()
+        # what a previous leader decided just before it stopped must be in the view before deciding
+        await asyncio.gather(*(f.sync(timeout=2.0) for f in self.followers))
+        while not self.state.ensure_cluster():
+            await asyncio.sleep(0.1)  # no inventory yet: nothing could be decided
+        self.leading_since = time.monotonic()
+        self.consumer = await bus.subscribe_durable(
+            self.js, PENDING, s.durable, self._on_pending, stream=BINDER.name, ack_wait=s.pending_ack_wait_s,
+            max_deliver=s.pending_max_deliver, max_ack_pending=s.pending_max_ack_pending, batch=s.pending_batch,
+            poll=0.5, concurrency=s.pending_batch, retry=bus.RetryPolicy(base=0.5, cap=10.0))
+        self._retry_task = asyncio.create_task(self._retry_loop(), name="placement retry")
+        self._retry_event.set()  # look at the parked pods a previous leader left
+        log.info("placement leads cluster %s: %d nodes, %d parked pods", s.cluster, self.state.num_nodes,
+                 len(self.state.ledger.waiting()))
+
+    async def _step_down(self) -> None:
+        self.leading_since = None
+        for task in (self._lead_task, self._retry_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._lead_task = self._retry_task = None
+        if self.consumer is not None:
+            consumer, self.consumer = self.consumer, None
+            await consumer.stop()
+
+    async def _report(self) -> None:
+        while True:
+            await asyncio.sleep(30.0)
+            log.info("placement %s", "leader" if self.leading else "standby", extra={"state": self.state.summary()})
+
+    async def _world_sync(self, *, quiet: bool) -> bool:
+        """Seed the view with the world's truth (`world.snapshot`, served by the binder): its nodes and
+        every bound pod. False when no binder answers (the streams alone then rebuild the view)."""
+        s = self.settings
+        node_offset: int | None = 0
+        pod_offset: int | None = 0
+        pods = pages = 0
+        while node_offset is not None or pod_offset is not None:
+            req = WorldSnapshotRequest(source=self.source, emitted_at=time.time(), cluster=s.cluster,
+                                       include_nodes=node_offset is not None, include_pods=pod_offset is not None,
+                                       node_offset=node_offset or 0, pod_offset=pod_offset or 0, limit=500)
+            try:
+                page = await bus.request(self.nc, WORLD_SNAPSHOT, req, WorldSnapshotReply, timeout=5.0)
+            except (bus.ServiceError, bus.RequestTimeout) as exc:
+                if not quiet:
+                    log.info("no world snapshot (%s): the view comes from the streams; asking again later", exc)
+                return False
+            if page.cluster != s.cluster:
+                return False
+            pods += self.state.apply_world(page)
+            pages += 1
+            node_offset = page.next_node_offset if req.include_nodes else None
+            pod_offset = page.next_pod_offset if req.include_pods else None
+        log.info("world snapshot: %d nodes, %d bound pods (%d pages)", len(self.state.world_nodes), pods, pages)
+        self._freed(True)
+        return True
+
+    async def _world_retry(self) -> None:
+        while not await self._world_sync(quiet=True):
+            await asyncio.sleep(self.settings.world_retry_s)
+
+    # -- following the world ----------------------------------------------------------------------
+
+    def _freed(self, freed: bool) -> None:
+        if freed and self._retry_task is not None:
+            self._retry_event.set()
+
+    def _on_inventory(self, inv: NodeInventory, _d: bus.FollowDelivery) -> None:
+        self._freed(self.state.apply_inventory(inv))
+
+    def _on_health(self, ev: GpuStateChanged, _d: bus.FollowDelivery) -> None:
+        self._freed(self.state.apply_health(ev))
+
+    def _on_forecast(self, ev: GpuUtilPredicted, _d: bus.FollowDelivery) -> None:
+        self.state.apply_forecast(ev)
+
+    def _on_binder(self, ev: Any, _d: bus.FollowDelivery) -> None:
+        st = self.state
+        if isinstance(ev, PodBound):
+            st.apply_bound(ev)
+        elif isinstance(ev, PodFinished):
+            self._freed(st.apply_finished(ev))
+        elif isinstance(ev, PodBindFailed):
+            self._freed(st.apply_bind_failed(ev))
+        elif isinstance(ev, PodPreempted):
+            self._freed(st.apply_preempted(ev))
+
+    def _on_placement(self, ev: Any, _d: bus.FollowDelivery) -> None:
+        if isinstance(ev, PlacementDecided):
+            self.state.apply_decided(ev)
+        elif isinstance(ev, PodUnschedulable):
+            self.state.apply_unschedulable(ev)
+
+    # -- deciding ---------------------------------------------------------------------------------
+
+    async def _on_pending(self, pod: PodPending, _d: bus.Delivery) -> None:
+        if not self.leading:
+            raise bus.TransientError("not the leader (any more)", delay=0.2)
+        try:
+            outcomes = self.state.on_pending(pod)
+        except RuntimeError as exc:
+            raise bus.TransientError(str(exc), delay=1.0) from None
+        if outcomes:
+            await self._publish(outcomes, pending=True)
+
+    async def _retry_loop(self) -> None:
+        s = self.settings
+        while True:
+            await self._retry_event.wait()
+            self._retry_event.clear()
+            try:
+                outcomes, more = self.state.retry(s.retry_batch)
+                if outcomes:
+                    await self._publish(outcomes, pending=False)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("retrying parked pods failed; trying again on the next freed capacity")
+                more = False
+            if more:
+                self._retry_event.set()
+            await asyncio.sleep(s.retry_interval_s)
+
+    async def _publish(self, outcomes: list[Outcome], *, pending: bool) -> None:
+        """Publish decisions and verdicts (pipelined); raise TransientError when one could not be stored
+        (the ledger is put back, so the pod is decided again)."""
+        decided = [o for o in outcomes if isinstance(o, Decided)]
+        if decided and self.settings.quota_enabled:
+            refused = await self._admit(decided)
+            if refused:
+                outcomes = [o for o in outcomes if not (isinstance(o, Decided) and o.msg.pod_uid in refused)]
+                outcomes += refused.values()
+                self.loop_later(self.settings.quota_recheck_s)
+        sent: list[tuple[Outcome, asyncio.Future[bus.PubAck]]] = []
+        failure: BaseException | None = None
+        for o in outcomes:
+            try:
+                if isinstance(o, Decided):
+                    sent.append((o, await bus.publish_async(self.js, DECIDED, o.msg)))
+                else:
+                    sent.append((o, await bus.publish_async(self.js, UNSCHEDULABLE, o.msg)))
+            except Exception as exc:
+                failure = exc
+                self._unpublished(o)
+        rejected: Rejected | None = None
+        for o, fut in sent:
+            try:
+                ack = await fut
+            except Exception as exc:
+                failure = exc
+                self._unpublished(o)
+                continue
+            if isinstance(o, Decided) and ack.duplicate:
+                await self._reconcile(o.msg, ack)
+            if isinstance(o, Rejected):
+                rejected = o
+        if failure is not None:
+            raise bus.TransientError(f"publishing failed ({type(failure).__name__}: {failure})", delay=0.5)
+        if rejected is not None and pending:
+            raise bus.PermanentError(f"invalid pod request: {rejected.reason}")
+
+    def _unpublished(self, o: Outcome) -> None:
+        if isinstance(o, Decided):
+            self.state.undo(o.msg.pod_uid)
+        else:
+            entry = self.state.ledger.pods.get(o.msg.pod_uid)
+            if entry is not None and entry.attempt == o.msg.attempt:
+                entry.reason = ""  # the verdict was not stored: publish it on the next try
+
+    async def _reconcile(self, ours: PlacementDecided, ack: bus.PubAck) -> None:
+        """The stream already held a decision with this id (a previous leader's): it is the truth."""
+        try:
+            stored = await bus.read_stored(self.js, DECIDED, ack.stream, ack.seq)
+        except Exception as exc:
+            log.warning("decision %s: cannot read the stored copy (%s)", ours.decision_id, exc)
+            return
+        if stored.node != ours.node or stored.slices != ours.slices:
+            log.info("decision %s was already made (%s), not %s: keeping the stored one", ours.decision_id,
+                     stored.node, ours.node)
+            self.state.apply_decided(stored)
+
+    def loop_later(self, delay: float) -> None:
+        asyncio.get_running_loop().call_later(delay, self._retry_event.set)
+
+    # -- quota ------------------------------------------------------------------------------------
+
+    def _quota_absent(self) -> bool:
+        return time.monotonic() < self._quota_absent_until
+
+    async def _ask_quota(self, pod: PodPending, node: str | None, gpu_milli: int | None,
+                         dry_run: bool) -> AdmitReply | None:
+        """The quota service's answer, or None when nobody answers `quota.admit` (admit)."""
+        s = self.settings
+        if not s.quota_enabled or self._quota_absent():
+            return None
+        req = AdmitRequest(source=self.source, emitted_at=time.time(), cluster=s.cluster, pod=pod, node=node,
+                           gpu_milli=gpu_milli, dry_run=dry_run)
+        try:
+            return await bus.request(self.nc, QUOTA_ADMIT, req, AdmitReply, timeout=s.quota_timeout_s)
+        except bus.NoResponders:
+            self._quota_absent_until = time.monotonic() + s.quota_recheck_s
+            if not self._quota_absent_logged:
+                self._quota_absent_logged = True
+                log.info("no quota service answers %s: admitting every pod (asking again every %.0fs)",
+                         QUOTA_ADMIT, s.quota_recheck_s)
+            return None
+        except bus.RequestTimeout as exc:
+            raise bus.TransientError(f"quota did not answer: {exc}", delay=1.0) from None
+
+    async def _admit(self, decided: list[Decided]) -> dict[str, Unschedulable]:
+        """Ask quota about each decision; refused pods (with their whole gang) are parked again."""
+        refused: dict[str, Unschedulable] = {}
+        gangs_refused: set[str] = set()
+        for o in decided:
+            entry = self.state.ledger.pods.get(o.msg.pod_uid)
+            if entry is None or entry.payload is None:
+                continue
+            reply = await self._ask_quota(entry.payload, o.msg.node, sum(s.gpu_milli for s in o.msg.slices), False)
+            if reply is None:
+                if self._quota_absent():
+                    return refused
+                continue
+            if not reply.admitted:
+                refused[o.msg.pod_uid] = self._refuse(o.msg, reply.reason, reply.retry_after_s)
+                if o.msg.gang_id:
+                    gangs_refused.add(o.msg.gang_id)
+        for o in decided:
+            if o.msg.gang_id in gangs_refused and o.msg.pod_uid not in refused:
+                refused[o.msg.pod_uid] = self._refuse(o.msg, "gang member refused by quota", None)
+        return refused
+
+    def _refuse(self, msg: PlacementDecided, reason: str, retry_after: float | None) -> Unschedulable:
+        st = self.state
+        entry = st.ledger.pods[msg.pod_uid]
+        st.undo(msg.pod_uid)
+        st.ledger.wait(entry.uid, entry.attempt, Phase.PARKED, UnschedulableReason.QUOTA_EXCEEDED, now=time.time())
+        if retry_after:
+            self.loop_later(retry_after)
+        p: PodPending = entry.payload
+        return Unschedulable(PodUnschedulable(
+            source=self.source, emitted_at=time.time(), cluster=self.settings.cluster, pod_uid=p.pod_uid,
+            pod_name=p.pod_name, namespace=p.namespace, reason=UnschedulableReason.QUOTA_EXCEEDED,
+            message=reason or "refused by quota", retry_after_s=retry_after, attempt=entry.attempt, pod=p))
+
+    # -- explaining -------------------------------------------------------------------------------
+
+    async def explain(self, req: ExplainRequest) -> ExplainReply:
+        st = self.state
+        if req.pod_uid is not None:
+            entry = st.ledger.pods.get(req.pod_uid)
+            if entry is None or entry.request is None:
+                raise bus.ServiceError(404, f"pod {req.pod_uid} is not known to placement (never pending here, "
+                                            "or already gone)")
+            pod: PodPending | None = entry.payload
+            if entry.phase in HOLDING:
+                why = Explanation(schedulable=True, summary=f"{entry.phase.value} on {entry.node}",
+                                  best_node=entry.node)
+                return await self._explained(req, entry.uid, pod, why)
+            if not st.ensure_cluster():
+                raise bus.TransientError("no nodes in the cluster view yet", delay=1.0)
+            result = st.explain_request(entry.request, req.max_node_classes)
+        else:
+            pod = req.pod
+            assert pod is not None
+            try:
+                result = st.explain_pending(pod, req.max_node_classes)
+            except RuntimeError as exc:
+                raise bus.TransientError(str(exc), delay=1.0) from None
+        admitted, quota_reason = None, ""
+        if req.ask_quota and pod is not None:
+            try:
+                reply = await self._ask_quota(pod, result.best_node, None, True)
+            except bus.TransientError as exc:
+                reply, quota_reason = None, exc.reason
+            if reply is not None:
+                admitted, quota_reason = reply.admitted, reply.reason
+        why = convert.explanation(result, quota_admitted=admitted, quota_reason=quota_reason)
+        return await self._explained(req, pod.pod_uid if pod else str(req.pod_uid), pod, why)
+
+    async def _explained(self, req: ExplainRequest, uid: str, pod: PodPending | None,
+                         why: Explanation) -> ExplainReply:
+        now = time.time()
+        if self.settings.explain_publish and pod is not None:
+            try:
+                await bus.publish(self.js, EXPLAINED, PlacementExplained(
+                    source=self.source, emitted_at=now, cluster=self.settings.cluster, pod_uid=uid,
+                    pod_name=pod.pod_name, namespace=pod.namespace, explanation=why, explained_at=now), timeout=2.0)
+            except Exception as exc:
+                log.warning("explanation of %s not recorded (%s)", uid, exc)
+        return ExplainReply(source=self.source, emitted_at=now, cluster=self.settings.cluster, pod_uid=uid,
+                            explanation=why)
+
+
+def mounter(hook: Callable[[PlacementService], None] | None = None):
+    """The `mount` for `run_service`; `hook` receives the service once it runs (tests, tools)."""
+
+    async def mount(ctx: ServiceContext) -> list[bus.Endpoint]:
+        settings: PlacementSettings = ctx.settings  # type: ignore[assignment]
+        service = PlacementService(ctx, settings)
+        await service.start()
+        ctx.on_stop(service)
+        if hook is not None:
+            hook(service)
+        return [bus.Endpoint(name="explain", subject=PLACEMENT_EXPLAIN, request_type=ExplainRequest,
+                             handler=service.explain)]
+
+    return mount

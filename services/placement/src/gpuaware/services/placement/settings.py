@@ -1,0 +1,102 @@
+"""The placement service's one frozen settings object, read once from `GPUAWARE_PLACEMENT_*`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from gpuaware.placement import OURS, POLICIES, canonical_policy
+from gpuaware.runtime import ServiceSettings, SettingsError
+
+
+class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
+    prefix: ClassVar[str] = "GPUAWARE_PLACEMENT_"
+
+    service_name: str = "placement"
+
+    policy: str = OURS
+    """A registered policy (`gpuaware.placement.POLICIES`, case-insensitive); the default is the best
+    one the placement engine has (WasteGradient: FGD's gradient on expected wasted GPU)."""
+    profile: str = ""
+    """A custom profile as JSON (`{"score": [{"name": "fgd", "weight": 1000}], "gpu": "fgd"}`);
+    overrides `policy` when set."""
+    typical_pods_file: str = ""
+    """An openb-format pod list (`cpu_milli,num_gpu,gpu_milli[,gpu_spec]`) whose request mix the
+    fragmentation-aware scores assume. Empty: learned from the pending pods seen (a small built-in
+    prior until `typical_min_pods` have arrived)."""
+    typical_min_pods: int = 200
+    """pods seen before the learned request mix replaces the prior"""
+    typical_window: int = 5000
+    """the learned mix covers this many recent pods; it is re-derived every `typical_window` pods
+    and adopted when it moved by more than `typical_drift`"""
+    typical_drift: float = 0.15
+    """L1 distance between request mixes that makes the scores be rebuilt (their caches restart)"""
+    seed: int = 0
+    """seeds the node tie-break order (as the FGD simulator's random node names do)"""
+
+    quota_enabled: bool = True
+    """Ask `quota.admit` before committing a decision, when a quota service answers. With nobody
+    listening every pod is admitted (logged once) and asking again waits `quota_recheck_s`."""
+    quota_timeout_s: float = 0.5
+    quota_recheck_s: float = 10.0
+
+    lease_bucket: str = "placement-leader"
+    """NATS KV bucket of the leader lease; the key is the cluster name"""
+    lease_ttl_s: float = 3.0
+    """a crashed leader is replaced within about this long (plus `lease_poll_s`)"""
+    lease_poll_s: float = 0.25
+    """how often a standby tries to take the lease"""
+
+    world_snapshot: bool = True
+    """Seed the view from the world's truth (`world.snapshot`, answered by the binder) on start: the
+    nodes as the world names them and every bound pod. Without an answer the view comes from the
+    streams (agents' inventories, the binder's events) and the world is asked again every
+    `world_retry_s`."""
+    world_retry_s: float = 2.0
+
+    pending_durable: str = ""
+    """durable consumer of pending pods; empty = `placement-<cluster>`"""
+    pending_ack_wait_s: float = 2.0
+    """a pending pod handed to a leader that died is redelivered after this long"""
+    pending_batch: int = 128
+    """pending pods pulled per fetch (decided one after another, their decisions pipelined)"""
+    pending_max_ack_pending: int = 4096
+    pending_max_deliver: int = 10
+
+    retry_interval_s: float = 0.02
+    """least time between two passes over the parked pods after capacity was freed"""
+    retry_batch: int = 256
+    """most decisions one retry pass makes before yielding to new pending pods"""
+    explain_publish: bool = True
+    """publish each answered explanation on `placement.pod.explained.v1` (audit)"""
+    max_tombstones: int = 200_000
+    """finished pods remembered to ignore their late events"""
+
+    def __post_init__(self) -> None:
+        try:
+            canonical_policy(self.policy)
+        except ValueError as exc:
+            raise SettingsError(f"GPUAWARE_PLACEMENT_POLICY: {exc}") from None
+        if self.profile:
+            try:
+                value = json.loads(self.profile)
+            except ValueError as exc:
+                raise SettingsError(f"GPUAWARE_PLACEMENT_PROFILE is not JSON: {exc}") from None
+            if not isinstance(value, dict):
+                raise SettingsError("GPUAWARE_PLACEMENT_PROFILE must be a JSON object")
+        if self.lease_ttl_s <= 0 or self.lease_poll_s <= 0:
+            raise SettingsError("GPUAWARE_PLACEMENT_LEASE_TTL_S and _LEASE_POLL_S must be > 0")
+        if self.pending_batch < 1 or self.retry_batch < 1:
+            raise SettingsError("GPUAWARE_PLACEMENT_PENDING_BATCH and _RETRY_BATCH must be >= 1")
+
+    @property
+    def policy_name(self) -> str:
+        return "custom" if self.profile else canonical_policy(self.policy)
+
+    @property
+    def policy_config(self) -> dict[str, Any]:
+        return json.loads(self.profile) if self.profile else dict(POLICIES[canonical_policy(self.policy)])
+
+    @property
+    def durable(self) -> str:
+        return self.pending_durable or f"placement-{self.cluster}"
