@@ -27,25 +27,25 @@ def _gpu_use(decisions) -> dict[str, int]:
 async def test_only_the_leader_decides_and_a_graceful_stop_hands_over(world: World, nats_proc,
                                                                         cluster: str) -> None:
     await world.nodes(["n1", "n2"])
-    async with placement(nats_proc.url, cluster, "p1") as p1:
-        async with placement(nats_proc.url, cluster, "p2", lead=False) as p2:
-            await asyncio.sleep(0.5)
-            assert p1.leading and not p2.leading and p2.consumer is None
-            for i in range(10):
-                await world.pend(pending(cluster, f"a{i}", gpu_milli=250))
-            await world.wait(lambda: len(world.decisions) == 10, what="10 decisions")
-            assert {d.source for d in world.decisions} == {"placement/p1"}
-            # the standby is hot: it holds the same reservations
-            await world.wait(lambda: p2.state.ledger.cluster is not None
-                             and p2.state.ledger.cluster.used_gpu_milli == 2500, what="standby view")
-            stopped = time.monotonic()
-            await p1.stop()  # graceful: releases the lease
-            await world.wait(lambda: p2.consumer is not None, timeout=5, what="standby takes over")
-            assert time.monotonic() - stopped < 2.0
-            await world.pend(pending(cluster, "b0", gpu_milli=250))
-            await world.wait(lambda: world.decision_for("b0") is not None, what="b0 decided by p2")
-            assert world.decision_for("b0").source == "placement/p2"
-            assert max(_gpu_use(world.decisions).values()) <= MILLI
+    async with (placement(nats_proc.url, cluster, "p1") as p1,
+                placement(nats_proc.url, cluster, "p2", lead=False) as p2):
+        await asyncio.sleep(0.5)
+        assert p1.leading and not p2.leading and p2.consumer is None
+        for i in range(10):
+            await world.pend(pending(cluster, f"a{i}", gpu_milli=250))
+        await world.wait(lambda: len(world.decisions) == 10, what="10 decisions")
+        assert {d.source for d in world.decisions} == {"placement/p1"}
+        # the standby is hot: it holds the same reservations
+        await world.wait(lambda: p2.state.ledger.cluster is not None
+                         and p2.state.ledger.cluster.used_gpu_milli == 2500, what="standby view")
+        stopped = time.monotonic()
+        await p1.stop()  # graceful: releases the lease
+        await world.wait(lambda: p2.consumer is not None, timeout=5, what="standby takes over")
+        assert time.monotonic() - stopped < 2.0
+        await world.pend(pending(cluster, "b0", gpu_milli=250))
+        await world.wait(lambda: world.decision_for("b0") is not None, what="b0 decided by p2")
+        assert world.decision_for("b0").source == "placement/p2"
+        assert max(_gpu_use(world.decisions).values()) <= MILLI
 
 
 def _spawn(url: str, cluster: str, instance: str) -> subprocess.Popen:
@@ -80,7 +80,9 @@ async def test_killed_leader_is_replaced_within_5s_nothing_lost_or_doubled(world
         await world.wait(lambda: all(world.decision_for(u) for u in uids), timeout=15, what="every pod decided")
         by_standby = [world.decided_at[d.pod_uid] for d in world.decisions if d.source == f"placement/{standby}"]
         assert by_standby, "the standby never decided"
-        assert min(by_standby) - killed < 5.0, f"took over after {min(by_standby) - killed:.1f}s"
+        takeover = min(by_standby) - killed
+        print(f"standby decided {takeover:.2f}s after the leader was killed")
+        assert takeover < 5.0, f"took over after {takeover:.1f}s"
         stored = await world.stored_decisions()
         per_pod = Counter(d.pod_uid for d in stored)
         assert set(per_pod) == {*uids, "warm"} and set(per_pod.values()) == {1}  # nothing lost or doubled
@@ -124,3 +126,46 @@ async def test_restart_rebuilds_the_ledger_from_the_streams(world: World, nats_p
         await world.finished(c)
         await world.finished(world.decision_for("d"))
         await world.wait(lambda: world.decision_for("big") is not None, what="big placed")
+
+
+async def test_start_seeds_the_view_from_the_worlds_snapshot(world: World, nats_proc, cluster: str) -> None:
+    from gpuaware import bus
+    from gpuaware.schemas.placement import GpuSlice
+    from gpuaware.schemas.world import (
+        WORLD_SNAPSHOT,
+        WorldGpu,
+        WorldNode,
+        WorldPod,
+        WorldSnapshotReply,
+        WorldSnapshotRequest,
+    )
+
+    nodes = tuple(WorldNode(name=f"w{i}", cpu_milli=64_000, memory_mib=262_144, gpu_model="A100",
+                            gpus=tuple(WorldGpu(uuid=f"GPU-w{i}-{g}", index=g, model="A100", memory_mib=81920)
+                                       for g in range(2))) for i in range(3))
+    held = WorldPod(pod_uid="old", pod_name="old", namespace="ns", node="w0", bound_at=1.0, decision_id="old/0",
+                    slices=(GpuSlice(gpu_uuid="GPU-w0-1", gpu_index=1, gpu_milli=1000, memory_mib=81920),),
+                    cpu_milli=8000, memory_mib=1024)
+
+    async def snapshot(req: WorldSnapshotRequest) -> WorldSnapshotReply:
+        # two pages: nodes 0-1 with the pod, then node 2
+        first = req.node_offset == 0
+        return WorldSnapshotReply(
+            source="binder/test", emitted_at=0.0, cluster=cluster, world="twin", at=1.0, generation=1,
+            nodes=nodes[:2] if first else nodes[2:], pods=(held,) if req.pod_offset == 0 else (),
+            total_nodes=3, total_pods=1, next_node_offset=2 if first else None, next_pod_offset=None)
+
+    binder = await bus.add_service(world.nc, "binder", "0.0.1", [bus.Endpoint(
+        name="snapshot", subject=WORLD_SNAPSHOT, request_type=WorldSnapshotRequest, handler=snapshot)])
+    try:
+        async with placement(nats_proc.url, cluster, world_snapshot=True) as svc:
+            assert sorted(svc.state.specs) == ["w0", "w1", "w2"]
+            assert svc.state.ledger.pods["old"].phase == "bound" and svc.state.ledger.cluster.used_gpu_milli == 1000
+            svc.state.ledger.check()
+            # 6 GPUs, 1 held: five 1-GPU pods fit, none on the held GPU; the sixth waits
+            for i in range(6):
+                await world.pend(pending(cluster, f"q{i}"))
+            await world.wait(lambda: len(world.decisions) == 5 and world.unschedulable_for("q5"), what="5 + 1")
+            assert "GPU-w0-1" not in {s.gpu_uuid for d in world.decisions for s in d.slices}
+    finally:
+        await binder.stop()

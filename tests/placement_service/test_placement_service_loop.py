@@ -9,6 +9,7 @@ import msgspec
 from conftest import World, pending, placement
 
 from gpuaware import bus
+from gpuaware.schemas.deadletter import HEADER_REASON
 from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainReply, ExplainRequest
 
 
@@ -166,3 +167,53 @@ async def test_explain_answers_per_node_class(world: World, nats_proc, cluster: 
             assert exc.code == 404
         else:
             raise AssertionError("explaining an unknown pod must fail")
+
+
+async def test_bad_input_is_dead_lettered_and_the_loop_goes_on(world: World, nats_proc, cluster: str) -> None:
+    await world.nodes(["n1"])
+    dead = []
+
+    async def on_dead(msg) -> None:
+        dead.append(msg)
+
+    sub = await world.nc.subscribe("deadletter.binder.pod.pending.v1", cb=on_dead)
+    async with placement(nats_proc.url, cluster):
+        # garbage bytes, then a request the contract accepts but no GPU can mean (a MIG profile "weird")
+        await world.js.publish("binder.pod.pending.v1", b"{not json", headers={"Nats-Msg-Id": "junk"})
+        await world.pend(pending(cluster, "weird", mig_profile="weird"))
+        await world.pend(pending(cluster, "fine"))
+        await world.wait(lambda: world.decision_for("fine") is not None, what="the loop goes on")
+        await world.wait(lambda: len(dead) == 2, what="two dead letters")
+        reasons = sorted(m.headers[HEADER_REASON].split(":")[0] for m in dead)
+        assert reasons == ["decode error", "permanent"]
+        verdict = world.unschedulable_for("weird")
+        assert verdict and verdict[0].reason == "invalid_request" and "MIG profile" in verdict[0].message
+    await sub.unsubscribe()
+
+
+async def test_quota_is_asked_when_a_quota_service_answers(world: World, nats_proc, cluster: str) -> None:
+    from gpuaware.schemas.quota import QUOTA_ADMIT, AdmitReply, AdmitRequest
+
+    await world.nodes(["n1"])
+    asked: list[AdmitRequest] = []
+
+    async def admit(req: AdmitRequest) -> AdmitReply:
+        asked.append(req)
+        ok = req.pod.queue != "poor"
+        return AdmitReply(source="quota/test", emitted_at=0.0, cluster=req.cluster, pod_uid=req.pod.pod_uid,
+                          admitted=ok, queue=req.pod.queue, reason="" if ok else "over_limit")
+
+    quota = await bus.add_service(world.nc, "quota", "0.0.1", [bus.Endpoint(
+        name="admit", subject=QUOTA_ADMIT, request_type=AdmitRequest, handler=admit)])
+    try:
+        async with placement(nats_proc.url, cluster):
+            await world.pend(pending(cluster, "rich", queue="rich"))
+            await world.pend(pending(cluster, "poor", queue="poor"))
+            await world.wait(lambda: world.decision_for("rich") and world.unschedulable_for("poor"),
+                             what="quota verdicts")
+            assert world.decision_for("poor") is None
+            refused = world.unschedulable_for("poor")[0]
+            assert refused.reason == "quota_exceeded" and refused.message == "over_limit"
+            assert {a.pod.pod_uid for a in asked} == {"rich", "poor"} and asked[0].node == "n1"
+    finally:
+        await quota.stop()

@@ -164,7 +164,7 @@ def test_gpu_type_aliases(asked, models, expected) -> None:
 
 
 def test_pending_pod_and_inventory_translate_to_the_engine() -> None:
-    spec, gpus, model, _ = convert.node_of(inventory("c", "n1", model="A100", gpus=4))
+    spec, _gpus, model, _ = convert.node_of(inventory("c", "n1", model="A100", gpus=4))
     assert (spec.num_gpu, spec.gpu_model, spec.nvlink_islands) == (4, "A100", (0, 0, 0, 0))
     assert model is not None and model.memory_mib == 81920 and model.nvlink and model.tensor_cores
     # a MIG 3g.40gb slice: 3/7 of a MIG-capable GPU with 40 GiB

@@ -46,6 +46,7 @@ from gpuaware.bus.jetstream import (
     ensure_stream,
 )
 from gpuaware.bus.lease import LeaderLease, open_lease_bucket
+from gpuaware.bus.pipeline import PipelinedConsumer, PipelinedHandler, subscribe_pipelined
 from gpuaware.bus.publish import PubAck, publish, publish_async, publish_core
 from gpuaware.bus.service import Endpoint, Service, add_service, request
 from gpuaware.bus.tracing import extract, inject
@@ -69,6 +70,8 @@ __all__ = [
     "LeaderLease",
     "NoResponders",
     "PermanentError",
+    "PipelinedConsumer",
+    "PipelinedHandler",
     "PubAck",
     "ReconnectPolicy",
     "RequestTimeout",
@@ -99,4 +102,5 @@ __all__ = [
     "reconnect_delay",
     "request",
     "subscribe_durable",
+    "subscribe_pipelined",
 ]

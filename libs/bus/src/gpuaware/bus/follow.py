@@ -5,13 +5,15 @@ A durable consumer (consumer.py) shares work between replicas and acknowledges e
 from a starting point, to rebuild and then keep a view. Examples: placement's allocation ledger from
 `binder.pod.>` and `placement.pod.>`, the inventory from `telemetry.node.inventory.v1.>`.
 
-How: an ephemeral pull consumer without acks (`AckPolicy.NONE`, memory storage, removed by the
-server after `inactive_threshold` without a client), fetched in batches. The follower remembers the
-last stream sequence it handled; if the consumer disappears (server restart, inactivity after a long
-disconnect) it creates a new one starting right after it, so nothing is skipped or repeated: the
-ordered-consumer idea, pull-based. `caught_up` is set once the messages present when the follower
-started have been handled (the consumer reports zero pending), which is how a service knows its
-view is complete before it acts on it.
+How: a JetStream *ordered consumer* (ephemeral, push, no acks, memory storage, flow control and
+idle heartbeats; removed by the server after `inactive_threshold` without a client). The client
+checks every delivery's sequence; on a gap, a stall or a lost consumer it recreates the consumer
+from the last stream sequence handled, so nothing is skipped or repeated. Push rather than pull
+because a view follows every message of busy subjects (each pod's decision, binding and finish):
+a pull `fetch` costs a request and a timer task per message in nats-py, a push delivery neither.
+`caught_up` is set once the messages present when the follower started have been handled (the
+consumer reports zero pending), which is how a service knows its view is complete before it acts
+on it; `sync()` waits for everything stored until now.
 
 Messages are decoded with the channel whose subject matches (exactly, or as a prefix followed by
 routing tokens when `with_suffixes`); undecodable ones are dead-lettered once (by stream sequence)
@@ -25,17 +27,15 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nats.errors import ConnectionClosedError
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext, api
 
 from gpuaware.bus.codec import Channel, DecodeFailure
 from gpuaware.bus.deadletter import DeadLetters
+from gpuaware.bus.headers import MSG_ID
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ class Follower:
     """A running follower: `caught_up` (event), `last_seq`, `stats`, `stop()`."""
 
     def __init__(self, js: JetStreamContext, stream: str, channels: Sequence[Channel[Any]], handler: FollowHandler,
-                 *, deliver: str, with_suffixes: bool, batch: int, poll: float, name: str,
-                 inactive_threshold: float) -> None:
+                 *, deliver: str, with_suffixes: bool, name: str, inactive_threshold: float,
+                 heartbeat: float = 2.0, skip: Callable[[str | None], bool] | None = None) -> None:
         if deliver not in _DELIVER:
             raise ValueError(f"deliver must be one of {', '.join(_DELIVER)}")
         self.js = js
@@ -75,10 +75,11 @@ class Follower:
         self.handler = handler
         self.deliver = deliver
         self.with_suffixes = with_suffixes
-        self.batch = batch
-        self.poll = poll
         self.name = name
         self.inactive_threshold = inactive_threshold
+        self.heartbeat = heartbeat
+        self.skip = skip
+        self.yield_every = 32
         self.last_seq = 0
         self.caught_up = asyncio.Event()
         self.stats = {"handled": 0, "decode_errors": 0, "handler_errors": 0, "resubscribed": 0}
@@ -90,8 +91,7 @@ class Follower:
                 self._subjects.append(c.subject + ".>")
         self._psub: Any = None
         self._consumer = ""
-        self._floor = 0
-        self._task: asyncio.Task[None] | None = None
+        self._since_yield = 0
         self._stopping = asyncio.Event()
         self._dead_letters = DeadLetters(js._nc, js)
 
@@ -105,33 +105,31 @@ class Follower:
         return None
 
     async def _subscribe(self) -> None:
-        if self._psub is not None:
-            with contextlib.suppress(Exception):
-                await self._psub.unsubscribe()
-        self._consumer = f"{self.name}-{uuid.uuid4().hex[:10]}"
         config = api.ConsumerConfig(
-            name=self._consumer, ack_policy=api.AckPolicy.NONE, mem_storage=True, num_replicas=1,
+            ack_policy=api.AckPolicy.NONE, mem_storage=True, num_replicas=1,
             inactive_threshold=self.inactive_threshold, filter_subjects=list(self._subjects),
-            max_ack_pending=-1)
-        if self.last_seq > 0:
-            config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-            config.opt_start_seq = self.last_seq + 1
-        else:
-            config.deliver_policy = _DELIVER[self.deliver]
-        info = await self.js.add_consumer(self.stream, config)
-        # where the consumer starts: a "new" or "last per subject" consumer may begin past seq 0
-        self._floor = max(self._floor, info.delivered.stream_seq if info.delivered is not None else 0)
-        if info.num_pending == 0 and not self.caught_up.is_set():
-            self.caught_up.set()
-        self._psub = await self.js.pull_subscribe_bind(consumer=self._consumer, stream=self.stream)
+            deliver_policy=_DELIVER[self.deliver])
+        self._psub = await self.js.subscribe(self._subjects[0], stream=self.stream, cb=self._on_msg,
+                                             ordered_consumer=True, config=config,
+                                             idle_heartbeat=self.heartbeat)
+        info = await self._psub.consumer_info()
+        self._consumer = info.name
+        if self._done(info):
+            self.caught_up.set()  # nothing to replay (what was delivered already sets it in _handle)
+
+    def _done(self, info: api.ConsumerInfo) -> bool:
+        """No message left to deliver, and every delivered one handled."""
+        if info.num_pending:
+            return False
+        d = info.delivered
+        return d is None or not d.consumer_seq or self.last_seq >= (d.stream_seq or 0)
 
     async def _start(self) -> None:
         await self._subscribe()
-        self._task = asyncio.create_task(self._run(), name=f"follow {self.stream}/{self.name}")
 
     @property
     def running(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self._psub is not None and not self._stopping.is_set()
 
     async def sync(self, timeout: float = 5.0, interval: float = 0.01) -> bool:
         """Wait until everything stored so far on the followed subjects has been handled (e.g. before
@@ -140,9 +138,7 @@ class Follower:
         deadline = loop.time() + timeout
         while True:
             try:
-                info = await self.js.consumer_info(self.stream, self._consumer)
-                delivered = info.delivered.stream_seq if info.delivered is not None else 0
-                if not info.num_pending and max(self.last_seq, self._floor) >= (delivered or 0):
+                if self._done(await self._psub.consumer_info()):  # the current consumer, after any reset
                     return True
             except Exception as exc:  # the consumer is being recreated: try again
                 log.debug("follower %s/%s: sync check failed (%s)", self.stream, self.name, exc)
@@ -152,55 +148,36 @@ class Follower:
 
     async def stop(self) -> None:
         self._stopping.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
         if self._psub is not None:
             with contextlib.suppress(Exception):
+                name = (await self._psub.consumer_info()).name
                 await self._psub.unsubscribe()
-            with contextlib.suppress(Exception):
-                await self.js.delete_consumer(self.stream, self._consumer)
+                await self.js.delete_consumer(self.stream, name)
 
-    async def _run(self) -> None:
-        failures = 0
-        nc = self.js._nc
-        while not self._stopping.is_set():
-            if nc.is_closed:
-                return
-            try:
-                msgs = await self._psub.fetch(self.batch, timeout=self.poll)
-            except (TimeoutError, NatsTimeoutError):
-                continue
-            except ConnectionClosedError:
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                log.warning("follower %s/%s: fetch failed (%s: %s); resubscribing after seq %d",
-                            self.stream, self.name, type(exc).__name__, exc, self.last_seq)
-                await asyncio.sleep(min(5.0, 0.1 * 2 ** min(failures, 6)))
-                with contextlib.suppress(Exception):
-                    await self._subscribe()
-                    self.stats["resubscribed"] += 1
-                continue
-            failures = 0
-            for msg in msgs:
-                await self._handle(msg)
+    async def _on_msg(self, msg: Any) -> None:
+        if self._stopping.is_set():
+            return
+        await self._handle(msg)
+        self._since_yield += 1
+        if self._since_yield >= self.yield_every:
+            # a burst sits in the subscription's queue and plain-function handlers never suspend:
+            # give the rest of the service a turn now and then
+            self._since_yield = 0
+            await asyncio.sleep(0)
 
     async def _handle(self, msg: Any) -> None:
-        meta = msg.metadata
-        seq = meta.sequence.stream
+        seq, pending = _position(msg)
         if seq <= self.last_seq:
-            return  # a resubscribe overlapped: already handled
+            return  # a recreated consumer overlapped: already handled
         self.last_seq = seq
-        pending = meta.num_pending
         replay = not self.caught_up.is_set()
         if replay and pending == 0:
             self.caught_up.set()
         channel = self._channel_for(msg.subject)
         if channel is None:
+            return
+        if self.skip is not None and self.skip((msg.headers or {}).get(MSG_ID)):
+            self.stats["skipped"] = self.stats.get("skipped", 0) + 1
             return
         try:
             value = channel.decode(msg.data)
@@ -225,22 +202,35 @@ class Follower:
                           msg.subject, seq)
 
 
+def _position(msg: Any) -> tuple[int, int]:
+    """(stream sequence, messages pending) from the delivery's reply subject
+    `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (nats-py's `metadata`
+    parses much more, per message), falling back to it for other layouts (domains, hashes)."""
+    tokens = msg.reply.split(".") if msg.reply else ()
+    if len(tokens) == 9 and tokens[0] == "$JS":
+        return int(tokens[5]), int(tokens[8])
+    meta = msg.metadata
+    return meta.sequence.stream, meta.num_pending
+
+
 async def follow(js: JetStreamContext, channels: Sequence[Channel[Any]], handler: FollowHandler, *,
                  stream: str | None = None, deliver: str = "all", with_suffixes: bool = False,
-                 batch: int = 256, poll: float = 1.0, name: str = "follow",
-                 inactive_threshold: float = 60.0) -> Follower:
+                 name: str = "follow", inactive_threshold: float = 60.0, heartbeat: float = 2.0,
+                 skip: Callable[[str | None], bool] | None = None) -> Follower:
     """Follow `channels` (subjects of one stream) in order, calling `handler(msg, delivery)`.
 
     `deliver` is where to start: "all" (replay the stream), "last_per_subject" (the latest message
     of each subject, e.g. one inventory per node) or "new". `with_suffixes` also follows
-    `<subject>.>` (routing tokens such as `.<cluster>.<node>`).
+    `<subject>.>` (routing tokens such as `.<cluster>.<node>`). `heartbeat` (seconds) is how soon a
+    silent consumer (lost after a server restart) is noticed and recreated. `skip(msg_id)` returning
+    True drops a message before decoding (a writer reading back what it already applied).
     """
     if not channels:
         raise ValueError("follow needs at least one channel")
     if stream is None:
         stream = await js.find_stream_name_by_subject(channels[0].subject)
     follower = Follower(js, stream, channels, handler, deliver=deliver, with_suffixes=with_suffixes,
-                        batch=batch, poll=poll, name=name, inactive_threshold=inactive_threshold)
+                        name=name, inactive_threshold=inactive_threshold, heartbeat=heartbeat, skip=skip)
     await follower._start()
     return follower
 

@@ -17,6 +17,14 @@ order, the same tie-break), which the tests check decision by decision on a trac
 for per-node plugins: a score with a `normalize` step (min-max across nodes, e.g. BestFit), a random
 score, or a filter not known to be per-node makes the wrapper pass every call straight through
 (`cacheable` says which).
+
+What it buys, measured: the FGD-family scores (FGD, WasteGradient) already keep a per-spec,
+per-node-version cache of their own, so on openb (about 50 stale nodes per decision) the wrapper
+costs the same CPU as the bare scheduler (0.20 ms per decision either way on the 1,213-node cluster);
+the remaining cost is recomputing those stale nodes, which no cache avoids. It pays for per-node
+scores without their own cache (DotProd, GpuPacking: 0.16-0.17 -> 0.13 ms per decision, the loop's
+own bookkeeping included) and gives `scores()` and `exclude` (constraints outside the engine,
+applied at selection without invalidating anything).
 """
 
 from __future__ import annotations
@@ -57,6 +65,25 @@ def rows_view(snap: Snapshot, rows: np.ndarray) -> Snapshot:
                     **{k: getattr(snap, k)[rows] for k in _ARRAYS})
 
 
+class _FitRows:
+    """The columns the framework's own filters (ResourcesFit, GpuFit) read, for `rows` only: a
+    cheaper stand-in for `rows_view` on the hot path (a custom per-node filter gets `rows_view`)."""
+
+    __slots__ = ("cluster_uid", "cpu_free", "gpu_free", "mem_free", "model_idx", "models", "num_nodes",
+                 "numa_node", "nvlink_island")
+
+    def __init__(self, snap: Snapshot, rows: np.ndarray) -> None:
+        self.cluster_uid = snap.cluster_uid
+        self.models = snap.models
+        self.num_nodes = rows.size
+        self.cpu_free = snap.cpu_free[rows]
+        self.mem_free = snap.mem_free[rows]
+        self.gpu_free = snap.gpu_free[rows]
+        self.model_idx = snap.model_idx[rows]
+        self.nvlink_island = snap.nvlink_island[rows]
+        self.numa_node = snap.numa_node[rows]
+
+
 @dataclass(slots=True)
 class _Entry:
     version: np.ndarray  # [N] node version the row was computed at (-1: never)
@@ -85,6 +112,7 @@ class CachedScheduler:
             for ws in scheduler.scores
         ) and all(isinstance(f, _PER_NODE_FILTERS) or getattr(f, "per_node", False) for f in scheduler.filters)
         self.total_weight = sum(ws.weight for ws in scheduler.scores) or 1
+        self._builtin_filters = all(type(f) in _PER_NODE_FILTERS for f in scheduler.filters)
         self.stats = CacheStats()
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._uid = -1
@@ -118,7 +146,12 @@ class CachedScheduler:
         if stale.size == 0:
             return entry
         self.stats.nodes_recomputed += int(stale.size)
-        view = snap if stale.size == n else rows_view(snap, stale)
+        if stale.size == n:
+            view: Any = snap
+        elif self._builtin_filters:
+            view = _FitRows(snap, stale)
+        else:
+            view = rows_view(snap, stale)
         cycle = CycleState()
         mask = None
         for f in self.inner.filters:
@@ -142,17 +175,26 @@ class CachedScheduler:
         entry.version[stale] = snap.version[stale]
         return entry
 
-    def schedule(self, pod: PodRequest, snap: Snapshot) -> Decision | Status:
+    def schedule(self, pod: PodRequest, snap: Snapshot, exclude: np.ndarray | None = None) -> Decision | Status:
+        """As `Scheduler.schedule`. `exclude` (bool per node) takes nodes out of the choice without
+        touching the cache: constraints the engine does not model (GPU memory held by pods, a node the
+        binder just refused). When it leaves nothing, the status names the plugin `exclude`."""
         self.stats.decisions += 1
         if not self.cacheable:
             self.stats.passthrough += 1
+            if exclude is not None and exclude.any():
+                return self._schedule_excluding(pod, snap, exclude)
             return self.inner.schedule(pod, snap)
         entry = self._entry(pod, snap)
         if isinstance(entry, Status):
             return entry
         masked = np.where(entry.feasible, entry.total, -np.inf)
+        if exclude is not None:
+            masked[exclude] = -np.inf
         best = masked.max()
         if best == -np.inf:
+            if exclude is not None and entry.feasible.any():
+                return Status(Code.UNSCHEDULABLE, f"every node that fits pod {pod.name} is excluded", "exclude")
             return self.inner.schedule(pod, snap)  # nothing fits: the wrapped scheduler says why
         ties = np.flatnonzero(masked == best)
         rank = self.inner.tie_rank
@@ -162,6 +204,21 @@ class CachedScheduler:
             cycle[self.gpu_key] = (np.array([pick]), entry.gpu[pick : pick + 1])
         gpus = self.inner.gpu_selector.select(cycle, pod, snap, pick)
         return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(entry.feasible.sum()))
+
+    def _schedule_excluding(self, pod: PodRequest, snap: Snapshot, exclude: np.ndarray) -> Decision | Status:
+        nodes, total = self.scores(pod, snap)
+        keep = ~exclude[nodes]
+        if not keep.any():
+            if nodes.size:
+                return Status(Code.UNSCHEDULABLE, f"every node that fits pod {pod.name} is excluded", "exclude")
+            return self.inner.schedule(pod, snap)
+        nodes, total = nodes[keep], total[keep]
+        best = total.max()
+        ties = nodes[total == best]
+        rank = self.inner.tie_rank
+        pick = int(ties[0]) if ties.size == 1 or rank is None else int(ties[np.argmin(rank[ties])])
+        gpus = self.inner.gpu_selector.select(CycleState(), pod, snap, pick)
+        return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(nodes.size))
 
     def scores(self, pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, np.ndarray]:
         """(feasible node indices, their weighted score sums) without deciding (for explanations)."""

@@ -18,6 +18,10 @@ over (a decision echoed after its bind failure, a bound event after the pod fini
 instead of resurrecting a reservation. A new attempt (the binder re-queues a pod with attempt + 1)
 opens the pod again. Tombstones are bounded (oldest forgotten first).
 
+GPU memory is accounted here too, per GPU (the engine's `Cluster` counts compute only): a sharing
+pod holds the memory its slices name, so `gpu_memory_free` tells which GPUs can still take a pod
+that needs, say, 8 GiB, even when their compute is free (a worldly binder refuses such a binding).
+
 The node set is not fixed: inventories come and go. `set_nodes` rebuilds the `Cluster` (a new uid,
 so every score cache starts over) and re-reserves every allocation; allocations on nodes that
 vanished are dropped and returned, since their pods went with the node.
@@ -31,8 +35,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+
 from gpuaware.placement.cluster import HEALTHY, QUARANTINED, Allocation, Cluster, ReserveError
-from gpuaware.placement.model import GPU_CATALOG, GpuModel, NodeSpec, PodRequest, RequestError
+from gpuaware.placement.model import GPU_CATALOG, MILLI, GpuModel, NodeSpec, PodRequest, RequestError
 
 
 class Phase(StrEnum):
@@ -45,6 +51,7 @@ class Phase(StrEnum):
 
 
 WAITING = (Phase.PARKED, Phase.HELD, Phase.UNRESOLVABLE, Phase.QUEUED)
+_RETRIED = (Phase.PARKED, Phase.QUEUED)
 HOLDING = (Phase.DECIDED, Phase.BOUND)
 
 
@@ -66,6 +73,10 @@ class PodEntry:
     """arrival order, for FIFO among equals"""
     placed: bool = False
     """its reservation is in the cluster (False while its node is unknown to this view)"""
+    gpu_mem: int = 0
+    """GPU memory it holds on each of its GPUs, MiB (0: not accounted)"""
+    heavy: bool = False
+    """it holds more GPU memory than its compute share of the GPU's memory"""
 
 
 @dataclass(slots=True)
@@ -93,8 +104,15 @@ class Ledger:
     pods: dict[str, PodEntry] = field(default_factory=dict)
     closed: OrderedDict[str, int] = field(default_factory=OrderedDict)
     health: dict[tuple[str, int], int] = field(default_factory=dict)
+    mem_total: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
+    """[N, G] GPU memory per GPU slot, MiB (0: undisclosed, not accounted)"""
+    mem_used: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
+    heavy: int = 0
+    """placed pods holding more GPU memory than their compute share: while there are none, a pod
+    asking memory in proportion to its compute cannot run out of memory where its compute fits"""
     stats: LedgerStats = field(default_factory=LedgerStats)
     _seq: int = 0
+    _waiting: dict[str, PodEntry] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.nodes:
@@ -110,6 +128,14 @@ class Ledger:
             self.catalog = dict(catalog)
         self.nodes = tuple(nodes)
         self.cluster = Cluster(self.nodes, self.catalog) if self.nodes else None
+        g = self.cluster.max_gpus if self.cluster is not None else 1
+        self.mem_total = np.zeros((len(self.nodes), g), np.int64)
+        self.mem_used = np.zeros_like(self.mem_total)
+        self.heavy = 0
+        for i, spec in enumerate(self.nodes):
+            model = self.catalog.get(spec.gpu_model)
+            if spec.num_gpu and model is not None and model.memory_mib:
+                self.mem_total[i, : spec.num_gpu] = model.memory_mib
         for (node, slot), state in self.health.items():
             self._apply_health(node, slot, state)
         unplaced = []
@@ -150,8 +176,19 @@ class Ledger:
         entry = self.pods.get(uid)
         return entry is not None and attempt < entry.attempt
 
-    def _close(self, uid: str, attempt: int) -> None:
+    def set_phase(self, entry: PodEntry, phase: Phase) -> None:
+        entry.phase = phase
+        if phase in _RETRIED:
+            self._waiting[entry.uid] = entry
+        else:
+            self._waiting.pop(entry.uid, None)
+
+    def _drop(self, uid: str) -> None:
         self.pods.pop(uid, None)
+        self._waiting.pop(uid, None)
+
+    def _close(self, uid: str, attempt: int) -> None:
+        self._drop(uid)
         self.closed[uid] = max(attempt, self.closed.get(uid, -1))
         self.closed.move_to_end(uid)
         while len(self.closed) > self.max_tombstones:
@@ -166,8 +203,9 @@ class Ledger:
             self._seq += 1
             entry = PodEntry(uid, attempt, phase, request, now, payload=payload, seq=self._seq)
             self.pods[uid] = entry
+            self.set_phase(entry, phase)
         else:
-            entry.phase = phase
+            self.set_phase(entry, phase)
             entry.since = now
             if request is not None:
                 entry.request = request
@@ -194,6 +232,13 @@ class Ledger:
             except RequestError:
                 return None
             entry.node, entry.gpus, entry.placed = node, tuple(gpus), True
+            if entry.gpu_mem:
+                for g in gpus:
+                    self.mem_used[i, g] += entry.gpu_mem
+                # the GPUs of one pod are of one model: the first tells
+                entry.heavy = bool(gpus) and entry.gpu_mem * MILLI > int(self.mem_total[i, gpus[0]]) * (
+                    entry.request.gpu_milli) + MILLI
+                self.heavy += entry.heavy
             return alloc
         self.stats.conflicts += 1
         return None
@@ -204,7 +249,7 @@ class Ledger:
                    if e.phase == Phase.DECIDED and e.placed and e.node == node and e.uid != keep]
         for e in victims:
             self._release(e)
-            self.pods.pop(e.uid, None)
+            self._drop(e.uid)
             self.stats.conflicts += 1
         return bool(victims)
 
@@ -212,7 +257,17 @@ class Ledger:
         placed, entry.placed = entry.placed, False
         if self.cluster is None or not placed:
             return False
-        return self.cluster.unreserve(entry.uid) is not None
+        alloc = self.cluster.unreserve(entry.uid)
+        if alloc is not None and entry.gpu_mem:
+            for g in alloc.gpus:
+                self.mem_used[alloc.node, g] -= entry.gpu_mem
+            self.heavy -= entry.heavy
+            entry.heavy = False
+        return alloc is not None
+
+    def gpu_memory_free(self) -> np.ndarray:
+        """[N, G] free GPU memory per slot, MiB; a large number where memory is not accounted."""
+        return np.where(self.mem_total > 0, self.mem_total - self.mem_used, 1 << 40)
 
     # -- waiting pods -------------------------------------------------------------------------------
 
@@ -246,9 +301,11 @@ class Ledger:
         return True
 
     def waiting(self, phases: Iterable[Phase] = (Phase.PARKED,)) -> list[PodEntry]:
-        """Pods in `phases`, highest priority first, then oldest first."""
+        """Pods in `phases`, highest priority first, then oldest first (parked and queued pods are
+        indexed: asking for those costs their number, not the ledger's size)."""
         wanted = set(phases)
-        out = [e for e in self.pods.values() if e.phase in wanted and e.request is not None]
+        pool = self._waiting.values() if wanted <= set(_RETRIED) else self.pods.values()
+        out = [e for e in pool if e.phase in wanted and e.request is not None]
         out.sort(key=lambda e: (-(e.request.priority if e.request else 0), e.seq))
         return out
 
@@ -261,7 +318,7 @@ class Ledger:
     # -- holding pods -------------------------------------------------------------------------------
 
     def decide(self, uid: str, attempt: int, decision_id: str, node: str, gpus: Sequence[int],
-               request: PodRequest | None = None, now: float = 0.0, payload: Any = None) -> bool:
+               request: PodRequest | None = None, now: float = 0.0, payload: Any = None, gpu_mem: int = 0) -> bool:
         """Reserve for a decision (ours, or one read back from the stream). Idempotent: the same
         decision again is a no-op; a different decision for the same attempt replaces the
         reservation (the stream's copy is the truth when two leaders raced)."""
@@ -280,17 +337,17 @@ class Ledger:
             self._release(entry)
         entry = self._entry(uid, attempt, Phase.DECIDED, request, now, payload)
         if entry.request is None:
-            self.pods.pop(uid, None)
+            self._drop(uid)
             return False
-        entry.phase = Phase.DECIDED
+        self.set_phase(entry, Phase.DECIDED)
         entry.decision_id = decision_id
-        entry.node, entry.gpus = node, gpus
+        entry.node, entry.gpus, entry.gpu_mem = node, gpus, gpu_mem
         if self._reserve(entry, node, gpus) is not None:
             self.stats.reserved += 1
         return True
 
     def bound(self, uid: str, attempt: int, node: str, gpus: Sequence[int], request: PodRequest | None = None,
-              decision_id: str = "", now: float = 0.0) -> bool:
+              decision_id: str = "", now: float = 0.0, gpu_mem: int | None = None) -> bool:
         """Commit: the binder placed the pod on `node`/`gpus`. The binder's placement wins."""
         gpus = tuple(int(g) for g in gpus)
         if self.is_closed(uid, attempt):
@@ -301,7 +358,7 @@ class Ledger:
             if not entry.placed:
                 self._reserve(entry, node, gpus, truth=True)
             if entry.phase == Phase.DECIDED:
-                entry.phase = Phase.BOUND
+                self.set_phase(entry, Phase.BOUND)
                 entry.since = now
                 self.stats.committed += 1
                 return True
@@ -315,9 +372,11 @@ class Ledger:
             self.stats.ignored += 1
             return False
         entry = self._entry(uid, max(attempt, entry.attempt if entry else attempt), Phase.BOUND, request, now, None)
-        entry.phase = Phase.BOUND
+        self.set_phase(entry, Phase.BOUND)
         entry.decision_id = decision_id or entry.decision_id
         entry.node, entry.gpus = node, gpus
+        if gpu_mem is not None:
+            entry.gpu_mem = gpu_mem
         self._reserve(entry, node, gpus, truth=True)
         self.stats.committed += 1
         return True
@@ -359,7 +418,7 @@ class Ledger:
         if entry is None or entry.phase != Phase.DECIDED:
             return False
         self._release(entry)
-        entry.phase = Phase.QUEUED
+        self.set_phase(entry, Phase.QUEUED)
         entry.decision_id, entry.node, entry.gpus = "", "", ()
         return True
 
@@ -380,8 +439,15 @@ class Ledger:
 
     def check(self) -> None:
         """The cluster's ledger matches the holding pods (tests)."""
+        assert set(self._waiting) == {e.uid for e in self.pods.values() if e.phase in _RETRIED}, "waiting index"
         if self.cluster is None:
             return
         self.cluster.check()
         holding = {e.uid for e in self.pods.values() if e.phase in HOLDING and e.placed}
         assert holding == set(self.cluster.allocations), "ledger and cluster disagree on who holds GPUs"
+        used = np.zeros_like(self.mem_used)
+        for e in self.pods.values():
+            if e.phase in HOLDING and e.placed and e.gpu_mem:
+                for g in e.gpus:
+                    used[self.cluster.index[e.node], g] += e.gpu_mem
+        assert (used == self.mem_used).all(), "GPU memory ledger drifted"

@@ -20,10 +20,11 @@ applied). Quota is asked only when a quota service answers; nobody listening mea
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpuaware import bus
@@ -96,7 +97,7 @@ class PlacementService:
             max_tombstones=s.max_tombstones)
         self.followers: list[bus.Follower] = []
         self.lease: bus.LeaderLease | None = None
-        self.consumer: bus.DurableConsumer[PodPending] | None = None
+        self.consumer: bus.PipelinedConsumer[PodPending] | None = None
         self._lead_task: asyncio.Task[None] | None = None
         self._retry_task: asyncio.Task[None] | None = None
         self._retry_event = asyncio.Event()
@@ -105,6 +106,9 @@ class PlacementService:
         self._quota_absent_until = 0.0
         self._quota_absent_logged = False
         self.leading_since: float | None = None
+        self._mine: set[str] = set()
+        """ids of decisions this instance stored itself: their echo is not applied again"""
+        self._mine_order: collections.deque[str] = collections.deque()
 
     # -- life ---------------------------------------------------------------------------------------
 
@@ -125,9 +129,9 @@ class PlacementService:
             await bus.follow(self.js, [FORECASTS], self._on_forecast, stream=FORECAST.name, deliver="new",
                              with_suffixes=True, name="placement-forecast"),
             await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED], self._on_binder, stream=BINDER.name,
-                             with_suffixes=True, name="placement-binder", batch=512),
+                             with_suffixes=True, name="placement-binder"),
             await bus.follow(self.js, [DECIDED, UNSCHEDULABLE], self._on_placement, stream=PLACEMENT.name,
-                             with_suffixes=True, name="placement-decisions", batch=512),
+                             with_suffixes=True, name="placement-decisions", skip=self._mine.__contains__),
         ]
         self.lease = bus.LeaderLease(self.js, s.lease_bucket, s.cluster, self.ctx.instance_id,
                                      ttl_s=s.lease_ttl_s, poll_s=s.lease_poll_s, on_change=self._on_lease)
@@ -168,10 +172,10 @@ class PlacementService:
         while not self.state.ensure_cluster():
             await asyncio.sleep(0.1)  # no inventory yet: nothing could be decided
         self.leading_since = time.monotonic()
-        self.consumer = await bus.subscribe_durable(
+        self.consumer = await bus.subscribe_pipelined(
             self.js, PENDING, s.durable, self._on_pending, stream=BINDER.name, ack_wait=s.pending_ack_wait_s,
             max_deliver=s.pending_max_deliver, max_ack_pending=s.pending_max_ack_pending, batch=s.pending_batch,
-            poll=0.5, concurrency=s.pending_batch, retry=bus.RetryPolicy(base=0.5, cap=10.0))
+            poll=0.5, retry=bus.RetryPolicy(base=0.5, cap=10.0))
         self._retry_task = asyncio.create_task(self._retry_loop(), name="placement retry")
         self._retry_event.set()  # look at the parked pods a previous leader left
         log.info("placement leads cluster %s: %d nodes, %d parked pods", s.cluster, self.state.num_nodes,
@@ -259,15 +263,18 @@ class PlacementService:
 
     # -- deciding ---------------------------------------------------------------------------------
 
-    async def _on_pending(self, pod: PodPending, _d: bus.Delivery) -> None:
+    async def _on_pending(self, pod: PodPending, _d: bus.Delivery) -> Awaitable[None] | None:
+        """Decide now, in stream order, and send; the returned completion says whether it was stored
+        (the consumer acks the pending pod only then)."""
         if not self.leading:
             raise bus.TransientError("not the leader (any more)", delay=0.2)
         try:
             outcomes = self.state.on_pending(pod)
         except RuntimeError as exc:
             raise bus.TransientError(str(exc), delay=1.0) from None
-        if outcomes:
-            await self._publish(outcomes, pending=True)
+        if not outcomes:
+            return None
+        return await self._send(outcomes, pending=True)
 
     async def _retry_loop(self) -> None:
         s = self.settings
@@ -277,21 +284,22 @@ class PlacementService:
             try:
                 outcomes, more = self.state.retry(s.retry_batch)
                 if outcomes:
-                    await self._publish(outcomes, pending=False)
+                    await (await self._send(outcomes, pending=False))
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("retrying parked pods failed; trying again on the next freed capacity")
+            except Exception as exc:
+                log.warning("retrying parked pods: %s; trying again on the next freed capacity", exc)
                 more = False
             if more:
                 self._retry_event.set()
             await asyncio.sleep(s.retry_interval_s)
 
-    async def _publish(self, outcomes: list[Outcome], *, pending: bool) -> None:
-        """Publish decisions and verdicts (pipelined); raise TransientError when one could not be stored
-        (the ledger is put back, so the pod is decided again)."""
+    async def _send(self, outcomes: list[Outcome], *, pending: bool) -> Awaitable[None]:
+        """Publish decisions and verdicts without waiting; the returned completion waits for the stream
+        and raises TransientError when one was not stored (the ledger is put back first, so the pod is
+        decided again), PermanentError for an invalid request (after its verdict was stored)."""
         decided = [o for o in outcomes if isinstance(o, Decided)]
-        if decided and self.settings.quota_enabled:
+        if decided and self.settings.quota_enabled and not self._quota_absent():
             refused = await self._admit(decided)
             if refused:
                 outcomes = [o for o in outcomes if not (isinstance(o, Decided) and o.msg.pod_uid in refused)]
@@ -301,13 +309,15 @@ class PlacementService:
         failure: BaseException | None = None
         for o in outcomes:
             try:
-                if isinstance(o, Decided):
-                    sent.append((o, await bus.publish_async(self.js, DECIDED, o.msg)))
-                else:
-                    sent.append((o, await bus.publish_async(self.js, UNSCHEDULABLE, o.msg)))
+                channel = DECIDED if isinstance(o, Decided) else UNSCHEDULABLE
+                sent.append((o, await bus.publish_async(self.js, channel, o.msg)))
             except Exception as exc:
                 failure = exc
                 self._unpublished(o)
+        return self._stored(sent, failure, pending)
+
+    async def _stored(self, sent: list[tuple[Outcome, asyncio.Future[bus.PubAck]]],
+                      failure: BaseException | None, pending: bool) -> None:
         rejected: Rejected | None = None
         for o, fut in sent:
             try:
@@ -316,14 +326,23 @@ class PlacementService:
                 failure = exc
                 self._unpublished(o)
                 continue
-            if isinstance(o, Decided) and ack.duplicate:
-                await self._reconcile(o.msg, ack)
+            if isinstance(o, Decided):
+                if ack.duplicate:
+                    await self._reconcile(o.msg, ack)
+                else:
+                    self._remember(ack.msg_id)
             if isinstance(o, Rejected):
                 rejected = o
         if failure is not None:
             raise bus.TransientError(f"publishing failed ({type(failure).__name__}: {failure})", delay=0.5)
         if rejected is not None and pending:
             raise bus.PermanentError(f"invalid pod request: {rejected.reason}")
+
+    def _remember(self, msg_id: str) -> None:
+        self._mine.add(msg_id)
+        self._mine_order.append(msg_id)
+        if len(self._mine_order) > 100_000:
+            self._mine.discard(self._mine_order.popleft())
 
     def _unpublished(self, o: Outcome) -> None:
         if isinstance(o, Decided):

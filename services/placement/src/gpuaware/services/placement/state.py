@@ -18,7 +18,7 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,12 +26,14 @@ import numpy as np
 from gpuaware.placement import (
     DEGRADED,
     HEALTHY,
+    MILLI,
     QUARANTINED,
     Decision,
     GpuModel,
     NodeSpec,
     PodRequest,
     RequestError,
+    Snapshot,
     Status,
     TypicalPods,
     build_scheduler,
@@ -128,6 +130,8 @@ class PlacementState:
     capability: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
     forecasts: dict[str, GpuUtilPredicted] = field(init=False, default_factory=dict)
     world_nodes: set[str] = field(init=False, default_factory=set)
+    avoid: dict[str, set[str]] = field(init=False, default_factory=dict)
+    """pod uid -> nodes the binder refused it on (transiently): not chosen again for it"""
     _slot: dict[tuple[str, str], int] = field(init=False, default_factory=dict)
     _dirty: bool = field(init=False, default=False)
     _classes: list[str] = field(init=False, default_factory=list)
@@ -163,7 +167,7 @@ class PlacementState:
             self._classes = node_class_names(self.ledger.cluster.snapshot()) if self.ledger.cluster else []
             self._build_scheduler()
             for e in self.ledger.waiting([Phase.UNRESOLVABLE]):
-                e.phase = Phase.PARKED  # a new node set may hold them now; the next retry pass sees
+                self.ledger.set_phase(e, Phase.PARKED)  # a new node set may hold them: the next pass sees
         return self.ledger.cluster is not None
 
     def _build_scheduler(self) -> None:
@@ -191,7 +195,8 @@ class PlacementState:
             attempt = attempt_of(pod.decision_id) or 0
             slots = self._slots(pod.node, pod.slices) or ()
             request = convert.observed_request(pod.pod_uid, pod.cpu_milli, pod.memory_mib, pod.slices)
-            self.ledger.bound(pod.pod_uid, attempt, pod.node, slots, request, pod.decision_id or "", pod.bound_at)
+            self.ledger.bound(pod.pod_uid, attempt, pod.node, slots, request, pod.decision_id or "", pod.bound_at,
+                              gpu_mem=pod.slices[0].memory_mib if pod.slices else 0)
             if pod.gang_id:
                 self.gangs.gangs.setdefault(pod.gang_id, Gang(pod.gang_id, 1, placed=True)).placed = True
         return len(page.pods)
@@ -264,7 +269,8 @@ class PlacementState:
                                                                     ev.slices))
             return
         self.ledger.decide(ev.pod_uid, ev.attempt, ev.decision_id, ev.node, slots, request, ev.decided_at,
-                           payload=entry.payload if entry is not None else None)
+                           payload=entry.payload if entry is not None else None,
+                           gpu_mem=ev.slices[0].memory_mib if ev.slices else 0)
         if ev.gang_id:
             gang = self.gangs.gangs.get(ev.gang_id)
             if gang is not None:
@@ -278,9 +284,9 @@ class PlacementState:
             return
         entry = self.ledger.pods.get(ev.pod_uid)
         gang_wait = ev.reason == UnschedulableReason.GANG_INCOMPLETE
-        if entry is not None and entry.attempt == ev.attempt:
-            if entry.phase in HOLDING or entry.phase in (Phase.PARKED, Phase.UNRESOLVABLE) or gang_wait:
-                return
+        settled = (*HOLDING, Phase.PARKED, Phase.UNRESOLVABLE)
+        if entry is not None and entry.attempt == ev.attempt and (entry.phase in settled or gang_wait):
+            return
         try:
             req = convert.pod_request(ev.pod, self.models, self.capability)
         except RequestError:
@@ -302,27 +308,36 @@ class PlacementState:
         if request is None:
             request = convert.observed_request(ev.pod_uid, 0, 0, ev.slices)
         slots = self._slots(ev.node, ev.slices) or ()
-        self.ledger.bound(ev.pod_uid, attempt, ev.node, slots, request, ev.decision_id or "", ev.bound_at)
+        self.ledger.bound(ev.pod_uid, attempt, ev.node, slots, request, ev.decision_id or "", ev.bound_at,
+                          gpu_mem=ev.slices[0].memory_mib if ev.slices else 0)
+        self.avoid.pop(ev.pod_uid, None)
 
     def apply_bind_failed(self, ev: PodBindFailed) -> bool:
+        """Roll back. A transient refusal also keeps the pod's next attempts off that node (the view
+        evidently misses something about it), for a few nodes at most."""
         if ev.cluster != self.cluster_name:
             return False
+        if ev.transient and ev.node:
+            nodes = self.avoid.setdefault(ev.pod_uid, set())
+            if len(nodes) < 4:
+                nodes.add(ev.node)
         attempt = attempt_of(ev.decision_id)
         return self.ledger.rollback(ev.pod_uid, ev.decision_id, attempt if attempt is not None else ev.attempt)
 
     def apply_preempted(self, ev: PodPreempted) -> bool:
         if ev.cluster != self.cluster_name:
             return False
-        self._forget_gang_member(ev.pod_uid)
+        self._forget_pod(ev.pod_uid)
         return self.ledger.release(ev.pod_uid, attempt_of(ev.decision_id))
 
     def apply_finished(self, ev: PodFinished) -> bool:
         if ev.cluster != self.cluster_name:
             return False
-        self._forget_gang_member(ev.pod_uid)
+        self._forget_pod(ev.pod_uid)
         return self.ledger.release(ev.pod_uid)
 
-    def _forget_gang_member(self, uid: str) -> None:
+    def _forget_pod(self, uid: str) -> None:
+        self.avoid.pop(uid, None)
         entry = self.ledger.pods.get(uid)
         if entry is not None and entry.request is not None and entry.request.gang_id:
             self.gangs.remove_member(uid, entry.request.gang_id)
@@ -358,27 +373,60 @@ class PlacementState:
             return self._gang_member(entry)
         return self._try(entry, publish_unschedulable=True)
 
+    def schedule(self, pod: PodRequest, snap: Snapshot) -> Decision | Status:
+        """The engine's choice, within what the engine does not model: GPU memory held by other
+        pods (sharing pods need a GPU with both compute and memory free) and nodes the binder just
+        refused for this pod. A GPU the score plugin picked without the memory is swapped for the
+        tightest one on the same node that has it."""
+        assert self.scheduler is not None
+        need = None
+        exclude = None
+        if pod.is_gpu_share and (pod.gpu_memory_mib or self.ledger.heavy):
+            total = self.ledger.mem_total
+            need = pod.gpu_memory_mib if pod.gpu_memory_mib else total * pod.gpu_milli // MILLI
+            ok = (snap.gpu_free >= pod.gpu_milli) & (self.ledger.gpu_memory_free() >= need)
+            exclude = ~ok.any(axis=1)
+        avoid = self.avoid.get(pod.name)
+        if avoid:
+            exclude = np.zeros(snap.num_nodes, bool) if exclude is None else exclude.copy()
+            for node in avoid:
+                i = self.ledger.node_index(node)
+                if i is not None:
+                    exclude[i] = True
+        result = self.scheduler.schedule(pod, snap, exclude if exclude is not None and exclude.any() else None)
+        if isinstance(result, Decision) and need is not None and result.gpus:
+            g = result.gpus[0]
+            if not ok[result.node, g]:
+                row = np.where(ok[result.node], snap.gpu_free[result.node], MILLI + 1)
+                result = replace(result, gpus=(int(np.argmin(row)),))
+        return result
+
     def _try(self, entry: PodEntry, *, publish_unschedulable: bool) -> list[Outcome]:
         assert self.scheduler is not None and self.ledger.cluster is not None and entry.request is not None
         req = entry.request
-        result = self.scheduler.schedule(req, self.ledger.cluster.snapshot())
+        result = self.schedule(req, self.ledger.cluster.snapshot())
         if isinstance(result, Decision):
             return [self._commit(entry, result)]
         if result.code == Code.ERROR:
             raise RuntimeError(f"placement plugin {result.plugin} failed: {result.reason}")
-        return self._wait(entry, result, publish=publish_unschedulable)
+        override = None
+        if result.plugin == "exclude":
+            refused = self.avoid.get(entry.uid)
+            override = UnschedulableReason.INSUFFICIENT_GPU_MEMORY if not refused else "refused_by_binder"
+        return self._wait(entry, result, publish=publish_unschedulable, reason_override=override)
 
     def _commit(self, entry: PodEntry, d: Decision) -> Decided:
         assert self.scheduler is not None and entry.request is not None
         did = decision_id(entry.uid, entry.attempt)
-        self.ledger.decide(entry.uid, entry.attempt, did, d.node_name, d.gpus, entry.request, self.clock())
-        self.counters.decided += 1
         p: PodPending = entry.payload
+        gpu_slices = convert.slices(entry.request, self.gpus[d.node_name], d.gpus, p.mig_profile)
+        self.ledger.decide(entry.uid, entry.attempt, did, d.node_name, d.gpus, entry.request, self.clock(),
+                           gpu_mem=gpu_slices[0].memory_mib if gpu_slices else 0)
+        self.counters.decided += 1
         now = self.clock()
         msg = PlacementDecided(
             source=self.source, emitted_at=now, cluster=self.cluster_name, decision_id=did, pod_uid=entry.uid,
-            pod_name=p.pod_name, namespace=p.namespace, node=d.node_name,
-            slices=convert.slices(entry.request, self.gpus[d.node_name], d.gpus, p.mig_profile),
+            pod_name=p.pod_name, namespace=p.namespace, node=d.node_name, slices=gpu_slices,
             policy=self.policy_name, score=round(self.scheduler.normalized(d.score), 3), decided_at=now,
             gang_id=p.gang_id, queue=p.queue, attempt=entry.attempt, cpu_milli=entry.request.cpu_milli,
             memory_mib=entry.request.memory_mib)
@@ -387,8 +435,11 @@ class PlacementState:
     def _wait(self, entry: PodEntry, status: Status, *, publish: bool,
               reason_override: str | None = None) -> list[Outcome]:
         assert entry.request is not None and self.ledger.cluster is not None
-        why = self.explain_request(entry.request)
         unresolvable = status.code == Code.UNRESOLVABLE
+        if not publish and reason_override is None and entry.phase in (Phase.PARKED, Phase.UNRESOLVABLE) \
+                and (entry.phase == Phase.UNRESOLVABLE) == unresolvable:
+            return []  # a retry that changed nothing: no explanation computed, nothing published
+        why = self.explain_request(entry.request)
         reason = reason_override or why.reason or (
             UnschedulableReason.INSUFFICIENT_GPU if not unresolvable else UnschedulableReason.NO_MATCHING_GPU_TYPE)
         phase = Phase.UNRESOLVABLE if unresolvable else Phase.PARKED
@@ -435,7 +486,7 @@ class PlacementState:
                    and e.phase not in HOLDING and e.request is not None]
         if len(entries) < gang.min_members:
             return []
-        result = place_gang(self.scheduler, self.ledger.cluster, [e.request for e in entries])
+        result = place_gang(self, self.ledger.cluster, [e.request for e in entries])
         if isinstance(result, GangFailure):
             out: list[Outcome] = []
             failing = result.member.name

@@ -1,0 +1,190 @@
+"""Pipelined durable consumption: decide in order, publish without waiting, ack once stored.
+
+`subscribe_durable` runs a handler per message and acknowledges when it returns, so a handler that
+must not ack before its own output is stored (placement: the pending pod is acked only once its
+decision is in the PLACEMENT stream) has to wait for a PubAck per message: one round trip each,
+or a task per message to overlap them. Here the handler is split in two:
+
+    completion = await handler(msg, delivery)   # in stream order, one at a time: decide, *send*
+    ...                                         # (the rest of the batch is handled the same way)
+    await completion                            # then, per message: stored? -> ack / nak / term
+
+so a batch of N pulled messages costs N in-order handler calls, N pipelined publishes and one wait
+for the slowest PubAck. The handler returns None when there is nothing to wait for. Errors keep
+their meaning (consumer.py): raised by the handler or by the completion, `TransientError` naks with
+its delay (dead letter on the last delivery), `PermanentError` dead-letters, anything else retries
+with backoff. Each message is still handled inside its own span continuing the producer's trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from gpuaware.bus import tracing
+from gpuaware.bus.codec import Channel, DecodeFailure
+from gpuaware.bus.consumer import Delivery, DurableConsumer, RetryPolicy, _fail
+from gpuaware.bus.dedupe import Deduper
+from gpuaware.bus.errors import PermanentError, TransientError
+from gpuaware.bus.headers import MSG_ID
+from gpuaware.bus.jetstream import ConsumerSpec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PipelinedConsumer", "PipelinedHandler", "subscribe_pipelined"]
+
+T = TypeVar("T")
+
+PipelinedHandler = Callable[[T, Delivery], Awaitable[Awaitable[Any] | None]]
+
+
+class PipelinedConsumer(DurableConsumer[T]):
+    """A `DurableConsumer` whose handler returns a completion to await after the whole batch.
+
+    The completions of a batch are settled in the background while the next batch is pulled and
+    handled (at most `max_inflight_batches` batches unsettled at once), so waiting for the stream's
+    acknowledgements never leaves the consumer idle.
+    """
+
+    max_inflight_batches = 4
+
+    def _inflight(self) -> set[asyncio.Task[None]]:
+        tasks = getattr(self, "_settling", None)
+        if tasks is None:
+            tasks = self._settling = set()
+        return tasks
+
+    async def _handle_batch(self, msgs: list[Msg]) -> None:
+        pending: list[tuple[Msg, Delivery, Awaitable[Any]]] = []
+        for i, msg in enumerate(msgs):
+            if self._stopping.is_set():
+                await self._give_back(msgs[i:])
+                break
+            try:
+                got = await self._start_one(msg)
+            except Exception:
+                log.exception("consumer %s: could not settle a message", self._name)
+                continue
+            if got is not None:
+                pending.append(got)
+        if not pending:
+            return
+        inflight = self._inflight()
+        while len(inflight) >= self.max_inflight_batches:
+            await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+        task = asyncio.create_task(self._settle_batch(pending), name=f"settle {self._name}")
+        inflight.add(task)
+        task.add_done_callback(inflight.discard)
+
+    async def _settle_batch(self, pending: list[tuple[Msg, Delivery, Awaitable[Any]]]) -> None:
+        for msg, delivery, completion in pending:
+            try:
+                await self._finish(msg, delivery, completion)
+            except Exception:
+                log.exception("consumer %s: could not settle a message", self._name)
+
+    async def stop(self) -> None:
+        """As `DurableConsumer.stop`, then wait for the batches still being settled."""
+        await super().stop()
+        inflight = self._inflight()
+        if inflight:
+            await asyncio.wait(inflight)
+
+    async def _start_one(self, msg: Msg) -> tuple[Msg, Delivery, Awaitable[Any]] | None:
+        self.stats.received += 1
+        meta = msg.metadata
+        headers = msg.headers or {}
+        delivery = Delivery(subject=msg.subject, stream=meta.stream, consumer=meta.consumer,
+                            stream_seq=meta.sequence.stream, attempt=meta.num_delivered,
+                            max_deliver=self.max_deliver, msg_id=headers.get(MSG_ID), headers=headers, _msg=msg)
+        with tracing.receive_span(msg.subject, headers, attributes={
+            "messaging.consumer.group.name": self.durable,
+            "messaging.message.id": delivery.msg_id or "",
+            "messaging.nats.delivery_attempt": delivery.attempt,
+        }) as span:
+            try:
+                value = self.channel.decode(msg.data)
+            except DecodeFailure as exc:
+                self.stats.decode_errors += 1
+                _fail(span, exc)
+                await self._dead_letter(msg, delivery, f"decode error: {exc}")
+                return None
+            if self._deduper is not None and delivery.msg_id and self._deduper.seen(delivery.msg_id):
+                self.stats.duplicates += 1
+                await msg.ack()
+                return None
+            try:
+                completion = await self.handler(value, delivery)  # type: ignore[arg-type]
+            except BaseException as exc:
+                if not isinstance(exc, Exception):
+                    raise
+                _fail(span, exc)
+                await self._settle_error(msg, delivery, exc)
+                return None
+        if completion is None:
+            await self._settle_ok(msg, delivery)
+            return None
+        return msg, delivery, completion
+
+    async def _finish(self, msg: Msg, delivery: Delivery, completion: Awaitable[Any]) -> None:
+        try:
+            await completion
+        except Exception as exc:
+            await self._settle_error(msg, delivery, exc)
+            return
+        await self._settle_ok(msg, delivery)
+
+    async def _settle_ok(self, msg: Msg, delivery: Delivery) -> None:
+        if self._deduper is not None and delivery.msg_id:
+            self._deduper.remember(delivery.msg_id)
+        await msg.ack()
+        self.stats.processed += 1
+
+    async def _settle_error(self, msg: Msg, delivery: Delivery, exc: Exception) -> None:
+        self.stats.failed += 1
+        if isinstance(exc, PermanentError):
+            await self._dead_letter(msg, delivery, f"permanent: {exc.reason}")
+        elif isinstance(exc, TransientError):
+            await self._retry_later(msg, delivery, exc.reason, exc.delay)
+        else:
+            log.error("consumer %s: handler failed on %s seq %d (attempt %d): %s: %s", self._name, msg.subject,
+                      delivery.stream_seq, delivery.attempt, type(exc).__name__, exc, exc_info=exc)
+            await self._retry_later(msg, delivery, f"{type(exc).__name__}: {exc}", None)
+
+
+async def subscribe_pipelined(
+    js: JetStreamContext,
+    channel: Channel[T],
+    durable: str,
+    handler: PipelinedHandler[T],
+    *,
+    stream: str | None = None,
+    ack_wait: float = 30.0,
+    max_deliver: int = 5,
+    backoff: tuple[float, ...] = (),
+    max_ack_pending: int = 1000,
+    deliver_policy: str = "all",
+    manage: bool = True,
+    batch: int = 128,
+    poll: float = 1.0,
+    retry: RetryPolicy | None = None,
+    deduper: Deduper | None = None,
+) -> PipelinedConsumer[T]:
+    """Like `subscribe_durable`, with a two-step handler (see the module docstring)."""
+    if batch < 1 or poll <= 0:
+        raise ValueError("batch must be >= 1 and poll > 0")
+    if stream is None:
+        stream = await js.find_stream_name_by_subject(channel.subject)
+    spec = ConsumerSpec(durable=durable, filter_subject=channel.subject, ack_wait=ack_wait,
+                        max_deliver=max_deliver, backoff=tuple(backoff), max_ack_pending=max_ack_pending,
+                        deliver_policy=deliver_policy)
+    consumer = PipelinedConsumer(js, channel, handler, stream=stream, spec=spec, manage=manage,  # type: ignore[arg-type]
+                                 batch=batch, poll=poll, concurrency=1, retry=retry or RetryPolicy(),
+                                 deduper=deduper)
+    await consumer._start()
+    return consumer

@@ -1,0 +1,57 @@
+"""gpuaware.bus.LeaderLease on a real server: one holder, hand-over on release, expiry on a crash,
+and a holder that cannot renew steps down before anyone else can win."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gpuaware import bus
+
+
+async def _lease(js, holder: str, changes: list, ttl: float = 1.0) -> bus.LeaderLease:
+    async def on_change(leading: bool) -> None:
+        changes.append((holder, leading, time.monotonic()))
+
+    return await bus.LeaderLease(js, "test-lease", "k", holder, ttl_s=ttl, poll_s=0.05,
+                                 on_change=on_change).start()
+
+
+async def test_one_holder_handover_and_expiry(nats_proc) -> None:
+    async with bus.connected(nats_proc.url, name="a") as nca, bus.connected(nats_proc.url, name="b") as ncb:
+        changes: list = []
+        a = await _lease(nca.jetstream(), "a", changes)
+        assert await a.wait_leading(3.0)
+        b = await _lease(ncb.jetstream(), "b", changes)
+        await asyncio.sleep(1.5)  # a renews across more than one TTL; b never wins meanwhile
+        assert a.leading and not b.leading
+        # graceful: a releases, b wins at its next poll
+        released = time.monotonic()
+        await a.stop(release=True)
+        assert await b.wait_leading(2.0) and time.monotonic() - released < 0.5
+        assert b.term > a.term  # terms increase: usable as fencing tokens
+        # crash: b stops renewing without releasing; a newcomer wins once the key expired
+        b._task.cancel()
+        crashed = time.monotonic()
+        c = await _lease(nca.jetstream(), "c", changes)
+        assert await c.wait_leading(3.0)
+        assert 0.8 < time.monotonic() - crashed < 2.5
+        await c.stop()
+
+
+async def test_a_holder_that_cannot_renew_steps_down_in_time(nats_proc) -> None:
+    async with bus.connected(nats_proc.url, name="a") as nc:
+        changes: list = []
+        a = await _lease(nc.jetstream(), "a", changes, ttl=1.2)
+        assert await a.wait_leading(3.0)
+        won = time.monotonic()
+
+        async def failing_update(*_args, **_kw):
+            raise TimeoutError("partitioned")
+
+        a._kv.update = failing_update  # the server is unreachable for this holder
+        await asyncio.sleep(1.3)
+        assert not a.leading
+        stepped_down = next(t for h, leading, t in changes if h == "a" and not leading)
+        assert stepped_down - won < 1.2  # before the TTL: nobody else can hold it yet
+        await a.stop()
