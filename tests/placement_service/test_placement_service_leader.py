@@ -11,7 +11,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 
-from conftest import World, pending, placement
+from placement_service_helpers import World, pending, placement
 
 from gpuaware.placement import MILLI
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-from conftest import World, pending, placement
+from placement_service_helpers import World, pending, placement
 
 from gpuaware import bus
 from gpuaware.schemas.deadletter import HEADER_REASON

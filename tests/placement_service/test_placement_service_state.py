@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import inventory, pending
+from placement_service_helpers import inventory, pending
 
 from gpuaware.placement import POLICIES
 from gpuaware.schemas.binder import PodFinished, PodOutcome

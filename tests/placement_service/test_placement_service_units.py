@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import inventory, pending
+from placement_service_helpers import inventory, pending
 
 from gpuaware.placement import OURS, Cluster, Decision, NodeSpec, PodRequest, Status, TypicalPods, policy
 from gpuaware.placement.cache import CachedScheduler
