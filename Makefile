@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv demo test lint schemas bench-bus bench-placement clean up down
+.PHONY: venv demo test lint schemas bench-bus bench-placement bench-loop clean up down
 
 venv: $(STAMP)
 
@@ -36,6 +36,9 @@ bench-bus: $(STAMP)
 
 bench-placement: $(STAMP)
 	$(PY) bench/placement.py
+
+bench-loop: $(STAMP)
+	$(PY) bench/loop.py
 
 up: $(STAMP)
 	$(VENV)/bin/gpuaware up
