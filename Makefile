@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv demo test lint schemas bench-bus bench-placement bench-loop clean up down
+.PHONY: venv demo test lint schemas bench-bus bench-placement bench-telemetry bench-loop clean up down
 
 venv: $(STAMP)
 
@@ -36,6 +36,9 @@ bench-bus: $(STAMP)
 
 bench-placement: $(STAMP)
 	$(PY) bench/placement.py
+
+bench-telemetry: $(STAMP)
+	$(PY) bench/telemetry.py
 
 bench-loop: $(STAMP)
 	$(PY) bench/loop.py

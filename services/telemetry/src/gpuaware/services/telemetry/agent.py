@@ -1,0 +1,304 @@
+"""The node agent: read the GPUs every ``fast_s``, publish what the edge logic says is news.
+
+One process per GPU node (a DaemonSet), or one process simulating several nodes (demo, tests,
+benchmarks). Per read and per node: ``backend.sample(now)`` + ``backend.events()`` ->
+``NodeEdge.observe`` (gpuaware.telemetry: adaptive sampling, anomaly flags, per-pod usage) ->
+publish. The inventory is announced at start, whenever a check finds it changed (or a GPU was
+lost), and every ``inventory_interval_s`` regardless, so a reader that joins late finds it.
+
+Pod allocations come from the simulated fleet's assignments (the digital twin), or from the
+binder's events on ``binder.pod.>``. For the latter the agent replays the BINDER stream from its
+start at every start-up (its durable consumer is recreated), so its ledger is whole again after a
+restart; the stream's retention bounds that replay.
+
+Samples go out with ``publish_async`` (pipelined; the stream acks are checked on the next read and
+failures logged), inventory and usage reports with ``publish`` (each waits for its ack).
+
+Time comes from ``clock`` (Unix seconds): the system clock in production, a ``ManualClock`` in
+tests, which then call ``tick()`` themselves instead of ``run()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from gpuaware import bus
+from gpuaware.gpu import (
+    DcgmExporterBackend,
+    EventKind,
+    FleetSpec,
+    GpuBackend,
+    GpuBackendError,
+    GpuBackendUnavailable,
+    NvmlBackend,
+    SimulatedFleet,
+    system_clock,
+)
+from gpuaware.schemas import (
+    GPU_SAMPLED,
+    NODE_INVENTORY,
+    POD_USAGE_REPORTED,
+    GpuSampled,
+    NodeInventory,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPending,
+    PodPreempted,
+    PodUsageReported,
+)
+from gpuaware.services.telemetry.collector import subject_token
+from gpuaware.services.telemetry.settings import AgentSettings
+from gpuaware.telemetry import AllocationLedger, NodeEdge, PodAlloc, allocations_by_gpu, from_pod_shares
+
+log = logging.getLogger(__name__)
+
+SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
+USAGE = bus.Channel(POD_USAGE_REPORTED, PodUsageReported)
+BinderEvent = PodBound | PodFinished | PodPreempted | PodPending | PodBindFailed
+BINDER_EVENTS: bus.Channel[Any] = bus.Channel("binder.pod.>", BinderEvent)  # type: ignore[arg-type]
+
+
+@dataclass
+class AgentStats:
+    reads: int = 0
+    messages: int = 0
+    rows: int = 0
+    usage_reports: int = 0
+    inventories: int = 0
+    publish_errors: int = 0
+    read_errors: int = 0
+
+
+def _same_inventory(a: NodeInventory | None, b: NodeInventory) -> bool:
+    return a is not None and msgspec.structs.replace(a, emitted_at=0.0, source="-") == msgspec.structs.replace(
+        b, emitted_at=0.0, source="-")
+
+
+class Agent:
+    """Reads, decides and publishes for one or more nodes (see the module docstring)."""
+
+    def __init__(self, settings: AgentSettings, js: Any, backends: Mapping[str, GpuBackend], *,
+                 clock: Callable[[], float] = system_clock, fleet: SimulatedFleet | None = None,
+                 instance: str = "") -> None:
+        self.settings = settings
+        self.js = js
+        self.backends = dict(backends)
+        self.clock = clock
+        self.fleet = fleet
+        self.source = f"{settings.service_name}/{instance or socket.gethostname()}"
+        self.allocation_mode = settings.allocation_source()
+        if self.allocation_mode == "fleet" and fleet is None:
+            raise ValueError("allocations from the fleet need the simulated backend")
+        cluster = subject_token(settings.cluster)
+        self.edges = {node: NodeEdge(node, source=self.source, cluster=settings.cluster, policy=settings.policy(),
+                                     usage_window_s=settings.usage_window_s) for node in self.backends}
+        self.channels = {node: (SAMPLED.at(cluster, subject_token(node)), INVENTORY.at(cluster, subject_token(node)),
+                                USAGE.at(cluster, subject_token(node))) for node in self.backends}
+        self.ledgers = {node: AllocationLedger(node) for node in self.backends}
+        self.stats = AgentStats()
+        self._announced: dict[str, NodeInventory] = {}
+        self._announced_at: dict[str, float] = {}
+        self._checked_at = float("-inf")
+        self._acks: list[asyncio.Future[bus.PubAck]] = []
+        self._consumer: bus.DurableConsumer[Any] | None = None
+
+    # --- life -------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Announce every node's inventory; follow the binder's events when they are the allocations."""
+        if self.allocation_mode == "binder":
+            await self._follow_binder()
+        await self.check_inventory(self.clock(), force=True)
+
+    async def _follow_binder(self) -> None:
+        durable = "telemetry-agent-" + "-".join(sorted(subject_token(n) for n in self.backends))[:200]
+        stream = await self.js.find_stream_name_by_subject(BINDER_EVENTS.subject)
+        try:  # replay from the stream's start at every start-up: the ledger lives in memory
+            await self.js.delete_consumer(stream, durable)
+        except Exception as exc:
+            log.debug("no previous consumer %s to delete (%s)", durable, exc)
+        self._consumer = await bus.subscribe_durable(self.js, BINDER_EVENTS, durable, self._on_binder,
+                                                     stream=stream, deliver_policy="all", batch=256, poll=0.5)
+
+    async def _on_binder(self, event: Any, _delivery: bus.Delivery) -> None:
+        if isinstance(event, PodBound):
+            ledger = self.ledgers.get(event.node)
+            if ledger is not None:
+                ledger.bound(event)
+        elif isinstance(event, PodFinished | PodPreempted):
+            for ledger in self.ledgers.values():
+                ledger.released(event.pod_uid)
+
+    async def stop(self) -> None:
+        """Report the unfinished usage windows, wait for pending acks, stop following the binder."""
+        now = self.clock()
+        for node, edge in self.edges.items():
+            report = edge.close(now)
+            if report is not None:
+                await self._publish_report(node, report)
+        await self._settle_acks(wait=True)
+        if self._consumer is not None:
+            await self._consumer.stop()
+        for backend in self.backends.values():
+            with contextlib.suppress(Exception):
+                backend.close()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read every ``fast_s`` of wall time until ``stop`` is set."""
+        period = self.settings.fast_s
+        next_at = time.monotonic()
+        while not stop.is_set():
+            await self.tick(self.clock())
+            next_at += period
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (a slow backend): skip the missed reads, do not burst
+                next_at = time.monotonic()
+                delay = 0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+    # --- one read -----------------------------------------------------------------------------------
+    def allocations(self, node: str) -> Mapping[str, Sequence[PodAlloc]]:
+        if self.allocation_mode == "fleet" and self.fleet is not None:
+            return allocations_by_gpu(from_pod_shares(p for ps in self.fleet.assignments(node).values() for p in ps))
+        if self.allocation_mode == "binder":
+            return self.ledgers[node].by_gpu()
+        return {}
+
+    async def tick(self, now: float) -> None:
+        """One read of every node at ``now``: publish the rows that are news and closed usage windows."""
+        await self._settle_acks(wait=False)
+        lost = False
+        for node, backend in self.backends.items():
+            try:
+                frame = backend.sample(now)
+                events = backend.events(0.0)
+            except GpuBackendError as exc:
+                self.stats.read_errors += 1
+                log.warning("reading the GPUs of %s failed (%s); next read retries", node, exc)
+                continue
+            lost |= any(e.kind is EventKind.GPU_LOST for e in events)
+            self.stats.reads += 1
+            out = self.edges[node].observe(frame, now, events=events, allocations=self.allocations(node),
+                                           emitted_at=now)
+            sampled_ch, _, _ = self.channels[node]
+            if out.sampled is not None:
+                try:
+                    self._acks.append(await bus.publish_async(self.js, sampled_ch, out.sampled))
+                    self.stats.messages += 1
+                    self.stats.rows += len(out.sampled.gpu_uuid)
+                except Exception as exc:
+                    self.stats.publish_errors += 1
+                    log.warning("publishing the samples of %s failed (%s)", node, exc)
+            if out.usage is not None:
+                await self._publish_report(node, out.usage)
+        await self.check_inventory(now, force=lost)
+
+    async def _publish_report(self, node: str, report: PodUsageReported) -> None:
+        try:
+            await bus.publish(self.js, self.channels[node][2], report, timeout=self.settings.publish_timeout_s)
+            self.stats.usage_reports += 1
+        except Exception as exc:
+            self.stats.publish_errors += 1
+            log.warning("publishing the pod usage of %s failed (%s)", node, exc)
+
+    async def _settle_acks(self, *, wait: bool) -> None:
+        if not self._acks:
+            return
+        if wait:
+            await asyncio.wait(self._acks, timeout=self.settings.publish_timeout_s)
+        pending = []
+        for fut in self._acks:
+            if not fut.done():
+                pending.append(fut)
+            elif fut.cancelled() or fut.exception() is not None:
+                self.stats.publish_errors += 1
+                log.warning("a sample batch was not stored by the stream (%s)",
+                            "cancelled" if fut.cancelled() else fut.exception())
+        self._acks = pending
+
+    async def check_inventory(self, now: float, *, force: bool = False) -> None:
+        """Announce each node's inventory when it changed, or when it is due again."""
+        s = self.settings
+        if not force and now - self._checked_at < s.inventory_check_s:
+            return
+        self._checked_at = now
+        for node, backend in self.backends.items():
+            try:
+                inv = backend.inventory()
+            except GpuBackendError as exc:
+                log.warning("reading the inventory of %s failed (%s)", node, exc)
+                continue
+            stale = now - self._announced_at.get(node, float("-inf")) >= s.inventory_interval_s
+            if _same_inventory(self._announced.get(node), inv) and not stale:
+                continue
+            inv = msgspec.structs.replace(inv, source=self.source, emitted_at=now)
+            try:
+                await bus.publish(self.js, self.channels[node][1], inv, timeout=s.publish_timeout_s)
+            except Exception as exc:
+                self.stats.publish_errors += 1
+                log.warning("announcing the inventory of %s failed (%s); the next check retries", node, exc)
+                continue
+            self._announced[node], self._announced_at[node] = inv, now
+            self.stats.inventories += 1
+
+
+def make_backends(settings: AgentSettings, *, clock: Callable[[], float] = system_clock
+                  ) -> tuple[dict[str, GpuBackend], SimulatedFleet | None]:
+    """The backends the settings ask for; ``GpuBackendUnavailable`` says clearly why not."""
+    if settings.backend == "simulated":
+        fleet = SimulatedFleet(FleetSpec.uniform(settings.sim_nodes, settings.sim_gpus_per_node, settings.sim_model,
+                                                 prefix=settings.sim_prefix, seed=settings.sim_seed,
+                                                 occupancy=settings.sim_occupancy, traces=settings.sim_traces,
+                                                 cluster=settings.cluster), clock=clock)
+        return {node: fleet.node(node) for node in fleet.nodes}, fleet
+    node = settings.node_name or socket.gethostname()
+    if settings.backend == "dcgm":
+        return {node: DcgmExporterBackend(settings.dcgm_url, node=node, clock=clock)}, None
+    try:
+        return {node: NvmlBackend(node, clock=clock)}, None
+    except GpuBackendUnavailable as exc:
+        raise GpuBackendUnavailable(
+            f"NVML is not usable on this machine ({exc}). On a GPU node, run the agent with the NVIDIA "
+            "driver and libnvidia-ml mounted; elsewhere set GPUAWARE_TELEMETRY_AGENT_BACKEND=dcgm "
+            "(a dcgm-exporter URL) or =simulated.") from exc
+
+
+class AgentRunner:
+    """The agent's read loop as a background task that `run_service` stops on SIGTERM."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.agent.start()
+        self._task = asyncio.create_task(self.agent.run(self._stop), name="telemetry-agent")
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+        await self.agent.stop()
+
+
+async def mount_agent(ctx: Any) -> list[bus.Endpoint[Any, Any]]:
+    settings: AgentSettings = ctx.settings
+    backends, fleet = make_backends(settings)
+    runner = AgentRunner(Agent(settings, ctx.js, backends, fleet=fleet, instance=ctx.instance_id))
+    await runner.start()
+    ctx.on_stop(runner)
+    log.info("agent reading %d node(s) every %.3gs (%s sampling, allocations from %s)", len(backends),
+             settings.fast_s, "fixed" if settings.fixed_rate else "adaptive", runner.agent.allocation_mode)
+    return []

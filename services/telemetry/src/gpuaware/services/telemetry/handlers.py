@@ -1,0 +1,273 @@
+"""Collector handlers: decode (the bus), check (gpuaware.telemetry), write (gpuaware.tsdb), ack.
+
+One durable consumer on ``telemetry.>`` receives inventory, samples and usage reports in the order
+the agents published them (an agent announces its inventory before its first sample, so a sample
+rarely meets a node the collector does not know yet). Dispositions, as exceptions (gpuaware.bus):
+
+    message                         outcome
+    NodeInventory                   upserted, the node's GPUs become known; then ack
+    GpuSampled, valid               queued for the next COPY; ack once committed
+    GpuSampled, refused             dead letter with the reason (`check_batch` codes), counted per code;
+                                    "no inventory yet" / "unknown GPU" wait `inventory_attempts` first
+    GpuSampled, database down       held, then TransientError: redelivered with backoff, never lost
+    PodUsageReported                inserted (first writer wins per pod, GPU, window); then ack
+    GpuRolledUp                     ack (our own output, seen because the filter is telemetry.>)
+    undecodable / out of range      dead letter by the bus (decode error), counted there
+
+``collector.stats`` (request/reply) returns the counters, for operators and tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from gpuaware import bus, tsdb
+from gpuaware.runtime import ServiceContext
+from gpuaware.schemas import (
+    GpuRolledUp,
+    GpuSampled,
+    MigMode,
+    NodeInventory,
+    PodUsageReported,
+)
+from gpuaware.services.telemetry.collector import Maintenance, SampleWriter, Watermark
+from gpuaware.services.telemetry.settings import CollectorSettings
+from gpuaware.telemetry import check_batch
+
+log = logging.getLogger(__name__)
+
+TelemetryEvent = GpuSampled | NodeInventory | PodUsageReported | GpuRolledUp
+TELEMETRY_IN: bus.Channel[Any] = bus.Channel("telemetry.>", TelemetryEvent)  # type: ignore[arg-type]
+STATS_SUBJECT = "collector.stats"
+
+
+class StatsRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask a collector for its counters (no fields)."""
+
+
+class CollectorStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of one collector process since it started."""
+
+    instance: str
+    received: int
+    processed: int
+    decode_errors: int
+    dead_lettered: int
+    retried: int
+    rejected: dict[str, int]
+    """refused sample batches by ``check_batch`` code (each also dead-lettered)"""
+    redeliveries: int
+    """sample batches seen again (after a crash, a timeout or a retry); their rows are never stored twice"""
+    rows_written: int
+    rows_new: int
+    """rows not stored before (rows_written - rows_new were already there: redelivered)"""
+    copies: int
+    copy_retries: int
+    copy_failures: int
+    last_db_error: str
+    inventory_gpus: int
+    usage_rows: int
+    rollups_published: dict[str, int]
+    maintenance_errors: int
+    watermark: float | None
+
+
+def _ts(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+class CollectorHandlers:
+    """The collector's state and its message handlers."""
+
+    def __init__(self, settings: CollectorSettings, pool: Any, js: Any, instance: str, *,
+                 clock: Any = time.time) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.js = js
+        self.instance = instance
+        self.clock = clock
+        self.known: dict[str, frozenset[str]] = {}
+        self.gpu_index: dict[str, int] = {}
+        self.limits = settings.limits()
+        self.rejected: Counter[str] = Counter()
+        self.usage_rows = 0
+        self.redeliveries = 0
+        self.watermark = Watermark()
+        self.writer = SampleWriter(pool, flush_rows=settings.flush_rows, linger_s=settings.linger_s,
+                                   writers=settings.writers, hold_s=settings.hold_s,
+                                   on_written=self.watermark.written)
+        self.maintenance = Maintenance(settings, pool, js, self.watermark, self.gpu_index,
+                                       source=f"{settings.service_name}/{instance}", clock=clock)
+        self.consumers: list[bus.DurableConsumer[Any]] = []
+        # inventory and usage writes queue here instead of timing out on a pool the COPYs keep busy
+        # (every agent announces at once when a cluster starts)
+        self._small_writes = asyncio.Semaphore(max(1, settings.pool_size - settings.writers))
+        self._waiting: dict[int, tuple[float, bus.Delivery]] = {}
+        self._reload: asyncio.Future[None] | None = None
+        self._reloaded_at = 0.0
+        self._heartbeat_task = asyncio.create_task(self._heartbeat(), name="telemetry-in-progress")
+
+    async def load_inventory(self) -> None:
+        """What the database knows: announced before this collector started, or handled by another
+        replica of the durable (each inventory message reaches one replica only)."""
+        async with self._small_writes, self.pool.connection() as conn:
+            rows = await tsdb.list_inventory_async(conn)
+        by_node: dict[str, set[str]] = {}
+        for r in rows:
+            by_node.setdefault(r.node, set()).add(r.gpu_uuid)
+            self.gpu_index[r.gpu_uuid] = r.gpu_index
+        self.known.update({node: frozenset(gpus) for node, gpus in by_node.items()})
+
+    # --- dispatch --------------------------------------------------------------------------------
+    async def handle(self, msg: Any, delivery: bus.Delivery) -> None:
+        if isinstance(msg, GpuSampled):
+            await self.on_sampled(msg, delivery)
+        elif isinstance(msg, NodeInventory):
+            await self.on_inventory(msg, delivery)
+        elif isinstance(msg, PodUsageReported):
+            await self.on_usage(msg, delivery)
+        # GpuRolledUp: our own output, nothing to do
+
+    async def on_sampled(self, batch: GpuSampled, delivery: bus.Delivery) -> None:
+        s = self.settings
+        if delivery.redelivered:
+            self.redeliveries += 1
+        rejection = check_batch(batch, known=self.known if s.require_inventory else None, now=self.clock(),
+                                limits=self.limits)
+        if rejection is not None and rejection.code in ("no_inventory", "unknown_gpu"):
+            await self._reload_inventory()
+            rejection = check_batch(batch, known=self.known, now=self.clock(), limits=self.limits)
+        if rejection is not None:
+            waits = rejection.code in ("no_inventory", "unknown_gpu")
+            if waits and delivery.attempt < s.inventory_attempts:
+                raise bus.TransientError(str(rejection), delay=1.0)
+            self.rejected[rejection.code] += 1
+            raise bus.PermanentError(str(rejection))
+        fut = self.writer.submit(batch)
+        try:
+            await self._wait_written(fut, delivery)
+        except Exception as exc:
+            if tsdb.is_transient(exc):
+                raise bus.TransientError(f"database unavailable: {exc}",
+                                         delay=min(s.retry_cap_s, 2.0 ** min(delivery.attempt, 10))) from exc
+            raise
+
+    async def _wait_written(self, fut: asyncio.Future[None], delivery: bus.Delivery) -> None:
+        """Wait for the COPY holding this batch. One plain await per message: a single heartbeat
+        task keeps messages that wait long (the database is slow or down) from being redelivered."""
+        key = id(fut)
+        self._waiting[key] = (time.monotonic(), delivery)
+        try:
+            await fut
+        finally:
+            del self._waiting[key]
+
+    async def _heartbeat(self) -> None:
+        beat = max(1.0, self.settings.ack_wait_s / 3)
+        while True:
+            await asyncio.sleep(beat / 2)
+            old = time.monotonic() - beat
+            for since, delivery in list(self._waiting.values()):
+                if since < old:
+                    with contextlib.suppress(Exception):  # a lost heartbeat only risks a harmless redelivery
+                        await delivery.in_progress()
+
+    async def on_inventory(self, inv: NodeInventory, _delivery: bus.Delivery) -> None:
+        # known before the first await, so samples handled right after this message pass the check
+        self.known[inv.node] = frozenset(g.uuid for g in inv.gpus)
+        for g in inv.gpus:
+            self.gpu_index[g.uuid] = g.index
+        rows = [tsdb.InventoryGpu(gpu_uuid=g.uuid, node=inv.node, gpu_index=g.index, model=g.model,
+                                  memory_mib=g.memory_mib, mig_mode=g.mig_mode == MigMode.ENABLED,
+                                  nvlink_island=g.nvlink_island, numa_node=g.numa_node) for g in inv.gpus]
+        await self._db(tsdb.upsert_inventory_async, rows)
+
+    async def on_usage(self, report: PodUsageReported, _delivery: bus.Delivery) -> None:
+        rows = [tsdb.PodUsage(window_start=_ts(report.window_start), window_s=report.window_s, node=report.node,
+                              gpu_uuid=u.gpu_uuid, namespace=u.namespace, pod=u.pod, pod_uid=u.pod_uid,
+                              tenant=u.tenant, gpu_milli=u.gpu_milli, seconds=u.seconds,
+                              gpu_seconds_allocated=u.gpu_seconds_allocated, gpu_seconds_used=u.gpu_seconds_used,
+                              util_pct_avg=u.util_pct_avg, util_pct_max=u.util_pct_max,
+                              mem_used_mib_avg=u.mem_used_mib_avg, mem_used_mib_max=u.mem_used_mib_max,
+                              attribution=u.attribution) for u in report.usage]
+        self.usage_rows += await self._db(tsdb.write_pod_usage_async, rows)
+
+    async def _db(self, fn: Any, rows: list[Any]) -> int:
+        try:
+            async with self._small_writes, self.pool.connection() as conn:
+                return int(await fn(conn, rows))
+        except Exception as exc:
+            if tsdb.is_transient(exc):
+                raise bus.TransientError(f"database unavailable: {exc}", delay=2.0) from exc
+            raise bus.PermanentError(f"database refused the rows: {exc}") from exc
+
+    async def _reload_inventory(self) -> None:
+        """Reload the inventory from the database, at most every half second, shared by all waiters."""
+        if self._reload is None or (self._reload.done() and time.monotonic() - self._reloaded_at > 0.5):
+            self._reload = asyncio.ensure_future(self.load_inventory())
+            self._reloaded_at = time.monotonic()
+        try:
+            await asyncio.shield(self._reload)
+        except Exception as exc:
+            log.warning("reloading the inventory failed (%s)", exc)
+
+    # --- stats -----------------------------------------------------------------------------------
+    def stats(self) -> CollectorStats:
+        c = [consumer.stats for consumer in self.consumers]
+        w = self.writer.stats
+        return CollectorStats(
+            instance=self.instance, received=sum(x.received for x in c), processed=sum(x.processed for x in c),
+            decode_errors=sum(x.decode_errors for x in c), dead_lettered=sum(x.dead_lettered for x in c),
+            retried=sum(x.retried for x in c), rejected=dict(self.rejected), redeliveries=self.redeliveries,
+            rows_written=w.rows,
+            rows_new=w.new_rows, copies=w.batches, copy_retries=w.retries, copy_failures=w.failures,
+            last_db_error=w.last_error, inventory_gpus=len(self.gpu_index), usage_rows=self.usage_rows,
+            rollups_published=dict(self.maintenance.published), maintenance_errors=self.maintenance.errors,
+            watermark=self.watermark.newest)
+
+    async def stop(self) -> None:
+        """After the consumers stopped: write what is queued, stop maintenance, close the pool."""
+        await self.writer.close()
+        self._heartbeat_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._heartbeat_task
+        await self.maintenance.stop()
+        await self.pool.close()
+
+
+async def mount_collector(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
+    settings: CollectorSettings = ctx.settings  # type: ignore[assignment]
+    if not settings.database_url:
+        raise SystemExit("the collector needs a database: set DATABASE_URL or GPUAWARE_TELEMETRY_COLLECTOR_DATABASE_URL")
+    await asyncio.to_thread(tsdb.migrate, settings.database_url)
+    pool = await tsdb.open_async_pool(settings.database_url, application_name=settings.service_name,
+                                      max_size=settings.pool_size, timeout=settings.db_timeout_s,
+                                      wait=False)
+    handlers = CollectorHandlers(settings, pool, ctx.js, ctx.instance_id)
+    ctx.on_stop(handlers)  # stopped last: consumers finish their messages first
+    try:
+        await handlers.load_inventory()
+    except Exception as exc:
+        log.warning("could not read the known inventory (%s); it fills as agents announce", exc)
+    handlers.maintenance.start()
+    for _ in range(max(1, settings.consumers)):
+        consumer = await bus.subscribe_durable(
+            ctx.js, TELEMETRY_IN, settings.durable, handlers.handle, ack_wait=settings.ack_wait_s,
+            max_deliver=settings.max_deliver, max_ack_pending=settings.max_ack_pending,
+            batch=settings.fetch_batch, poll=1.0, concurrency=settings.fetch_batch,
+            retry=bus.RetryPolicy(base=1.0, cap=settings.retry_cap_s))
+        handlers.consumers.append(consumer)
+        ctx.on_stop(consumer)
+
+    async def stats(_req: StatsRequest) -> CollectorStats:
+        return handlers.stats()
+
+    return [bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
