@@ -1,0 +1,585 @@
+"""One run of the demo: the real services on one digital twin, every event recorded.
+
+A run is one cluster name (``<run id>-gpuaware`` or ``<run id>-baseline``) and one placement policy.
+It starts the placement service and the binder (whose twin replays the workload on an accelerated
+clock) as processes, records what crosses NATS, and ends when the twin's clock has replayed the
+window (or the wall-clock budget ran out). Everything measured comes from the events the services
+published, never from inside them:
+
+    in-process recorder (the demo)                    the services (child processes)
+    follow BINDER   binder.pod.{pending,bound,        binder: twin + clock; publishes pending,
+                    bind_failed,preempted,finished}           bound, finished ...; answers world.snapshot
+    follow PLACEMENT placement.pod.{decided,          placement: consumes pending, publishes
+                    unschedulable}                            decided / unschedulable; answers explain
+    messages per subject (JetStream's own counts)     telemetry agent + collector (when built)
+    write each event to placement_events (PostgreSQL)
+
+Runs are isolated: before each run the BINDER and PLACEMENT streams are deleted (their services
+recreate them on start), so a decision id of the previous run (``<pod>/<attempt>``, the same pods
+replayed) can neither be redelivered to the new binder nor be swallowed by the stream's duplicate
+window.
+
+At the end: one last world snapshot (checked for over-allocated GPUs), ``placement.explain`` for
+pending pods that have no verdict yet, then placement stops first (no new decisions) and the binder
+after it, and the recorder reads the streams to their end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gpuaware import bus
+from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_command
+from gpuaware.schemas import (
+    PLACEMENT_DECIDED,
+    POD_BIND_FAILED,
+    POD_BOUND,
+    POD_FINISHED,
+    POD_PENDING,
+    POD_PREEMPTED,
+    POD_UNSCHEDULABLE,
+    WORLD_SNAPSHOT,
+    PlacementDecided,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPending,
+    PodPreempted,
+    PodUnschedulable,
+    WorldSnapshotReply,
+    WorldSnapshotRequest,
+)
+from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainReply, ExplainRequest
+from gpuaware.schemas.streams import BINDER, PLACEMENT, STREAMS
+from gpuaware.sim.metrics import GpuLedger
+from gpuaware.tsdb.events import PlacementEvent, count_placement_events_async, write_placement_events_async
+
+__all__ = ["DemoConfig", "Interrupted", "RunLog", "RunResult", "RunSpec", "delete_loop_streams", "run_once", "subject_key"]
+
+log = logging.getLogger(__name__)
+
+SOURCE = "gpuaware-demo"
+VIRTUAL_EPOCH = 1_767_225_600.0
+"""2026-01-01T00:00:00Z: both runs' twins start their virtual day here, so their times compare"""
+
+
+class Interrupted(Exception):
+    """Ctrl-C, SIGTERM or SIGHUP arrived: stop the services and the stack, report nothing."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """What both runs share (the workload and the world)."""
+
+    out: Path
+    run_id: str
+    duration_s: float
+    """wall seconds each run replays"""
+    window_s: float
+    """virtual seconds replayed"""
+    speed: float
+    trace: str
+    nodes: str
+    """``default`` (the built-in mixed cluster), ``openb``, or a node count for the built-in cluster"""
+    default_nodes: int
+    load: float
+    seed: int
+    max_pods: int
+    slo_s: float
+    shared_data: str = ""
+    explain_limit: int = 100
+    typical_pods_file: str = ""
+    window_start_s: float = -1.0
+    """traces: where the replayed window starts, seconds after the trace's first pod (-1: there)"""
+    """the workload's request mix (openb pod-list format) for placement's fragmentation-aware scores"""
+
+    @property
+    def twin_nodes(self) -> str:
+        return "openb" if self.nodes == "openb" else "default"
+
+    @property
+    def node_count(self) -> int:
+        return int(self.nodes) if self.nodes.isdigit() else self.default_nodes
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    label: str
+    """``gpuaware`` or ``baseline``"""
+    policy: str
+    cluster: str
+
+
+def subject_key(subject: str) -> str:
+    """A subject without its routing suffix: ``binder.pod.bound.v1.c.n`` -> ``binder.pod.bound.v1``."""
+    parts = subject.split(".")
+    for i, p in enumerate(parts):
+        if i >= 2 and len(p) >= 2 and p[0] == "v" and p[1:].isdigit():
+            return ".".join(parts[: i + 1])
+    return subject
+
+
+@dataclass
+class RunLog:
+    """Everything the recorder saw of one run's cluster, in stream order."""
+
+    cluster: str
+    pending: dict[str, PodPending] = field(default_factory=dict)
+    """first pending event of each pod (the request as submitted)"""
+    attempt: dict[str, int] = field(default_factory=dict)
+    decided: dict[str, PlacementDecided] = field(default_factory=dict)
+    unschedulable: dict[str, PodUnschedulable] = field(default_factory=dict)
+    binder_events: list[Any] = field(default_factory=list)
+    """bound / bind_failed / preempted / finished, in BINDER stream order"""
+    state: dict[str, str] = field(default_factory=dict)
+    recorded: Counter[str] = field(default_factory=Counter)
+    policies: Counter[str] = field(default_factory=Counter)
+    explained: dict[str, str] = field(default_factory=dict)
+    bind_failed: dict[str, PodBindFailed] = field(default_factory=dict)
+    """the last bind failure of each pod"""
+    bind_failures: Counter[str] = field(default_factory=Counter)
+    """bind failures by reason"""
+    rows: list[PlacementEvent] = field(default_factory=list)
+
+    def on_event(self, ev: Any, subject: str) -> None:
+        if getattr(ev, "cluster", None) != self.cluster:
+            return
+        key = subject_key(subject)
+        self.recorded[key] += 1
+        uid = ev.pod_uid
+        if isinstance(ev, PodPending):
+            self.pending.setdefault(uid, ev)
+            self.attempt[uid] = max(self.attempt.get(uid, 0), ev.attempt)
+            self.state[uid] = "pending"
+            row = (f"{uid}/{ev.attempt}", ev.emitted_at, None, None, ev.gpu_milli_total if ev.num_gpu else 0, "")
+        elif isinstance(ev, PlacementDecided):
+            self.decided[uid] = ev
+            self.policies[ev.policy] += 1
+            row = (ev.decision_id, ev.decided_at, ev.decision_id, ev.node, sum(s.gpu_milli for s in ev.slices),
+                   ev.policy)
+        elif isinstance(ev, PodUnschedulable):
+            self.unschedulable[uid] = ev
+            row = (f"{uid}/{ev.attempt}/{ev.reason}", ev.emitted_at, None, None, 0, ev.reason)
+        else:
+            self.binder_events.append(ev)
+            if isinstance(ev, PodBound):
+                self.state[uid] = "bound"
+                row = (ev.decision_id or uid, ev.bound_at, ev.decision_id, ev.node,
+                       sum(s.gpu_milli for s in ev.slices), "")
+            elif isinstance(ev, PodFinished):
+                self.state[uid] = "finished"
+                row = (uid, ev.finished_at, None, ev.node, sum(s.gpu_milli for s in ev.slices), ev.outcome.value)
+            elif isinstance(ev, PodPreempted):
+                self.state[uid] = "pending"
+                row = (f"{uid}/{ev.decision_id}", ev.preempted_at, ev.decision_id, ev.node,
+                       sum(s.gpu_milli for s in ev.slices), ev.reason)
+            elif isinstance(ev, PodBindFailed):
+                self.bind_failed[uid] = ev
+                self.bind_failures[ev.reason] += 1
+                row = (ev.decision_id, ev.failed_at, ev.decision_id, ev.node, 0, ev.reason)
+            else:
+                return
+        msg_key, at, decision, node, milli, detail = row
+        self.rows.append(PlacementEvent(
+            cluster=self.cluster, subject=key, msg_key=msg_key, pod_uid=uid,
+            event_at=datetime.fromtimestamp(at, UTC), decision_id=decision, node=node, gpu_milli=int(milli),
+            detail=detail, payload=msgspec.to_builtins(ev)))
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(self.state.values())
+        return {"arrived": len(self.pending), "pending": c["pending"], "bound": c["bound"],
+                "finished": c["finished"], "decided": self.recorded[PLACEMENT_DECIDED],
+                "unschedulable": self.recorded[POD_UNSCHEDULABLE]}
+
+    # -- after the run ------------------------------------------------------------------------------
+
+    def accounting(self) -> dict[str, tuple[str, str]]:
+        """Every arrived pod: (state, reason). state is bound | finished | pending; a pending pod's
+        reason is placement's verdict for its latest attempt, the decision in flight when the run
+        stopped, its explanation, or the world's last refusal to bind it; "" when none (an
+        accounting failure)."""
+        out: dict[str, tuple[str, str]] = {}
+        for uid in self.pending:
+            st = self.state.get(uid, "pending")
+            if st != "pending":
+                out[uid] = (st, "")
+                continue
+            attempt = self.attempt.get(uid, 0)
+            d = self.decided.get(uid)
+            u = self.unschedulable.get(uid)
+            if d is not None and d.attempt == attempt:
+                reason = "decision_in_flight"
+            elif u is not None and u.attempt == attempt:
+                reason = u.reason
+            elif uid in self.explained:
+                reason = f"explained: {self.explained[uid]}"
+            elif uid in self.bind_failed:
+                reason = f"bind_failed: {self.bind_failed[uid].reason} (re-queued)"
+            elif u is not None:
+                reason = u.reason
+            else:
+                reason = ""
+            out[uid] = ("pending", reason)
+        return out
+
+    def workload_fingerprint(self) -> tuple[str, dict[str, tuple[Any, ...]]]:
+        """sha256 over every arrived pod's request as first submitted, and the requests by pod."""
+        reqs = {uid: (p.pod_name, p.namespace, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.gpu_memory_mib,
+                      tuple(p.gpu_types), p.gang_id, p.gang_min_members, p.queue, p.priority,
+                      round(p.submitted_at, 3))
+                for uid, p in self.pending.items()}
+        h = hashlib.sha256(json.dumps(sorted(reqs.items()), default=str).encode()).hexdigest()
+        return h, reqs
+
+    def replay(self, gpus: dict[str, int]) -> tuple[GpuLedger, int, int]:
+        """The GPU ledger replayed from the binder's events (over-allocation caught per event), and
+        (fractional pods put on a GPU already in use, fractional pods bound)."""
+        ledger = GpuLedger(gpus)
+        shared = fractional = 0
+        for ev in self.binder_events:
+            if isinstance(ev, PodBound):
+                asked = self.pending.get(ev.pod_uid)
+                asked_milli = asked.gpu_milli if asked is not None else max((s.gpu_milli for s in ev.slices), default=0)
+                if asked is not None and asked.num_gpu == 1 and asked.gpu_milli < 1000:
+                    fractional += 1
+                    shared += any(ledger.used.get(s.gpu_uuid, 0) > 0 for s in ev.slices)
+                ledger.bind(ev.bound_at, ev.pod_uid, [(s.gpu_uuid, s.gpu_milli, s.memory_mib) for s in ev.slices],
+                            asked_milli)
+            elif isinstance(ev, PodFinished):
+                ledger.release(ev.finished_at, ev.pod_uid)
+            elif isinstance(ev, PodPreempted):
+                ledger.release(ev.preempted_at, ev.pod_uid)
+        return ledger, shared, fractional
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    log: RunLog
+    gpus: dict[str, int]
+    """GPU uuid -> memory MiB, from the world's snapshot"""
+    nodes: int
+    started_at: float
+    """the twin's virtual start (Unix seconds)"""
+    virtual_end: float
+    wall_s: float
+    reached_end: bool
+    messages: dict[str, int]
+    """per subject, stored by JetStream while the run lasted"""
+    db: dict[str, int]
+    """per subject, rows in placement_events"""
+    snapshot_violations: list[str]
+    snapshot_pods: int
+    exit_codes: dict[str, int | None]
+    services: dict[str, str]
+    failure: str = ""
+
+
+# --- messages per subject ------------------------------------------------------------------------------
+
+
+class SubjectCounter:
+    """Messages per subject, from JetStream's own accounting (``stream_info`` with a subject filter):
+    every event subject of the platform is captured by exactly one stream, so the streams' per-subject
+    counts are what crossed NATS and was stored. ``mark()`` at a run's start, ``since()`` gives the
+    run's share. (A core ``>`` subscription would count too, but it also answers every request subject,
+    which hides "no responders" from requesters such as placement asking ``quota.admit``.)"""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._base: Counter[str] = Counter()
+
+    async def read(self, js: bus.JetStream) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for spec in STREAMS:
+            try:
+                info = await js.stream_info(spec.name, subjects_filter=">")
+            except Exception:
+                continue
+            for subject, n in (info.state.subjects or {}).items():
+                out[subject_key(subject)] += int(n)
+        return out
+
+    async def mark(self, js: bus.JetStream) -> None:
+        self._base = await self.read(js)
+        self.counts = {}
+
+    async def since(self, js: bus.JetStream) -> dict[str, int]:
+        now = await self.read(js)
+        self.counts = {s: n - self._base.get(s, 0) for s, n in sorted(now.items()) if n - self._base.get(s, 0) > 0}
+        return self.counts
+
+
+# --- helpers over the bus ----------------------------------------------------------------------------
+
+BINDER_CHANNELS = [bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBound),
+                   bus.Channel(POD_BIND_FAILED, PodBindFailed), bus.Channel(POD_PREEMPTED, PodPreempted),
+                   bus.Channel(POD_FINISHED, PodFinished)]
+PLACEMENT_CHANNELS = [bus.Channel(PLACEMENT_DECIDED, PlacementDecided),
+                      bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)]
+
+
+async def delete_loop_streams(js: bus.JetStream) -> None:
+    """Drop the BINDER and PLACEMENT streams (the previous run's events and duplicate windows)."""
+    for spec in (BINDER, PLACEMENT):
+        with contextlib.suppress(Exception):
+            await js.delete_stream(spec.name)
+        await bus.ensure_stream(js, spec)
+
+
+async def world_snapshot(nc: bus.Client, cluster: str, *, nodes: bool, pods: bool,
+                         timeout: float = 5.0) -> list[WorldSnapshotReply]:
+    """Every page of the binder's world (empty list when nobody answers)."""
+    pages: list[WorldSnapshotReply] = []
+    node_off: int | None = 0 if nodes else None
+    pod_off: int | None = 0 if pods else None
+    first = True
+    while first or node_off is not None or pod_off is not None:
+        first = False
+        req = WorldSnapshotRequest(source=SOURCE, emitted_at=time.time(), cluster=cluster,
+                                   include_nodes=node_off is not None, include_pods=pod_off is not None,
+                                   node_offset=node_off or 0, pod_offset=pod_off or 0, limit=1000 if nodes or pods else 1)
+        page = await bus.request(nc, WORLD_SNAPSHOT, req, WorldSnapshotReply, timeout=timeout)
+        pages.append(page)
+        node_off = page.next_node_offset if req.include_nodes else None
+        pod_off = page.next_pod_offset if req.include_pods else None
+    return pages
+
+
+def snapshot_violations(pages: list[WorldSnapshotReply], gpus: dict[str, int]) -> tuple[list[str], int]:
+    """GPUs whose bound slices, summed, exceed the GPU (compute or memory) in the world's own view."""
+    milli: Counter[str] = Counter()
+    mem: Counter[str] = Counter()
+    pods = 0
+    for page in pages:
+        for p in page.pods:
+            pods += 1
+            for s in p.slices:
+                milli[s.gpu_uuid] += s.gpu_milli
+                mem[s.gpu_uuid] += s.memory_mib
+    bad = [f"{g}: {milli[g]} milli, {mem[g]} MiB" for g in milli
+           if milli[g] > 1000 or (gpus.get(g, 0) and mem[g] > gpus[g])]
+    return bad, pods
+
+
+async def explain_pending(nc: bus.Client, cluster: str, log_: RunLog, limit: int) -> None:
+    """Ask placement why each pending pod without a verdict for its latest attempt still waits."""
+    asked = 0
+    for uid, (state, reason) in log_.accounting().items():
+        if state != "pending" or reason or asked >= limit:
+            continue
+        asked += 1
+        req = ExplainRequest(source=SOURCE, emitted_at=time.time(), cluster=cluster, pod_uid=uid, ask_quota=False,
+                             max_node_classes=5)
+        try:
+            reply = await bus.request(nc, PLACEMENT_EXPLAIN, req, ExplainReply, timeout=2.0)
+            log_.explained[uid] = reply.explanation.summary
+        except bus.ServiceError as exc:
+            log_.explained[uid] = f"placement: {exc}"
+        except (bus.RequestTimeout, bus.NoResponders):
+            break
+
+
+async def wait_for(check: Callable[[], Any], *, timeout: float, what: str, procs: list[ServiceProcess],
+                   interval: float = 0.2, stop: asyncio.Event | None = None) -> Any:
+    """Poll ``check`` (async, returns a value or None/raises) until it answers; fail fast when a
+    process died."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: Exception | None = None
+    while loop.time() < deadline:
+        if stop is not None and stop.is_set():
+            raise Interrupted(what)
+        for p in procs:
+            if not p.alive():
+                raise RuntimeError(f"{p.name} exited ({p.proc.returncode if p.proc else '?'}) while waiting for "
+                                   f"{what}; its log ({p.log_path}):\n{p.log_tail()}")
+        try:
+            value = await check()
+            if value is not None:
+                return value
+        except Exception as exc:
+            last = exc
+        await asyncio.sleep(interval)
+    raise TimeoutError(f"{what}: no answer within {timeout:.0f}s ({last})")
+
+
+# --- one run ------------------------------------------------------------------------------------------
+
+
+def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str) -> dict[str, dict[str, str]]:
+    """Each service's environment for one run (the prefixed settings they read once at start)."""
+    common = {"NATS_URL": nats_url, "DATABASE_URL": database_url}
+    binder = {
+        **common, "GPUAWARE_BINDER_CLUSTER": spec.cluster, "GPUAWARE_BINDER_DURABLE": f"binder-{spec.cluster}",
+        "GPUAWARE_BINDER_TWIN_NODES": cfg.twin_nodes, "GPUAWARE_BINDER_TWIN_DEFAULT_NODES": str(cfg.node_count),
+        "GPUAWARE_BINDER_WORKLOAD": cfg.trace, "GPUAWARE_BINDER_WINDOW_S": str(cfg.window_s),
+        "GPUAWARE_BINDER_LOAD": str(cfg.load), "GPUAWARE_BINDER_MAX_PODS": str(cfg.max_pods),
+        "GPUAWARE_BINDER_SEED": str(cfg.seed), "GPUAWARE_BINDER_SPEED": str(cfg.speed),
+        "GPUAWARE_BINDER_START": str(VIRTUAL_EPOCH), "GPUAWARE_BINDER_FLEET": "false",
+        "GPUAWARE_BINDER_WINDOW_START_S": str(cfg.window_start_s),
+    }
+    if cfg.shared_data:
+        binder["GPUAWARE_BINDER_SHARED_DATA"] = cfg.shared_data
+    placement = {
+        **common, "GPUAWARE_PLACEMENT_CLUSTER": spec.cluster, "GPUAWARE_PLACEMENT_POLICY": spec.policy,
+        "GPUAWARE_PLACEMENT_SEED": str(cfg.seed), "GPUAWARE_PLACEMENT_WORLD_RETRY_S": "0.25",
+        "GPUAWARE_PLACEMENT_LEASE_POLL_S": "0.1",
+    }
+    if cfg.typical_pods_file:
+        placement["GPUAWARE_PLACEMENT_TYPICAL_PODS_FILE"] = cfg.typical_pods_file
+    return {"binder": binder, "placement": placement}
+
+
+async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: str, database_url: str,
+                   pool: Any, counter: SubjectCounter, procs: ProcessGroup,
+                   progress: Callable[[RunSpec, RunLog, float, float], None],
+                   stop: asyncio.Event | None = None) -> RunResult:
+    """Start placement + binder for ``spec``, replay the window, stop them, return what was recorded.
+    Raises ``Interrupted`` soon after ``stop`` is set (the services are stopped first)."""
+    stop = stop or asyncio.Event()
+    js = nc.jetstream()
+    await delete_loop_streams(js)
+    run_log = RunLog(spec.cluster)
+    followers: list[bus.Follower] = []
+    writer_stop = asyncio.Event()
+
+    async def writer() -> None:
+        """Every half second, the recorded events into placement_events (first writer wins)."""
+        while True:
+            stopping = writer_stop.is_set()
+            batch, run_log.rows = run_log.rows, []
+            if batch:
+                try:
+                    async with pool.connection() as conn:
+                        await write_placement_events_async(conn, batch)
+                except Exception as exc:  # the rows-vs-events invariant reports what is missing
+                    log.warning("placement_events: %d rows not written (%s)", len(batch), exc)
+            if stopping:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(writer_stop.wait(), 0.5)
+
+    def on_event(ev: Any, d: bus.FollowDelivery) -> None:
+        run_log.on_event(ev, d.subject)
+
+    followers.append(await bus.follow(js, BINDER_CHANNELS, on_event, stream=BINDER.name, with_suffixes=True,
+                                      name=f"demo-{spec.label}-binder"))
+    followers.append(await bus.follow(js, PLACEMENT_CHANNELS, on_event, stream=PLACEMENT.name, with_suffixes=True,
+                                      name=f"demo-{spec.label}-placement"))
+    writer_task = asyncio.create_task(writer(), name="demo placement_events writer")
+    await counter.mark(js)
+    env = service_env(cfg, spec, nats_url, database_url)
+    logs = cfg.out / "logs"
+    wall0 = time.monotonic()
+    failure = ""
+    exit_codes: dict[str, int | None] = {}
+    gpus: dict[str, int] = {}
+    n_nodes = 0
+    virtual_now = VIRTUAL_EPOCH
+    reached = False
+    snap_bad: list[str] = []
+    snap_pods = 0
+    try:
+        placement = procs.start("placement", service_command("gpuaware.services.placement",
+                                                             preload=("gpuaware.placement.stock",)),
+                                env["placement"], logs / f"placement-{spec.label}.log")
+        binder = procs.start("binder", service_command("gpuaware.services.binder"), env["binder"],
+                             logs / f"binder-{spec.label}.log")
+        ours = [placement, binder]
+
+        async def world() -> list[WorldSnapshotReply]:
+            return await world_snapshot(nc, spec.cluster, nodes=True, pods=False, timeout=1.0)
+
+        pages = await wait_for(world, timeout=90.0, what="the binder's world.snapshot", procs=ours, stop=stop)
+        for page in pages:
+            for node in page.nodes:
+                n_nodes += 1
+                for g in node.gpus:
+                    gpus[g.uuid] = g.memory_mib
+
+        async def explains() -> bool | None:
+            req = ExplainRequest(source=SOURCE, emitted_at=time.time(), cluster=spec.cluster,
+                                 pod_uid="gpuaware-demo-probe", ask_quota=False)
+            try:
+                await bus.request(nc, PLACEMENT_EXPLAIN, req, ExplainReply, timeout=1.0)
+            except bus.ServiceError:
+                return True  # "not known to placement": it answers
+            return True
+
+        await wait_for(explains, timeout=90.0, what="placement.explain", procs=ours, stop=stop)
+        end = VIRTUAL_EPOCH + cfg.window_s
+        deadline = time.monotonic() + cfg.duration_s * 1.25 + 20.0
+        last_count = 0.0
+        while True:
+            if stop.is_set():
+                raise Interrupted(spec.label)
+            dead = [p for p in ours if not p.alive()]
+            if dead:
+                raise RuntimeError(f"{dead[0].name} exited during the run; its log ({dead[0].log_path}):\n"
+                                   f"{dead[0].log_tail()}")
+            with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
+                page = (await world_snapshot(nc, spec.cluster, nodes=False, pods=False, timeout=2.0))[0]
+                virtual_now = page.at
+            if time.monotonic() - last_count >= 2.0:
+                last_count = time.monotonic()
+                with contextlib.suppress(Exception):
+                    await counter.since(js)
+            progress(spec, run_log, virtual_now - VIRTUAL_EPOCH, time.monotonic() - wall0)
+            if virtual_now >= end:
+                reached = True
+                break
+            if time.monotonic() >= deadline:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+        # the end: the world's own view, explanations for unexplained pending pods, then stop in order
+        for f in followers:
+            await f.sync(timeout=5.0)
+        with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
+            final = await world_snapshot(nc, spec.cluster, nodes=False, pods=True, timeout=5.0)
+            snap_bad, snap_pods = snapshot_violations(final, gpus)
+        await explain_pending(nc, spec.cluster, run_log, cfg.explain_limit)
+    except Interrupted:
+        failure = "interrupted"
+        raise
+    except BaseException as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        exit_codes.update(await asyncio.to_thread(procs.stop, "placement", 15.0))
+        await asyncio.sleep(1.0)  # decisions already published reach the binder
+        exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
+        with contextlib.suppress(Exception):
+            for f in followers:
+                await f.sync(timeout=5.0)
+        for f in followers:
+            with contextlib.suppress(Exception):
+                await f.stop()
+        writer_stop.set()
+        with contextlib.suppress(Exception):
+            await writer_task
+        if failure and failure != "interrupted":
+            log.error("run %s failed: %s", spec.label, failure)
+    messages = await counter.since(js)
+    async with pool.connection() as conn:
+        db = await count_placement_events_async(conn, spec.cluster)
+    progress(spec, run_log, virtual_now - VIRTUAL_EPOCH, time.monotonic() - wall0)
+    return RunResult(spec=spec, log=run_log, gpus=gpus, nodes=n_nodes, started_at=VIRTUAL_EPOCH,
+                     virtual_end=virtual_now, wall_s=time.monotonic() - wall0, reached_end=reached,
+                     messages=messages, db=db, snapshot_violations=snap_bad,
+                     snapshot_pods=snap_pods, exit_codes=exit_codes,
+                     services={"placement": spec.policy, "binder": "twin"}, failure=failure)

@@ -1,0 +1,290 @@
+"""What a scheduling run achieved, as pure functions over what happened to each pod and GPU.
+
+The demo records every event of the loop (pending, bound, preempted, finished) and hands them here;
+nothing in this module does I/O or reads a clock, so the same numbers come out of a replay, a test
+table or a notebook. Conventions, chosen so that a scheduler cannot look better by starving pods:
+
+* Times are seconds of the run's (virtual) clock; ``horizon`` is where the run was cut.
+* Queue delay is first start - arrival. A pod still waiting at the horizon counts with the wait it
+  has had so far (a lower bound), rather than being left out: leaving it out would reward the
+  scheduler that never starts the hard pods.
+* JCT (job completion time) is finish - arrival, over pods that finished: compare it together with
+  how many finished.
+* SLO attainment counts a pod as met when it started within the threshold, missed when it started
+  later *or* is still waiting past the threshold at the horizon; a pod waiting less than the
+  threshold at the horizon is undecided and left out.
+* Fairness is Jain's index over tenants of the share of their demand served: GPU-seconds held in
+  [0, horizon] over GPU-seconds asked if every pod had started on arrival (both clipped at the horizon).
+* Allocation is the GPU compute pods *asked for* and hold (a 0.3-GPU pod counts 0.3 even where it was
+  given a whole GPU), over the cluster's capacity; "occupied" counts GPUs holding anything. The gap
+  between the two is what whole-GPU scheduling wastes.
+* Fragmentation is the share of free GPU compute that sits on partially used GPUs (unusable by a
+  whole-GPU pod).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "MILLI",
+    "AllocationSample",
+    "GpuLedger",
+    "PodRecord",
+    "Violation",
+    "delay_stats",
+    "delays_by_class",
+    "fragmentation",
+    "jain_index",
+    "jct",
+    "percentile",
+    "queue_delays",
+    "slo_attainment",
+    "tenant_service",
+    "time_weighted_mean",
+]
+
+MILLI = 1000
+
+
+# --- per-pod outcomes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """One pod's life in a run: who, what it asked, and when it held GPUs."""
+
+    uid: str
+    klass: str
+    tenant: str
+    gpu_milli_total: int
+    """GPU compute asked across all its GPUs (thousandths of a GPU)"""
+    arrival: float
+    intervals: tuple[tuple[float, float | None], ...] = ()
+    """bound intervals (start, end); end None = still bound at the horizon"""
+    finished: float | None = None
+    duration: float | None = None
+    """seconds of work it needs once bound (None = unknown / runs past the run)"""
+
+    @property
+    def first_start(self) -> float | None:
+        return self.intervals[0][0] if self.intervals else None
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between order statistics (numpy's
+    default); NaN for no values."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def queue_delays(pods: Iterable[PodRecord], horizon: float) -> list[float]:
+    """First start - arrival; still waiting at ``horizon``: horizon - arrival (a lower bound)."""
+    out = []
+    for p in pods:
+        if p.arrival > horizon:
+            continue
+        start = p.first_start
+        out.append(max(0.0, (start if start is not None and start <= horizon else horizon) - p.arrival))
+    return out
+
+
+def delay_stats(delays: Sequence[float]) -> dict[str, float]:
+    return {"n": float(len(delays)), "p50": percentile(delays, 50), "p99": percentile(delays, 99),
+            "mean": sum(delays) / len(delays) if delays else math.nan}
+
+
+def delays_by_class(pods: Iterable[PodRecord], horizon: float) -> dict[str, dict[str, float]]:
+    """``delay_stats`` per pod class, plus ``waiting``: pods of the class not started by the horizon."""
+    groups: dict[str, list[PodRecord]] = {}
+    for p in pods:
+        if p.arrival <= horizon:
+            groups.setdefault(p.klass, []).append(p)
+    out = {}
+    for klass in sorted(groups):
+        ps = groups[klass]
+        stats = delay_stats(queue_delays(ps, horizon))
+        stats["waiting"] = float(sum(1 for p in ps if p.first_start is None or p.first_start > horizon))
+        out[klass] = stats
+    return out
+
+
+def jct(pods: Iterable[PodRecord]) -> list[float]:
+    """finish - arrival of the pods that finished."""
+    return [p.finished - p.arrival for p in pods if p.finished is not None]
+
+
+def slo_attainment(pods: Iterable[PodRecord], threshold_s: float, horizon: float) -> tuple[int, int]:
+    """(met, decided) for start-within-``threshold_s`` (see the module docstring)."""
+    met = decided = 0
+    for p in pods:
+        if p.arrival > horizon:
+            continue
+        start = p.first_start
+        if start is not None and start <= horizon:
+            decided += 1
+            met += (start - p.arrival) <= threshold_s
+        elif horizon - p.arrival > threshold_s:
+            decided += 1
+    return met, decided
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """(sum x)^2 / (n * sum x^2): 1 when all are equal, 1/n when one has everything. NaN for none;
+    1 when all are zero (nobody got anything: equally)."""
+    if not values:
+        return math.nan
+    sq = sum(x * x for x in values)
+    if sq == 0:
+        return 1.0
+    return sum(values) ** 2 / (len(values) * sq)
+
+
+def tenant_service(pods: Iterable[PodRecord], horizon: float) -> dict[str, float]:
+    """Per tenant: GPU-seconds held in [0, horizon] / GPU-seconds asked (as if started on arrival)."""
+    held: dict[str, float] = {}
+    asked: dict[str, float] = {}
+    for p in pods:
+        if p.arrival > horizon:
+            continue
+        gpus = p.gpu_milli_total / MILLI
+        want = horizon - p.arrival if p.duration is None else min(p.duration, horizon - p.arrival)
+        asked[p.tenant] = asked.get(p.tenant, 0.0) + gpus * max(0.0, want)
+        got = 0.0
+        for start, end in p.intervals:
+            stop = horizon if end is None else min(end, horizon)
+            got += max(0.0, stop - start)
+        held[p.tenant] = held.get(p.tenant, 0.0) + gpus * got
+    return {t: (held.get(t, 0.0) / asked[t] if asked[t] > 0 else 1.0) for t in sorted(asked)}
+
+
+# --- GPUs over time --------------------------------------------------------------------------------
+
+
+def fragmentation(used: Mapping[str, int], capacity: int = MILLI) -> float:
+    """Free compute on partially used GPUs / all free compute (0 when nothing is free)."""
+    free = partial = 0
+    for u in used.values():
+        f = max(0, capacity - u)
+        free += f
+        if u > 0:
+            partial += f
+    return partial / free if free else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationSample:
+    """The cluster right after an event."""
+
+    t: float
+    allocated: float
+    """asked GPU compute held / capacity"""
+    occupied: float
+    """GPUs holding anything / GPUs"""
+    fragmentation: float
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A GPU holding more than it has, and when."""
+
+    t: float
+    gpu: str
+    milli: int
+    memory_mib: int
+    pod: str
+
+
+@dataclass
+class GpuLedger:
+    """Replays bindings and releases GPU by GPU, sampling allocation and catching over-allocation.
+
+    ``gpus`` maps every GPU uuid to its memory (MiB; 0 = not accounted). ``bind`` takes the slices a
+    pod holds (uuid, milli given, memory given) and ``asked_milli`` (what it asked per GPU, for the
+    allocation ratio); ``release`` gives back whatever the pod holds (a no-op when it holds nothing).
+    """
+
+    gpus: Mapping[str, int]
+    samples: list[AllocationSample] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    unknown_gpus: set[str] = field(default_factory=set)
+    used: dict[str, int] = field(init=False)
+    mem: dict[str, int] = field(init=False)
+    _holds: dict[str, tuple[tuple[tuple[str, int, int], ...], int]] = field(init=False, default_factory=dict)
+    _asked: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.used = dict.fromkeys(self.gpus, 0)
+        self.mem = dict.fromkeys(self.gpus, 0)
+
+    @property
+    def capacity(self) -> int:
+        return MILLI * len(self.gpus)
+
+    def bind(self, t: float, pod: str, slices: Sequence[tuple[str, int, int]], asked_milli: int) -> None:
+        self.release(t, pod, sample=False)
+        for uuid, milli, mem in slices:
+            if uuid not in self.used:
+                self.unknown_gpus.add(uuid)
+                self.used[uuid] = self.mem[uuid] = 0
+            self.used[uuid] += milli
+            self.mem[uuid] += mem
+            cap_mem = self.gpus.get(uuid, 0)
+            if self.used[uuid] > MILLI or (cap_mem and self.mem[uuid] > cap_mem):
+                self.violations.append(Violation(t, uuid, self.used[uuid], self.mem[uuid], pod))
+        asked = asked_milli * len(slices)
+        self._holds[pod] = (tuple(slices), asked)
+        self._asked += asked
+        self._sample(t)
+
+    def release(self, t: float, pod: str, *, sample: bool = True) -> bool:
+        held = self._holds.pop(pod, None)
+        if held is None:
+            return False
+        slices, asked = held
+        for uuid, milli, mem in slices:
+            self.used[uuid] -= milli
+            self.mem[uuid] -= mem
+        self._asked -= asked
+        if sample:
+            self._sample(t)
+        return True
+
+    def holding(self) -> dict[str, tuple[tuple[str, int, int], ...]]:
+        return {pod: held[0] for pod, held in self._holds.items()}
+
+    def _sample(self, t: float) -> None:
+        n = len(self.used) or 1
+        occupied = sum(1 for u in self.used.values() if u > 0)
+        s = AllocationSample(t, self._asked / (MILLI * n), occupied / n, fragmentation(self.used))
+        if self.samples and self.samples[-1].t == t:
+            self.samples[-1] = s  # several events at one instant: the state after the last one
+        else:
+            self.samples.append(s)
+
+
+def time_weighted_mean(times: Sequence[float], values: Sequence[float], t0: float, t1: float,
+                       initial: float = 0.0) -> float:
+    """Mean over [t0, t1] of the step function that takes ``values[i]`` from ``times[i]`` on
+    (``initial`` before the first time). NaN for an empty interval."""
+    if t1 <= t0:
+        return math.nan
+    total = 0.0
+    current = initial
+    prev = t0
+    for t, v in zip(times, values, strict=True):
+        if t > t1:
+            break
+        if t > prev:
+            total += current * (t - prev)
+            prev = t
+        current = v
+    total += current * (t1 - prev)
+    return total / (t1 - t0)

@@ -1,0 +1,75 @@
+"""KubeDefault, the demo's stock-Kubernetes baseline: whole GPUs, first fit in node order."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuaware.placement import POLICIES, Cluster, Decision, NodeSpec, PodRequest, canonical_policy, policy
+from gpuaware.placement.stock import KUBE_DEFAULT, shared_fallback
+
+
+def cluster(*gpus: int) -> Cluster:
+    return Cluster([NodeSpec(f"n{i}", 64_000, 262_144, g, "A100") for i, g in enumerate(gpus)])
+
+
+def fill(c: Cluster, node: str, gpu: int, milli: int, name: str) -> None:
+    c.reserve(PodRequest(name, 0, 0, 1, milli), c.index[node], (gpu,))
+
+
+def place(c: Cluster, pod: PodRequest) -> Decision:
+    d = policy(KUBE_DEFAULT).place(pod, c)
+    assert isinstance(d, Decision), d
+    return d
+
+
+def test_registered_under_its_name() -> None:
+    assert KUBE_DEFAULT in POLICIES and canonical_policy("kubedefault") == KUBE_DEFAULT
+
+
+@pytest.mark.parametrize(("pods", "expected"), [
+    # whole-GPU pods: first node with room, first free GPUs there
+    ([PodRequest("a", 0, 0, 1, 1000), PodRequest("b", 0, 0, 1, 1000), PodRequest("c", 0, 0, 1, 1000)],
+     [("n0", (0,)), ("n0", (1,)), ("n1", (0,))]),
+    # fractional pods each take a GPU of their own while whole GPUs are free (0.3 + 0.3 would fit on one)
+    ([PodRequest("a", 0, 0, 1, 300), PodRequest("b", 0, 0, 1, 300), PodRequest("c", 0, 0, 1, 300)],
+     [("n0", (0,)), ("n0", (1,)), ("n1", (0,))]),
+    # a 2-GPU pod skips n0 once it has a GPU taken
+    ([PodRequest("a", 0, 0, 1, 500), PodRequest("b", 0, 0, 2, 1000)], [("n0", (0,)), ("n1", (0, 1))]),
+])
+def test_first_fit_with_whole_gpus(pods: list[PodRequest], expected: list[tuple[str, tuple[int, ...]]]) -> None:
+    c = cluster(2, 2)
+    assert [(d.node_name, d.gpus) for d in (place(c, p) for p in pods)] == expected
+
+
+def test_a_fraction_prefers_a_later_node_with_a_whole_gpu_over_sharing() -> None:
+    c = cluster(1, 1)
+    fill(c, "n0", 0, 500, "half")  # n0 has 0.5 free but no whole GPU
+    assert place(c, PodRequest("p", 0, 0, 1, 300)).node_name == "n1"
+
+
+def test_when_no_whole_gpu_is_left_a_fraction_shares_first_fit() -> None:
+    # the documented gap (no filter in profiles): stock Kubernetes would keep it pending
+    c = cluster(1, 1)
+    fill(c, "n0", 0, 500, "x")
+    fill(c, "n1", 0, 200, "y")
+    d = place(c, PodRequest("p", 0, 0, 1, 300))
+    assert (d.node_name, d.gpus) == ("n0", (0,))
+    assert shared_fallback(500, 300) and not shared_fallback(0, 300) and not shared_fallback(500, 1000)
+
+
+def test_the_launcher_registers_the_policy_in_a_fresh_process(tmp_path: Path) -> None:
+    (tmp_path / "probe.py").write_text(
+        "import sys\nfrom gpuaware.placement import POLICIES\nprint('KubeDefault' in POLICIES, sys.argv[1:])\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    plain = subprocess.run([sys.executable, "-m", "probe"], capture_output=True, text=True, env=env, check=True)
+    assert plain.stdout.strip() == "False []"  # a service does not import it by itself
+    launched = subprocess.run([sys.executable, "-m", "gpuaware.cli.launch", "--preload", "gpuaware.placement.stock",
+                               "probe", "x"], capture_output=True, text=True, env=env, check=True)
+    assert launched.stdout.strip() == "True ['x']"
+    bad = subprocess.run([sys.executable, "-m", "gpuaware.cli.launch"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "usage" in bad.stderr

@@ -1,0 +1,269 @@
+"""The demo's parts without the services: the recorder's accounting, the replayed GPU ledger, the
+report's analysis, the placement_events table, and service processes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from gpuaware import tsdb
+from gpuaware.cli.demo_report import analyse, compare, pod_records, write_html, write_plots
+from gpuaware.cli.demo_run import (
+    VIRTUAL_EPOCH,
+    DemoConfig,
+    RunLog,
+    RunResult,
+    RunSpec,
+    service_env,
+    subject_key,
+)
+from gpuaware.cli.processes import ProcessGroup, service_built, service_command
+from gpuaware.schemas import (
+    GpuSlice,
+    PlacementDecided,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodOutcome,
+    PodPending,
+    PodPreempted,
+    PodUnschedulable,
+)
+from gpuaware.sim.workload_gen import PodClass, SimPod
+from gpuaware.tsdb.events import (
+    PlacementEvent,
+    count_placement_events_async,
+    pod_history_async,
+    write_placement_events_async,
+)
+
+C = "c1"
+T0 = VIRTUAL_EPOCH
+
+
+def pending(uid: str, at: float, *, attempt: int = 0, milli: int = 1000, gpus: int = 1, queue: str = "a") -> PodPending:
+    return PodPending(source="t", emitted_at=T0 + at, cluster=C, pod_uid=uid, pod_name=uid, namespace=queue,
+                      submitted_at=T0 + at, num_gpu=gpus, gpu_milli=milli, queue=queue, attempt=attempt,
+                      expected_duration_s=1000.0)
+
+
+def slices(*gpu: tuple[str, int]) -> tuple[GpuSlice, ...]:
+    return tuple(GpuSlice(gpu_uuid=g, gpu_index=0, gpu_milli=m, memory_mib=0) for g, m in gpu)
+
+
+def decided(uid: str, attempt: int = 0, node: str = "n1", sl: tuple[GpuSlice, ...] = ()) -> PlacementDecided:
+    return PlacementDecided(source="t", emitted_at=1.0, cluster=C, decision_id=f"{uid}/{attempt}", pod_uid=uid,
+                            pod_name=uid, namespace="a", node=node, slices=sl, policy="P", score=1.0, decided_at=1.0,
+                            attempt=attempt)
+
+
+def bound(uid: str, at: float, sl: tuple[GpuSlice, ...], attempt: int = 0) -> PodBound:
+    return PodBound(source="t", emitted_at=T0 + at, cluster=C, pod_uid=uid, pod_name=uid, namespace="a", node="n1",
+                    slices=sl, bound_at=T0 + at, decision_id=f"{uid}/{attempt}")
+
+
+def finished(uid: str, at: float, start: float) -> PodFinished:
+    return PodFinished(source="t", emitted_at=T0 + at, cluster=C, pod_uid=uid, pod_name=uid, namespace="a",
+                       outcome=PodOutcome.SUCCEEDED, finished_at=T0 + at, started_at=T0 + start, node="n1")
+
+
+def unschedulable(uid: str, reason: str, attempt: int = 0) -> PodUnschedulable:
+    return PodUnschedulable(source="t", emitted_at=1.0, cluster=C, pod_uid=uid, pod_name=uid, namespace="a",
+                            reason=reason, attempt=attempt)
+
+
+def bind_failed(uid: str, attempt: int, reason: str) -> PodBindFailed:
+    return PodBindFailed(source="t", emitted_at=T0, cluster=C, pod_uid=uid, pod_name=uid, namespace="a", node="n1",
+                         decision_id=f"{uid}/{attempt}", reason=reason, transient=True, failed_at=T0, attempt=attempt)
+
+
+def preempted(uid: str, at: float) -> PodPreempted:
+    return PodPreempted(source="t", emitted_at=T0 + at, cluster=C, pod_uid=uid, pod_name=uid, namespace="a",
+                        node="n1", reason="priority", preempted_at=T0 + at, decision_id="x/0", requeued=True)
+
+
+def feed(log: RunLog, *events: object) -> RunLog:
+    subjects = {PodPending: "binder.pod.pending.v1", PlacementDecided: "placement.pod.decided.v1.c1",
+                PodUnschedulable: "placement.pod.unschedulable.v1", PodBound: "binder.pod.bound.v1.c1.n1",
+                PodFinished: "binder.pod.finished.v1", PodBindFailed: "binder.pod.bind_failed.v1",
+                PodPreempted: "binder.pod.preempted.v1"}
+    for ev in events:
+        log.on_event(ev, subjects[type(ev)])
+    return log
+
+
+def scenario() -> RunLog:
+    g = slices(("g0", 500))
+    return feed(
+        RunLog(C),
+        pending("done", 0), decided("done", sl=slices(("g1", 1000))), bound("done", 10, slices(("g1", 1000))),
+        finished("done", 110, 10),
+        pending("running", 5, milli=500), decided("running", sl=g), bound("running", 20, g),
+        pending("waiting", 30), unschedulable("waiting", "insufficient_gpu"),
+        pending("inflight", 40), decided("inflight"),
+        pending("refused", 50), decided("refused"), bind_failed("refused", 0, "gpu_memory_over_allocated"),
+        pending("refused", 50, attempt=1),
+        pending("silent", 60),
+        msgspec.structs.replace(pending("other-cluster", 0), cluster="elsewhere"),
+    )
+
+
+@pytest.mark.parametrize(("subject", "key"), [
+    ("binder.pod.bound.v1", "binder.pod.bound.v1"),
+    ("binder.pod.bound.v1.default.node-3", "binder.pod.bound.v1"),
+    ("telemetry.gpu.sampled.v1.c.n", "telemetry.gpu.sampled.v1"),
+    ("world.snapshot", "world.snapshot"),
+    ("deadletter.binder.pod.pending.v1", "deadletter.binder.pod.pending.v1"),
+])
+def test_subject_key_drops_routing_suffixes(subject: str, key: str) -> None:
+    assert subject_key(subject) == key
+
+
+def test_every_pod_is_accounted_with_a_reason_when_pending() -> None:
+    log = scenario()
+    acc = log.accounting()
+    assert acc == {
+        "done": ("finished", ""), "running": ("bound", ""), "waiting": ("pending", "insufficient_gpu"),
+        "inflight": ("pending", "decision_in_flight"),
+        "refused": ("pending", "bind_failed: gpu_memory_over_allocated (re-queued)"), "silent": ("pending", ""),
+    }  # the other cluster's pod is not ours; "silent" is what the invariant catches
+    log.explained["silent"] = "0/2 nodes: 2 insufficient_gpu"
+    assert log.accounting()["silent"] == ("pending", "explained: 0/2 nodes: 2 insufficient_gpu")
+    assert log.counts() == {"arrived": 6, "pending": 4, "bound": 1, "finished": 1, "decided": 4, "unschedulable": 1}
+    assert log.recorded["placement.pod.decided.v1"] == 4 and log.bind_failures == {"gpu_memory_over_allocated": 1}
+
+
+def test_rows_for_postgres_carry_keys_that_make_a_second_read_a_no_op() -> None:
+    log = scenario()
+    keys = [(r.subject, r.msg_key) for r in log.rows]
+    assert len(keys) == len(set(keys))
+    assert ("binder.pod.pending.v1", "refused/1") in keys and ("placement.pod.decided.v1", "done/0") in keys
+    assert all(r.cluster == C for r in log.rows)
+
+
+def test_replay_tracks_gpus_and_counts_fractions_on_shared_gpus() -> None:
+    log = feed(RunLog(C), pending("a", 0, milli=500), bound("a", 1, slices(("g0", 500))),
+               pending("b", 0, milli=300), bound("b", 2, slices(("g0", 300))),
+               pending("c", 0, milli=300), bound("c", 3, slices(("g1", 300))),
+               preempted("a", 4), finished("b", 5, 2))
+    ledger, shared, fractional = log.replay({"g0": 0, "g1": 0})
+    assert (shared, fractional) == (1, 3)  # b joined a on g0; a and c each had a GPU to themselves
+    # asked: 500 -> 800 -> 1100 -> 600 (a preempted) -> 300 (b finished), over 2 GPUs = 2000 milli
+    assert [s.allocated for s in ledger.samples] == pytest.approx([0.25, 0.4, 0.55, 0.3, 0.15])
+    assert ledger.holding() == {"c": (("g1", 300, 0),)}
+
+
+def test_replay_catches_an_over_allocated_gpu() -> None:
+    log = feed(RunLog(C), pending("a", 0), bound("a", 1, slices(("g0", 1000))),
+               pending("b", 0, milli=500), bound("b", 2, slices(("g0", 500))))
+    ledger, _, _ = log.replay({"g0": 0})
+    assert [(v.gpu, v.milli, v.pod) for v in ledger.violations] == [("g0", 1500, "b")]
+
+
+def test_workload_fingerprint_compares_requests_not_outcomes() -> None:
+    a = feed(RunLog(C), pending("p", 0), pending("q", 10, milli=250))
+    b = feed(RunLog(C), pending("q", 10, milli=250), pending("p", 0), bound("p", 5, slices(("g0", 1000))))
+    c = feed(RunLog(C), pending("p", 0), pending("q", 10, milli=500))
+    assert a.workload_fingerprint()[0] == b.workload_fingerprint()[0] != c.workload_fingerprint()[0]
+
+
+def _cfg(tmp_path: Path) -> DemoConfig:
+    return DemoConfig(out=tmp_path, run_id="demo-x", duration_s=10, window_s=200.0, speed=20.0, trace="generator",
+                      nodes="4", default_nodes=16, load=1.0, seed=1, max_pods=0, slo_s=30.0)
+
+
+def _result(label: str, log: RunLog) -> RunResult:
+    return RunResult(spec=RunSpec(label, "P", C), log=log, gpus={"g0": 0, "g1": 0}, nodes=1, started_at=T0,
+                     virtual_end=T0 + 200, wall_s=1.0, reached_end=True,
+                     messages={"binder.pod.pending.v1": 2, "placement.pod.decided.v1": 2, "binder.pod.bound.v1": 2},
+                     db={"placement.pod.decided.v1": 2}, snapshot_violations=[], snapshot_pods=1, exit_codes={},
+                     services={})
+
+
+def test_analysis_and_comparison_of_two_runs(tmp_path: Path) -> None:
+    workload = {"p": SimPod("p", "p", "a", 0.0, 100.0, klass=PodClass.INFERENCE, num_gpu=1, gpu_milli=1000),
+                "q": SimPod("q", "q", "a", 10.0, 100.0, klass=PodClass.TRAINING, num_gpu=1, gpu_milli=500)}
+    good = feed(RunLog(C), pending("p", 0), pending("q", 10, milli=500), decided("p"), decided("q"),
+                bound("p", 5, slices(("g0", 1000))), bound("q", 10, slices(("g1", 500))), finished("p", 105, 5))
+    poor = feed(RunLog(C), pending("p", 0), pending("q", 10, milli=500), decided("p"),
+                bound("p", 50, slices(("g0", 1000))), unschedulable("q", "insufficient_gpu"))
+    cfg = _cfg(tmp_path)
+    a, b = analyse(_result("gpuaware", good), cfg, workload), analyse(_result("baseline", poor), cfg, workload)
+    # good: p holds 1000 on [5, 105), q 500 on [10, 200): (1000*100 + 500*190) / (2000 * 200) = 0.4875
+    assert a["allocation"]["mean"] == pytest.approx(0.4875)
+    # poor: p holds 1000 on [50, 200): 1000 * 150 / 400000 = 0.375
+    assert b["allocation"]["mean"] == pytest.approx(0.375)
+    assert a["queue_delay_s"]["by_class"]["inference"]["p50"] == 5.0  # bound 5 s after arrival
+    assert b["queue_delay_s"]["by_class"]["training"]["waiting"] == 1.0
+    assert a["slo"]["met"] == 1 and b["slo"]["met"] == 0  # 5 s <= 30 s; 50 s > 30 s
+    assert b["pods"]["pending_reasons"] == {"insufficient_gpu": 1} and b["pods"]["unaccounted_count"] == 0
+    assert [r.klass for r in pod_records(_result("x", good), workload)] == ["inference", "training"]
+    cmp_ = compare(_result("gpuaware", good), _result("baseline", poor), a, b)
+    assert cmp_["same_workload"] and cmp_["gpuaware_beats_baseline"]
+    assert cmp_["allocation_gain_pct"] == pytest.approx(30.0)  # 0.4875 / 0.375 - 1
+    full = {r["label"]: r.pop("series") for r in (a, b)}
+    plots = write_plots(tmp_path, [a, b], full)
+    assert {p.name for p in plots} >= {"allocation.png", "queue_delay.png", "fairness.png"}
+    report = {"summary": "s", "invariants": {"x": True}, "runs": {"gpuaware": a, "baseline": b},
+              "services": {"binder": "took part"}}
+    write_html(tmp_path / "report.html", report, plots)
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == len(plots) and "gpuaware vs stock Kubernetes" in page
+
+
+def test_service_env_isolates_each_run_by_cluster(tmp_path: Path) -> None:
+    env = service_env(_cfg(tmp_path), RunSpec("baseline", "KubeDefault", "demo-x-baseline"), "nats://n", "pg://d")
+    assert env["placement"]["GPUAWARE_PLACEMENT_POLICY"] == "KubeDefault"
+    assert env["placement"]["GPUAWARE_PLACEMENT_CLUSTER"] == env["binder"]["GPUAWARE_BINDER_CLUSTER"] == \
+        "demo-x-baseline"
+    assert env["binder"]["GPUAWARE_BINDER_DURABLE"] == "binder-demo-x-baseline"
+    assert env["binder"]["GPUAWARE_BINDER_TWIN_DEFAULT_NODES"] == "4"
+    assert env["binder"]["GPUAWARE_BINDER_START"] == str(VIRTUAL_EPOCH)
+
+
+def test_service_processes_stop_with_sigterm_and_log_to_files(tmp_path: Path) -> None:
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (print('draining', flush=True), sys.exit(0)))\n"
+            "print('rea' + 'dy', flush=True)\n"
+            "time.sleep(60)\n")
+    with ProcessGroup() as group:
+        p = group.start("sleeper", [sys.executable, "-c", code], {"X": "1"}, tmp_path / "logs" / "sleeper.log")
+        deadline = time.monotonic() + 10
+        while "ready" not in p.log_tail() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.alive()
+    assert p.exit_code == 0 and "draining" in p.log_tail()
+    assert service_built("gpuaware.services.binder") and not service_built("gpuaware.services.no_such_service")
+    assert service_command("m", "a")[1:] == ["-m", "m", "a"]
+    assert service_command("m", preload=("x",))[1:] == ["-m", "gpuaware.cli.launch", "--preload", "x", "m"]
+
+
+def test_placement_events_are_stored_once_and_counted(fresh_database_url: str) -> None:
+    tsdb.migrate(fresh_database_url)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [PlacementEvent(C, "placement.pod.decided.v1", "p/0", "p", at, "p/0", "n1", 500, "P", {"x": 1}),
+            PlacementEvent(C, "binder.pod.bound.v1", "p/0", "p", at, "p/0", "n1", 500),
+            PlacementEvent("other", "binder.pod.bound.v1", "p/0", "p", at)]
+
+    async def go() -> tuple[int, int, dict[str, int], list]:
+        pool = await tsdb.open_async_pool(fresh_database_url, max_size=1)
+        try:
+            async with pool.connection() as conn:
+                first = await write_placement_events_async(conn, rows)
+                again = await write_placement_events_async(conn, rows[:2])
+                counts = await count_placement_events_async(conn, C)
+                history = await pod_history_async(conn, C, "p")
+            return first, again, counts, history
+        finally:
+            await pool.close()
+
+    first, again, counts, history = asyncio.run(go())
+    assert (first, again) == (3, 0)
+    assert counts == {"binder.pod.bound.v1": 1, "placement.pod.decided.v1": 1}
+    assert [h[0] for h in history] == ["placement.pod.decided.v1", "binder.pod.bound.v1"]
