@@ -306,7 +306,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                  f"{args.fill:.0%} GPU or CPU allocation"
             runs = []
             next_pod = 0
-            for rate in args.rates:
+            for rep_i, rate in [(r, x) for r in range(args.repeat) for x in args.rates]:
                 warm = pending_payloads(pods, int(rate * args.warmup), next_pod)
                 next_pod += len(warm)
                 timed = pending_payloads(pods, int(rate * args.duration), next_pod)
@@ -327,7 +327,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 waited = [u for u in uids if u in world.parked]
                 span = cpu1[3] - cpu0[3]
                 row = {
-                    "offered_per_s": rate, "offered_pods": len(uids), "publish_wall_s": round(wall, 2),
+                    "offered_per_s": rate, "repeat": rep_i, "offered_pods": len(uids), "publish_wall_s": round(wall, 2),
                     "achieved_per_s": round((d1 - d0) / span, 1),
                     "decided_first_try": len(first), "waited_for_capacity": len(waited),
                     "undecided_after_drain": sum(1 for u in uids if u not in world.decided and u not in world.parked),
@@ -357,8 +357,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["runs"] = runs
             report["verdicts"] = dict(world.verdicts)
             report["pods_finished_by_world"] = world.finished
-            kept = [r["offered_per_s"] for r in runs if r["keeps_up"]]
-            good = [r["offered_per_s"] for r in runs if r["keeps_up"] and r["p99_within_bar"]]
+            report["by_rate"] = by_rate(runs)
+            # a rate counts when it kept up in every repeat and its median p99 is within the bar
+            kept = [r["offered_per_s"] for r in report["by_rate"] if r["keeps_up_every_time"]]
+            good = [r["offered_per_s"] for r in report["by_rate"]
+                    if r["keeps_up_every_time"] and r["p99_ms"]["median"] <= BAR["p99_ms"]]
             report["max_sustained_per_s"] = max(kept, default=None)
             report["max_sustained_per_s_with_p99_within_bar"] = max(good, default=None)
             report["meets_bar"] = bool(good and max(good) >= BAR["pods_per_s"])
@@ -378,6 +381,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def by_rate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per offered rate over the repeats: p99 min / median / max and whether every repeat kept up
+    (one run's tail moves with whatever else the machine does; the median is the figure we judge)."""
+    out = []
+    for rate in sorted({r["offered_per_s"] for r in runs}):
+        rs = [r for r in runs if r["offered_per_s"] == rate]
+        p99 = sorted(r["latency_ms"]["p99"] for r in rs if r["latency_ms"]["p99"] is not None)
+        p50 = sorted(r["latency_ms"]["p50"] for r in rs if r["latency_ms"]["p50"] is not None)
+        out.append({"offered_per_s": rate, "repeats": len(rs),
+                    "keeps_up_every_time": all(r["keeps_up"] for r in rs),
+                    "p50_ms_median": float(np.median(p50)) if p50 else None,
+                    "p99_ms": {"min": p99[0] if p99 else None, "median": float(np.median(p99)) if p99 else None,
+                               "max": p99[-1] if p99 else None},
+                    "placement_cpu_ms_per_decision_median": float(np.median(
+                        [r["placement_cpu_ms_per_decision"] for r in rs]))})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="250,500,750,1000,1250", help="offered pods/s, comma-separated")
@@ -389,9 +410,15 @@ def main() -> int:
     ap.add_argument("--policy", default="", help="placement policy (default: the service's)")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--profile", default="", help="run placement under cProfile, writing this file")
+    ap.add_argument("--repeat", type=int, default=3, help="run the whole rate series this many times")
     args = ap.parse_args()
     args.rates = [float(x) for x in args.rates.split(",") if x]
     report = asyncio.run(run(args))
+    for r in report.get("by_rate", []):
+        print(f"offered {r['offered_per_s']:>6.0f}/s over {r['repeats']} runs: p99 min {r['p99_ms']['min']:.2f} "
+              f"median {r['p99_ms']['median']:.2f} max {r['p99_ms']['max']:.2f} ms; kept up every time: "
+              f"{r['keeps_up_every_time']}")
+    print(f"meets the bar ({BAR['pods_per_s']}/s, median p99 <= {BAR['p99_ms']} ms): {report.get('meets_bar')}")
     report["command"] = " ".join(["bench/loop.py", *sys.argv[1:]])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

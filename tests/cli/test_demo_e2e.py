@@ -43,7 +43,8 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
     started = time.monotonic()
     result = CliRunner().invoke(app, [
         "demo", "--duration", "45", "--window-h", "24", "--load", "1.2", "--seed", "7", "--out", str(out),
-        "--data-dir", str(tmp_path / "stack"), "--nats-port", "0", "--pg-port", "0"])
+        "--data-dir", str(tmp_path / "stack"), "--nats-port", "0", "--pg-port", "0",
+        "--kill-leader-at", "20"])
     took = time.monotonic() - started
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
     assert report, result.output
@@ -64,6 +65,19 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
         assert inv["over_allocations_replayed"] == 0, inv["over_allocation_examples"]
         assert inv["over_allocations_in_world_snapshot"] == 0 and inv["world_snapshot_pods"] > 0
         assert inv["unknown_gpus"] == 0
+
+    # nothing bound twice; the leader killed mid-run was replaced within 5 s and never decided again
+    for r in (ours, base):
+        assert r["invariants"]["double_bound"] == 0, r["invariants"]["double_bound_examples"]
+    drill = ours["failover"]
+    assert drill is not None and base["failover"] is None
+    assert drill["takeover_s"] is not None and drill["takeover_s"] <= 5.0, drill
+    assert drill["decisions_by_killed_after_kill"] == 0 and drill["decisions_after"] > 0, drill
+    assert drill["killed_exit_code"] == -9
+
+    # gpuaware preempts by priority (checkpointing first where it can); the baseline never does
+    assert base["preemption"] == {"planned_victims": 0, "preempted": 0, "checkpointed": 0}
+    assert ours["preemption"]["preempted"] <= ours["preemption"]["planned_victims"]
 
     # the identical workload, and each run really used its policy
     assert report["comparison"]["same_workload"], report["comparison"]

@@ -225,6 +225,9 @@ def test_service_env_isolates_each_run_by_cluster(tmp_path: Path) -> None:
     assert env["binder"]["GPUAWARE_BINDER_DURABLE"] == "binder-demo-x-baseline"
     assert env["binder"]["GPUAWARE_BINDER_TWIN_DEFAULT_NODES"] == "4"
     assert env["binder"]["GPUAWARE_BINDER_START"] == str(VIRTUAL_EPOCH)
+    assert env["placement"]["GPUAWARE_PLACEMENT_PREEMPTION"] == "false"  # stock Kubernetes: no preemption
+    ours = service_env(_cfg(tmp_path), RunSpec("gpuaware", "GpuAware", "demo-x-gpuaware"), "nats://n", "pg://d")
+    assert ours["placement"]["GPUAWARE_PLACEMENT_PREEMPTION"] == "true"
 
 
 def test_service_processes_stop_with_sigterm_and_log_to_files(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import time
 from placement_service_helpers import inventory, pending
 
 from gpuaware.placement import POLICIES
-from gpuaware.schemas.binder import PodFinished, PodOutcome
+from gpuaware.schemas.binder import PodBound, PodFinished, PodOutcome
 from gpuaware.schemas.health import GpuStateChanged, HealthState
 from gpuaware.services.placement.state import Decided, PlacementState, Unschedulable
 
@@ -112,3 +112,96 @@ def test_a_node_the_binder_refused_is_avoided_on_the_next_attempt() -> None:
                                        reason="conflict", transient=True, failed_at=0.0))
     again = st.on_pending(pending("c", "x", num_gpu=2, attempt=1))[0].msg
     assert again.decision_id == "x/1" and again.node != first.node
+
+
+# -- preemption ------------------------------------------------------------------------------------
+
+
+def _bound(d) -> PodBound:
+    return PodBound(source="binder", emitted_at=0.0, cluster="c", pod_uid=d.pod_uid, pod_name=d.pod_name,
+                    namespace="ns", node=d.node, slices=d.slices, bound_at=0.0, decision_id=d.decision_id)
+
+
+def _full_of_low_priority(st: PlacementState) -> list:
+    """Both 2-GPU nodes taken by 2-GPU pods of priority 0; only `low1` can checkpoint."""
+    events = []
+    for i in range(2):
+        d = st.on_pending(pending("c", f"low{i}", num_gpu=2, checkpointable=i == 1))[0].msg
+        st.apply_bound(_bound(d))
+        events += [d, _bound(d)]
+    return events
+
+
+def test_a_more_important_pod_preempts_and_a_standby_agrees() -> None:
+    from gpuaware.schemas.binder import PodPreempted
+
+    st = _state()
+    history = _full_of_low_priority(st)
+    hi = st.on_pending(pending("c", "hi", num_gpu=2, priority=1000))[0]
+    assert isinstance(hi, Decided)
+    plan = hi.msg.preemptions
+    # equal priorities: the checkpointable victim loses no work, so it is the one (and only one)
+    assert [(v.pod_uid, v.checkpoint_first, v.reason) for v in plan] == [("low1", True, "priority")]
+    assert hi.msg.node == next(m for m in history if m.pod_uid == "low1").node and hi.msg.priority == 1000
+    st.ledger.check()  # the victim's GPUs are the preemptor's now, in the view
+    assert st.counters.preemptions_planned == 1 and st.counters.victims_planned == 1
+
+    standby = _state()
+    for m in history:
+        (standby.apply_decided if hasattr(m, "decided_at") else standby.apply_bound)(m)
+    standby.apply_decided(hi.msg)
+    assert standby.ensure_cluster()
+    standby.ledger.check()
+    assert standby.ledger.cluster.allocations == st.ledger.cluster.allocations
+
+    gone = PodPreempted(source="binder", emitted_at=0.0, cluster="c", pod_uid="low1", pod_name="pod-low1",
+                        namespace="ns", node=hi.msg.node, reason="priority", preempted_at=0.0,
+                        decision_id=history[2].decision_id, preemptor_pod_uid="hi", checkpointed=True,
+                        requeued=True)
+    for s in (st, standby):
+        s.apply_preempted(gone)
+        s.apply_bound(_bound(hi.msg))
+        s.ledger.check()
+        assert "low1" not in s.ledger.pods and s.ledger.pods["hi"].phase == "bound"
+    assert standby.ledger.cluster.allocations == st.ledger.cluster.allocations
+
+
+def test_a_plan_that_falls_through_gives_the_victims_their_gpus_back() -> None:
+    from gpuaware.schemas.binder import PodBindFailed
+
+    st = _state()
+    _full_of_low_priority(st)
+    hi = st.on_pending(pending("c", "hi", num_gpu=2, priority=1000))[0].msg
+    victim = hi.preemptions[0].pod_uid
+    assert victim not in st.ledger.cluster.allocations
+    st.apply_bind_failed(PodBindFailed(source="binder", emitted_at=0.0, cluster="c", pod_uid="hi", pod_name="hi",
+                                       namespace="ns", node=hi.node, decision_id=hi.decision_id,
+                                       reason="victim_not_evicted", transient=False, failed_at=0.0))
+    st.ledger.check()
+    assert victim in st.ledger.cluster.allocations and "hi" not in st.ledger.cluster.allocations
+
+
+def test_no_preemption_when_disabled_not_more_important_or_cooling_down() -> None:
+    t = [1000.0]
+    off = _state(preemption=False)
+    _full_of_low_priority(off)
+    assert isinstance(off.on_pending(pending("c", "hi", num_gpu=2, priority=1000))[0], Unschedulable)
+
+    same = _state()
+    _full_of_low_priority(same)
+    assert isinstance(same.on_pending(pending("c", "peer", num_gpu=2, priority=0))[0], Unschedulable)
+
+    st = PlacementState(cluster_name="c", source="placement/test", policy_name="WasteGradient",
+                        policy_config=POLICIES["WasteGradient"], clock=lambda: t[0], preemption_cooldown_s=30.0,
+                        max_victims=1)
+    st.apply_inventory(inventory("c", "a", gpus=4))
+    _full_of_low_priority(st)  # two 2-GPU pods on the one 4-GPU node
+    # 4 GPUs asked: two victims needed, one allowed -> no plan; the pod is parked
+    assert isinstance(st.on_pending(pending("c", "big", num_gpu=4, priority=1000))[0], Unschedulable)
+    st.max_victims = 2
+    t[0] += 10.0
+    assert st.retry() == ([], False)  # within the cooldown: not planned again
+    t[0] += 30.0
+    out, _ = st.retry()
+    assert isinstance(out[0], Decided) and sorted(v.pod_uid for v in out[0].msg.preemptions) == ["low0", "low1"]
+    st.ledger.check()

@@ -132,6 +132,10 @@ class PlacementDecided(Event, frozen=True, kw_only=True, tag=PLACEMENT_DECIDED):
     """CPU the decision reserves on the node (so a standby placement's ledger matches the leader's)"""
     memory_mib: MiB = 0
     """memory the decision reserves on the node"""
+    priority: int = 0
+    """the pod's priority (a standby's ledger knows whom a later plan may preempt)"""
+    checkpointable: bool = False
+    """the pod can checkpoint and resume (a preemption then loses no progress)"""
 
     def __post_init__(self) -> None:
         uuids = [s.gpu_uuid for s in self.slices]

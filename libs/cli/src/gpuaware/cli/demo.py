@@ -104,6 +104,9 @@ def demo(
     nats_port: Annotated[int, typer.Option(help="NATS port when starting the stack (0: free).")] = DEFAULT_NATS_PORT,
     pg_port: Annotated[int, typer.Option(help="PostgreSQL port when starting the stack (0: free).")] = DEFAULT_PG_PORT,
     ticks: Annotated[int, typer.Option(min=0, hidden=True, help="Only the bus round trip (N nodes x ticks).")] = 0,
+    kill_leader_at: Annotated[float, typer.Option(min=0.0, help="Fault drill: run a standby placement and SIGKILL "
+                                                                "the leader this many seconds into the gpuaware "
+                                                                "run (0: no drill).")] = 0.0,
 ) -> None:
     """Start the stack and the services, replay a workload on the digital twin with gpuaware and with
     stock-Kubernetes placement, and report what gpuaware buys."""
@@ -114,7 +117,7 @@ def demo(
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         _demo_command(started, duration, trace, nodes, speed, window_h, load, seed, max_pods, slo_s, out,
-                      keep_running, data_dir, nats_port, pg_port, ticks)
+                      keep_running, data_dir, nats_port, pg_port, ticks, kill_leader_at)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -122,7 +125,7 @@ def demo(
 
 def _demo_command(started: float, duration: float, trace: str, nodes: str, speed: float, window_h: float,
                   load: float, seed: int, max_pods: int, slo_s: float, out: Path, keep_running: bool,
-                  data_dir: Path, nats_port: int, pg_port: int, ticks: int) -> None:
+                  data_dir: Path, nats_port: int, pg_port: int, ticks: int, kill_leader_at: float = 0.0) -> None:
     if trace not in ("generator", "openb", "philly"):
         raise typer.BadParameter("--trace must be generator, openb or philly")
     if not (nodes in ("default", "openb") or nodes.isdigit()):
@@ -147,7 +150,8 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
             cfg = DemoConfig(out=out, run_id=f"demo-{uuid.uuid4().hex[:6]}", duration_s=duration, window_s=window,
                              speed=speed or window / duration, trace=trace, nodes=nodes,
                              default_nodes=16, load=load, seed=seed, max_pods=max_pods, slo_s=slo_s,
-                             shared_data=os.environ.get("GPUAWARE_SHARED_DATA", ""))
+                             shared_data=os.environ.get("GPUAWARE_SHARED_DATA", ""),
+                             kill_leader_at_s=kill_leader_at)
             if trace != "generator":
                 with console.status(f"finding the busiest {window / 3600:.0f} h of the {trace} trace"):
                     whole = rebuild_workload(cfg, whole_trace=True)
@@ -369,7 +373,13 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
             r["placement_events_rows"].get("placement.pod.decided.v1", 0)
             == r["recorded"].get("placement.pod.decided.v1", -1) for r in runs.values()),
         "the bus → database round trip stored every message": bool(report["roundtrip"]["ok"]),
+        "no pod bound twice": all(r["invariants"]["double_bound"] == 0 for r in runs.values()),
     }
+    drill = a.get("failover")
+    if cfg.kill_leader_at_s > 0:
+        invariants["placement leader killed mid-run: another instance decided within 5 s"] = bool(
+            drill and drill["takeover_s"] is not None and drill["takeover_s"] <= 5.0
+            and drill["decisions_by_killed_after_kill"] == 0)
     svc_status = {}
     for name, built in services.items():
         if not built:
@@ -436,7 +446,15 @@ def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], 
         sum(b["bind_failures"].values()))
     row("fractional pods put on a shared GPU", a["allocation"]["fractional_on_shared_gpu"],
         b["allocation"]["fractional_on_shared_gpu"])
+    row("pods preempted (checkpointed first)", f"{a['preemption']['preempted']} ({a['preemption']['checkpointed']})",
+        f"{b['preemption']['preempted']} ({b['preemption']['checkpointed']})")
     console.print(t)
+    drill = a.get("failover")
+    if drill:
+        took = "never" if drill["takeover_s"] is None else f"{drill['takeover_s']:.2f} s later"
+        console.print(f"fault drill: placement leader {drill['killed']} SIGKILLed "
+                      f"{cfg.kill_leader_at_s:.0f} s into the run; another instance decided {took} "
+                      f"({drill['decisions_before']} decisions before, {drill['decisions_after']} after)")
     m = Table(title="messages per subject (on the bus / rows in placement_events)")
     m.add_column("subject")
     m.add_column("gpuaware", justify="right")

@@ -206,7 +206,10 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
                        "over_allocation_examples": [f"{v.gpu} {v.milli} milli at t={v.t - t0:.0f}s (pod {v.pod})"
                                                     for v in ledger.violations[:5]],
                        "over_allocations_in_world_snapshot": len(run.snapshot_violations),
-                       "world_snapshot_pods": run.snapshot_pods, "unknown_gpus": len(ledger.unknown_gpus)},
+                       "world_snapshot_pods": run.snapshot_pods, "unknown_gpus": len(ledger.unknown_gpus),
+                       "double_bound": len(run.log.double_bound), "double_bound_examples": run.log.double_bound[:5]},
+        "preemption": _preemption(run),
+        "failover": run.failover,
         "workload_fingerprint": fp,
         "messages": dict(sorted(run.messages.items())),
         "recorded": dict(sorted(run.log.recorded.items())),
@@ -218,6 +221,14 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
                    "occupied": _downsample([round(s.occupied, 4) for s in samples]),
                    "fragmentation": _downsample([round(s.fragmentation, 4) for s in samples])},
     }
+
+
+def _preemption(run: RunResult) -> dict[str, Any]:
+    """Planned (in decisions) and executed (binder events) preemptions, and checkpoints kept."""
+    planned = run.log.planned_victims
+    done = [ev for ev in run.log.binder_events if isinstance(ev, PodPreempted)]
+    return {"planned_victims": planned, "preempted": len(done),
+            "checkpointed": sum(1 for ev in done if ev.checkpointed)}
 
 
 def compare(ours: RunResult, base: RunResult, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

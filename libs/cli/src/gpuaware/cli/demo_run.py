@@ -104,6 +104,9 @@ class DemoConfig:
     typical_pods_file: str = ""
     window_start_s: float = -1.0
     """traces: where the replayed window starts, seconds after the trace's first pod (-1: there)"""
+    kill_leader_at_s: float = 0.0
+    """fault drill: run a standby placement beside the leader and SIGKILL the leader this many wall
+    seconds into the gpuaware run (0: no drill)"""
     """the workload's request mix (openb pod-list format) for placement's fragmentation-aware scores"""
 
     @property
@@ -153,6 +156,13 @@ class RunLog:
     bind_failures: Counter[str] = field(default_factory=Counter)
     """bind failures by reason"""
     rows: list[PlacementEvent] = field(default_factory=list)
+    decision_times: list[tuple[float, str]] = field(default_factory=list)
+    """(decided_at wall time, deciding instance) of every decision, for the fail-over figures"""
+    double_bound: list[str] = field(default_factory=list)
+    """pods the binder reported bound by a second decision while still bound by the first"""
+    bound_by: dict[str, str] = field(default_factory=dict)
+    planned_victims: int = 0
+    """victims named in decisions' preemption plans"""
 
     def on_event(self, ev: Any, subject: str) -> None:
         if getattr(ev, "cluster", None) != self.cluster:
@@ -168,6 +178,8 @@ class RunLog:
         elif isinstance(ev, PlacementDecided):
             self.decided[uid] = ev
             self.policies[ev.policy] += 1
+            self.decision_times.append((ev.decided_at, ev.source))
+            self.planned_victims += len(ev.preemptions)
             row = (ev.decision_id, ev.decided_at, ev.decision_id, ev.node, sum(s.gpu_milli for s in ev.slices),
                    ev.policy)
         elif isinstance(ev, PodUnschedulable):
@@ -176,6 +188,9 @@ class RunLog:
         else:
             self.binder_events.append(ev)
             if isinstance(ev, PodBound):
+                if self.state.get(uid) == "bound" and self.bound_by.get(uid) not in (None, ev.decision_id):
+                    self.double_bound.append(uid)
+                self.bound_by[uid] = ev.decision_id or ""
                 self.state[uid] = "bound"
                 row = (ev.decision_id or uid, ev.bound_at, ev.decision_id, ev.node,
                        sum(s.gpu_milli for s in ev.slices), "")
@@ -286,6 +301,8 @@ class RunResult:
     exit_codes: dict[str, int | None]
     services: dict[str, str]
     failure: str = ""
+    failover: dict[str, Any] | None = None
+    """the fault drill's figures (``DemoConfig.kill_leader_at_s``), None without one"""
 
 
 # --- messages per subject ------------------------------------------------------------------------------
@@ -438,6 +455,8 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         **common, "GPUAWARE_PLACEMENT_CLUSTER": spec.cluster, "GPUAWARE_PLACEMENT_POLICY": spec.policy,
         "GPUAWARE_PLACEMENT_SEED": str(cfg.seed), "GPUAWARE_PLACEMENT_WORLD_RETRY_S": "0.25",
         "GPUAWARE_PLACEMENT_LEASE_POLL_S": "0.1",
+        # stock Kubernetes as the baseline runs it: no preemption (gpuaware preempts by priority)
+        "GPUAWARE_PLACEMENT_PREEMPTION": "false" if spec.label == "baseline" else "true",
     }
     if cfg.typical_pods_file:
         placement["GPUAWARE_PLACEMENT_TYPICAL_PODS_FILE"] = cfg.typical_pods_file
@@ -493,13 +512,20 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
     reached = False
     snap_bad: list[str] = []
     snap_pods = 0
+    failover: dict[str, Any] | None = None
     try:
-        placement = procs.start("placement", service_command("gpuaware.services.placement",
-                                                             preload=("gpuaware.placement.stock",)),
-                                env["placement"], logs / f"placement-{spec.label}.log")
+        drill = cfg.kill_leader_at_s > 0 and spec.label == "gpuaware"
+        instances = ("p1", "p2") if drill else ("p1",)
+        placements = {}
+        for i, inst in enumerate(instances):
+            name = "placement" if i == 0 else f"placement-{inst}"
+            placements[inst] = procs.start(
+                name, service_command("gpuaware.services.placement", preload=("gpuaware.placement.stock",)),
+                {**env["placement"], "GPUAWARE_PLACEMENT_INSTANCE_ID": inst},
+                logs / f"{name}-{spec.label}.log")
         binder = procs.start("binder", service_command("gpuaware.services.binder"), env["binder"],
                              logs / f"binder-{spec.label}.log")
-        ours = [placement, binder]
+        ours = [*placements.values(), binder]
 
         async def world() -> list[WorldSnapshotReply]:
             return await world_snapshot(nc, spec.cluster, nodes=True, pods=False, timeout=1.0)
@@ -527,6 +553,16 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         while True:
             if stop.is_set():
                 raise Interrupted(spec.label)
+            if drill and failover is None and time.monotonic() - wall0 >= cfg.kill_leader_at_s \
+                    and run_log.decision_times:
+                leader = run_log.decision_times[-1][1].rsplit("/", 1)[-1]
+                victim = placements.get(leader)
+                if victim is not None and victim.proc is not None:
+                    victim.proc.kill()  # SIGKILL: no hand-over, the lease must expire
+                    failover = {"killed": leader, "killed_at": time.time(),
+                                "decisions_before": len(run_log.decision_times)}
+                    ours = [p for p in ours if p is not victim]
+                    log.info("fault drill: placement leader %s killed", leader)
             dead = [p for p in ours if not p.alive()]
             if dead:
                 raise RuntimeError(f"{dead[0].name} exited during the run; its log ({dead[0].log_path}):\n"
@@ -560,7 +596,8 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         failure = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        exit_codes.update(await asyncio.to_thread(procs.stop, "placement", 15.0))
+        for name in [p.name for p in procs.processes if p.name.startswith("placement")]:
+            exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
         await asyncio.sleep(1.0)  # decisions already published reach the binder
         exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
         with contextlib.suppress(Exception):
@@ -578,8 +615,24 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
     async with pool.connection() as conn:
         db = await count_placement_events_async(conn, spec.cluster)
     progress(spec, run_log, virtual_now - VIRTUAL_EPOCH, time.monotonic() - wall0)
+    if failover is not None:
+        failover = failover_figures(failover, run_log, exit_codes)
     return RunResult(spec=spec, log=run_log, gpus=gpus, nodes=n_nodes, started_at=VIRTUAL_EPOCH,
                      virtual_end=virtual_now, wall_s=time.monotonic() - wall0, reached_end=reached,
                      messages=messages, db=db, snapshot_violations=snap_bad,
                      snapshot_pods=snap_pods, exit_codes=exit_codes,
-                     services={"placement": spec.policy, "binder": "twin"}, failure=failure)
+                     services={"placement": spec.policy, "binder": "twin"}, failure=failure, failover=failover)
+
+
+def failover_figures(drill: dict[str, Any], run_log: RunLog, exit_codes: dict[str, int | None]) -> dict[str, Any]:
+    """What the fault drill showed: how long after the SIGKILL another instance decided, and how
+    many decisions each side made. The killed process's exit code (-9) is the drill's, not a fault:
+    it moves from ``exit_codes`` into the figures."""
+    killed, at = drill["killed"], drill["killed_at"]
+    name = "placement" if killed == "p1" else f"placement-{killed}"
+    after = [t for t, src in run_log.decision_times if t >= at and src.rsplit("/", 1)[-1] != killed]
+    return {**drill, "killed_exit_code": exit_codes.pop(name, None),
+            "takeover_s": round(min(after) - at, 3) if after else None,
+            "decisions_after": len(after),
+            "decisions_by_killed_after_kill": sum(1 for t, src in run_log.decision_times
+                                                  if t > at + 0.5 and src.rsplit("/", 1)[-1] == killed)}

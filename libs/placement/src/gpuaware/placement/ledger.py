@@ -10,6 +10,7 @@ order the streams may deliver it after a restart:
     can never fit                   UNRESOLVABLE (re-checked only when the node set changes)
     decided                         DECIDED   reserve               taken
     bound                           BOUND     commit (the binder's placement wins if it differs)
+    a victim of a planned eviction  (evicting) released now, re-reserved if the plan falls through
     bind failed                     -         roll back, close       freed
     finished / preempted            -         release, close         freed
 
@@ -17,6 +18,12 @@ order the streams may deliver it after a restart:
 over (a decision echoed after its bind failure, a bound event after the pod finished) is ignored
 instead of resurrecting a reservation. A new attempt (the binder re-queues a pod with attempt + 1)
 opens the pod again. Tombstones are bounded (oldest forgotten first).
+
+Preemption: a decision that plans evictions releases its victims' reservations at once (so the
+preemptor can reserve what they hold) but keeps them open and marked `evicting`: the binder's
+``preempted`` (or ``finished``) event closes them; if the plan falls through (the preemptor's
+binding failed, or it bound while a victim was never evicted) the victims still marked take their
+reservation back. Leader and standbys apply the same rule to the same decision, so their views agree.
 
 GPU memory is accounted here too, per GPU (the engine's `Cluster` counts compute only): a sharing
 pod holds the memory its slices name, so `gpu_memory_free` tells which GPUs can still take a pod
@@ -77,6 +84,8 @@ class PodEntry:
     """GPU memory it holds on each of its GPUs, MiB (0: not accounted)"""
     heavy: bool = False
     """it holds more GPU memory than its compute share of the GPU's memory"""
+    evicting: str = ""
+    """the decision whose plan evicts it (its reservation is released meanwhile)"""
 
 
 @dataclass(slots=True)
@@ -113,6 +122,8 @@ class Ledger:
     stats: LedgerStats = field(default_factory=LedgerStats)
     _seq: int = 0
     _waiting: dict[str, PodEntry] = field(default_factory=dict)
+    _evictions: dict[str, list[str]] = field(default_factory=dict)
+    """decision id -> uids of the victims its plan evicts (while any is still open)"""
 
     def __post_init__(self) -> None:
         if self.nodes:
@@ -142,6 +153,8 @@ class Ledger:
         for phase in (Phase.BOUND, Phase.DECIDED):  # bindings first: they are the truth
             for entry in sorted((e for e in self.pods.values() if e.phase == phase), key=lambda e: e.seq):
                 entry.placed = False
+                if entry.evicting:
+                    continue
                 if self._reserve(entry, entry.node, entry.gpus) is None:
                     unplaced.append(entry)
         self.stats.orphaned = len(unplaced)
@@ -355,12 +368,13 @@ class Ledger:
             return False
         entry = self.pods.get(uid)
         if entry is not None and entry.phase in HOLDING and entry.node == node and entry.gpus == gpus:
-            if not entry.placed:
+            if not entry.placed and not entry.evicting:
                 self._reserve(entry, node, gpus, truth=True)
             if entry.phase == Phase.DECIDED:
                 self.set_phase(entry, Phase.BOUND)
                 entry.since = now
                 self.stats.committed += 1
+                self._restore_victims(entry.decision_id)
                 return True
             return False
         if entry is not None and entry.phase in HOLDING:
@@ -379,6 +393,7 @@ class Ledger:
             entry.gpu_mem = gpu_mem
         self._reserve(entry, node, gpus, truth=True)
         self.stats.committed += 1
+        self._restore_victims(entry.decision_id)
         return True
 
     def refine(self, uid: str, request: PodRequest) -> bool:
@@ -408,6 +423,7 @@ class Ledger:
             return False
         freed = entry.phase in HOLDING and self._release(entry)
         self._close(uid, entry.attempt if attempt is None else max(attempt, entry.attempt))
+        self._restore_victims(entry.decision_id)
         if freed:
             self.stats.rolled_back += 1
         return freed
@@ -419,6 +435,7 @@ class Ledger:
             return False
         self._release(entry)
         self.set_phase(entry, Phase.QUEUED)
+        self._restore_victims(entry.decision_id)
         entry.decision_id, entry.node, entry.gpus = "", "", ()
         return True
 
@@ -437,6 +454,37 @@ class Ledger:
             self.stats.released += 1
         return freed
 
+    # -- preemption ---------------------------------------------------------------------------------
+
+    def evict_for(self, decision_id: str, victims: Iterable[str]) -> list[PodEntry]:
+        """A decision plans to evict `victims`: release their reservations now, keep them open until
+        the binder reports them gone. Idempotent; unknown or not-holding victims are skipped.
+        Returns the entries released by this call."""
+        out = []
+        for uid in victims:
+            entry = self.pods.get(uid)
+            if entry is None or entry.phase not in HOLDING or entry.evicting:
+                continue
+            self._release(entry)
+            entry.evicting = decision_id
+            self._evictions.setdefault(decision_id, []).append(uid)
+            out.append(entry)
+        return out
+
+    def evicting(self) -> list[PodEntry]:
+        return [e for uids in self._evictions.values() for u in uids
+                if (e := self.pods.get(u)) is not None and e.evicting]
+
+    def _restore_victims(self, decision_id: str) -> None:
+        """The plan of `decision_id` is over: victims the binder did not report gone hold again."""
+        for uid in self._evictions.pop(decision_id, ()) if decision_id else ():
+            entry = self.pods.get(uid)
+            if entry is None or entry.evicting != decision_id:
+                continue
+            entry.evicting = ""
+            if entry.phase in HOLDING and not entry.placed:
+                self._reserve(entry, entry.node, entry.gpus, truth=entry.phase == Phase.BOUND)
+
     def check(self) -> None:
         """The cluster's ledger matches the holding pods (tests)."""
         assert set(self._waiting) == {e.uid for e in self.pods.values() if e.phase in _RETRIED}, "waiting index"
@@ -444,6 +492,7 @@ class Ledger:
             return
         self.cluster.check()
         holding = {e.uid for e in self.pods.values() if e.phase in HOLDING and e.placed}
+        assert not any(e.placed and e.evicting for e in self.pods.values()), "an evicting pod still holds"
         assert holding == set(self.cluster.allocations), "ledger and cluster disagree on who holds GPUs"
         used = np.zeros_like(self.mem_used)
         for e in self.pods.values():

@@ -156,13 +156,15 @@ def slices(pod: PodRequest, gpus: tuple[GpuInfo, ...], slots: Iterable[int], mig
     return tuple(out)
 
 
-def observed_request(uid: str, cpu_milli: int, memory_mib: int, gpu_slices: Iterable[GpuSlice]) -> PodRequest:
+def observed_request(uid: str, cpu_milli: int, memory_mib: int, gpu_slices: Iterable[GpuSlice], *,
+                     priority: int = 0, gang_id: str | None = None) -> PodRequest:
     """What a pod holds, rebuilt from a decision or a binding (when the request itself is unknown)."""
     sl = tuple(gpu_slices)
     milli = max((s.gpu_milli for s in sl), default=0)
     if len(sl) > 1:
         milli = MILLI
-    return PodRequest(uid, cpu_milli, memory_mib, len(sl), milli if sl else 0)
+    return PodRequest(uid, cpu_milli, memory_mib, len(sl), milli if sl else 0, priority=priority,
+                      gang_id=gang_id or "")
 
 
 # -- explanations -------------------------------------------------------------------------------

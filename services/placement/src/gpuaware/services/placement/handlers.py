@@ -94,7 +94,9 @@ class PlacementService:
             cluster_name=s.cluster, source=self.source, policy_name=s.policy_name, policy_config=s.policy_config,
             typical=typical, learn_typical=typical is None, typical_min_pods=s.typical_min_pods,
             typical_window=s.typical_window, typical_drift=s.typical_drift, seed=s.seed,
-            max_tombstones=s.max_tombstones)
+            max_tombstones=s.max_tombstones, preemption=s.preemption,
+            preemption_cooldown_s=s.preemption_cooldown_s, max_victims=s.max_victims,
+            checkpoint_grace_s=s.checkpoint_grace_s)
         self.followers: list[bus.Follower] = []
         self.lease: bus.LeaderLease | None = None
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None

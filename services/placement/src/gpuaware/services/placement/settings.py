@@ -67,6 +67,15 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     """least time between two passes over the parked pods after capacity was freed"""
     retry_batch: int = 256
     """most decisions one retry pass makes before yielding to new pending pods"""
+    preemption: bool = True
+    """Let a pod that fits nowhere evict pods of lower priority (checkpointing those that can first);
+    the plan rides in the decision and the binder executes it. False: a pod waits for capacity."""
+    preemption_cooldown_s: float = 30.0
+    """least time between two preemption plans for the same pod"""
+    max_victims: int = 16
+    """most pods one plan may evict"""
+    checkpoint_grace_s: float = 60.0
+    """how long (world time) a victim that can checkpoint is given to do so before it is evicted"""
     explain_publish: bool = True
     """publish each answered explanation on `placement.pod.explained.v1` (audit)"""
     max_tombstones: int = 200_000

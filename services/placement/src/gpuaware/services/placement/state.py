@@ -6,6 +6,12 @@ binder's bound / bind-failed / preempted / finished events build the allocation 
 therefore *hot*: when it wins the lease its view is already the leader's, which is what makes
 fail-over take seconds. A restarted instance rebuilds the same view by replaying the streams.
 
+Preemption: a pod that fits nowhere may evict pods of lower priority (`gpuaware.placement.preempt`
+picks the cheapest plan); the plan rides in the decision, the binder executes it (checkpoint
+handshake first for pods that can), and every instance's ledger releases the victims when it applies
+the decision, so leader and standbys agree. A pod is planned for at most once per
+`preemption_cooldown_s`, so a pod that no plan can help costs nothing on every retry pass.
+
 Only the leader decides (`on_pending`, `retry`): each returns the messages to publish, the ledger
 already changed (reserve on decide), so the handlers only publish and acknowledge. One snapshot per
 decision: the cluster is rebuilt lazily (after inventory changes) at the start of a cycle, never in
@@ -43,11 +49,17 @@ from gpuaware.placement.explain import PodExplanation, explain, node_class_names
 from gpuaware.placement.framework import Code
 from gpuaware.placement.gang import Gang, GangFailure, GangTable, place_gang
 from gpuaware.placement.ledger import HOLDING, Ledger, Phase, PodEntry
+from gpuaware.placement.preempt import PreemptionPlan, Victim, plan_preemption
 from gpuaware.schemas.binder import PodBindFailed, PodBound, PodFinished, PodPreempted
 from gpuaware.schemas.forecast import GpuUtilPredicted
 from gpuaware.schemas.health import GpuStateChanged, HealthState
 from gpuaware.schemas.inventory import GpuInfo, NodeInventory
-from gpuaware.schemas.placement import PlacementDecided, PodUnschedulable, UnschedulableReason
+from gpuaware.schemas.placement import (
+    PlacementDecided,
+    PlannedPreemption,
+    PodUnschedulable,
+    UnschedulableReason,
+)
 from gpuaware.schemas.pods import PodPending
 from gpuaware.schemas.world import WorldSnapshotReply
 from gpuaware.services.placement import convert
@@ -103,6 +115,8 @@ class Counters:
     cluster_rebuilds: int = 0
     scheduler_rebuilds: int = 0
     other_cluster: int = 0
+    preemptions_planned: int = 0
+    victims_planned: int = 0
 
 
 @dataclass
@@ -118,6 +132,10 @@ class PlacementState:
     typical_drift: float = 0.15
     seed: int = 0
     max_tombstones: int = 200_000
+    preemption: bool = True
+    preemption_cooldown_s: float = 30.0
+    max_victims: int = 16
+    checkpoint_grace_s: float = 60.0
     clock: Callable[[], float] = time.time
 
     ledger: Ledger = field(init=False)
@@ -138,6 +156,7 @@ class PlacementState:
     _shapes: deque = field(init=False)
     _since_learn: int = field(init=False, default=0)
     _learned: bool = field(init=False, default=False)
+    _planned_at: dict[str, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(max_tombstones=self.max_tombstones)
@@ -194,9 +213,11 @@ class PlacementState:
         for pod in page.pods:
             attempt = attempt_of(pod.decision_id) or 0
             slots = self._slots(pod.node, pod.slices) or ()
-            request = convert.observed_request(pod.pod_uid, pod.cpu_milli, pod.memory_mib, pod.slices)
+            request = convert.observed_request(pod.pod_uid, pod.cpu_milli, pod.memory_mib, pod.slices,
+                                               priority=pod.priority, gang_id=pod.gang_id)
             self.ledger.bound(pod.pod_uid, attempt, pod.node, slots, request, pod.decision_id or "", pod.bound_at,
                               gpu_mem=pod.slices[0].memory_mib if pod.slices else 0)
+            self._remember(pod.pod_uid, pod)
             if pod.gang_id:
                 self.gangs.gangs.setdefault(pod.gang_id, Gang(pod.gang_id, 1, placed=True)).placed = True
         return len(page.pods)
@@ -261,15 +282,18 @@ class PlacementState:
         entry = self.ledger.pods.get(ev.pod_uid)
         request = entry.request if entry is not None and entry.attempt == ev.attempt else None
         if request is None:
-            request = convert.observed_request(ev.pod_uid, ev.cpu_milli, ev.memory_mib, ev.slices)
+            request = convert.observed_request(ev.pod_uid, ev.cpu_milli, ev.memory_mib, ev.slices,
+                                               priority=ev.priority, gang_id=ev.gang_id)
         elif (entry is not None and entry.phase == Phase.BOUND and entry.node == ev.node
               and request.cpu_milli == 0 and request.memory_mib == 0 and (ev.cpu_milli or ev.memory_mib)):
             # the binding was replayed before its decision: now the CPU/memory it holds are known
-            self.ledger.refine(ev.pod_uid, convert.observed_request(ev.pod_uid, ev.cpu_milli, ev.memory_mib,
-                                                                    ev.slices))
+            self.ledger.refine(ev.pod_uid, convert.observed_request(
+                ev.pod_uid, ev.cpu_milli, ev.memory_mib, ev.slices, priority=ev.priority, gang_id=ev.gang_id))
             return
+        if ev.preemptions:  # the plan's victims give way first (a no-op for the leader's own echo)
+            self.ledger.evict_for(ev.decision_id, [v.pod_uid for v in ev.preemptions])
         self.ledger.decide(ev.pod_uid, ev.attempt, ev.decision_id, ev.node, slots, request, ev.decided_at,
-                           payload=entry.payload if entry is not None else None,
+                           payload=entry.payload if entry is not None else ev,
                            gpu_mem=ev.slices[0].memory_mib if ev.slices else 0)
         if ev.gang_id:
             gang = self.gangs.gangs.get(ev.gang_id)
@@ -310,6 +334,7 @@ class PlacementState:
         slots = self._slots(ev.node, ev.slices) or ()
         self.ledger.bound(ev.pod_uid, attempt, ev.node, slots, request, ev.decision_id or "", ev.bound_at,
                           gpu_mem=ev.slices[0].memory_mib if ev.slices else 0)
+        self._remember(ev.pod_uid, ev)
         self.avoid.pop(ev.pod_uid, None)
 
     def apply_bind_failed(self, ev: PodBindFailed) -> bool:
@@ -336,8 +361,15 @@ class PlacementState:
         self._forget_pod(ev.pod_uid)
         return self.ledger.release(ev.pod_uid)
 
+    def _remember(self, uid: str, record: Any) -> None:
+        """Keep a record naming the pod (name, namespace, checkpointable) when the ledger has none."""
+        entry = self.ledger.pods.get(uid)
+        if entry is not None and entry.payload is None:
+            entry.payload = record
+
     def _forget_pod(self, uid: str) -> None:
         self.avoid.pop(uid, None)
+        self._planned_at.pop(uid, None)
         entry = self.ledger.pods.get(uid)
         if entry is not None and entry.request is not None and entry.request.gang_id:
             self.gangs.remove_member(uid, entry.request.gang_id)
@@ -409,19 +441,78 @@ class PlacementState:
             return [self._commit(entry, result)]
         if result.code == Code.ERROR:
             raise RuntimeError(f"placement plugin {result.plugin} failed: {result.reason}")
+        if result.code == Code.UNSCHEDULABLE and self.preemption:
+            plan = self._plan(entry)
+            if plan is not None:
+                decided = self._commit(entry, Decision(entry.uid, plan.node, plan.node_name, plan.gpus, 0.0, 0),
+                                       plan=plan)
+                if decided is not None:
+                    return [decided]
         override = None
         if result.plugin == "exclude":
             refused = self.avoid.get(entry.uid)
             override = UnschedulableReason.INSUFFICIENT_GPU_MEMORY if not refused else "refused_by_binder"
         return self._wait(entry, result, publish=publish_unschedulable, reason_override=override)
 
-    def _commit(self, entry: PodEntry, d: Decision) -> Decided:
+    def _plan(self, entry: PodEntry) -> PreemptionPlan | None:
+        """The cheapest eviction plan for a pod that fits nowhere, at most once per cooldown."""
+        assert self.scheduler is not None and self.ledger.cluster is not None and entry.request is not None
+        req = entry.request
+        now = self.clock()
+        if req.priority <= 0 or now - self._planned_at.get(entry.uid, -1e18) < self.preemption_cooldown_s:
+            return None
+        self._planned_at[entry.uid] = now
+        allocations = self.ledger.cluster.allocations
+        running = []
+        for e in self.ledger:
+            if e.phase != Phase.BOUND or e.evicting or e.request is None or e.request.priority >= req.priority:
+                continue
+            a = allocations.get(e.uid)
+            if a is None:
+                continue
+            running.append(Victim(e.uid, a.node, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, e.request.priority,
+                                  bool(getattr(e.payload, "checkpointable", False)), max(1.0, now - e.since),
+                                  bool(e.request.gang_id)))
+        if not running:
+            return None
+        exclude = None
+        if self.avoid.get(entry.uid):
+            exclude = np.zeros(self.ledger.cluster.num_nodes, bool)
+            for node in self.avoid[entry.uid]:
+                i = self.ledger.node_index(node)
+                if i is not None:
+                    exclude[i] = True
+        return plan_preemption(req, self.ledger.cluster.snapshot(), self.scheduler.inner, running,
+                               max_victims=self.max_victims, exclude=exclude)
+
+    def _victim(self, v: Victim) -> PlannedPreemption:
+        entry = self.ledger.pods[v.uid]
+        record = entry.payload
+        return PlannedPreemption(
+            pod_uid=v.uid, pod_name=getattr(record, "pod_name", v.uid), namespace=getattr(record, "namespace", "default"),
+            node=entry.node, reason="priority", checkpoint_first=v.checkpointable,
+            grace_period_s=self.checkpoint_grace_s)
+
+    def _commit(self, entry: PodEntry, d: Decision, plan: PreemptionPlan | None = None) -> Decided | None:
+        """Reserve and describe a decision. With a preemption plan the victims are released first;
+        None when the plan's reservation does not hold (nothing changed then)."""
         assert self.scheduler is not None and entry.request is not None
         did = decision_id(entry.uid, entry.attempt)
         p: PodPending = entry.payload
         gpu_slices = convert.slices(entry.request, self.gpus[d.node_name], d.gpus, p.mig_profile)
+        preemptions: tuple[PlannedPreemption, ...] = ()
+        if plan is not None:
+            preemptions = tuple(self._victim(v) for v in plan.victims)
+            self.ledger.evict_for(did, [v.uid for v in plan.victims])
         self.ledger.decide(entry.uid, entry.attempt, did, d.node_name, d.gpus, entry.request, self.clock(),
                            gpu_mem=gpu_slices[0].memory_mib if gpu_slices else 0)
+        if plan is not None:
+            if not self.ledger.pods[entry.uid].placed:
+                log.warning("preemption plan for %s on %s did not reserve; dropped", entry.uid, d.node_name)
+                self.ledger.undo(entry.uid)
+                return None
+            self.counters.preemptions_planned += 1
+            self.counters.victims_planned += len(preemptions)
         self.counters.decided += 1
         now = self.clock()
         msg = PlacementDecided(
@@ -429,7 +520,8 @@ class PlacementState:
             pod_name=p.pod_name, namespace=p.namespace, node=d.node_name, slices=gpu_slices,
             policy=self.policy_name, score=round(self.scheduler.normalized(d.score), 3), decided_at=now,
             gang_id=p.gang_id, queue=p.queue, attempt=entry.attempt, cpu_milli=entry.request.cpu_milli,
-            memory_mib=entry.request.memory_mib)
+            memory_mib=entry.request.memory_mib, preemptions=preemptions, priority=entry.request.priority,
+            checkpointable=p.checkpointable)
         return Decided(msg)
 
     def _wait(self, entry: PodEntry, status: Status, *, publish: bool,

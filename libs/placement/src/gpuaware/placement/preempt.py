@@ -1,0 +1,170 @@
+"""Preemption planning: which running pods to evict so that a more important pending pod fits.
+
+Why here and not in the binder: choosing victims is a placement decision over the same snapshot
+and the same filters as any other; the binder only *executes* the plan (checkpoint handshake, then
+eviction, then the bind). The plan travels inside the decision (`PlacementDecided.preemptions`).
+
+The rules follow kube-scheduler's DefaultPreemption, with one addition for GPU work:
+
+1. Only pods of strictly lower priority may be evicted, and never members of a gang (evicting one
+   member would strand the others) or pods already being evicted by another plan.
+2. A node is a candidate when the pod passes every filter of the profile with *all* its possible
+   victims gone (a what-if snapshot; nothing in the cluster changes).
+3. On each candidate, victims are *reprieved* one by one, most important first (then the ones with
+   the most work to lose first): a victim stays when the pod still fits with it added back. What
+   remains is a minimal set on that node (no victim can be dropped from it).
+4. Among candidates the plan with the lowest cost wins, compared in this order:
+   highest victim priority, then **work lost** (GPU-seconds of progress of victims that cannot
+   checkpoint; a checkpointable victim resumes where it stopped and loses nothing), then the sum
+   of victim priorities, then the number of victims, then the node index (deterministic).
+5. The pod's GPUs on the chosen node are picked among those the plan frees or finds free: a sharing
+   pod takes the tightest GPU that fits, a whole-GPU pod the first free ones (inside one NVLink
+   island / NUMA node when it asks for that topology).
+
+Costs: one vectorised what-if filter over the nodes that hold possible victims, then a reprieve
+loop per candidate (at most `max_candidates`), each step a one-row filter call. Planning runs only
+for pods that found no node, so it is off the hot path of ordinary decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from gpuaware.placement.cache import rows_view
+from gpuaware.placement.cluster import QUARANTINED, Snapshot
+from gpuaware.placement.framework import CycleState, Scheduler, exclusive_gpus
+from gpuaware.placement.model import MILLI, PodRequest
+
+__all__ = ["PreemptionPlan", "Victim", "plan_preemption"]
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A running pod that a plan may evict, with what it holds on its node."""
+
+    uid: str
+    node: int
+    gpus: tuple[int, ...]
+    gpu_milli: int
+    """per GPU, as reserved"""
+    cpu_milli: int
+    memory_mib: int
+    priority: int
+    checkpointable: bool = False
+    running_s: float = 0.0
+    """how long it has been running (the progress lost if it cannot checkpoint)"""
+    gang: bool = False
+
+    @property
+    def lost_gpu_s(self) -> float:
+        """GPU-seconds of progress an eviction throws away (0 when the pod can checkpoint)."""
+        if self.checkpointable:
+            return 0.0
+        return self.running_s * len(self.gpus) * self.gpu_milli / MILLI
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    pod: str
+    node: int
+    node_name: str
+    gpus: tuple[int, ...]
+    victims: tuple[Victim, ...]
+    candidates: int
+    """how many nodes could have held the pod with their victims gone"""
+
+    @property
+    def cost(self) -> tuple[int, float, int, int]:
+        return _cost(self.victims)
+
+
+def _cost(victims: Sequence[Victim]) -> tuple[int, float, int, int]:
+    return (max(v.priority for v in victims), round(sum(v.lost_gpu_s for v in victims), 3),
+            sum(v.priority for v in victims), len(victims))
+
+
+def _give_back(snap: Snapshot, rows: np.ndarray, victims: Iterable[Victim], pos: dict[int, int]) -> Snapshot:
+    """`snap` restricted to `rows` with the victims' resources added back (quarantined GPUs stay 0)."""
+    view = rows_view(snap, rows)
+    cpu = view.cpu_free.copy()
+    mem = view.mem_free.copy()
+    gpu = view.gpu_free.copy()
+    for v in victims:
+        r = pos[v.node]
+        cpu[r] += v.cpu_milli
+        mem[r] += v.memory_mib
+        for g in v.gpus:
+            if view.gpu_health[r, g] != QUARANTINED:
+                gpu[r, g] += v.gpu_milli
+    return replace(view, cpu_free=cpu, mem_free=mem, gpu_free=gpu)
+
+
+def _fits(scheduler: Scheduler, pod: PodRequest, snap: Snapshot, node: int, victims: Sequence[Victim]) -> bool:
+    rows = np.array([node])
+    whatif = _give_back(snap, rows, victims, {node: 0})
+    return scheduler.feasible(CycleState(), pod, whatif).size == 1
+
+
+def _pick_gpus(pod: PodRequest, free_row: np.ndarray, island_row: np.ndarray, numa_row: np.ndarray) -> tuple[int, ...]:
+    if pod.num_gpu == 0:
+        return ()
+    if pod.is_gpu_share:
+        fits = np.where(free_row >= pod.gpu_milli, free_row, np.iinfo(np.int64).max)
+        return (int(np.argmin(fits)),)
+    if pod.topology and pod.num_gpu > 1:
+        group = island_row if pod.topology == "nvlink" else numa_row
+        for gid in np.unique(group[group >= 0]):
+            idx = np.flatnonzero((free_row >= MILLI) & (group == gid))
+            if idx.size >= pod.num_gpu:
+                return tuple(int(i) for i in idx[: pod.num_gpu])
+    return exclusive_gpus(free_row, pod.num_gpu)
+
+
+def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, running: Iterable[Victim], *,
+                    max_victims: int = 16, max_candidates: int = 64,
+                    exclude: np.ndarray | None = None) -> PreemptionPlan | None:
+    """The cheapest eviction plan that lets `pod` pass `scheduler`'s filters, or None.
+
+    `running` are the pods placement sees holding resources (any priority; the rules above pick).
+    `exclude` (bool over nodes) keeps nodes out of the plan, as for ordinary decisions."""
+    by_node: dict[int, list[Victim]] = {}
+    for v in running:
+        if v.priority < pod.priority and not v.gang:
+            by_node.setdefault(v.node, []).append(v)
+    if exclude is not None:
+        by_node = {n: vs for n, vs in by_node.items() if not exclude[n]}
+    if not by_node:
+        return None
+    rows = np.array(sorted(by_node), dtype=np.int64)
+    pos = {int(n): i for i, n in enumerate(rows)}
+    everything_gone = _give_back(snap, rows, (v for vs in by_node.values() for v in vs), pos)
+    ok = scheduler.feasible(CycleState(), pod, everything_gone)
+    if ok.size == 0:
+        return None
+    candidates = [int(rows[i]) for i in ok]
+    # the nodes whose victims matter least first, so the candidate cap drops the worst ones
+    candidates.sort(key=lambda n: (max(v.priority for v in by_node[n]), n))
+    best: tuple[tuple[int, float, int, int, int], int, list[Victim]] | None = None
+    for node in candidates[:max_candidates]:
+        # reprieve the most important (then the most work to lose) first
+        order = sorted(by_node[node], key=lambda v: (-v.priority, -v.lost_gpu_s, v.uid))
+        evict = list(order)
+        for v in order:
+            trial = [x for x in evict if x is not v]
+            if _fits(scheduler, pod, snap, node, trial):
+                evict = trial
+        if not evict or len(evict) > max_victims:
+            continue  # no victim needed means the pod fits (not our case); too many is not worth it
+        key = (*_cost(evict), node)
+        if best is None or key < best[0]:
+            best = (key, node, evict)
+    if best is None:
+        return None
+    _, node, evict = best
+    freed = _give_back(snap, np.array([node]), evict, {node: 0})
+    gpus = _pick_gpus(pod, freed.gpu_free[0], freed.nvlink_island[0], freed.numa_node[0])
+    evict.sort(key=lambda v: v.uid)
+    return PreemptionPlan(pod.name, node, snap.node_names[node], gpus, tuple(evict), len(candidates))
