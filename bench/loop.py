@@ -46,7 +46,7 @@ import numpy as np
 
 from gpuaware import bus
 from gpuaware.devstack import start_nats
-from gpuaware.placement import GPU_CATALOG, MILLI, OURS, NodeSpec, PodRequest
+from gpuaware.placement import DEFAULT_PROFILE, GPU_CATALOG, MILLI, NodeSpec, PodRequest
 from gpuaware.schemas.binder import POD_BOUND, POD_FINISHED, PodBound, PodFinished, PodOutcome
 from gpuaware.schemas.inventory import NODE_INVENTORY, GpuInfo, NodeInventory
 from gpuaware.schemas.placement import PLACEMENT_DECIDED, POD_UNSCHEDULABLE, GpuSlice
@@ -301,7 +301,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if not await wait_until(lambda: probe[0][0] in world.decided, 60.0):
                 raise RuntimeError(f"placement never decided the probe pod; see {tmp / 'placement.log'}")
             report["startup_s_to_first_decision"] = round(world.decided[probe[0][0]] - world.sent[probe[0][0]], 2)
-            report["policy"] = args.policy or OURS
+            report["policy"] = args.policy or DEFAULT_PROFILE
             report["workload"] = "the trace's pod requests cycled, unique uids; bound at once, oldest finished above " \
                                  f"{args.fill:.0%} GPU or CPU allocation"
             runs = []

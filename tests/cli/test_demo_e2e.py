@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuaware.cli.main import app
-from gpuaware.placement import OURS
+from gpuaware.placement import DEFAULT_PROFILE
 
 LOOP = ("binder.pod.pending.v1", "placement.pod.decided.v1", "binder.pod.bound.v1")
 
@@ -82,7 +82,7 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
     # the identical workload, and each run really used its policy
     assert report["comparison"]["same_workload"], report["comparison"]
     assert ours["workload_fingerprint"] == base["workload_fingerprint"]
-    assert set(ours["decisions_by_policy"]) == {OURS} and set(base["decisions_by_policy"]) == {"KubeDefault"}
+    assert set(ours["decisions_by_policy"]) == {DEFAULT_PROFILE} and set(base["decisions_by_policy"]) == {"KubeDefault"}
 
     # gpuaware allocates more of the cluster than stock Kubernetes
     assert ours["allocation"]["mean"] > base["allocation"]["mean"], report["comparison"]

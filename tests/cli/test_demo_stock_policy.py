@@ -1,4 +1,4 @@
-"""KubeDefault, the demo's stock-Kubernetes baseline: whole GPUs, first fit in node order."""
+"""KubeDefault, the demo's stock-Kubernetes baseline: whole GPUs only, first fit in node order."""
 
 from __future__ import annotations
 
@@ -9,8 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from gpuaware.placement import POLICIES, Cluster, Decision, NodeSpec, PodRequest, canonical_policy, policy
-from gpuaware.placement.stock import KUBE_DEFAULT, shared_fallback
+from gpuaware.placement import (
+    POLICIES,
+    Cluster,
+    Code,
+    Decision,
+    NodeSpec,
+    PodRequest,
+    Status,
+    WholeGpuOnly,
+    canonical_policy,
+    policy,
+)
+from gpuaware.placement.cache import CachedScheduler
+from gpuaware.placement.stock import KUBE_DEFAULT
 
 
 def cluster(*gpus: int) -> Cluster:
@@ -52,14 +64,32 @@ def test_a_fraction_prefers_a_later_node_with_a_whole_gpu_over_sharing() -> None
     assert place(c, PodRequest("p", 0, 0, 1, 300)).node_name == "n1"
 
 
-def test_when_no_whole_gpu_is_left_a_fraction_shares_first_fit() -> None:
-    # the documented gap (no filter in profiles): stock Kubernetes would keep it pending
+@pytest.mark.parametrize("cached", [False, True])
+def test_when_no_whole_gpu_is_left_a_fraction_waits(cached: bool) -> None:
+    # stock Kubernetes rounds 0.3 GPU up to one whole GPU: n0 (0.5 free) and n1 (0.8 free) both fit
+    # 300 milli, neither has a whole GPU, so the pod stays pending; it is not unresolvable (it would
+    # fit an idle GPU) and it is placed once a whole GPU comes back
     c = cluster(1, 1)
     fill(c, "n0", 0, 500, "x")
     fill(c, "n1", 0, 200, "y")
-    d = place(c, PodRequest("p", 0, 0, 1, 300))
-    assert (d.node_name, d.gpus) == ("n0", (0,))
-    assert shared_fallback(500, 300) and not shared_fallback(0, 300) and not shared_fallback(500, 1000)
+    sched = policy(KUBE_DEFAULT)
+    assert any(isinstance(f, WholeGpuOnly) for f in sched.filters)
+    s = CachedScheduler(sched) if cached else sched
+    if cached:
+        assert s.cacheable  # the filter is per node: the cached scheduler still applies
+    pod = PodRequest("p", 0, 0, 1, 300)
+    r = s.schedule(pod, c.snapshot())
+    assert isinstance(r, Status) and r.code == Code.UNSCHEDULABLE
+    c.unreserve("y")
+    d = s.schedule(pod, c.snapshot())
+    assert isinstance(d, Decision) and (d.node_name, d.gpus) == ("n1", (0,))
+
+
+def test_whole_gpu_pods_are_unchanged_by_the_filter() -> None:
+    # a 1-GPU pod needs a whole GPU anyway: the filter passes it, GpuFit decides (n1 is idle)
+    c = cluster(1, 1)
+    fill(c, "n0", 0, 500, "x")
+    assert place(c, PodRequest("p", 0, 0, 1, 1000)).node_name == "n1"
 
 
 def test_the_launcher_registers_the_policy_in_a_fresh_process(tmp_path: Path) -> None:

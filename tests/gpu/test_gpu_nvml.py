@@ -223,6 +223,7 @@ def test_inventory(nvml: FakeNvml) -> None:
     assert (a100.model, a100.memory_mib, a100.pci_bus_id) == ("NVIDIA A100-SXM4-80GB", 81920, DGX_BUS[0])
     assert (a100.compute_capability, a100.tensor_cores, a100.fp8) == ("8.0", True, False)
     assert a100.nvlink_links == 11 and a100.numa_node == 0
+    assert a100.power_limit_w == 400.0  # NVML's 400,000 mW
     assert a100.mig_mode is MigMode.DISABLED
     # profile names come as "MIG 1g.10gb": the prefix is stripped
     assert [p.name for p in a100.mig_profiles] == ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]

@@ -17,6 +17,7 @@ from gpuaware.placement import (
     TypicalPods,
     policy,
 )
+from gpuaware.placement import stock as _stock  # registers KubeDefault, so the shared suite covers it
 from gpuaware.placement.policies import (
     BestFitScore,
     DotProdScore,
@@ -164,6 +165,10 @@ TYPICAL = TypicalPods.from_counts({(4000, 1, 500, ""): 3, (4000, 1, 1000, ""): 3
 def make(name: str, seed: int = 0, n: int | None = None) -> object:
     rank = None if n is None else np.random.default_rng(seed).permutation(n)
     return policy(name, typical=TYPICAL, seed=seed, tie_rank=rank)
+
+
+def test_suite_covers_the_default_profile_and_the_stock_baseline() -> None:
+    assert {"GpuAware", "WasteGradient", _stock.KUBE_DEFAULT} <= set(POLICIES)
 
 
 @pytest.fixture(params=sorted(POLICIES))

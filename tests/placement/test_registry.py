@@ -8,8 +8,13 @@ from placement_helpers import node, share
 from gpuaware.placement import (
     PUBLISHED,
     Cluster,
+    Code,
     Decision,
+    GpuFit,
+    ResourcesFit,
+    Status,
     TypicalPods,
+    WholeGpuOnly,
     build_scheduler,
     canonical_policy,
     policy,
@@ -52,6 +57,13 @@ def test_weighted_profile_from_config() -> None:
         ({"score": [{"name": "bestfit", "weight": 1.5}]}, "positive integer"),
         ({"score": [{"name": "bestfit"}], "gpu": "worst"}, "unknown GPU selector"),
         ({"score": [{"name": "fgd"}]}, "needs typical pods"),
+        ({"filter": [{"name": "nope"}], "score": [{"name": "bestfit"}]},
+         "unknown filter plugin 'nope'; known: gpu-fit, resources-fit, whole-gpu-only"),
+        ({"filter": ["gpu-fit"], "score": [{"name": "bestfit"}]}, "unknown filter plugin None"),
+        ({"filter": [], "score": [{"name": "bestfit"}]}, "non-empty list"),
+        ({"filter": {"name": "gpu-fit"}, "score": [{"name": "bestfit"}]}, "non-empty list"),
+        ({"score": [{"name": "bestfit"}], "gpu": "signal-aware", "gpu_args": {"inner": "signal-aware"}},
+         "unknown inner GPU selector"),
     ],
 )
 def test_bad_profiles_are_refused(config: dict, message: str) -> None:
@@ -62,3 +74,33 @@ def test_bad_profiles_are_refused(config: dict, message: str) -> None:
 def test_policy_factory_passes_typical_pods() -> None:
     typical = TypicalPods.from_counts({(1000, 1, 500, ""): 1})
     assert policy("fgd", typical=typical).name == "FGD"
+
+
+@pytest.mark.parametrize("filters, expected", [
+    (None, [ResourcesFit, GpuFit]),  # absent: kube-scheduler's pair
+    ([{"name": "resources-fit"}, {"name": "gpu-fit"}, {"name": "whole-gpu-only"}], [ResourcesFit, GpuFit, WholeGpuOnly]),
+    ([{"name": "gpu-fit"}], [GpuFit]),  # the list is the whole list, in order
+])
+def test_profiles_list_their_filters(filters: list | None, expected: list[type]) -> None:
+    config: dict = {"score": [{"name": "gpupacking"}], "gpu": "best"}
+    if filters is not None:
+        config["filter"] = filters
+    assert [type(f) for f in build_scheduler(config).filters] == expected
+
+
+def test_whole_gpu_only_keeps_a_fraction_off_shared_gpus() -> None:
+    # both nodes have 300 milli free on GPU 0; "idle2" also has a whole GPU: only it passes the filter
+    c = Cluster([node("used"), node("idle2")])
+    c.reserve(share("x", milli=700), 0, (0,))
+    c.reserve(share("y", milli=1000), 0, (1,))
+    c.reserve(share("z", milli=700), 1, (0,))
+    base = {"score": [{"name": "gpupacking"}], "gpu": "best"}
+    shared = build_scheduler(base).schedule(share("p", milli=200), c.snapshot())
+    assert isinstance(shared, Decision) and shared.node_name == "used"  # packing onto the 300-milli gap
+    whole_only = build_scheduler({**base, "filter": [{"name": "resources-fit"}, {"name": "gpu-fit"},
+                                                     {"name": "whole-gpu-only"}]})
+    d = whole_only.schedule(share("p", milli=200), c.snapshot())
+    assert isinstance(d, Decision) and (d.node_name, d.feasible) == ("idle2", 1)
+    c.reserve(share("w", milli=1000), 1, (1,))
+    s = whole_only.schedule(share("p", milli=200), c.snapshot())
+    assert isinstance(s, Status) and s.code == Code.UNSCHEDULABLE

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 from placement_service_helpers import inventory, pending
 
 from gpuaware.placement import POLICIES
 from gpuaware.schemas.binder import PodBound, PodFinished, PodOutcome
-from gpuaware.schemas.health import GpuStateChanged, HealthState
+from gpuaware.schemas.health import GpuScored, GpuStateChanged, HealthState
+from gpuaware.schemas.telemetry import GpuRolledUp, GpuRollup, RollupWindow, Stats
 from gpuaware.services.placement.state import Decided, PlacementState, Unschedulable
 
 
@@ -205,3 +207,75 @@ def test_no_preemption_when_disabled_not_more_important_or_cooling_down() -> Non
     out, _ = st.retry()
     assert isinstance(out[0], Decided) and sorted(v.pod_uid for v in out[0].msg.preemptions) == ["low0", "low1"]
     st.ledger.check()
+
+
+# -- signals: health scores, thermal/power rollups, forecasts ----------------------------------------
+
+
+def _gpuaware_state() -> PlacementState:
+    from gpuaware.placement import DEFAULT_PROFILE
+
+    st = PlacementState(cluster_name="c", source="placement/test", policy_name=DEFAULT_PROFILE,
+                        policy_config=POLICIES[DEFAULT_PROFILE])
+    for n in ("a", "b"):
+        inv = inventory("c", n, gpus=2)
+        st.apply_inventory(msgspec.structs.replace(
+            inv, gpus=tuple(msgspec.structs.replace(g, power_limit_w=400.0) for g in inv.gpus)))
+    assert st.ensure_cluster()
+    return st
+
+
+def _rollup(node: str, temp: float, power: float) -> GpuRolledUp:
+    return GpuRolledUp(source="collector", emitted_at=0.0, cluster="c", node=node, window=RollupWindow.MINUTE,
+                       window_start=0.0, gpus=tuple(
+                           GpuRollup(gpu_uuid=f"GPU-{node}-{i}", gpu_index=i, samples=60,
+                                     temperature_c=Stats(mean=temp - 2, max=temp + 1, p95=temp),
+                                     power_w=Stats(mean=power - 10, max=power + 5, p95=power)) for i in range(2)))
+
+
+def _where(st: PlacementState, uid: str) -> str:
+    out = st.on_pending(pending("c", uid, num_gpu=1))[0]
+    assert isinstance(out, Decided)
+    return out.msg.node
+
+
+def test_no_signals_pack_as_usual_a_hot_power_capped_node_is_avoided() -> None:
+    calm = _gpuaware_state()
+    first = _where(calm, "x")
+    hot = _gpuaware_state()
+    # the node packing would pick runs at 88 degC p95 and 396 W of 400 W: thermal/power score 0 there
+    assert hot.apply_rollup(_rollup(first, 88.0, 396.0))
+    assert not hot.apply_rollup(_rollup(first, 88.4, 396.0))  # within the quantum: nothing changes
+    assert _where(hot, "x") != first
+    # an hour window never steers placement
+    other = _gpuaware_state()
+    hour = msgspec.structs.replace(_rollup(first, 88.0, 396.0), window=RollupWindow.HOUR)
+    assert not other.apply_rollup(hour) and _where(other, "x") == first
+
+
+def test_a_low_health_score_steers_pods_away() -> None:
+    calm = _gpuaware_state()
+    first = _where(calm, "x")
+    st = _gpuaware_state()
+    for i in range(2):
+        assert st.apply_scored(GpuScored(source="health", emitted_at=0.0, cluster="c", node=first,
+                                         gpu_uuid=f"GPU-{first}-{i}", gpu_index=i, score=20.0,
+                                         state=HealthState.HEALTHY, scored_at=0.0))
+    assert _where(st, "x") != first
+    st.ledger.set_nodes(st.ledger.nodes)  # a rebuilt view keeps the scores
+    assert _where(st, "y") != first
+
+
+def test_a_forecast_of_a_busy_gpu_steers_sharing_pods_away() -> None:
+    from gpuaware.schemas.forecast import GpuForecast, GpuUtilPredicted
+
+    calm = _gpuaware_state()
+    first = calm.on_pending(pending("c", "s", num_gpu=1, gpu_milli=500))[0].msg.node
+    st = _gpuaware_state()
+    fc = GpuUtilPredicted(source="forecasting", emitted_at=0.0, cluster="c", node=first, model="lstm",
+                          model_version="1", issued_at=0.0, start=0.0, step_s=60.0, horizon_steps=2,
+                          quantiles=(0.5, 0.9), gpus=tuple(
+                              GpuForecast(gpu_uuid=f"GPU-{first}-{i}", values=((60.0, 70.0), (85.0, 95.0)))
+                              for i in range(2)))
+    assert st.apply_forecast(fc)  # p90 peak 95 % + a 0.5 share: over the top on both GPUs of that node
+    assert st.on_pending(pending("c", "s", num_gpu=1, gpu_milli=500))[0].msg.node != first

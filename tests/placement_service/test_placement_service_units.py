@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 from placement_service_helpers import inventory, pending
 
-from gpuaware.placement import OURS, Cluster, Decision, NodeSpec, PodRequest, Status, TypicalPods, policy
+from gpuaware.placement import (
+    DEFAULT_PROFILE,
+    OURS,
+    Cluster,
+    Decision,
+    NodeSpec,
+    PodRequest,
+    Status,
+    TypicalPods,
+    policy,
+)
 from gpuaware.placement.cache import CachedScheduler
 from gpuaware.placement.explain import explain
 from gpuaware.placement.gang import GangFailure, place_gang
@@ -40,7 +50,7 @@ def _pods(n: int) -> list[PodRequest]:
     return out
 
 
-@pytest.mark.parametrize("name", [OURS, "FGD", "DotProd", "BestFit"])
+@pytest.mark.parametrize("name", [OURS, DEFAULT_PROFILE, "FGD", "DotProd", "BestFit"])
 def test_cached_scheduler_decides_exactly_like_the_scheduler(name: str) -> None:
     nodes, pods = _cluster(), _pods(1500)
     typical = TypicalPods.from_requests(pods)

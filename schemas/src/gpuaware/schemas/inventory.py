@@ -78,6 +78,8 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """GPUs with the same id talk over NVLink; None = no NVLink peers"""
     numa_node: NonNegInt | None = None
     mig_mode: MigMode = MigMode.UNSUPPORTED
+    power_limit_w: Annotated[float, Meta(ge=0)] | None = None
+    """the enforced board power limit; None = unknown (placement then cannot judge power headroom)"""
     mig_profiles: tuple[MigProfile, ...] = ()
     mig_instances: tuple[MigInstance, ...] = ()
 

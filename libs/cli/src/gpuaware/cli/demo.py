@@ -66,7 +66,7 @@ from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.cli.roundtrip import run_roundtrip
 from gpuaware.devstack import StackError, stack_down, stack_up
 from gpuaware.devstack.stack import DEFAULT_DATA_DIR, DEFAULT_NATS_PORT, DEFAULT_PG_PORT
-from gpuaware.placement import OURS
+from gpuaware.placement import DEFAULT_PROFILE
 from gpuaware.placement.stock import KUBE_DEFAULT
 from gpuaware.schemas.streams import TELEMETRY
 from gpuaware.schemas.telemetry import GPU_SAMPLED
@@ -316,7 +316,7 @@ async def _demo(cfg: DemoConfig, nats_url: str, database_url: str, started: floa
                     telemetry = await _start_telemetry(cfg, procs, nats_url, database_url)
                     report["telemetry"] = telemetry
                     view = LiveView(cfg, counter)
-                    for spec in (RunSpec("gpuaware", OURS, f"{cfg.run_id}-gpuaware"),
+                    for spec in (RunSpec("gpuaware", DEFAULT_PROFILE, f"{cfg.run_id}-gpuaware"),
                                  RunSpec("baseline", KUBE_DEFAULT, f"{cfg.run_id}-baseline")):
                         console.rule(f"run: {spec.label} — placement policy {spec.policy}, cluster {spec.cluster}")
                         results[spec.label] = await _with_live(view, lambda s=spec: run_once(

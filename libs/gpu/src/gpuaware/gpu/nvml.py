@@ -392,6 +392,7 @@ class NvmlBackend:
                     mig_mode=mode,
                     mig_profiles=profiles,
                     mig_instances=instances,
+                    power_limit_w=_milliwatts(self._call(pynvml.nvmlDeviceGetEnforcedPowerLimit, g.handle, gpu=g)),
                 )
             )
         cuda = self._call(pynvml.nvmlSystemGetCudaDriverVersion)
@@ -571,3 +572,8 @@ class NvmlBackend:
             self._call(pynvml.nvmlEventSetFree, self._event_set)
             self._event_set = None
         self._call(pynvml.nvmlShutdown)
+
+
+def _milliwatts(value: Any) -> float | None:
+    """NVML reports power in milliwatts; None stays None."""
+    return None if value is None else value / 1000

@@ -506,6 +506,7 @@ class SimulatedFleet:
                     else 0,
                     nvlink_island=islands[i],
                     numa_node=numa,
+                    power_limit_w=m.power_limit_w,
                     mig_mode=MigMode.ENABLED
                     if instances
                     else (MigMode.DISABLED if m.mig_profiles else MigMode.UNSUPPORTED),

@@ -27,6 +27,7 @@ from gpuaware.placement.framework import (
     ScorePlugin,
     Status,
     WeightedScore,
+    WholeGpuOnly,
 )
 from gpuaware.placement.model import (
     GPU_CATALOG,
@@ -39,6 +40,7 @@ from gpuaware.placement.model import (
     RequestError,
 )
 from gpuaware.placement.registry import (
+    DEFAULT_PROFILE,
     OURS,
     POLICIES,
     PUBLISHED,
@@ -46,10 +48,12 @@ from gpuaware.placement.registry import (
     build_scheduler,
     canonical_policy,
     policy,
+    register_filter,
     register_policy,
 )
 
 __all__ = [
+    "DEFAULT_PROFILE",
     "DEGRADED",
     "GPU_CATALOG",
     "HEALTHY",
@@ -85,8 +89,10 @@ __all__ = [
     "Status",
     "TypicalPods",
     "WeightedScore",
+    "WholeGpuOnly",
     "build_scheduler",
     "canonical_policy",
     "policy",
+    "register_filter",
     "register_policy",
 ]

@@ -44,13 +44,15 @@ from gpuaware.placement.framework import (
     ResourcesFit,
     Scheduler,
     Status,
+    WholeGpuOnly,
 )
 from gpuaware.placement.model import PodRequest
 
 _SHAPE_FIELDS = tuple(f.name for f in fields(PodRequest) if f.name != "name")
-_PER_NODE_FILTERS = (ResourcesFit, GpuFit)
+_PER_NODE_FILTERS = (ResourcesFit, GpuFit, WholeGpuOnly)  # each reads only the columns _FitRows carries
 _ARRAYS = ("model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", "gpu_count", "gpu_present",
-           "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version")
+           "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version",
+           "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast")
 
 
 def shape_of(pod: PodRequest) -> tuple[Any, ...]:
@@ -66,7 +68,7 @@ def rows_view(snap: Snapshot, rows: np.ndarray) -> Snapshot:
 
 
 class _FitRows:
-    """The columns the framework's own filters (ResourcesFit, GpuFit) read, for `rows` only: a
+    """The columns the framework's own filters (ResourcesFit, GpuFit, WholeGpuOnly) read, for `rows` only: a
     cheaper stand-in for `rows_view` on the hot path (a custom per-node filter gets `rows_view`)."""
 
     __slots__ = ("cluster_uid", "cpu_free", "gpu_free", "mem_free", "model_idx", "models", "num_nodes",

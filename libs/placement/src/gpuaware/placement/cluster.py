@@ -3,14 +3,22 @@
 Why arrays: every policy scores every node for every pod (1,213 nodes in openb, 10,000 in the
 synthetic scale test), so the state is laid out for vectorised scoring: one row per node, one column
 per GPU slot (padded with absent slots for nodes with fewer GPUs). A `Snapshot` exposes read-only
-views of those arrays for one scheduling cycle; `reserve` / `unreserve` are the only writers, both
-idempotent (reserving the same placement twice, or unreserving an unknown pod, is a no-op), and each
-bumps the changed node's `version` so scorers can cache per-node results safely.
+views of those arrays for one scheduling cycle; `reserve` / `unreserve` are the only writers of the
+allocation state, both idempotent (reserving the same placement twice, or unreserving an unknown pod,
+is a no-op), and each bumps the changed node's `version` so scorers can cache per-node results safely.
+
+Per-GPU signals (telemetry health score, temperature, power draw against the limit, forecast
+utilisation) ride along for the signal scores (signals.py). They are stored *quantised* (health to 5
+points, temperature to 2 degC, power and forecast to 0.05) and a node's version moves only when a
+quantised value changes: telemetry is noisy, and every version bump throws away that node's cached
+scores (the FGD-family caches, CachedScheduler), so a GPU drifting from 61.3 to 61.9 degC must not
+cost a recompute. Unknown is NaN (health: 100), and an unknown signal scores neutral.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -66,6 +74,10 @@ class Snapshot:
     nvlink_island: np.ndarray  # [N, G] int16 (-1 none)
     numa_node: np.ndarray  # [N, G] int16 (-1 unknown)
     version: np.ndarray  # [N] int64, bumped whenever a node changes
+    gpu_health_score: np.ndarray  # [N, G] int16 telemetry health 0..100 (100 when unknown), 5-point steps
+    gpu_temp_c: np.ndarray  # [N, G] float32 degC, 2-degree steps (NaN = unknown)
+    gpu_power_frac: np.ndarray  # [N, G] float32 power draw / power limit, 0.05 steps (NaN = unknown)
+    gpu_util_forecast: np.ndarray  # [N, G] float32 forecast p90 utilisation 0..1, 0.05 steps (NaN = unknown)
 
     @property
     def num_nodes(self) -> int:
@@ -76,6 +88,11 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     v = a.view()
     v.flags.writeable = False
     return v
+
+
+def _step(value: float, step: float) -> float:
+    """`value` rounded to the nearest multiple of `step` (halves up, unlike round()'s halves to even)."""
+    return math.floor(value / step + 0.5) * step
 
 
 class Cluster:
@@ -119,6 +136,10 @@ class Cluster:
             if s.numa_nodes:
                 self.numa_node[i, : s.num_gpu] = s.numa_nodes
         self.version = np.zeros(n, dtype=np.int64)
+        self.gpu_health_score = np.full((n, g), 100, dtype=np.int16)
+        self.gpu_temp_c = np.full((n, g), np.nan, dtype=np.float32)
+        self.gpu_power_frac = np.full((n, g), np.nan, dtype=np.float32)
+        self.gpu_util_forecast = np.full((n, g), np.nan, dtype=np.float32)
         self.allocations: dict[str, Allocation] = {}
         self.total_gpu_milli = int(self.gpu_count.sum()) * MILLI
         self.used_gpu_milli = 0
@@ -135,6 +156,7 @@ class Cluster:
             names = (
                 "model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", "gpu_count", "gpu_present",
                 "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version",
+                "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast",
             )
             views = self._views = {k: _readonly(getattr(self, k)) for k in names}
         return Snapshot(self.uid, self.generation, self.node_names, self.models, **views)
@@ -207,6 +229,50 @@ class Cluster:
         self.gpu_health[node, gpu] = state
         self.gpu_free[node, gpu] = 0 if state == QUARANTINED else MILLI - self.gpu_used[node, gpu]
         self._touch(node)
+
+    def set_gpu_signals(
+        self,
+        node: int,
+        gpu: int,
+        *,
+        health_score: float | None = None,
+        temp_c: float | None = None,
+        power_frac: float | None = None,
+        util_forecast: float | None = None,
+    ) -> bool:
+        """Store one GPU's telemetry signals, quantised; True when a stored value changed.
+
+        None leaves a signal as it is; NaN makes it unknown again (health: back to 100). Health is
+        clipped to 0..100 and kept in 5-point steps, temperature in 2 degC steps, power (draw / limit,
+        clipped at >= 0) and the forecast p90 utilisation (clipped to 0..1) in 0.05 steps. Only a
+        change of a quantised value bumps the node's version (and the generation), so per-node score
+        caches survive telemetry noise.
+        """
+        if not 0 <= node < self.num_nodes:
+            raise RequestError(f"node index {node} out of range")
+        if not 0 <= gpu < self.gpu_count[node]:
+            raise RequestError(f"node {self.node_names[node]} has no GPU {gpu}")
+        changed = False
+        if health_score is not None:
+            h = 100 if math.isnan(health_score) else _step(min(100.0, max(0.0, float(health_score))), 5.0)
+            if self.gpu_health_score[node, gpu] != h:
+                self.gpu_health_score[node, gpu] = int(h)
+                changed = True
+        for arr, value, step, top in (
+            (self.gpu_temp_c, temp_c, 2.0, math.inf),
+            (self.gpu_power_frac, power_frac, 0.05, math.inf),
+            (self.gpu_util_forecast, util_forecast, 0.05, 1.0),
+        ):
+            if value is None:
+                continue
+            q = np.float32(math.nan if math.isnan(value) else _step(min(top, max(0.0, float(value))), step))
+            old = arr[node, gpu]
+            if not (old == q or (np.isnan(old) and np.isnan(q))):
+                arr[node, gpu] = q
+                changed = True
+        if changed:
+            self._touch(node)
+        return changed
 
     def check(self) -> None:
         """Re-derive the state from the ledger and compare (tests and debugging)."""

@@ -9,6 +9,9 @@ docstring shows the configuration that enables it.
 
 A cycle never mutates the cluster: `Scheduler.schedule` returns a staged `Decision`; the caller
 commits it with `Cluster.reserve` (or drops it), so a decision can be discarded at no cost.
+
+Filters are part of a profile too (registry.py): the default pair is ResourcesFit + GpuFit, and
+WholeGpuOnly adds stock Kubernetes' integer `nvidia.com/gpu` arithmetic for the KubeDefault baseline.
 """
 
 from __future__ import annotations
@@ -167,6 +170,23 @@ class GpuFit:
         return mask
 
 
+class WholeGpuOnly:
+    """Stock Kubernetes' GPU arithmetic: ``nvidia.com/gpu`` is an integer, so a pod asking a fraction
+    of a GPU is rounded up to one and needs a fully free GPU; it waits rather than share. Whole-GPU
+    and CPU-only pods pass (GpuFit decides for them). Per node, so the cached scheduler applies.
+
+    ``{"filter": [{"name": "resources-fit"}, {"name": "gpu-fit"}, {"name": "whole-gpu-only"}], ...}``
+    """
+
+    name: ClassVar[str] = "whole-gpu-only"
+    per_node: ClassVar[bool] = True
+
+    def filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> np.ndarray:
+        if not pod.is_gpu_share:
+            return np.ones(snap.num_nodes, dtype=bool)
+        return (snap.gpu_free >= MILLI).any(axis=1)
+
+
 # -- GPU selection --------------------------------------------------------------------------------
 
 
@@ -176,9 +196,49 @@ def exclusive_gpus(free_row: np.ndarray, num_gpu: int) -> tuple[int, ...]:
     return tuple(int(i) for i in idx)
 
 
+def whole_gpus(
+    snap: Snapshot, node: int, pod: PodRequest, quality: np.ndarray | None = None, prefer_groups: bool = False
+) -> tuple[int, ...]:
+    """`pod.num_gpu` fully free GPUs of `node`, ascending.
+
+    A multi-GPU pod with a hard `topology` ("nvlink" / "numa", which GpuFit filtered on) gets all its
+    GPUs from one NVLink island / NUMA node; `prefer_groups` asks the same of every multi-GPU pod as a
+    preference (an NVLink island first, else a NUMA node, else anywhere). Among groups that can hold
+    the pod: the best summed `quality` (per GPU, higher is better), then the fewest free GPUs (best
+    fit: roomier islands stay whole for later pods), then the lowest group id. Within the choice,
+    GPUs by quality, then by index. Without quality or groups this is `exclusive_gpus`.
+    """
+    free = np.flatnonzero(snap.gpu_free[node] >= MILLI)
+    k = pod.num_gpu
+    grouped = k > 1 and (bool(pod.topology) or prefer_groups)
+    if quality is None and not grouped:
+        return tuple(int(i) for i in free[:k])
+    q = np.zeros(snap.gpu_free.shape[1]) if quality is None else np.asarray(quality, dtype=np.float64)
+
+    def ranked(idx: np.ndarray) -> np.ndarray:
+        return idx[np.lexsort((idx, -q[idx]))]  # quality descending, then index
+
+    if grouped:
+        kinds = {"nvlink": ("nvlink",), "numa": ("numa",)}.get(pod.topology, ("nvlink", "numa"))
+        for kind in kinds:
+            ids = (snap.nvlink_island if kind == "nvlink" else snap.numa_node)[node][free]
+            best: tuple[tuple[float, int, int], np.ndarray] | None = None
+            for gid in np.unique(ids[ids >= 0]):
+                members = ranked(free[ids == gid])
+                if members.size < k:
+                    continue
+                key = (-float(q[members[:k]].sum()), int(members.size), int(gid))
+                if best is None or key < best[0]:
+                    best = (key, members[:k])
+            if best is not None:
+                return tuple(sorted(int(i) for i in best[1]))
+    return tuple(sorted(int(i) for i in ranked(free)[:k]))
+
+
 class BestFitGpu:
     """Sharing pods go to the tightest-fitting GPU (least free milli that still fits; first index on
-    ties); whole-GPU pods take the first fully free GPUs."""
+    ties); whole-GPU pods take the first fully free GPUs (on one island / NUMA node when the pod's
+    `topology` demands it, see `whole_gpus`)."""
 
     name: ClassVar[str] = "best"
 
@@ -189,7 +249,7 @@ class BestFitGpu:
         if pod.is_gpu_share:
             fits = np.where(row >= pod.gpu_milli, row, np.iinfo(np.int64).max)
             return (int(np.argmin(fits)),)
-        return exclusive_gpus(row, pod.num_gpu)
+        return whole_gpus(snap, node, pod)
 
 
 class RandomGpu:
@@ -207,7 +267,7 @@ class RandomGpu:
         if pod.is_gpu_share:
             fits = np.flatnonzero(row >= pod.gpu_milli)
             return (int(fits[self.rng.integers(len(fits))]),)
-        return exclusive_gpus(row, pod.num_gpu)
+        return whole_gpus(snap, node, pod)
 
 
 class CycleGpu:

@@ -113,6 +113,8 @@ class Ledger:
     pods: dict[str, PodEntry] = field(default_factory=dict)
     closed: OrderedDict[str, int] = field(default_factory=OrderedDict)
     health: dict[tuple[str, int], int] = field(default_factory=dict)
+    signals: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    """(node, slot) -> the latest telemetry signals (health score, temperature, power, forecast)"""
     mem_total: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
     """[N, G] GPU memory per GPU slot, MiB (0: undisclosed, not accounted)"""
     mem_used: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
@@ -149,6 +151,8 @@ class Ledger:
                 self.mem_total[i, : spec.num_gpu] = model.memory_mib
         for (node, slot), state in self.health.items():
             self._apply_health(node, slot, state)
+        for (node, slot), values in self.signals.items():
+            self._apply_signals(node, slot, values)
         unplaced = []
         for phase in (Phase.BOUND, Phase.DECIDED):  # bindings first: they are the truth
             for entry in sorted((e for e in self.pods.values() if e.phase == phase), key=lambda e: e.seq):
@@ -169,6 +173,21 @@ class Ledger:
         self.health[(node, slot)] = state
         self._apply_health(node, slot, state)
         return before == QUARANTINED and state != QUARANTINED
+
+    def set_gpu_signals(self, node: str, slot: int, **values: float) -> bool:
+        """Record a GPU's telemetry signals (``Cluster.set_gpu_signals`` keywords); kept across
+        node-set rebuilds. True when the cluster's (quantised) view changed."""
+        values = {k: v for k, v in values.items() if v is not None}
+        if not values:
+            return False
+        self.signals.setdefault((node, slot), {}).update(values)
+        return self._apply_signals(node, slot, values)
+
+    def _apply_signals(self, node: str, slot: int, values: dict[str, float]) -> bool:
+        i = self.node_index(node)
+        if i is None or self.cluster is None or not 0 <= slot < self.cluster.gpu_count[i]:
+            return False
+        return self.cluster.set_gpu_signals(i, slot, **values)
 
     def _apply_health(self, node: str, slot: int, state: int) -> None:
         i = self.node_index(node)

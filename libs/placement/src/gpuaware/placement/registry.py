@@ -4,13 +4,20 @@ A policy is configuration, not code:
 
     {"name": "FGD", "score": [{"name": "fgd", "weight": 1000}], "gpu": "fgd"}
 
-`build_scheduler` validates it (unknown names and bad weights are refused with the list of what is
-known) and wires the plugins. Plugins that need the workload's typical pods or randomness receive
-them through `PluginContext`, so the same configuration runs in the evaluator and in the service.
+    {"filter": [{"name": "resources-fit"}, {"name": "gpu-fit"}, {"name": "whole-gpu-only"}],
+     "score": [{"name": "first-fit", "weight": 1}], "gpu": "whole-gpu"}
+
+`filter` is optional (absent: ResourcesFit + GpuFit, kube-scheduler's pair); when given it is the
+whole list, in order. `build_scheduler` validates a profile (unknown names and bad weights are refused
+with the list of what is known) and wires the plugins. Plugins that need the workload's typical pods
+or randomness receive them through `PluginContext`, so the same configuration runs in the evaluator
+and in the service. `DEFAULT_PROFILE` (GpuAware) is the profile a deployment should run; `OURS`
+(WasteGradient) stays the packing policy the benchmarks compare.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,11 +28,15 @@ from gpuaware.placement.frag import TypicalPods
 from gpuaware.placement.framework import (
     BestFitGpu,
     CycleGpu,
+    FilterPlugin,
+    GpuFit,
     GpuSelector,
     RandomGpu,
+    ResourcesFit,
     Scheduler,
     ScorePlugin,
     WeightedScore,
+    WholeGpuOnly,
 )
 from gpuaware.placement.hetero import ThroughputScore
 from gpuaware.placement.policies import (
@@ -35,6 +46,13 @@ from gpuaware.placement.policies import (
     GpuClusteringScore,
     GpuPackingScore,
     RandomScore,
+)
+from gpuaware.placement.signals import (
+    ForecastHeadroomScore,
+    HealthScore,
+    SignalAwareGpu,
+    ThermalPowerScore,
+    TopologyScore,
 )
 from gpuaware.placement.waste import FgdFloatScore, WasteGradientScore
 
@@ -57,6 +75,13 @@ class PluginContext:
 
 ScoreFactory = Callable[[PluginContext, Mapping[str, Any]], ScorePlugin]
 GpuFactory = Callable[[PluginContext, Mapping[str, Any]], GpuSelector]
+FilterFactory = Callable[[PluginContext, Mapping[str, Any]], FilterPlugin]
+
+FILTER_PLUGINS: dict[str, FilterFactory] = {
+    "resources-fit": lambda ctx, args: ResourcesFit(),
+    "gpu-fit": lambda ctx, args: GpuFit(),
+    "whole-gpu-only": lambda ctx, args: WholeGpuOnly(),
+}
 
 SCORE_PLUGINS: dict[str, ScoreFactory] = {
     "fgd": lambda ctx, args: FgdScore(ctx.need_typical("fgd")),
@@ -68,7 +93,20 @@ SCORE_PLUGINS: dict[str, ScoreFactory] = {
     "waste-gradient": lambda ctx, args: WasteGradientScore(ctx.need_typical("waste-gradient"), **args),
     "fgd-float": lambda ctx, args: FgdFloatScore(ctx.need_typical("fgd-float")),
     "throughput": lambda ctx, args: ThroughputScore(args.get("matrix", {})),
+    "health": lambda ctx, args: HealthScore(),
+    "forecast-headroom": lambda ctx, args: ForecastHeadroomScore(),
+    "topology": lambda ctx, args: TopologyScore(),
+    "thermal-power": lambda ctx, args: ThermalPowerScore(),
 }
+
+
+def _signal_aware(ctx: PluginContext, args: Mapping[str, Any]) -> SignalAwareGpu:
+    inner = args.get("inner", "best")
+    if inner not in GPU_SELECTORS or inner == "signal-aware":
+        known = ", ".join(sorted(k for k in GPU_SELECTORS if k != "signal-aware"))
+        raise ValueError(f"signal-aware: unknown inner GPU selector {inner!r}; known: {known}")
+    return SignalAwareGpu(GPU_SELECTORS[inner](ctx, {}), tolerance=float(args.get("tolerance", 25.0)))
+
 
 GPU_SELECTORS: dict[str, GpuFactory] = {
     "best": lambda ctx, args: BestFitGpu(),
@@ -76,6 +114,7 @@ GPU_SELECTORS: dict[str, GpuFactory] = {
     "fgd": lambda ctx, args: CycleGpu(FgdScore.gpu_key),
     "waste-gradient": lambda ctx, args: CycleGpu(WasteGradientScore.gpu_key),
     "fgd-float": lambda ctx, args: CycleGpu(FgdFloatScore.gpu_key),
+    "signal-aware": _signal_aware,
 }
 
 POLICIES: dict[str, dict[str, Any]] = {
@@ -109,6 +148,42 @@ POLICIES.update({
 })
 VARIANTS = tuple(p for p in POLICIES if p not in PUBLISHED and p != OURS)
 
+DEFAULT_PROFILE = "GpuAware"
+"""The default profile: OURS (WasteGradient, unchanged) plus the signal scores as tie-breakers.
+
+Weights. WasteGradient scores int(100 sigmoid(waste saved / 1000)) at weight 1000, so one point of it
+(about 40 milli-GPU of expected waste near the middle of the scale) is worth 1000. A signal score s at
+weight w moves a node by w * (difference in s); it outvotes k packing points only when that exceeds
+1000 k. The weights are chosen so that a signal breaks every packing tie, outvotes one packing point
+(up to three for a GPU at 0) only when the GPU is clearly bad, and never one for small differences:
+
+  signal             w    outvotes 1 packing point when       e.g.
+  health            32    health differs by >= 32 points      DEGRADED (<= 40) vs healthy 100: 1920
+  thermal-power     18    thermal/power differs by >= 56      90 degC vs cool: 1800; 75 degC (60): 720
+  forecast-headroom 12    overshoot differs by >= 0.84 GPU    a tie-breaker but for a GPU forecast full
+  topology          11    NVLink island (100) vs neither (0)  one NUMA node (60) vs neither: 660
+
+No single signal's weighted difference (at most 100 points) is a multiple of 1000, so a signal never
+exactly ties a number of packing points (ties would fall to the node rank, not to the signal).
+Unknown signals score 100 on every node (a constant), so without telemetry and topology the decisions
+are exactly WasteGradient's. The GPU choice is WasteGradient's too unless the picked GPU is more than
+25 quality points worse than the best fitting GPU of the node (signal-aware, tolerance 25).
+
+  {"score": [{"name": "waste-gradient", "weight": 1000, "args": {"strand": 2.0, "gap": 4.0, "kappa": 30.0}},
+             {"name": "health", "weight": 32}, {"name": "thermal-power", "weight": 18},
+             {"name": "forecast-headroom", "weight": 12}, {"name": "topology", "weight": 11}],
+   "gpu": "signal-aware", "gpu_args": {"inner": "waste-gradient", "tolerance": 25}}
+"""
+
+SIGNAL_WEIGHTS: dict[str, int] = {"health": 32, "thermal-power": 18, "forecast-headroom": 12, "topology": 11}
+
+POLICIES[DEFAULT_PROFILE] = {
+    "score": [*copy.deepcopy(POLICIES[OURS]["score"]),
+              *({"name": k, "weight": w} for k, w in SIGNAL_WEIGHTS.items())],
+    "gpu": "signal-aware",
+    "gpu_args": {"inner": POLICIES[OURS]["gpu"], "tolerance": 25},
+}
+
 
 def register_score(name: str, factory: ScoreFactory) -> None:
     SCORE_PLUGINS[name] = factory
@@ -116,6 +191,10 @@ def register_score(name: str, factory: ScoreFactory) -> None:
 
 def register_gpu_selector(name: str, factory: GpuFactory) -> None:
     GPU_SELECTORS[name] = factory
+
+
+def register_filter(name: str, factory: FilterFactory) -> None:
+    FILTER_PLUGINS[name] = factory
 
 
 def register_policy(name: str, config: Mapping[str, Any]) -> None:
@@ -138,8 +217,10 @@ def build_scheduler(
     tie_rank: np.ndarray | None = None,
     name: str | None = None,
 ) -> Scheduler:
-    """A Scheduler from a profile mapping: {"score": [{"name", "weight"}...], "gpu": name, "args": {...}}."""
+    """A Scheduler from a profile mapping:
+    {"filter": [{"name"}...], "score": [{"name", "weight", "args"}...], "gpu": name, "gpu_args": {...}}."""
     ctx = PluginContext(typical=typical, seed=int(config.get("seed", seed)))
+    filters = _filters(config.get("filter"), ctx)
     entries = config.get("score")
     if not entries:
         raise ValueError("a profile needs at least one score plugin under 'score'")
@@ -156,7 +237,23 @@ def build_scheduler(
     if gpu not in GPU_SELECTORS:
         raise ValueError(f"unknown GPU selector {gpu!r}; known: {', '.join(sorted(GPU_SELECTORS))}")
     selector = GPU_SELECTORS[gpu](ctx, config.get("gpu_args", {}))
-    return Scheduler(name or str(config.get("name", "custom")), scores, selector, tie_rank=tie_rank)
+    extra: dict[str, Any] = {} if filters is None else {"filters": filters}
+    return Scheduler(name or str(config.get("name", "custom")), scores, selector, tie_rank=tie_rank, **extra)
+
+
+def _filters(entries: Any, ctx: PluginContext) -> list[FilterPlugin] | None:
+    """The profile's `filter` list as plugins; None when absent (the Scheduler's defaults)."""
+    if entries is None:
+        return None
+    if not isinstance(entries, list | tuple) or not entries:
+        raise ValueError("a profile's 'filter', when given, must be a non-empty list of {\"name\": ...}")
+    out = []
+    for entry in entries:
+        plugin = entry.get("name") if isinstance(entry, Mapping) else None
+        if plugin not in FILTER_PLUGINS:
+            raise ValueError(f"unknown filter plugin {plugin!r}; known: {', '.join(sorted(FILTER_PLUGINS))}")
+        out.append(FILTER_PLUGINS[plugin](ctx, entry.get("args", {})))
+    return out
 
 
 def policy(

@@ -41,7 +41,7 @@ from gpuaware.schemas.binder import (
     PodPreempted,
 )
 from gpuaware.schemas.forecast import GPU_UTIL_PREDICTED, GpuUtilPredicted
-from gpuaware.schemas.health import GPU_STATE_CHANGED, GpuStateChanged
+from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED, GpuScored, GpuStateChanged
 from gpuaware.schemas.inventory import NODE_INVENTORY, NodeInventory
 from gpuaware.schemas.placement import (
     PLACEMENT_DECIDED,
@@ -59,6 +59,7 @@ from gpuaware.schemas.placement import (
 from gpuaware.schemas.pods import POD_PENDING, PodPending
 from gpuaware.schemas.quota import QUOTA_ADMIT, AdmitReply, AdmitRequest
 from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, TELEMETRY
+from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GpuRolledUp
 from gpuaware.schemas.world import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
 from gpuaware.services.placement import convert
 from gpuaware.services.placement.settings import PlacementSettings
@@ -73,6 +74,8 @@ UNSCHEDULABLE = bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable,
 EXPLAINED = bus.Channel(PLACEMENT_EXPLAINED, PlacementExplained)
 INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 HEALTH = bus.Channel(GPU_STATE_CHANGED, GpuStateChanged)
+SCORED = bus.Channel(GPU_SCORED, GpuScored)
+ROLLUPS = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
 FORECASTS = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
 BOUND = bus.Channel(POD_BOUND, PodBound)
 BIND_FAILED = bus.Channel(POD_BIND_FAILED, PodBindFailed)
@@ -126,8 +129,11 @@ class PlacementService:
             self._world_task = asyncio.create_task(self._world_retry(), name="placement world snapshot")
         self.state.ensure_cluster()
         self.followers += [
-            await bus.follow(self.js, [HEALTH], self._on_health, stream=ALERTS.name, with_suffixes=True,
+            await bus.follow(self.js, [HEALTH, SCORED], self._on_health, stream=ALERTS.name, with_suffixes=True,
                              name="placement-health"),
+            # thermal and power: the latest one-minute rollup of each node, then each new one
+            await bus.follow(self.js, [ROLLUPS], self._on_rollup, stream=TELEMETRY.name,
+                             deliver="last_per_subject", with_suffixes=True, name="placement-rollups"),
             await bus.follow(self.js, [FORECASTS], self._on_forecast, stream=FORECAST.name, deliver="new",
                              with_suffixes=True, name="placement-forecast"),
             await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED], self._on_binder, stream=BINDER.name,
@@ -240,8 +246,14 @@ class PlacementService:
     def _on_inventory(self, inv: NodeInventory, _d: bus.FollowDelivery) -> None:
         self._freed(self.state.apply_inventory(inv))
 
-    def _on_health(self, ev: GpuStateChanged, _d: bus.FollowDelivery) -> None:
-        self._freed(self.state.apply_health(ev))
+    def _on_health(self, ev: GpuStateChanged | GpuScored, _d: bus.FollowDelivery) -> None:
+        if isinstance(ev, GpuScored):
+            self.state.apply_scored(ev)
+        else:
+            self._freed(self.state.apply_health(ev))
+
+    def _on_rollup(self, ev: GpuRolledUp, _d: bus.FollowDelivery) -> None:
+        self.state.apply_rollup(ev)
 
     def _on_forecast(self, ev: GpuUtilPredicted, _d: bus.FollowDelivery) -> None:
         self.state.apply_forecast(ev)

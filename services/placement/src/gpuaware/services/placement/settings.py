@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from gpuaware.placement import OURS, POLICIES, canonical_policy
+from gpuaware.placement import DEFAULT_PROFILE, POLICIES, canonical_policy
 from gpuaware.runtime import ServiceSettings, SettingsError
 
 
@@ -14,9 +14,11 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
 
     service_name: str = "placement"
 
-    policy: str = OURS
-    """A registered policy (`gpuaware.placement.POLICIES`, case-insensitive); the default is the best
-    one the placement engine has (WasteGradient: FGD's gradient on expected wasted GPU)."""
+    policy: str = DEFAULT_PROFILE
+    """A registered policy (`gpuaware.placement.POLICIES`, case-insensitive). The default, GpuAware, is
+    the engine's best packing policy (WasteGradient: FGD's gradient on expected wasted GPU) plus the
+    health, forecast-headroom, topology and thermal/power scores, which only steer when their
+    signals arrive (health-scoring, forecasting, the collector's rollups)."""
     profile: str = ""
     """A custom profile as JSON (`{"score": [{"name": "fgd", "weight": 1000}], "gpu": "fgd"}`);
     overrides `policy` when set."""

@@ -52,7 +52,7 @@ from gpuaware.placement.ledger import HOLDING, Ledger, Phase, PodEntry
 from gpuaware.placement.preempt import PreemptionPlan, Victim, plan_preemption
 from gpuaware.schemas.binder import PodBindFailed, PodBound, PodFinished, PodPreempted
 from gpuaware.schemas.forecast import GpuUtilPredicted
-from gpuaware.schemas.health import GpuStateChanged, HealthState
+from gpuaware.schemas.health import GpuScored, GpuStateChanged, HealthState
 from gpuaware.schemas.inventory import GpuInfo, NodeInventory
 from gpuaware.schemas.placement import (
     PlacementDecided,
@@ -61,6 +61,7 @@ from gpuaware.schemas.placement import (
     UnschedulableReason,
 )
 from gpuaware.schemas.pods import PodPending
+from gpuaware.schemas.telemetry import GpuRolledUp, RollupWindow
 from gpuaware.schemas.world import WorldSnapshotReply
 from gpuaware.services.placement import convert
 
@@ -249,9 +250,45 @@ class PlacementState:
             return False
         return self.ledger.set_gpu_health(ev.node, slot, _HEALTH[ev.current])
 
-    def apply_forecast(self, ev: GpuUtilPredicted) -> None:
-        if ev.cluster == self.cluster_name:
-            self.forecasts[getattr(ev, "node", "")] = ev
+    def apply_forecast(self, ev: GpuUtilPredicted) -> bool:
+        """A utilisation forecast: each GPU's p90 (the quantile nearest 0.9) peak over the horizon,
+        as a fraction, feeds the forecast-headroom score. True when the view changed."""
+        if ev.cluster != self.cluster_name:
+            return False
+        self.forecasts[ev.node] = ev
+        q = min(range(len(ev.quantiles)), key=lambda i: abs(ev.quantiles[i] - 0.9))
+        changed = False
+        for g in ev.gpus:
+            if g.metric != "util_pct":
+                continue
+            slot = self._slot_of(ev.node, g.gpu_uuid, -1)
+            if slot is not None and g.values[q]:
+                changed |= self.ledger.set_gpu_signals(ev.node, slot, util_forecast=max(g.values[q]) / 100.0)
+        return changed
+
+    def apply_scored(self, ev: GpuScored) -> bool:
+        """A GPU's health score (0..100) for the health score plugin (its state comes separately)."""
+        if ev.cluster != self.cluster_name:
+            return False
+        slot = self._slot_of(ev.node, ev.gpu_uuid, ev.gpu_index)
+        return slot is not None and self.ledger.set_gpu_signals(ev.node, slot, health_score=float(ev.score))
+
+    def apply_rollup(self, ev: GpuRolledUp) -> bool:
+        """A node's one-minute rollup: each GPU's p95 temperature and p95 power over its enforced
+        limit feed the thermal/power score (hour windows are too slow to steer placement)."""
+        if ev.cluster != self.cluster_name or ev.window != RollupWindow.MINUTE:
+            return False
+        infos = self.gpus.get(ev.node, ())
+        changed = False
+        for r in ev.gpus:
+            slot = self._slot_of(ev.node, r.gpu_uuid, r.gpu_index)
+            if slot is None:
+                continue
+            limit = infos[slot].power_limit_w if slot < len(infos) else None
+            power = r.power_w.p95 / limit if r.power_w is not None and limit else None
+            temp = r.temperature_c.p95 if r.temperature_c is not None else None
+            changed |= self.ledger.set_gpu_signals(ev.node, slot, temp_c=temp, power_frac=power)
+        return changed
 
     def _slot_of(self, node: str, uuid: str, index: int) -> int | None:
         slot = self._slot.get((node, uuid))
