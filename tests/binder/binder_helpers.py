@@ -44,8 +44,9 @@ def sim_pod(uid: str, *, at: float = 0.0, dur: float | None = None, milli: int =
                   priority=priority)
 
 
-def twin_world(*pods: SimPod, speed: float = 10.0, nodes: tuple[NodeSpec, ...] = NODES) -> TwinWorld:
-    twin = Twin(nodes, pods, start=T0, seed=1, checkpoint_delay_s=(2.0, 4.0), fleet=False)
+def twin_world(*pods: SimPod, speed: float = 10.0, nodes: tuple[NodeSpec, ...] = NODES,
+               fleet: bool = False) -> TwinWorld:
+    twin = Twin(nodes, pods, start=T0, seed=1, checkpoint_delay_s=(2.0, 4.0), fleet=fleet)
     return TwinWorld(twin, AcceleratedClock(speed=speed, start=T0), source="binder/test", skip_idle=False,
                      tick_s=0.05)
 

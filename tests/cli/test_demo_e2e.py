@@ -79,6 +79,12 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
     assert base["preemption"] == {"planned_victims": 0, "preempted": 0, "checkpointed": 0}
     assert ours["preemption"]["preempted"] <= ours["preemption"]["planned_victims"]
 
+    # the telemetry agent measured the twin's GPUs (dcgm-exporter text from the binder) in both runs
+    for r in (ours, base):
+        util = r["utilisation"]
+        assert util["status"] == "measured" and util["gpus_reporting"] == util["gpus"] == r["gpus"], util
+        assert 0.0 < util["mean"] < 1.0 and len(util["series"]["t_h"]) > 10, util
+
     # the identical workload, and each run really used its policy
     assert report["comparison"]["same_workload"], report["comparison"]
     assert ours["workload_fingerprint"] == base["workload_fingerprint"]

@@ -18,6 +18,7 @@ from gpuaware.sim.metrics import (
     slo_attainment,
     tenant_service,
     time_weighted_mean,
+    utilisation_series,
 )
 
 
@@ -172,3 +173,18 @@ def test_busiest_window(arrivals: list[float], length: float, expected: float) -
     from gpuaware.cli.demo_report import busiest_window
 
     assert busiest_window(arrivals, length) == expected
+
+
+@pytest.mark.parametrize(("samples", "gpus", "expected_buckets", "expected_mean"), [
+    # one GPU of two at 100 % from t=0: 0.5 everywhere
+    ([(0.0, "a", 100.0)], 2, [0.5, 0.5], 0.5),
+    # a at 50 % from 5 s, b at 100 % from 10 s to 15 s then 0: bucket 1 (0-10) = (0.5*5)/(10*2) = 0.125;
+    # bucket 2 (10-20) = (0.5*10 + 1.0*5)/(10*2) = 0.5; overall (2.5 + 10) / 40 = 0.3125
+    ([(5.0, "a", 50.0), (10.0, "b", 100.0), (15.0, "b", 0.0)], 2, [0.125, 0.5], 0.3125),
+    # readings before t0 set the starting level; values are clipped to 0..100 %
+    ([(-3.0, "a", 150.0)], 1, [1.0, 1.0], 1.0),
+])
+def test_utilisation_series_holds_each_reading_until_the_next(samples, gpus, expected_buckets, expected_mean) -> None:
+    starts, means, mean = utilisation_series(samples, gpus, 0.0, 20.0, 10.0)
+    assert starts == [0.0, 10.0]
+    assert means == pytest.approx(expected_buckets) and mean == pytest.approx(expected_mean)

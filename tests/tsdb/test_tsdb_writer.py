@@ -23,6 +23,7 @@ from gpuaware.tsdb import (
     store_roundtrip,
     upsert_inventory,
     write_samples,
+    utilisation_range_async,
     write_samples_async,
 )
 
@@ -184,3 +185,15 @@ def test_inventory_upsert_replaces_and_roundtrip_ignores_redelivery(conn: psycop
     stored = fetch_roundtrip(conn, "msg-1")
     assert stored is not None and stored[:3] == ("msg-1", "demo.ping.v1", {"n": 1})
     assert fetch_roundtrip(conn, "missing") is None
+
+
+async def test_utilisation_range_reads_the_nodes_window_oldest_first(migrated_url: str) -> None:
+    t0 = at("2025-04-01 08:00:00")
+    rows = [sample(t0 + timedelta(seconds=s), gpu=g, node=n, util_pct=u) for s, g, n, u in (
+        (5, "GPU-a", "n1", 50.0), (1, "GPU-b", "n2", 10.0), (3, "GPU-c", "n3", 99.0),  # n3 is not asked
+        (30, "GPU-a", "n1", 70.0),  # after the window
+        (2, "GPU-d", "n1", None))]  # no utilisation: not a reading
+    async with await psycopg.AsyncConnection.connect(migrated_url, autocommit=True) as aconn:
+        await write_samples_async(aconn, rows)
+        got = await utilisation_range_async(aconn, ["n1", "n2"], t0, t0 + timedelta(seconds=30))
+    assert got == [(t0 + timedelta(seconds=1), "GPU-b", 10.0), (t0 + timedelta(seconds=5), "GPU-a", 50.0)]

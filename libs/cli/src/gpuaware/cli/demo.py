@@ -23,16 +23,18 @@ stack stays up with ``--keep-running`` or when it was already running.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import platform
 import signal
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -70,6 +72,7 @@ from gpuaware.placement import DEFAULT_PROFILE
 from gpuaware.placement.stock import KUBE_DEFAULT
 from gpuaware.schemas.streams import TELEMETRY
 from gpuaware.schemas.telemetry import GPU_SAMPLED
+from gpuaware.sim.metrics import utilisation_series
 from gpuaware.tsdb import migrate
 
 SERVICES = ("telemetry", "forecasting", "placement", "quota", "health_scoring", "binder")
@@ -255,37 +258,48 @@ class LiveView:
 
 
 async def _start_telemetry(cfg: DemoConfig, procs: ProcessGroup, nats_url: str, database_url: str) -> dict[str, Any]:
-    """The telemetry agent (simulated GPUs, their own cluster name: the agent cannot mirror the
-    twin's GPUs from another process yet) and the collector writing to PostgreSQL."""
+    """The collector writing telemetry to PostgreSQL; each run starts its own agent on the twin's
+    GPUs (``run_once``), so measured utilisation sits next to allocation in the report."""
     if not service_built("gpuaware.services.telemetry"):
         return {"status": "not built yet"}
     common = {"NATS_URL": nats_url, "DATABASE_URL": database_url}
-    fleet = f"{cfg.run_id}-fleet"
-    prefix = f"{cfg.run_id}-gpu"
     collector = procs.start("telemetry-collector", service_command("gpuaware.services.telemetry", "collector"),
-                            {**common, "GPUAWARE_TELEMETRY_COLLECTOR_CLUSTER": fleet},
+                            {**common, "GPUAWARE_TELEMETRY_COLLECTOR_CLUSTER": f"{cfg.run_id}"},
                             cfg.out / "logs" / "telemetry-collector.log")
-    agent = procs.start("telemetry-agent", service_command("gpuaware.services.telemetry", "agent"),
-                        {**common, "GPUAWARE_TELEMETRY_AGENT_CLUSTER": fleet,
-                         "GPUAWARE_TELEMETRY_AGENT_BACKEND": "simulated", "GPUAWARE_TELEMETRY_AGENT_SIM_NODES": "2",
-                         "GPUAWARE_TELEMETRY_AGENT_SIM_PREFIX": prefix,
-                         "GPUAWARE_TELEMETRY_AGENT_SIM_SEED": str(cfg.seed),
-                         "GPUAWARE_TELEMETRY_AGENT_SIM_TRACES": "synthetic"},
-                        cfg.out / "logs" / "telemetry-agent.log")
-    await asyncio.sleep(3.0)
-    dead = [p for p in (collector, agent) if not p.alive()]
-    if dead:
-        return {"status": "built, but did not start", "failed": [p.name for p in dead],
-                "log_tail": dead[0].log_tail(8), "cluster": fleet, "node_prefix": prefix}
-    return {"status": "running", "cluster": fleet, "node_prefix": prefix}
+    await asyncio.sleep(2.0)
+    if not collector.alive():
+        return {"status": "built, but did not start", "failed": [collector.name], "log_tail": collector.log_tail(8)}
+    return {"status": "running"}
 
 
-async def _telemetry_rows(pool: Any, prefix: str) -> dict[str, int]:
+async def _measured_utilisation(pool: Any, run: RunResult, cfg: DemoConfig) -> dict[str, Any]:
+    """The run's GPU utilisation as the telemetry pipeline stored it (agent -> NATS -> collector ->
+    PostgreSQL), time-weighted over all the twin's GPUs and mapped onto the virtual day."""
+    if run.telemetry.get("status") != "running" or len(run.clock) < 2:
+        return {"status": run.telemetry.get("status", "off")}
+    (w0, v0), (w1, v1) = run.clock[0], run.clock[-1]
     async with pool.connection() as conn:
-        inv = [g for g in await tsdb.list_inventory_async(conn) if g.node.startswith(prefix)]
-        latest = [s for s in await tsdb.latest_samples_async(conn, within=timedelta(hours=1))
-                  if s.node.startswith(prefix)]
-    return {"gpus_inventoried": len(inv), "gpus_with_samples": len(latest)}
+        rows = await tsdb.utilisation_range_async(conn, run.node_names, datetime.fromtimestamp(w0, UTC),
+                                                  datetime.fromtimestamp(w1, UTC))
+    walls = [w for w, _ in run.clock]
+    virt = [v for _, v in run.clock]
+
+    def virtual(t: float) -> float:  # piecewise-linear wall -> virtual (the twin may jump when idle)
+        i = min(max(bisect.bisect_right(walls, t), 1), len(walls) - 1)
+        (a, b), (x, y) = (walls[i - 1], walls[i]), (virt[i - 1], virt[i])
+        return x + (y - x) * (t - a) / (b - a) if b > a else y
+
+    samples = [(virtual(ts.timestamp()) - run.started_at, uuid, util) for ts, uuid, util in rows]
+    samples.sort(key=lambda r: r[0])
+    if not samples:
+        return {"status": "no samples stored", "gpus": len(run.gpus)}
+    # from the agent's first reading on (before it, the GPUs were not measured, not idle)
+    t0, t1 = max(v0 - run.started_at, samples[0][0]), v1 - run.started_at
+    starts, means, mean = utilisation_series(samples, len(run.gpus), t0, t1, max((t1 - t0) / 96, 60.0))
+    return {"status": "measured", "samples": len(rows), "gpus_reporting": len({u for _, u, _ in rows}),
+            "gpus": len(run.gpus), "mean": None if math.isnan(mean) else round(mean, 4),
+            "measured_from_h": round(t0 / 3600, 3),
+            "series": {"t_h": [round(t / 3600, 4) for t in starts], "utilisation": [round(m, 4) for m in means]}}
 
 
 async def _demo(cfg: DemoConfig, nats_url: str, database_url: str, started: float) -> bool:
@@ -323,9 +337,9 @@ async def _demo(cfg: DemoConfig, nats_url: str, database_url: str, started: floa
                             cfg, s, nc=nc, nats_url=nats_url, database_url=database_url, pool=pool,
                             counter=counter, procs=procs, progress=view, stop=stop))
                     if telemetry.get("status") == "running":
-                        alive = [p.name for p in procs.processes if p.alive()]
-                        telemetry["alive_at_end"] = alive
-                        telemetry.update(await _telemetry_rows(pool, telemetry["node_prefix"]))
+                        await asyncio.sleep(1.5)  # the collector's last batches reach PostgreSQL
+                        for label, r in results.items():
+                            telemetry[label] = await _measured_utilisation(pool, r, cfg)
                 finally:
                     await asyncio.to_thread(procs.stop)
     finally:
@@ -348,6 +362,8 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
             started: float) -> bool:
     workload = rebuild_workload(cfg)
     runs = {label: analyse(r, cfg, workload) for label, r in results.items()}
+    for label in runs:
+        runs[label]["utilisation"] = report.get("telemetry", {}).get(label, {"status": "not measured"})
     full = {label: runs[label].pop("series") for label in runs}
     # the plots get the complete series; the file keeps the downsampled ones
     for label, r in results.items():
@@ -385,7 +401,10 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
         if not built:
             svc_status[name] = "not built yet"
         elif name == "telemetry":
-            svc_status[name] = report.get("telemetry", {}).get("status", "built")
+            tel = report.get("telemetry", {})
+            measured = [k for k in ("gpuaware", "baseline") if tel.get(k, {}).get("status") == "measured"]
+            svc_status[name] = (f"took part ({' and '.join(measured)} runs: agent on the twin's GPUs, collector)"
+                                if measured else tel.get("status", "built"))
         else:
             svc_status[name] = "took part (both runs)"
     summary = (f"{a['nodes']} nodes / {a['gpus']} GPUs, {cfg.trace} workload, {a['pods']['arrived']} pods over "
@@ -402,9 +421,10 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
         "health": "health_scoring not built yet: no health events" if not services["health_scoring"] else "built",
         "forecasting": ("forecasting not built yet: no forecast accuracy" if not services["forecasting"]
                         else "built"),
-        "utilisation": ("allocation is what the pods asked for and hold (event-sourced, exact); measured GPU "
-                        "utilisation needs the telemetry agent to sample the twin's own GPUs, which it cannot do "
-                        "from another process yet (the demo's agent samples a separate simulated fleet)"),
+        "utilisation": ("allocation is what the pods asked for and hold (event-sourced, exact); utilisation is "
+                        "what the telemetry agent measured on the twin's GPUs (dcgm-exporter text served by the "
+                        "binder -> agent -> NATS -> collector -> PostgreSQL), each GPU's load following the pods "
+                        "bound to it"),
     })
     for label, r in results.items():
         write_pods_csv(cfg.out / f"pods-{label}.csv", r, workload)
@@ -431,6 +451,8 @@ def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], 
 
     row("allocation, time-weighted (asked compute held)", a["allocation"]["mean"], b["allocation"]["mean"])
     row("GPUs occupied, time-weighted", a["allocation"]["occupied_mean"], b["allocation"]["occupied_mean"])
+    row("GPU utilisation measured by telemetry, time-weighted", a["utilisation"].get("mean"),
+        b["utilisation"].get("mean"))
     row("fragmentation, time-weighted", a["allocation"]["fragmentation_mean"], b["allocation"]["fragmentation_mean"])
     row("pods arrived / finished", f"{a['pods']['arrived']} / {a['pods']['finished']}",
         f"{b['pods']['arrived']} / {b['pods']['finished']}")

@@ -280,11 +280,15 @@ def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str,
                 label=f"{r['label']} ({r['policy']}): asked compute held, mean {r['allocation']['mean']:.3f}")
         ax.step(s["t_h"], s["occupied"], where="post", color=c, linestyle="--", alpha=0.6,
                 label=f"{r['label']}: GPUs occupied, mean {r['allocation']['occupied_mean']:.3f}")
+        util = (r.get("utilisation") or {}).get("series")
+        if util and util["t_h"]:
+            ax.step(util["t_h"], util["utilisation"], where="post", color=c, linestyle=":", linewidth=1.6,
+                    label=f"{r['label']}: GPU utilisation measured by telemetry, mean {r['utilisation']['mean']:.3f}")
     ax.set_xlabel("virtual time (hours)")
     ax.set_xlim(0, window_h)
     ax.set_ylabel("share of the cluster's GPUs")
     ax.set_ylim(0, 1.05)
-    ax.set_title("GPU allocation over time")
+    ax.set_title("GPU allocation and measured utilisation over time")
     ax.legend(fontsize=7, loc="lower right")
     save(fig, "allocation.png")
 

@@ -43,6 +43,7 @@ import msgspec
 
 from gpuaware import bus
 from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_command
+from gpuaware.devstack.ports import free_port
 from gpuaware.schemas import (
     PLACEMENT_DECIDED,
     POD_BIND_FAILED,
@@ -104,6 +105,8 @@ class DemoConfig:
     typical_pods_file: str = ""
     window_start_s: float = -1.0
     """traces: where the replayed window starts, seconds after the trace's first pod (-1: there)"""
+    telemetry: bool = True
+    """run a telemetry agent per run on the twin's GPUs (served by the binder as dcgm-exporter text)"""
     kill_leader_at_s: float = 0.0
     """fault drill: run a standby placement beside the leader and SIGKILL the leader this many wall
     seconds into the gpuaware run (0: no drill)"""
@@ -303,6 +306,12 @@ class RunResult:
     failure: str = ""
     failover: dict[str, Any] | None = None
     """the fault drill's figures (``DemoConfig.kill_leader_at_s``), None without one"""
+    node_names: list[str] = field(default_factory=list)
+    clock: list[tuple[float, float]] = field(default_factory=list)
+    """(wall Unix time, the twin's virtual time) pairs seen during the run: maps telemetry's wall
+    timestamps onto the virtual day"""
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    """the run's telemetry agent: status, exporter URL"""
 
 
 # --- messages per subject ------------------------------------------------------------------------------
@@ -437,8 +446,11 @@ async def wait_for(check: Callable[[], Any], *, timeout: float, what: str, procs
 # --- one run ------------------------------------------------------------------------------------------
 
 
-def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str) -> dict[str, dict[str, str]]:
-    """Each service's environment for one run (the prefixed settings they read once at start)."""
+def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str,
+                exporter_port: int = 0) -> dict[str, dict[str, str]]:
+    """Each service's environment for one run (the prefixed settings they read once at start).
+    With ``exporter_port`` the binder serves the twin's GPUs as dcgm-exporter text there, and the
+    ``agent`` entry is the telemetry agent scraping it (its node list is added once known)."""
     common = {"NATS_URL": nats_url, "DATABASE_URL": database_url}
     binder = {
         **common, "GPUAWARE_BINDER_CLUSTER": spec.cluster, "GPUAWARE_BINDER_DURABLE": f"binder-{spec.cluster}",
@@ -446,7 +458,9 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_BINDER_WORKLOAD": cfg.trace, "GPUAWARE_BINDER_WINDOW_S": str(cfg.window_s),
         "GPUAWARE_BINDER_LOAD": str(cfg.load), "GPUAWARE_BINDER_MAX_PODS": str(cfg.max_pods),
         "GPUAWARE_BINDER_SEED": str(cfg.seed), "GPUAWARE_BINDER_SPEED": str(cfg.speed),
-        "GPUAWARE_BINDER_START": str(VIRTUAL_EPOCH), "GPUAWARE_BINDER_FLEET": "false",
+        "GPUAWARE_BINDER_START": str(VIRTUAL_EPOCH),
+        "GPUAWARE_BINDER_FLEET": "true" if exporter_port else "false",
+        "GPUAWARE_BINDER_EXPORTER_PORT": str(exporter_port),
         "GPUAWARE_BINDER_WINDOW_START_S": str(cfg.window_start_s),
     }
     if cfg.shared_data:
@@ -460,7 +474,12 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
     }
     if cfg.typical_pods_file:
         placement["GPUAWARE_PLACEMENT_TYPICAL_PODS_FILE"] = cfg.typical_pods_file
-    return {"binder": binder, "placement": placement}
+    agent = {
+        **common, "GPUAWARE_TELEMETRY_AGENT_CLUSTER": spec.cluster, "GPUAWARE_TELEMETRY_AGENT_BACKEND": "dcgm",
+        "GPUAWARE_TELEMETRY_AGENT_DCGM_URL": f"http://127.0.0.1:{exporter_port}/metrics/{{node}}",
+        "GPUAWARE_TELEMETRY_AGENT_INSTANCE_ID": f"agent-{spec.label}",
+    }
+    return {"binder": binder, "placement": placement, "agent": agent}
 
 
 async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: str, database_url: str,
@@ -501,7 +520,11 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                                       name=f"demo-{spec.label}-placement"))
     writer_task = asyncio.create_task(writer(), name="demo placement_events writer")
     await counter.mark(js)
-    env = service_env(cfg, spec, nats_url, database_url)
+    exporter_port = free_port() if cfg.telemetry else 0
+    env = service_env(cfg, spec, nats_url, database_url, exporter_port)
+    clock: list[tuple[float, float]] = []
+    node_names: list[str] = []
+    telemetry: dict[str, Any] = {"status": "off" if not cfg.telemetry else "not started"}
     logs = cfg.out / "logs"
     wall0 = time.monotonic()
     failure = ""
@@ -534,8 +557,20 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         for page in pages:
             for node in page.nodes:
                 n_nodes += 1
+                node_names.append(node.name)
                 for g in node.gpus:
                     gpus[g.uuid] = g.memory_mib
+
+        if exporter_port and node_names:
+            # the telemetry agent reads the twin's GPUs the way it reads a real node's: a dcgm-exporter
+            # scrape (the binder serves one per twin node), one agent process for all of them
+            agent = procs.start(f"telemetry-agent-{spec.label}",
+                                service_command("gpuaware.services.telemetry", "agent"),
+                                {**env["agent"], "GPUAWARE_TELEMETRY_AGENT_DCGM_NODES": ",".join(node_names)},
+                                logs / f"telemetry-agent-{spec.label}.log")
+            telemetry = {"status": "running", "exporter": env["agent"]["GPUAWARE_TELEMETRY_AGENT_DCGM_URL"],
+                         "nodes": len(node_names)}
+            ours.append(agent)
 
         async def explains() -> bool | None:
             req = ExplainRequest(source=SOURCE, emitted_at=time.time(), cluster=spec.cluster,
@@ -570,6 +605,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
             with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
                 page = (await world_snapshot(nc, spec.cluster, nodes=False, pods=False, timeout=2.0))[0]
                 virtual_now = page.at
+                clock.append((time.time(), virtual_now))
             if time.monotonic() - last_count >= 2.0:
                 last_count = time.monotonic()
                 with contextlib.suppress(Exception):
@@ -596,7 +632,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         failure = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        for name in [p.name for p in procs.processes if p.name.startswith("placement")]:
+        for name in [p.name for p in procs.processes if p.name.startswith(("placement", "telemetry-agent-"))]:
             exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
         await asyncio.sleep(1.0)  # decisions already published reach the binder
         exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
@@ -621,7 +657,8 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                      virtual_end=virtual_now, wall_s=time.monotonic() - wall0, reached_end=reached,
                      messages=messages, db=db, snapshot_violations=snap_bad,
                      snapshot_pods=snap_pods, exit_codes=exit_codes,
-                     services={"placement": spec.policy, "binder": "twin"}, failure=failure, failover=failover)
+                     services={"placement": spec.policy, "binder": "twin"}, failure=failure, failover=failover,
+                     node_names=node_names, clock=clock, telemetry=telemetry)
 
 
 def failover_figures(drill: dict[str, Any], run_log: RunLog, exit_codes: dict[str, int | None]) -> dict[str, Any]:

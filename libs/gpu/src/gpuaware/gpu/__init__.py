@@ -3,6 +3,7 @@
 
     backend = NvmlBackend()                                   # a real node (GpuBackendUnavailable without one)
     backend = DcgmExporterBackend("http://127.0.0.1:9400/metrics")   # a node running dcgm-exporter
+    text = render_dcgm_metrics(inventory, frame)              # the inverse: a node as dcgm-exporter text
     fleet = SimulatedFleet(FleetSpec.uniform(4, 8, seed=7), clock=ManualClock())
     backend = fleet.node("gpu-node-000")                      # a simulated node
 
@@ -19,7 +20,14 @@ Module docstrings explain each part: ``backend`` (the Protocol), ``frame`` (colu
 """
 
 from gpuaware.gpu.backend import Clock, GpuBackend, ManualClock, system_clock
-from gpuaware.gpu.dcgm import DcgmEntity, DcgmExporterBackend, DcgmScrape, PodRef, parse_dcgm_metrics
+from gpuaware.gpu.dcgm import (
+    DcgmEntity,
+    DcgmExporterBackend,
+    DcgmScrape,
+    PodRef,
+    parse_dcgm_metrics,
+    render_dcgm_metrics,
+)
 from gpuaware.gpu.errors import GpuBackendError, GpuBackendUnavailable, TopologyParseError, TraceError
 from gpuaware.gpu.events import APPLICATION_XIDS, EventKind, FrameWatch, GpuEvent
 from gpuaware.gpu.faults import EccErrorGrowth, Fault, PowerCap, ThermalRunaway, XidBurst
@@ -80,6 +88,7 @@ __all__ = [
     "model",
     "parse_dcgm_metrics",
     "parse_topo_matrix",
+    "render_dcgm_metrics",
     "shared_data_dir",
     "synthetic_traces",
     "system_clock",

@@ -44,6 +44,7 @@ __all__ = [
     "slo_attainment",
     "tenant_service",
     "time_weighted_mean",
+    "utilisation_series",
 ]
 
 MILLI = 1000
@@ -288,3 +289,43 @@ def time_weighted_mean(times: Sequence[float], values: Sequence[float], t0: floa
         current = v
     total += current * (t1 - prev)
     return total / (t1 - t0)
+
+
+def utilisation_series(samples: Sequence[tuple[float, str, float]], gpus: int, t0: float, t1: float,
+                       step: float) -> tuple[list[float], list[float], float]:
+    """Measured GPU utilisation over [t0, t1] from sparse readings ``(t, gpu, util_pct)``, oldest first.
+
+    Each GPU holds its last reading until its next one (the agent sends a GPU when it moved or its
+    heartbeat is due, so a held value is what it measured); a GPU not heard from yet counts as idle.
+    Returns bucket starts, the mean utilisation (0..1) over all ``gpus`` GPUs in each ``step``-long
+    bucket, and the mean over the whole interval. NaN means where there is no interval or no GPU."""
+    if t1 <= t0 or gpus <= 0 or step <= 0:
+        return [], [], math.nan
+    edges = [t0 + i * step for i in range(math.ceil((t1 - t0) / step) + 1)]
+    edges[-1] = t1
+    current: dict[str, float] = {}
+    level = 0.0  # sum of the GPUs' current utilisation, 0..gpus
+    integral = [0.0] * (len(edges) - 1)
+    b = 0
+    prev = t0
+
+    def advance(to: float) -> None:
+        nonlocal b, prev
+        while b < len(integral) and to > prev:
+            end = min(to, edges[b + 1])
+            integral[b] += level * (end - prev)
+            prev = end
+            if end >= edges[b + 1]:
+                b += 1
+
+    for t, gpu, util in samples:
+        if t > t1:
+            break
+        if t > t0:
+            advance(t)
+        value = min(100.0, max(0.0, util)) / 100.0
+        level += value - current.get(gpu, 0.0)
+        current[gpu] = value
+    advance(t1)
+    means = [integral[i] / ((edges[i + 1] - edges[i]) * gpus) for i in range(len(integral))]
+    return edges[:-1], means, sum(integral) / ((t1 - t0) * gpus)

@@ -48,7 +48,13 @@ from gpuaware.tsdb.partitions import (
     maintain_partitions_async,
 )
 from gpuaware.tsdb.pool import connect, conninfo, open_async_pool, open_pool
-from gpuaware.tsdb.readers import latest_samples, latest_samples_async, rollup_range, rollup_range_async
+from gpuaware.tsdb.readers import (
+    latest_samples,
+    latest_samples_async,
+    rollup_range,
+    rollup_range_async,
+    utilisation_range_async,
+)
 from gpuaware.tsdb.rollups import (
     ROLLUP_1H_RETENTION,
     ROLLUP_1M_RETENTION,
@@ -150,6 +156,7 @@ __all__ = [
     "timescaledb_available",
     "upsert_inventory",
     "upsert_inventory_async",
+    "utilisation_range_async",
     "window_rollups_async",
     "write_pod_usage_async",
     "write_sample_columns",

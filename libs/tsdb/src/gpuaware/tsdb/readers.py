@@ -87,3 +87,20 @@ async def rollup_range_async(conn: psycopg.AsyncConnection, resolution: Resoluti
     async with conn.cursor(row_factory=class_row(Rollup)) as cur:
         await cur.execute(query, params)
         return await cur.fetchall()
+
+
+_UTIL_RANGE = """
+SELECT ts, gpu_uuid, util_pct FROM gpu_samples
+WHERE ts >= %(start)s AND ts < %(end)s AND node = ANY(%(nodes)s) AND util_pct IS NOT NULL
+ORDER BY ts
+"""
+
+
+async def utilisation_range_async(conn: psycopg.AsyncConnection, nodes: list[str], start: datetime,
+                                  end: datetime) -> list[tuple[datetime, str, float]]:
+    """(ts, gpu_uuid, util_pct) of every raw sample of `nodes` in [start, end), oldest first: what a
+    report needs to draw measured utilisation over time (samples are sparse by design, since the agent
+    sends a GPU only when it moved or its heartbeat is due; the reader carries each value forward)."""
+    async with conn.cursor() as cur:
+        await cur.execute(_UTIL_RANGE, {"start": start, "end": end, "nodes": nodes})
+        return [(ts, uuid, float(u)) for ts, uuid, u in await cur.fetchall()]

@@ -18,7 +18,10 @@ Work is conserved honestly: a bound pod departs after its remaining work; an evi
 checkpointed keeps its progress, one that did not loses it and starts over when bound again.
 
 The twin owns a ``gpuaware.gpu.SimulatedFleet`` with the same nodes and GPU uuids, whose pods mirror
-the bindings: the telemetry agent samples the twin's GPUs and sees exactly the load the twin placed.
+the bindings (compute share, and the slice's memory as the framebuffer the pod holds; a slice without
+memory gets the fleet's seeded share): the telemetry agent samples the twin's GPUs and sees exactly
+the load the twin placed - in the binder's process, or in another one through the dcgm-exporter text
+the binder serves.
 """
 
 from __future__ import annotations
@@ -488,7 +491,8 @@ class Twin:
         if self.fleet is not None:
             for s in full:
                 self.fleet.assign(s.gpu_uuid, PodLoad(name=pod.name, namespace=pod.namespace,
-                                                      milli=max(1, min(MILLI, s.gpu_milli))))
+                                                      milli=max(1, min(MILLI, s.gpu_milli)),
+                                                      memory_mib=s.memory_mib or None))
         self.generation += 1
         return binding
 

@@ -8,6 +8,8 @@
     the world's loop (a task)                   Binder.emit: pending pods, finished pods, and the
                                                 twin's checkpoint answers, published in order
     world.snapshot (request/reply)              Binder.snapshot: one page of nodes and bound pods
+    HTTP GET /metrics/<node> (exporter_port)    the twin's GPUs as dcgm-exporter text (exporter.py),
+                                                on this loop, for telemetry agents in other processes
 
 Decisions are handled one at a time (concurrency 1): two decisions may name the same GPU, and the
 world must see them in the order placement made them.
@@ -46,6 +48,7 @@ from gpuaware.schemas import (
     WorldSnapshotRequest,
 )
 from gpuaware.services.binder.binder import Binder
+from gpuaware.services.binder.exporter import start_exporter
 from gpuaware.services.binder.settings import BinderSettings
 from gpuaware.services.binder.twin_world import build_world
 from gpuaware.services.binder.world import World
@@ -119,6 +122,9 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
                         dedupe_capacity=settings.dedupe_capacity)
         if on_binder is not None:
             on_binder(binder)
+        exporter = await start_exporter(world, settings)
+        if exporter is not None:
+            ctx.on_stop(exporter)
 
         async def on_answer(ack: CheckpointAcknowledged, _delivery: bus.Delivery) -> None:
             binder.on_checkpoint_answer(ack)

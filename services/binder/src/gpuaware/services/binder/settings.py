@@ -2,14 +2,15 @@
 
 ``NATS_URL`` is honoured as a fallback, as for every service. The twin's settings choose the
 world's nodes, its workload and how fast its time runs; the consumer settings how decisions are
-received. Each field says what its default means.
+received; the exporter settings whether the twin's GPUs are served as dcgm-exporter text (for
+telemetry agents in other processes). Each field says what its default means.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from gpuaware.runtime import ServiceSettings
+from gpuaware.runtime import ServiceSettings, SettingsError
 
 
 class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
@@ -64,6 +65,13 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     fleet_traces: Literal["auto", "synthetic"] = "synthetic"
     """utilisation traces of the fleet: ``auto`` reads GenTD26/Helios from shared data"""
 
+    # --- the twin's GPUs as dcgm-exporter ---------------------------------------------------------
+    exporter_port: int = 0
+    """serve the fleet's GPUs as dcgm-exporter text on this port, ``GET /metrics/<node>`` (telemetry
+    agents scrape it with ``backend=dcgm``); 0 = off. Needs ``fleet``"""
+    exporter_host: str = "127.0.0.1"
+    """address the exporter listens on; ``0.0.0.0`` to be scraped from other machines"""
+
     # --- decisions -------------------------------------------------------------------------------
     checkpoint_deadline_s: float = 60.0
     """world seconds to wait for a checkpoint when a planned preemption gives no grace period"""
@@ -77,3 +85,8 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     max_deliver: int = 10
     poll_s: float = 0.5
     publish_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.exporter_port <= 65535:
+            raise SettingsError("GPUAWARE_BINDER_EXPORTER_PORT must be 0 (off) or a TCP port, "
+                                f"got {self.exporter_port}")

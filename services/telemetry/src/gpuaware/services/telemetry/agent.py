@@ -1,10 +1,11 @@
 """The node agent: read the GPUs every ``fast_s``, publish what the edge logic says is news.
 
-One process per GPU node (a DaemonSet), or one process simulating several nodes (demo, tests,
-benchmarks). Per read and per node: ``backend.sample(now)`` + ``backend.events()`` ->
-``NodeEdge.observe`` (gpuaware.telemetry: adaptive sampling, anomaly flags, per-pod usage) ->
-publish. The inventory is announced at start, whenever a check finds it changed (or a GPU was
-lost), and every ``inventory_interval_s`` regardless, so a reader that joins late finds it.
+One process per GPU node (a DaemonSet), or one process reading several nodes: a simulated fleet
+(demo, tests, benchmarks) or several dcgm-exporters (``dcgm_nodes``). Per read and per node:
+``backend.sample(now)`` + ``backend.events()`` -> ``NodeEdge.observe`` (gpuaware.telemetry: adaptive
+sampling, anomaly flags, per-pod usage) -> publish. The inventory is announced at start, whenever a
+check finds it changed (or a GPU was lost), and every ``inventory_interval_s`` regardless, so a
+reader that joins late finds it.
 
 Pod allocations come from the simulated fleet's assignments (the digital twin), or from the
 binder's events on ``binder.pod.>``. For the latter the agent replays the BINDER stream from its
@@ -13,6 +14,10 @@ restart; the stream's retention bounds that replay.
 
 Samples go out with ``publish_async`` (pipelined; the stream acks are checked on the next read and
 failures logged), inventory and usage reports with ``publish`` (each waits for its ack).
+
+dcgm-exporter scrapes wait on the network, so they run in threads, all of a read's at once: one
+agent can scrape many exporters (``dcgm_nodes``, e.g. every node of the digital twin as served by
+the binder) without stalling its loop. NVML and the simulated fleet are read in place.
 
 Time comes from ``clock`` (Unix seconds): the system clock in production, a ``ManualClock`` in
 tests, which then call ``tick()`` themselves instead of ``run()``.
@@ -25,9 +30,10 @@ import contextlib
 import logging
 import socket
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -39,6 +45,8 @@ from gpuaware.gpu import (
     GpuBackend,
     GpuBackendError,
     GpuBackendUnavailable,
+    GpuEvent,
+    GpuFrame,
     NvmlBackend,
     SimulatedFleet,
     system_clock,
@@ -67,6 +75,7 @@ INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 USAGE = bus.Channel(POD_USAGE_REPORTED, PodUsageReported)
 BinderEvent = PodBound | PodFinished | PodPreempted | PodPending | PodBindFailed
 BINDER_EVENTS: bus.Channel[Any] = bus.Channel("binder.pod.>", BinderEvent)  # type: ignore[arg-type]
+T = TypeVar("T")
 
 
 @dataclass
@@ -179,10 +188,14 @@ class Agent:
         """One read of every node at ``now``: publish the rows that are news and closed usage windows."""
         await self._settle_acks(wait=False)
         lost = False
+
+        def read(backend: GpuBackend) -> tuple[GpuFrame, list[GpuEvent]]:
+            return backend.sample(now), backend.events(0.0)
+
+        scraped = await self._scrape(read)
         for node, backend in self.backends.items():
             try:
-                frame = backend.sample(now)
-                events = backend.events(0.0)
+                frame, events = _result(scraped, node) if node in scraped else read(backend)
             except GpuBackendError as exc:
                 self.stats.read_errors += 1
                 log.warning("reading the GPUs of %s failed (%s); next read retries", node, exc)
@@ -203,6 +216,17 @@ class Agent:
             if out.usage is not None:
                 await self._publish_report(node, out.usage)
         await self.check_inventory(now, force=lost)
+
+    async def _scrape(self, read: Callable[[GpuBackend], T]) -> dict[str, T | BaseException]:
+        """``read`` of every backend that waits on the network (a dcgm-exporter scrape), all at once in
+        threads: the loop keeps serving NATS meanwhile, and N exporters cost one round trip, not N.
+        The others are read in place by the caller, as before. Results or exceptions, by node."""
+        nodes = [n for n, b in self.backends.items() if isinstance(b, DcgmExporterBackend)]
+        if not nodes:
+            return {}
+        done = await asyncio.gather(*(asyncio.to_thread(read, self.backends[n]) for n in nodes),
+                                    return_exceptions=True)
+        return dict(zip(nodes, done, strict=True))
 
     async def _publish_report(self, node: str, report: PodUsageReported) -> None:
         try:
@@ -233,9 +257,10 @@ class Agent:
         if not force and now - self._checked_at < s.inventory_check_s:
             return
         self._checked_at = now
+        scraped = await self._scrape(lambda backend: backend.inventory())
         for node, backend in self.backends.items():
             try:
-                inv = backend.inventory()
+                inv = _result(scraped, node) if node in scraped else backend.inventory()
             except GpuBackendError as exc:
                 log.warning("reading the inventory of %s failed (%s)", node, exc)
                 continue
@@ -253,6 +278,13 @@ class Agent:
             self.stats.inventories += 1
 
 
+def _result(scraped: Mapping[str, T | BaseException], node: str) -> T:
+    value = scraped[node]
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
 def make_backends(settings: AgentSettings, *, clock: Callable[[], float] = system_clock
                   ) -> tuple[dict[str, GpuBackend], SimulatedFleet | None]:
     """The backends the settings ask for; ``GpuBackendUnavailable`` says clearly why not."""
@@ -262,6 +294,10 @@ def make_backends(settings: AgentSettings, *, clock: Callable[[], float] = syste
                                                  occupancy=settings.sim_occupancy, traces=settings.sim_traces,
                                                  cluster=settings.cluster), clock=clock)
         return {node: fleet.node(node) for node in fleet.nodes}, fleet
+    if settings.backend == "dcgm" and settings.dcgm_nodes:
+        return {name: DcgmExporterBackend(settings.dcgm_url.replace("{node}", urllib.parse.quote(name, safe="")),
+                                          node=name, clock=clock)
+                for name in settings.dcgm_node_names()}, None
     node = settings.node_name or socket.gethostname()
     if settings.backend == "dcgm":
         return {node: DcgmExporterBackend(settings.dcgm_url, node=node, clock=clock)}, None

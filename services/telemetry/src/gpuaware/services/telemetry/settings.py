@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from gpuaware.runtime import ServiceSettings
+from gpuaware.runtime import ServiceSettings, SettingsError
 from gpuaware.telemetry import AdaptivePolicy, Deadbands, Limits
 
 
@@ -22,6 +22,11 @@ class AgentSettings(ServiceSettings, frozen=True, kw_only=True):
     node_name: str = ""
     """this node's name (the Downward API's spec.nodeName); empty = the host name (nvml, dcgm)"""
     dcgm_url: str = "http://127.0.0.1:9400/metrics"
+    """the dcgm-exporter to scrape; with ``dcgm_nodes``, ``{node}`` in it is replaced by each node's name
+    (``http://binder:9400/metrics/{node}``: the digital twin's nodes served by the binder)"""
+    dcgm_nodes: str = ""
+    """dcgm backend: comma-separated node names this agent scrapes, one ``dcgm_url`` each; empty = one
+    node, this one (``node_name``)"""
     sim_nodes: int = 1
     """simulated backend: how many nodes this agent process simulates (demo, benchmarks)"""
     sim_gpus_per_node: int = 8
@@ -52,6 +57,31 @@ class AgentSettings(ServiceSettings, frozen=True, kw_only=True):
     inventory_interval_s: float = 600.0
     """announce the inventory at least this often (well within the TELEMETRY stream's max age)"""
     publish_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        nodes = self.dcgm_node_names()
+        placeholder = "{node}" in self.dcgm_url
+        if nodes and self.backend != "dcgm":
+            raise SettingsError("GPUAWARE_TELEMETRY_AGENT_DCGM_NODES applies to BACKEND=dcgm only, "
+                                f"the backend is {self.backend}")
+        if self.backend != "dcgm":
+            return
+        if placeholder and not nodes:
+            raise SettingsError(f"GPUAWARE_TELEMETRY_AGENT_DCGM_URL ({self.dcgm_url}) has a {{node}} placeholder but "
+                                "GPUAWARE_TELEMETRY_AGENT_DCGM_NODES is empty: name the nodes to scrape")
+        if len(nodes) > 1 and not placeholder:
+            raise SettingsError(f"GPUAWARE_TELEMETRY_AGENT_DCGM_NODES names {len(nodes)} nodes but "
+                                f"GPUAWARE_TELEMETRY_AGENT_DCGM_URL ({self.dcgm_url}) has no {{node}} placeholder: "
+                                "every node would scrape the same exporter")
+        if len(set(nodes)) != len(nodes):
+            raise SettingsError(f"GPUAWARE_TELEMETRY_AGENT_DCGM_NODES repeats a node: {self.dcgm_nodes}")
+        if nodes and self.node_name:
+            raise SettingsError("GPUAWARE_TELEMETRY_AGENT_NODE_NAME and _DCGM_NODES both name this agent's "
+                                "node(s); set one")
+
+    def dcgm_node_names(self) -> list[str]:
+        """``dcgm_nodes`` as a list (blanks dropped)."""
+        return [n.strip() for n in self.dcgm_nodes.split(",") if n.strip()]
 
     def policy(self) -> AdaptivePolicy:
         if self.fixed_rate:
