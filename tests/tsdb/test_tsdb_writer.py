@@ -22,8 +22,8 @@ from gpuaware.tsdb import (
     list_inventory,
     store_roundtrip,
     upsert_inventory,
-    write_samples,
     utilisation_range_async,
+    write_samples,
     write_samples_async,
 )
 
