@@ -42,7 +42,7 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
     out = tmp_path / "out"
     started = time.monotonic()
     result = CliRunner().invoke(app, [
-        "demo", "--duration", "45", "--window-h", "24", "--load", "1.2", "--seed", "7", "--out", str(out),
+        "demo", "--duration", "45", "--window-h", "24", "--load", "1.8", "--seed", "7", "--out", str(out),
         "--data-dir", str(tmp_path / "stack"), "--nats-port", "0", "--pg-port", "0",
         "--kill-leader-at", "20"])
     took = time.monotonic() - started
@@ -77,7 +77,7 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
 
     # gpuaware preempts by priority (checkpointing first where it can); the baseline never does
     assert base["preemption"] == {"planned_victims": 0, "preempted": 0, "checkpointed": 0}
-    assert ours["preemption"]["preempted"] <= ours["preemption"]["planned_victims"]
+    assert 0 < ours["preemption"]["preempted"] <= ours["preemption"]["planned_victims"], ours["preemption"]
 
     # the telemetry agent measured the twin's GPUs (dcgm-exporter text from the binder) in both runs
     for r in (ours, base):

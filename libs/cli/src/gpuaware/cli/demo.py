@@ -96,7 +96,9 @@ def demo(
     speed: Annotated[float, typer.Option(min=0.0, help="Virtual seconds per wall second (0: replay "
                                                        "--window-h in --duration).")] = 0.0,
     window_h: Annotated[float, typer.Option(min=0.01, help="Virtual hours replayed (ignored with --speed).")] = 24.0,
-    load: Annotated[float, typer.Option(min=0.05, help="Generator: offered GPU load (fraction of the GPUs).")] = 1.0,
+    load: Annotated[float, typer.Option(min=0.05, help="Generator: offered GPU load as a fraction of the GPUs; the "
+                                                       "default 1.8 is a shared cluster where teams queue (more "
+                                                       "demand than GPUs), the case a scheduler is for.")] = 1.8,
     seed: Annotated[int, typer.Option(help="Workload and tie-break seed.")] = 7,
     max_pods: Annotated[int, typer.Option(min=0, help="Cap on the workload's pods (0: none).")] = 0,
     slo_s: Annotated[float, typer.Option("--slo-s", help="Inference SLO: start within this many virtual "
