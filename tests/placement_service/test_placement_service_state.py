@@ -279,3 +279,23 @@ def test_a_forecast_of_a_busy_gpu_steers_sharing_pods_away() -> None:
                               for i in range(2)))
     assert st.apply_forecast(fc)  # p90 peak 95 % + a 0.5 share: over the top on both GPUs of that node
     assert st.on_pending(pending("c", "s", num_gpu=1, gpu_milli=500))[0].msg.node != first
+
+
+def test_a_standby_reading_the_bind_failure_before_the_plan_keeps_the_victims() -> None:
+    from gpuaware.schemas.binder import PodBindFailed
+
+    st = _state()
+    history = _full_of_low_priority(st)
+    hi = st.on_pending(pending("c", "hi", num_gpu=2, priority=1000))[0].msg
+    standby = _state()
+    for m in history:
+        (standby.apply_decided if hasattr(m, "decided_at") else standby.apply_bound)(m)
+    assert standby.ensure_cluster()
+    # the streams are followed separately: the binder's refusal may be read before the decision
+    standby.apply_bind_failed(PodBindFailed(source="binder", emitted_at=0.0, cluster="c", pod_uid="hi",
+                                            pod_name="hi", namespace="ns", node=hi.node,
+                                            decision_id=hi.decision_id, reason="victim_not_evicted",
+                                            transient=False, failed_at=0.0))
+    standby.apply_decided(hi)
+    standby.ledger.check()
+    assert {"low0", "low1"} <= set(standby.ledger.cluster.allocations) and not standby.ledger.evicting()

@@ -327,7 +327,9 @@ class PlacementState:
             self.ledger.refine(ev.pod_uid, convert.observed_request(
                 ev.pod_uid, ev.cpu_milli, ev.memory_mib, ev.slices, priority=ev.priority, gang_id=ev.gang_id))
             return
-        if ev.preemptions:  # the plan's victims give way first (a no-op for the leader's own echo)
+        if ev.preemptions and not self.ledger.is_stale(ev.pod_uid, ev.attempt):
+            # the plan's victims give way first (a no-op for the leader's own echo); not for a decision
+            # whose attempt is already over (its bind failure was read first): nothing would restore them
             self.ledger.evict_for(ev.decision_id, [v.pod_uid for v in ev.preemptions])
         self.ledger.decide(ev.pod_uid, ev.attempt, ev.decision_id, ev.node, slots, request, ev.decided_at,
                            payload=entry.payload if entry is not None else ev,
