@@ -381,6 +381,8 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
         rows = [
             ("allocation (asked compute held, time-weighted)", a["allocation"]["mean"], b["allocation"]["mean"]),
             ("GPUs occupied (time-weighted)", a["allocation"]["occupied_mean"], b["allocation"]["occupied_mean"]),
+            ("GPU utilisation measured by telemetry (time-weighted)", (a.get("utilisation") or {}).get("mean"),
+             (b.get("utilisation") or {}).get("mean")),
             ("fragmentation (time-weighted)", a["allocation"]["fragmentation_mean"],
              b["allocation"]["fragmentation_mean"]),
             ("pods arrived", a["pods"]["arrived"], b["pods"]["arrived"]),
@@ -398,6 +400,9 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
              b["allocation"]["fractional_on_shared_gpu"]),
             ("decisions the world refused (bind failed)", sum(a["bind_failures"].values()),
              sum(b["bind_failures"].values())),
+            ("pods preempted (of them checkpointed first)",
+             f"{a['preemption']['preempted']} ({a['preemption']['checkpointed']})",
+             f"{b['preemption']['preempted']} ({b['preemption']['checkpointed']})"),
         ]
         parts.append("<h2>gpuaware vs stock Kubernetes</h2>")
         parts.append(_table(["", f"gpuaware ({a['policy']})", f"baseline ({b['policy']})"], rows))
@@ -415,6 +420,13 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
         parts.append(_table(["tenant", "gpuaware", "baseline"],
                             [(t, a["fairness"]["served_share"].get(t), b["fairness"]["served_share"].get(t))
                              for t in tenants]))
+        drill = a.get("failover")
+        if drill:
+            took = "never" if drill["takeover_s"] is None else f"{drill['takeover_s']:.2f} s later"
+            parts.append(f"<h2>Fault drill</h2><p>The placement leader ({html.escape(str(drill['killed']))}) was "
+                         f"SIGKILLed during the gpuaware run; another instance decided {took} "
+                         f"({drill['decisions_before']} decisions before, {drill['decisions_after']} after; the "
+                         f"killed instance decided {drill['decisions_by_killed_after_kill']} after it died).</p>")
     parts.append("<h2>Plots</h2>")
     for p in plots:
         data = base64.b64encode(p.read_bytes()).decode()
@@ -429,7 +441,11 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
     parts.append(_table(["service", "status"], list(report["services"].items())))
     for key in ("roundtrip", "health", "forecasting", "telemetry", "utilisation"):
         if key in report:
-            parts.append(f"<h2>{html.escape(key)}</h2><pre>{html.escape(_pretty(report[key]))}</pre>")
+            value = report[key]
+            if isinstance(value, Mapping):  # the series are in the plots; the page keeps the figures
+                value = {k: ({kk: vv for kk, vv in v.items() if kk != "series"} if isinstance(v, Mapping) else v)
+                         for k, v in value.items()}
+            parts.append(f"<h2>{html.escape(key)}</h2><pre>{html.escape(_pretty(value))}</pre>")
     parts.append("</body></html>")
     path.write_text("\n".join(parts))
 
