@@ -64,6 +64,7 @@ GPU_CATALOG: dict[str, GpuModel] = {
         GpuModel("3090", 24268, tensor_cores=True),
         GpuModel("A100", 81251, tensor_cores=True, nvlink=True, mig=True),
         GpuModel("H100", 81559, tensor_cores=True, fp8=True, nvlink=True, mig=True),
+        GpuModel("L4", 23034, tensor_cores=True, fp8=True),
         GpuModel("K80", 11441),
         GpuModel("G1"),
         GpuModel("G2"),

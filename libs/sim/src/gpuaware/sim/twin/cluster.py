@@ -39,8 +39,8 @@ __all__ = [
     "openb_node_list",
 ]
 
-#: placement's catalog plus the models the default cluster uses that openb never had
-MODELS: dict[str, GpuModel] = {**GPU_CATALOG, "L4": GpuModel("L4", 23034, tensor_cores=True, fp8=True)}
+#: the models the twin's clusters use: placement's catalog (one source of GPU facts)
+MODELS: dict[str, GpuModel] = GPU_CATALOG
 
 FLEET_MODEL: dict[str, str] = {
     "H100": "H100", "A100": "A100-80GB", "V100M32": "V100", "V100M16": "V100", "P100": "V100",
