@@ -14,11 +14,11 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from gpuaware import bus, tsdb
 from gpuaware.schemas.streams import DEADLETTER, TELEMETRY
 from gpuaware.schemas.telemetry import GPU_SAMPLED, GpuSampled
+from gpuaware.telemetry import to_columns
 
 CHANNEL = bus.Channel(GPU_SAMPLED, GpuSampled, id_of=lambda b: f"{b.node}:{b.seq}")
 DURABLE = "demo-roundtrip"
@@ -50,21 +50,6 @@ def make_batch(node: str, seq: int, gpus: int, rng: random.Random, now: float) -
     )
 
 
-def samples_of(batch: GpuSampled) -> list[tsdb.Sample]:
-    ts = datetime.fromtimestamp(batch.sampled_at, UTC)
-
-    def column(name: str, i: int):
-        values = getattr(batch, name)
-        return values[i] if values else None
-
-    return [
-        tsdb.Sample(ts=ts, node=batch.node, gpu_uuid=uuid, util_pct=column("util_pct", i),
-                    mem_used_mib=column("mem_used_mib", i), mem_total_mib=column("mem_total_mib", i),
-                    temperature_c=column("temperature_c", i), power_w=column("power_w", i))
-        for i, uuid in enumerate(batch.gpu_uuid)
-    ]
-
-
 async def run_roundtrip(nats_url: str, database_url: str, *, nodes: int = 8, gpus: int = 8, ticks: int = 25,
                         progress: Callable[[int, int], None] | None = None, timeout: float = 60.0) -> RoundTrip:
     result = RoundTrip()
@@ -86,7 +71,9 @@ async def run_roundtrip(nats_url: str, database_url: str, *, nodes: int = 8, gpu
                     # the id and the samples commit together: a redelivery finds the id and stores nothing
                     fresh = await tsdb.store_roundtrip_async(conn, msg_id, delivery.subject,
                                                              {"node": batch.node, "seq": batch.seq})
-                    stored = await tsdb.write_samples_async(conn, samples_of(batch)) if fresh else 0
+                    # the collector's own road: GpuSampled -> columns -> one binary COPY
+                    stored = (await tsdb.write_sample_columns_async(conn, tsdb.SampleColumns(*to_columns([batch])))
+                              if fresh else 0)
                 if fresh:
                     result.stored_samples += stored
                     result.stored_messages += 1
