@@ -8,7 +8,10 @@ What it runs (all through gpuaware.sim, the same code as `gpuaware eval placemen
   4. beyond the paper: departures with a pending queue (FGD, BestFit, ours) and the Gavel
      heterogeneity plugin (normalised throughput with and without it);
   5. decision latency of ours in-process: on the 1,213-node openb cluster (from run 1) and on a
-     synthetic 10,000-node / 80,000-GPU cluster filled to ~70 % first.
+     synthetic 10,000-node / 80,000-GPU cluster filled to ~70 % first;
+  6. the default profile (GpuAware) against ours alone when some GPUs are bad: 5 % of the GPUs
+     DEGRADED and another 5 % running at 88 degC; where the work lands at 90 % arrived (room to choose)
+     and what the signals cost in allocation at 100 / 130 % (`--signals-only` re-runs just this).
 Writes bench/results/placement.json (machine noted) and prints a table.
 
 The traces are research-use-only and stay outside the repository: they are found through
@@ -31,7 +34,18 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from gpuaware.placement import OURS, PUBLISHED, VARIANTS, Cluster, Decision, NodeSpec, TypicalPods, policy
+from gpuaware.placement import (
+    DEFAULT_PROFILE,
+    DEGRADED,
+    OURS,
+    PUBLISHED,
+    VARIANTS,
+    Cluster,
+    Decision,
+    NodeSpec,
+    TypicalPods,
+    policy,
+)
 from gpuaware.sim import evaluate, expected_means, shared_data_dir, synthetic_pods
 from gpuaware.sim.evaluator import REPORT_AT, default_jobs, run_one
 from gpuaware.sim.gavel import default_profiles, evaluate_heterogeneity, load_gavel_throughputs
@@ -149,6 +163,53 @@ def latency_openb(data: Path, seed: int = 42) -> dict[str, Any]:
             "max_ms": round(float(t.max()), 3), "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
+def signals_scenario(data: Path, seeds: list[int], console: Console, bad_share: float = 0.05) -> dict[str, Any]:
+    """Section 6: the same bad GPUs (per seed) for both policies; see the module docstring."""
+    nodes = load_nodes(data / "openb" / "openb_node_list_gpu_node.csv")
+    requests = [p.request for p in load_pods(data / "openb" / "openb_pod_list_default.csv")]
+    typical = TypicalPods.from_requests(requests)
+    out: dict[str, Any] = {"setting": f"openb default trace, {bad_share:.0%} of GPUs DEGRADED + {bad_share:.0%} at 88 "
+                                      "degC (another random set per seed, the same for both policies)",
+                           "seeds": seeds, "policies": {}}
+    for name in (OURS, DEFAULT_PROFILE):
+        rows = []
+        for seed in seeds:
+            bad: dict[str, np.ndarray] = {}
+
+            def prepare(cluster: Cluster, seed: int = seed, bad: dict[str, np.ndarray] = bad) -> None:
+                slots = np.argwhere(cluster.gpu_present)
+                pick = np.random.default_rng([seed, 7]).permutation(len(slots))
+                k = int(bad_share * len(slots))
+                for i, g in slots[pick[:k]]:
+                    cluster.set_gpu_health(int(i), int(g), DEGRADED)
+                for i, g in slots[pick[k:2 * k]]:
+                    cluster.set_gpu_signals(int(i), int(g), temp_c=88.0)
+                mask = np.zeros_like(cluster.gpu_present)
+                mask[tuple(slots[pick[:2 * k]].T)] = True
+                bad["mask"] = mask
+
+            def measure(cluster: Cluster, bad: dict[str, np.ndarray] = bad) -> dict[str, float]:
+                used = cluster.gpu_used
+                share_of_gpus = float(bad["mask"].sum() / cluster.gpu_present.sum())
+                return {"work_on_bad_gpus_pct": round(100 * float(used[bad["mask"]].sum()) / max(1, int(used.sum())), 2),
+                        "bad_gpus_pct": round(100 * share_of_gpus, 2)}
+
+            at90 = run_one(nodes, requests, name, seed, 0.9, typical, prepare=prepare, measure=measure)
+            full = run_one(nodes, requests, name, seed, 1.3, typical, prepare=prepare, measure=measure)
+            rows.append({"seed": seed, "work_on_bad_gpus_pct_at_90": at90.extra["work_on_bad_gpus_pct"],
+                         "bad_gpus_pct": at90.extra["bad_gpus_pct"],
+                         "alloc_pct_at_100": round(float(full.alloc_pct[100]), 2),
+                         "alloc_pct_at_130": round(float(full.alloc_pct[130]), 2)})
+            console.print(f"  {name:14s} seed {seed}: {rows[-1]['work_on_bad_gpus_pct_at_90']:5.2f}% of the work on "
+                          f"the {rows[-1]['bad_gpus_pct']:.0f}% bad GPUs at 90% arrived; alloc "
+                          f"{rows[-1]['alloc_pct_at_100']:.2f}% @100, {rows[-1]['alloc_pct_at_130']:.2f}% @130")
+        out["policies"][name] = {
+            "per_seed": rows,
+            **{f"mean_{k}": round(float(np.mean([r[k] for r in rows])), 2)
+               for k in ("work_on_bad_gpus_pct_at_90", "alloc_pct_at_100", "alloc_pct_at_130")}}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="42-51")
@@ -159,6 +220,9 @@ def main() -> int:
     ap.add_argument("--skip-10k", action="store_true", help="skip the 10,000-node latency run")
     ap.add_argument("--skip-online", action="store_true", help="skip departures/queue and heterogeneity runs")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--signals-only", action="store_true",
+                    help="only re-run section 6 (bad GPUs: GpuAware vs ours alone), updating an existing results file")
+    ap.add_argument("--skip-signals", action="store_true", help="skip section 6")
     ap.add_argument("--latency-only", action="store_true",
                     help="only re-measure the single-process latencies, updating an existing results file")
     args = ap.parse_args()
@@ -169,6 +233,13 @@ def main() -> int:
     if not (data / "openb").is_dir():
         console.print(f"[red]shared data not found at {data}[/red]: set GPUAWARE_SHARED_DATA")
         return 2
+
+    if args.signals_only:
+        report = json.loads(args.out.read_text())
+        console.print("[bold]bad GPUs[/bold]: GpuAware vs WasteGradient, seeds " + args.seeds)
+        report["signals"] = signals_scenario(data, seeds, console)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        return 0
 
     if args.latency_only:
         report = json.loads(args.out.read_text())
@@ -239,6 +310,10 @@ def main() -> int:
             matrix = load_gavel_throughputs(gavel)
             report["heterogeneity"] = {"setting": "304 V100 + 304 P100 + 304 K80 GPUs, Gavel job mix, 90 % load, "
                                                   "seeds 42-44", "profiles": evaluate_heterogeneity(matrix, default_profiles(matrix))}
+
+    if not args.skip_signals:
+        console.print("[bold]bad GPUs[/bold]: GpuAware vs WasteGradient")
+        report["signals"] = signals_scenario(data, seeds[:3], console)
 
     console.print("[bold]latency[/bold]: ours alone in this process, 1,213 nodes")
     report["ours"]["latency_1213_nodes_single_process"] = latency_openb(data)

@@ -76,3 +76,23 @@ def test_real_trace_slice(shared_data: Path) -> None:
 def test_unknown_policy_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="unknown policy"):
         run_one(synthetic_nodes(3), synthetic_pods(5), bad, seed=1)
+
+
+def test_prepare_changes_the_cluster_first_and_measure_reads_the_end() -> None:
+    from gpuaware.placement import QUARANTINED
+
+    nodes = synthetic_nodes(12, seed=1)
+    pods = synthetic_pods(120, seed=2)
+    first = next(i for i, n in enumerate(nodes) if n.num_gpu)
+
+    def prepare(cluster) -> None:  # every GPU of one node quarantined before the first pod
+        for g in range(int(cluster.gpu_count[first])):
+            cluster.set_gpu_health(first, g, QUARANTINED)
+
+    def measure(cluster) -> dict[str, float]:
+        return {"gpu_used_on_quarantined_node": float(cluster.gpu_used[first].sum()),
+                "gpu_used": float(cluster.used_gpu_milli)}
+
+    r = run_one(nodes, pods, "BestFit", seed=42, prepare=prepare, measure=measure)
+    assert r.extra["gpu_used_on_quarantined_node"] == 0.0 and r.extra["gpu_used"] > 0
+    assert run_one(nodes, pods, "BestFit", seed=42).extra == {}

@@ -55,6 +55,8 @@ class RunResult:
     wall_s: float
     total_gpus: int
     assignments: list[tuple] | None = field(default=None)
+    extra: dict[str, float] = field(default_factory=dict)
+    """what a ``measure`` hook of ``run_one`` read off the final cluster"""
 
     @property
     def unallocated_gpus(self) -> np.ndarray:
@@ -89,11 +91,18 @@ def run_one(
     typical: TypicalPods | None = None,
     record_assignments: bool = False,
     max_pods: int | None = None,
+    prepare: Callable[[Cluster], None] | None = None,
+    measure: Callable[[Cluster], dict[str, float]] | None = None,
 ) -> RunResult:
-    """Evaluate one policy on one seed. `typical` defaults to the trace's own typical pods."""
+    """Evaluate one policy on one seed. `typical` defaults to the trace's own typical pods.
+
+    `prepare` may change the empty cluster first (GPU health, telemetry signals: what-if scenarios);
+    `measure` reads the final cluster into `RunResult.extra`."""
     started = time.perf_counter()
     typical = TypicalPods.from_requests(requests) if typical is None else typical
     cluster = Cluster(nodes)
+    if prepare is not None:
+        prepare(cluster)
     total_gpus = int(cluster.gpu_count.sum())
     wl = build_workload(requests, cluster.num_nodes, cluster.total_gpu_milli, inflation, seed)
     pods = wl.pods if max_pods is None else wl.pods[:max_pods]
@@ -150,6 +159,7 @@ def run_one(
         wall_s=time.perf_counter() - started,
         total_gpus=total_gpus,
         assignments=assignments,
+        extra=measure(cluster) if measure is not None else {},
     )
 
 
