@@ -79,3 +79,39 @@ def test_json_log_line_is_structured_and_scrubbed() -> None:
     entry = json.loads(stream.getvalue())
     assert entry["service"] == "placement" and entry["level"] == "warning" and entry["attempt"] == 3
     assert "hunter2" not in stream.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("env", "user", "password"),
+    [
+        ({}, "", ""),
+        # the launcher's unprefixed fallbacks, as for NATS_URL
+        ({"NATS_USER": "placement", "NATS_PASSWORD": "pw1"}, "placement", "pw1"),
+        # the prefixed ones win
+        ({"NATS_USER": "x", "NATS_PASSWORD": "y", "GPUAWARE_PLACEMENT_NATS_USER": "placement",
+          "GPUAWARE_PLACEMENT_NATS_PASSWORD": "pw2"}, "placement", "pw2"),
+    ],
+)
+def test_nats_user_and_password_from_env(env: dict[str, str], user: str, password: str) -> None:
+    settings = PlacementSettings.from_env(env)
+    assert (settings.nats_user, settings.nats_password) == (user, password)
+
+
+def test_nats_password_never_reaches_a_log_line() -> None:
+    secret = "Zq8-not-a-url-secret"
+    settings = PlacementSettings.from_env({"NATS_USER": "placement", "NATS_PASSWORD": secret})
+    redacted = settings.redacted()
+    assert redacted["nats_password"] == "***" and redacted["nats_user"] == "placement"
+    assert PlacementSettings.from_env({}).redacted()["nats_password"] == ""  # unset stays visibly unset
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter("placement"))
+    log = logging.getLogger("test.json.password")
+    log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    log.propagate = False
+    # what run_service logs at start
+    log.info("starting %s %s", "placement", "0.1.0", extra={"settings": redacted})
+    line = stream.getvalue()
+    assert secret not in line
+    assert json.loads(line)["settings"]["nats_password"] == "***"

@@ -33,6 +33,7 @@ from gpuaware.bus.errors import (
     RequestTimeout,
     ServiceError,
     StreamConfigError,
+    StreamPermissionError,
     TransientError,
 )
 from gpuaware.bus.follow import FollowDelivery, Follower, follow, read_stored
@@ -44,6 +45,7 @@ from gpuaware.bus.jetstream import (
     StreamSpecLike,
     ensure_consumer,
     ensure_stream,
+    stream_compatible,
 )
 from gpuaware.bus.lease import LeaderLease, open_lease_bucket
 from gpuaware.bus.pipeline import PipelinedConsumer, PipelinedHandler, subscribe_pipelined
@@ -80,6 +82,7 @@ __all__ = [
     "ServiceError",
     "SimpleStreamSpec",
     "StreamConfigError",
+    "StreamPermissionError",
     "StreamSpecLike",
     "TransientError",
     "add_service",
@@ -101,6 +104,7 @@ __all__ = [
     "read_stored",
     "reconnect_delay",
     "request",
+    "stream_compatible",
     "subscribe_durable",
     "subscribe_pipelined",
 ]

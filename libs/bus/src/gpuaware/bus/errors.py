@@ -16,6 +16,8 @@ the caller. The bus never leaks `nats` exceptions for these cases, so callers ne
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BusError(Exception):
     """Base of every error raised by gpuaware.bus."""
@@ -64,3 +66,15 @@ class NoResponders(ServiceError):
 
 class StreamConfigError(BusError):
     """The server refused to create or update a stream/consumer to the wanted configuration."""
+
+
+class StreamPermissionError(StreamConfigError):
+    """This user may not create or update a stream (least-privilege service users; an admin
+    provisions streams). `info` is the server's stream info (None when the stream is missing) and
+    `diff` the fields that differ from the wanted configuration: {field: (want, have)}."""
+
+    def __init__(self, message: str, *, stream: str, info: Any, diff: dict[str, tuple[Any, Any]]) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.info = info
+        self.diff = diff

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, NotFoundError
 
-from gpuaware.bus.errors import StreamConfigError
+from gpuaware.bus.errors import StreamConfigError, StreamPermissionError
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +138,31 @@ def stream_diff(want: api.StreamConfig, have: api.StreamConfig) -> dict[str, tup
     return diff
 
 
+#: differences a service can live with when it may not fix them (limits, description, replicas may
+#: differ; what the stream captures and how it keeps it may not)
+INCOMPATIBLE_FIELDS = frozenset({"subjects", "retention", "storage"})
+
+
+def stream_compatible(diff: dict[str, tuple[Any, Any]]) -> bool:
+    """Whether a stream differing from its spec by `diff` (`stream_diff`) still serves the contract."""
+    return not (INCOMPATIBLE_FIELDS & set(diff))
+
+
+def refused(js: JetStreamContext, subject: str) -> bool:
+    """True when the server's last error on this connection refused publishing to `subject`
+    (a user without the permission: the server answers with an error, the request times out)."""
+    err = getattr(js._nc, "last_error", None)  # nats-py keeps the last -ERR; it lower-cases it
+    text = str(err or "").lower()
+    return "permissions violation" in text and f'"{subject.lower()}"' in text
+
+
 async def ensure_stream(js: JetStreamContext, spec: StreamSpecLike) -> api.StreamInfo:
-    """Create the stream, or update it when its configuration differs; return its info."""
+    """Create the stream, or update it when its configuration differs; return its info.
+
+    Raises `StreamPermissionError` (carrying the server's info, None when the stream is missing, and
+    the differences) when this user may not create or update it: least-privilege service users
+    leave that to an admin (`gpuaware.schemas.permissions`).
+    """
     want = stream_config(spec)
     try:
         info = await js.stream_info(spec.name)
@@ -147,6 +171,12 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpecLike) -> api.Strea
             info = await js.add_stream(want)
         except APIError as exc:
             raise StreamConfigError(f"cannot create stream {spec.name}: {exc.description}") from exc
+        except NatsTimeoutError:
+            if refused(js, f"{js._prefix}.STREAM.CREATE.{spec.name}"):
+                raise StreamPermissionError(
+                    f"stream {spec.name} does not exist and this user may not create it "
+                    f"(provision the streams as admin)", stream=spec.name, info=None, diff={}) from None
+            raise
         log.info("stream %s created (subjects %s)", spec.name, list(spec.subjects))
         return info
     diff = stream_diff(want, info.config)
@@ -159,6 +189,12 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpecLike) -> api.Strea
     except APIError as exc:
         raise StreamConfigError(
             f"cannot update stream {spec.name} ({', '.join(diff)}): {exc.description}") from exc
+    except NatsTimeoutError:
+        if refused(js, f"{js._prefix}.STREAM.UPDATE.{spec.name}"):
+            raise StreamPermissionError(
+                f"stream {spec.name} differs ({', '.join(diff)}) and this user may not update it",
+                stream=spec.name, info=info, diff=diff) from None
+        raise
 
 
 @dataclass(frozen=True, slots=True)

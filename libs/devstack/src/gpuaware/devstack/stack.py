@@ -3,6 +3,9 @@
 State lives in `<data>/stack.json` (ports, pids), so a second `up` finds the running servers
 instead of starting twins, and `down` stops exactly what `up` started. When `NATS_URL` or
 `DATABASE_URL` is set, that server is somebody else's: we neither start nor stop it.
+
+`auth=True` starts NATS with one least-privilege user per service (`start_nats(auth=True)`); the
+credentials stay in `<data>/nats/credentials.json` (0600), read with `stack_credentials`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpuaware.devstack.errors import StackError
-from gpuaware.devstack.nats import NatsProcess, start_nats
+from gpuaware.devstack.nats import NatsProcess, credentials, start_nats
 from gpuaware.devstack.postgres import PostgresProcess, start_postgres
 from gpuaware.devstack.processes import pid_alive, terminate
 
@@ -33,6 +36,8 @@ class StackState:
     nats_monitor_port: int | None = None
     postgres_pid: int | None = None
     postgres_port: int | None = None
+    nats_auth: bool = False
+    """NATS requires the per-service users (credentials in `<data>/nats/credentials.json`)"""
 
     @property
     def nats_external(self) -> bool:
@@ -76,8 +81,10 @@ def stack_status(data_dir: Path = DEFAULT_DATA_DIR) -> StackState | None:
 
 
 def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS_PORT,
-             pg_port: int = DEFAULT_PG_PORT, env: dict[str, str] | None = None) -> Stack:
-    """Start (or reuse) NATS + PostgreSQL under `data_dir`; honours NATS_URL / DATABASE_URL."""
+             pg_port: int = DEFAULT_PG_PORT, env: dict[str, str] | None = None, auth: bool = False) -> Stack:
+    """Start (or reuse) NATS + PostgreSQL under `data_dir`; honours NATS_URL / DATABASE_URL.
+
+    `auth` starts NATS with per-service users (a running stack is reused as it is: see `state.nats_auth`)."""
     env = dict(os.environ if env is None else env)
     data_dir = Path(data_dir).resolve()
     current = stack_status(data_dir)
@@ -88,7 +95,7 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS
     pg: PostgresProcess | None = None
     try:
         if not env.get("NATS_URL"):
-            nats = start_nats(data_dir / "nats", port=nats_port, detach=True)
+            nats = start_nats(data_dir / "nats", port=nats_port, detach=True, auth=auth)
         if not env.get("DATABASE_URL"):
             pg = start_postgres(data_dir / "postgres", port=pg_port)
     except StackError:
@@ -103,9 +110,15 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS
         nats_monitor_port=nats.monitor_port if nats else None,
         postgres_pid=pg.pid if pg else None,
         postgres_port=pg.port if pg else None,
+        nats_auth=bool(nats and nats.auth),
     )
     _state_file(data_dir).write_text(json.dumps(asdict(state), indent=2))
     return Stack(state=state, reused=False)
+
+
+def stack_credentials(data_dir: Path = DEFAULT_DATA_DIR) -> dict[str, tuple[str, str]]:
+    """identity -> (user, password) of the stack's NATS (started with `auth=True`)."""
+    return credentials(Path(data_dir).resolve() / "nats")
 
 
 def stack_down(data_dir: Path = DEFAULT_DATA_DIR) -> list[str]:

@@ -6,7 +6,7 @@ micro identity with stats for every instance.
 """
 
 from gpuaware.runtime.logs import setup_logging
-from gpuaware.runtime.service import ServiceContext, run_service
+from gpuaware.runtime.service import ServiceContext, StreamsNotProvisioned, provision_streams, run_service
 from gpuaware.runtime.settings import ServiceSettings, SettingsError, redact_url
 from gpuaware.runtime.signals import stop_on_signals
 from gpuaware.runtime.tracing import setup_tracing
@@ -15,6 +15,8 @@ __all__ = [
     "ServiceContext",
     "ServiceSettings",
     "SettingsError",
+    "StreamsNotProvisioned",
+    "provision_streams",
     "redact_url",
     "run_service",
     "setup_logging",

@@ -7,7 +7,10 @@ A service's `__main__` stays tiny:
         await run_service(settings, version=__version__, mount=handlers.mount)
 
 `run_service` configures structured logging and OpenTelemetry, connects to NATS (reconnecting
-forever), declares the platform's JetStream streams (idempotent), calls `mount(ctx)` so the
+forever; as `nats_user` when set), declares the platform's JetStream streams (idempotent; a
+least-privilege user may not create or change them, so a refusal is tolerated when the stream
+exists with a compatible configuration and stops the service, naming the stream, otherwise: an
+admin provisions them, see `provision_streams`), calls `mount(ctx)` so the
 service can start its durable consumers and return its request/reply endpoints, and registers a
 NATS micro service named after the service: `$SRV.PING/INFO/STATS` then report the instance and
 each endpoint's request/error counts, with or without endpoints of its own. On SIGTERM/SIGINT (or
@@ -73,10 +76,13 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
     options: dict[str, Any] = {}
     if settings.nats_creds:
         options["user_credentials"] = settings.nats_creds
+    if settings.nats_user:
+        options["user"] = settings.nats_user
+        options["password"] = settings.nats_password
     async with bus.connected(settings.nats_url.split(","), name=settings.service_name, **options) as nc:
         js = nc.jetstream()
         for spec in streams:
-            await bus.ensure_stream(js, spec)
+            await declare_stream(js, spec, user=settings.nats_user or "this user")
         ctx = ServiceContext(settings=settings, nc=nc, js=js, instance_id=instance_id(settings))
         try:
             endpoints = list(await mount(ctx) or [])
@@ -101,6 +107,41 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
         log.info("%s draining", settings.service_name)
         await _drain(ctx, service, settings.drain_timeout_s)
     log.info("%s stopped", settings.service_name)
+
+
+class StreamsNotProvisioned(RuntimeError):
+    """A stream the service needs is missing (or incompatible) and the service may not fix it."""
+
+
+async def declare_stream(js: Any, spec: StreamSpec, *, user: str = "this user") -> None:
+    """`ensure_stream`, tolerating a permission refusal when the stream exists and is compatible."""
+    try:
+        await bus.ensure_stream(js, spec)
+    except bus.StreamPermissionError as exc:
+        if exc.info is None:
+            raise StreamsNotProvisioned(
+                f"stream {spec.name} does not exist and {user} may not create it: provision the streams "
+                f"as admin first (`gpuaware up --auth` does; or gpuaware.runtime.provision_streams)") from None
+        if not bus.stream_compatible(exc.diff):
+            raise StreamsNotProvisioned(
+                f"stream {spec.name} is incompatible with the contract ({', '.join(exc.diff)}) and {user} may "
+                f"not update it: re-provision the streams as admin") from None
+        log.warning("stream %s differs from the contract (%s) but %s may not update it; using it as is",
+                    spec.name, ", ".join(exc.diff), user)
+
+
+async def provision_streams(url: str | Sequence[str], *, user: str = "", password: str = "",
+                            streams: Sequence[StreamSpec] = STREAMS, timeout: float = 10.0) -> list[str]:
+    """Create or update the platform's streams as a user allowed to (admin); returns their names.
+
+    What a launcher or a deployment job runs before the services when they use least-privilege users.
+    """
+    options: dict[str, Any] = {"user": user, "password": password} if user else {}
+    async with bus.connected(url, name="gpuaware-provision", initial_timeout=timeout, **options) as nc:
+        js = nc.jetstream()
+        for spec in streams:
+            await bus.ensure_stream(js, spec)
+    return [s.name for s in streams]
 
 
 async def _stop_resources(ctx: ServiceContext) -> None:

@@ -4,7 +4,9 @@ Handlers never read `os.environ`; the entry point calls `Settings.from_env()` on
 object down. Each service subclasses `ServiceSettings`, adds its own fields with defaults (each
 documented where it is declared), and picks a prefix: `GPUAWARE_PLACEMENT_` reads
 `GPUAWARE_PLACEMENT_LOG_LEVEL` and so on. The two URLs also fall back to the unprefixed
-`NATS_URL` / `DATABASE_URL` that the launcher and the chart set for every service.
+`NATS_URL` / `DATABASE_URL` that the launcher and the chart set for every service, and the NATS
+user and password to `NATS_USER` / `NATS_PASSWORD` (one least-privilege user per service, see
+`gpuaware.schemas.permissions`). Secrets never reach a log: `redacted()` masks them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     """NATS server(s), comma-separated; the launcher's default port."""
     nats_creds: str = ""
     """Path to a NATS credentials file (per-service least-privilege user); empty = none."""
+    nats_user: str = ""
+    """NATS user (the service's identity in `gpuaware.schemas.permissions`); empty = no user/password."""
+    nats_password: str = ""
+    """Password of `nats_user`; never logged."""
     database_url: str = ""
     """libpq URL; empty for services that do not touch the database."""
     log_level: str = "INFO"
@@ -53,7 +59,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             key = f"{cls.prefix}{field.upper()}"
             if key in env:
                 raw[field] = env[key]
-        for field, fallback in (("nats_url", "NATS_URL"), ("database_url", "DATABASE_URL")):
+        for field, fallback in (("nats_url", "NATS_URL"), ("database_url", "DATABASE_URL"),
+                                ("nats_user", "NATS_USER"), ("nats_password", "NATS_PASSWORD")):
             if field not in raw and fallback in env:
                 raw[field] = env[fallback]
         try:
@@ -62,12 +69,20 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError(f"invalid setting ({cls.prefix}*): {exc}") from None
 
     def redacted(self) -> dict[str, Any]:
-        """Settings safe to log: passwords in URLs and credential paths masked."""
+        """Settings safe to log: secrets (passwords, tokens) masked whole, passwords in URLs masked."""
         out = msgspec.structs.asdict(self)
         for key, value in out.items():
-            if isinstance(value, str) and ("url" in key or "creds" in key or "password" in key):
+            if not isinstance(value, str):
+                continue
+            if any(word in key for word in _SECRET_FIELDS):
+                out[key] = "***" if value else ""
+            elif "url" in key or "creds" in key:
                 out[key] = redact_url(value)
         return out
+
+
+#: a setting whose name contains one of these holds a secret
+_SECRET_FIELDS = ("password", "secret", "token")
 
 
 def redact_url(value: str) -> str:

@@ -1,0 +1,262 @@
+"""Who may publish and subscribe to what: one NATS user per service, least privilege.
+
+Why: the bus is the only way services talk, so it is also the place to contain a compromised or
+buggy one. With per-service users, the telemetry agent on every GPU node (the widest-deployed, most
+exposed process) cannot forge a placement decision or a binding; placement cannot bind pods or
+delete streams; nothing but ``admin`` can create, change or delete a stream. Like the subjects and
+the streams, the permissions are part of the contract: they live here, built from the subject
+constants and stream specs (never hand-typed where a constant exists), so the devstack launcher,
+the tests and the Helm chart render the same ``authorization`` block from one source, and a
+subject renamed in ``schemas/`` moves its permission with it.
+
+How each list is derived: from what the service's code actually does on the bus (its
+``handlers.py`` docstrings list it), translated to the subjects nats-py sends:
+
+* events it publishes (JetStream, with ``.>`` for routing suffixes such as ``.<cluster>.<node>``) and
+  requests it makes (``quota.admit``, ``world.snapshot``);
+* ``$JS.API.INFO``, ``$JS.API.STREAM.NAMES`` (find the stream of a subject) and
+  ``$JS.API.STREAM.INFO.<S>`` for every platform stream (``run_service`` checks them all at start);
+* a durable pull consumer ``<d>`` on stream ``<S>``: ``$JS.API.CONSUMER.DURABLE.CREATE.<S>.<d>``,
+  ``CONSUMER.INFO.<S>.<d>``, ``CONSUMER.MSG.NEXT.<S>.<d>`` and its acks ``$JS.ACK.<S>.<d>.>``;
+* an ordered "follow" consumer on ``<S>`` (ephemeral, named by the server):
+  ``$JS.API.CONSUMER.CREATE.<S>``, ``CONSUMER.INFO.<S>.*``, ``CONSUMER.DELETE.<S>.*`` and the flow
+  control replies ``$JS.FC.<S>.>``;
+* the placement lease (a KV bucket it owns): ``$KV.<bucket>.>``, ``$JS.API.STREAM.CREATE|INFO`` of
+  ``KV_<bucket>``, ``$JS.API.DIRECT.GET.KV_<bucket>.>`` and ``STREAM.MSG.GET.KV_<bucket>``;
+* dead letters: ``deadletter.<s>`` for every subject ``s`` it consumes, follows or serves;
+* NATS micro: every service registers one, so it subscribes to ``$SRV.PING|INFO|STATS`` (all,
+  by name, by name and id) and its endpoints' subjects, and answers with ``allow_responses``
+  (reply subjects only, once each) instead of a publish right on ``_INBOX.>``;
+* replies to its own requests and JetStream API calls arrive on ``_INBOX.>``.
+
+``admin`` (``gpuaware up``, provisioning, operators' tools) may do anything.
+
+Provisioning under least privilege: services may not create or change streams. The launcher (or
+the chart's provisioning job) declares them as ``admin``; ``run_service`` then only reads their
+info, and when a service's ``ensure_stream`` is refused it carries on if the stream exists with a
+compatible configuration (same subjects, retention and storage; other limits may differ) and stops
+with a message naming the stream otherwise.
+
+Known limits of subject permissions (tokens cannot be partially wildcarded): the agent's durable
+name carries its node names (``telemetry-agent-<nodes>``), so it gets ``*`` for the consumer token
+on BINDER; follow consumers are named by the server, so ``CONSUMER.INFO|DELETE.<S>.*``.
+
+Sample (the devstack writes this to ``<data>/nats/auth.conf`` with random passwords)::
+
+    from gpuaware.schemas.permissions import render_server_config
+    text = render_server_config({"admin": "...", "placement": "...", "binder": "...",
+                                 "telemetry-agent": "...", "telemetry-collector": "..."})
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from gpuaware.schemas.binder import POD_BIND_FAILED, POD_BOUND, POD_FINISHED, POD_PREEMPTED
+from gpuaware.schemas.checkpoint import CHECKPOINT_ACKNOWLEDGED, CHECKPOINT_REQUESTED
+from gpuaware.schemas.deadletter import dead_letter_subject
+from gpuaware.schemas.forecast import GPU_UTIL_PREDICTED
+from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED
+from gpuaware.schemas.inventory import NODE_INVENTORY
+from gpuaware.schemas.placement import (
+    PLACEMENT_DECIDED,
+    PLACEMENT_EXPLAIN,
+    PLACEMENT_EXPLAINED,
+    POD_UNSCHEDULABLE,
+)
+from gpuaware.schemas.pods import POD_PENDING
+from gpuaware.schemas.quota import QUOTA_ADMIT
+from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, STREAMS, TELEMETRY, StreamSpec
+from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GPU_SAMPLED
+from gpuaware.schemas.usage import POD_USAGE_REPORTED
+from gpuaware.schemas.world import WORLD_SNAPSHOT
+
+__all__ = [
+    "ADMIN",
+    "BINDER_DURABLE",
+    "BINDER_ID",
+    "COLLECTOR_DURABLE",
+    "IDENTITIES",
+    "LEASE_BUCKET",
+    "OPERATIONAL_ENDPOINTS",
+    "PLACEMENT_ID",
+    "SERVICE_IDENTITIES",
+    "TELEMETRY_AGENT",
+    "TELEMETRY_COLLECTOR",
+    "Permissions",
+    "authorization",
+    "permissions_for",
+    "placement_durable",
+    "render_server_config",
+]
+
+ADMIN = "admin"
+TELEMETRY_AGENT = "telemetry-agent"
+TELEMETRY_COLLECTOR = "telemetry-collector"
+PLACEMENT_ID = "placement"
+BINDER_ID = "binder"
+#: the service identities (each is also the service's default ``service_name``, its micro name)
+SERVICE_IDENTITIES: tuple[str, ...] = (TELEMETRY_AGENT, TELEMETRY_COLLECTOR, PLACEMENT_ID, BINDER_ID)
+IDENTITIES: tuple[str, ...] = (ADMIN, *SERVICE_IDENTITIES)
+
+# Names the services choose in their settings (tests check these agree with the settings' defaults).
+#: request/reply endpoints services serve outside the contract's registry (operational introspection,
+#: not messages other services rely on; ``REQUESTS`` holds the contract's endpoints)
+OPERATIONAL_ENDPOINTS: dict[str, tuple[str, ...]] = {TELEMETRY_COLLECTOR: ("collector.stats",)}
+COLLECTOR_DURABLE = "telemetry-collector"
+BINDER_DURABLE = "binder"
+LEASE_BUCKET = "placement-leader"
+
+JS_API = "$JS.API"
+ANY = ">"
+
+
+def placement_durable(cluster: str) -> str:
+    """Placement's durable consumer of pending pods (``PlacementSettings.durable``)."""
+    return f"placement-{cluster}"
+
+
+class Permissions(msgspec.Struct, frozen=True, kw_only=True):
+    """One user's allowed subjects (NATS wildcards) and whether it may answer requests."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    allow_responses: bool = False
+    """publish to the reply subject of a request it received (once), for micro endpoints"""
+
+    def as_nats(self) -> dict[str, Any]:
+        """The ``permissions`` object of a user in nats-server's configuration."""
+        out: dict[str, Any] = {"publish": {"allow": list(self.publish)},
+                               "subscribe": {"allow": list(self.subscribe)}}
+        if self.allow_responses:
+            out["allow_responses"] = True
+        return out
+
+
+# -- building blocks ---------------------------------------------------------------------------------
+
+
+def _event(subject: str) -> tuple[str, str]:
+    """An event subject, bare and with routing suffixes."""
+    return subject, f"{subject}.{ANY}"
+
+
+def _dead_letters(subjects: Iterable[str]) -> list[str]:
+    return [dead_letter_subject(s) for s in subjects]
+
+
+def _js_base(streams: Iterable[StreamSpec] = STREAMS) -> list[str]:
+    """What every JetStream user needs: account info, stream lookup by subject, stream info."""
+    return [f"{JS_API}.INFO", f"{JS_API}.STREAM.NAMES", *(f"{JS_API}.STREAM.INFO.{s.name}" for s in streams)]
+
+
+def _durable(stream: StreamSpec, durable: str) -> list[str]:
+    """A durable pull consumer: declare, inspect, pull, acknowledge."""
+    return [f"{JS_API}.CONSUMER.DURABLE.CREATE.{stream.name}.{durable}",
+            f"{JS_API}.CONSUMER.INFO.{stream.name}.{durable}",
+            f"{JS_API}.CONSUMER.MSG.NEXT.{stream.name}.{durable}",
+            f"$JS.ACK.{stream.name}.{durable}.{ANY}"]
+
+
+def _follow(stream: StreamSpec) -> list[str]:
+    """An ordered (ephemeral push) consumer: create, inspect, delete on stop, flow control replies."""
+    return [f"{JS_API}.CONSUMER.CREATE.{stream.name}",
+            f"{JS_API}.CONSUMER.INFO.{stream.name}.*",
+            f"{JS_API}.CONSUMER.DELETE.{stream.name}.*",
+            f"$JS.FC.{stream.name}.{ANY}"]
+
+
+def _kv(bucket: str) -> list[str]:
+    """A KV bucket the user owns: create it (idempotent), read, write, compare-and-set."""
+    stream = f"KV_{bucket}"
+    return [f"$KV.{bucket}.{ANY}", f"{JS_API}.STREAM.CREATE.{stream}", f"{JS_API}.STREAM.INFO.{stream}",
+            f"{JS_API}.DIRECT.GET.{stream}.{ANY}", f"{JS_API}.STREAM.MSG.GET.{stream}"]
+
+
+def _micro(service: str, endpoints: Iterable[str] = ()) -> list[str]:
+    """Subscriptions of a NATS micro service: discovery (all, by name, by name + id), its endpoints."""
+    return ["$SRV.*", f"$SRV.*.{service}", f"$SRV.*.{service}.*", *endpoints]
+
+
+INBOX = "_INBOX.>"
+
+
+def _dedupe(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+# -- the identities --------------------------------------------------------------------------------
+
+
+def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: str = LEASE_BUCKET) -> Permissions:
+    """The permissions of one identity (see the module docstring for how each list is derived)."""
+    if identity == ADMIN:
+        return Permissions(publish=(ANY,), subscribe=(ANY,), allow_responses=True)
+    if identity == TELEMETRY_AGENT:
+        # publishes its nodes' samples, inventories, usage; replays binder.pod.> (allocations) through a
+        # durable it deletes and recreates at start (its name carries the node names: any consumer token)
+        binder_pods = "binder.pod.>"
+        pub = [*_event(GPU_SAMPLED), *_event(NODE_INVENTORY), *_event(POD_USAGE_REPORTED), *_js_base(),
+               f"{JS_API}.CONSUMER.DURABLE.CREATE.{BINDER.name}.*", f"{JS_API}.CONSUMER.INFO.{BINDER.name}.*",
+               f"{JS_API}.CONSUMER.MSG.NEXT.{BINDER.name}.*", f"{JS_API}.CONSUMER.DELETE.{BINDER.name}.*",
+               f"$JS.ACK.{BINDER.name}.{ANY}", *_dead_letters([binder_pods])]
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity)]),
+                           allow_responses=True)
+    if identity == TELEMETRY_COLLECTOR:
+        # consumes telemetry.> (durable), publishes rollups, answers collector.stats
+        pub = [*_event(GPU_ROLLED_UP), *_js_base(), *_durable(TELEMETRY, COLLECTOR_DURABLE),
+               *_dead_letters([*TELEMETRY.subjects, *OPERATIONAL_ENDPOINTS[identity]])]
+        return Permissions(publish=_dedupe(pub),
+                           subscribe=_dedupe([INBOX, *_micro(identity, OPERATIONAL_ENDPOINTS[identity])]),
+                           allow_responses=True)
+    if identity == PLACEMENT_ID:
+        followed = [NODE_INVENTORY, GPU_ROLLED_UP, GPU_STATE_CHANGED, GPU_SCORED, GPU_UTIL_PREDICTED, POD_BOUND,
+                    POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, PLACEMENT_DECIDED, POD_UNSCHEDULABLE]
+        consumed = [s for f in [*followed, POD_PENDING] for s in _event(f)]
+        pub = [*_event(PLACEMENT_DECIDED), *_event(POD_UNSCHEDULABLE), *_event(PLACEMENT_EXPLAINED),
+               QUOTA_ADMIT, WORLD_SNAPSHOT, *_js_base(),
+               *_durable(BINDER, placement_durable(cluster)),
+               *(api for s in (TELEMETRY, ALERTS, FORECAST, BINDER, PLACEMENT) for api in _follow(s)),
+               f"{JS_API}.STREAM.MSG.GET.{PLACEMENT.name}",  # reading back a previous leader's decision
+               *_kv(lease_bucket), *_dead_letters([*consumed, PLACEMENT_EXPLAIN])]
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, [PLACEMENT_EXPLAIN])]),
+                           allow_responses=True)
+    if identity == BINDER_ID:
+        # consumes decisions and checkpoint answers (durables), publishes the world's events, serves the
+        # world's snapshot
+        out = [POD_PENDING, POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, CHECKPOINT_REQUESTED,
+               CHECKPOINT_ACKNOWLEDGED]
+        pub = [*(s for o in out for s in _event(o)), *_js_base(), *_durable(PLACEMENT, BINDER_DURABLE),
+               *_durable(BINDER, f"{BINDER_DURABLE}-checkpoints"),
+               *_dead_letters([*_event(PLACEMENT_DECIDED), *_event(CHECKPOINT_ACKNOWLEDGED), WORLD_SNAPSHOT])]
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, [WORLD_SNAPSHOT])]),
+                           allow_responses=True)
+    raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
+
+
+def authorization(passwords: Mapping[str, str], *, cluster: str = "default",
+                  lease_bucket: str = LEASE_BUCKET) -> dict[str, Any]:
+    """nats-server's ``authorization`` block: one user per identity in ``passwords`` (identity -> password).
+
+    The user name is the identity. Passwords may be plain or bcrypt hashes (``$2a$...``, from
+    ``nats server passwd``): nats-server accepts both.
+    """
+    users = []
+    for identity, password in passwords.items():
+        if not password:
+            raise ValueError(f"identity {identity!r} has an empty password")
+        users.append({"user": identity, "password": password,
+                      "permissions": permissions_for(identity, cluster=cluster, lease_bucket=lease_bucket).as_nats()})
+    return {"users": users}
+
+
+def render_server_config(passwords: Mapping[str, str], *, cluster: str = "default",
+                         lease_bucket: str = LEASE_BUCKET) -> str:
+    """A nats-server configuration file holding only the ``authorization`` block (JSON, which
+    nats-server's configuration format accepts), for ``nats-server -c``."""
+    return json.dumps({"authorization": authorization(passwords, cluster=cluster, lease_bucket=lease_bucket)},
+                      indent=2) + "\n"

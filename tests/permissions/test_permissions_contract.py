@@ -1,0 +1,89 @@
+"""The permission lists are built from the contract and agree with what the services name."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from gpuaware.devstack import NatsProcess, credentials, start_nats
+from gpuaware.schemas import MESSAGES, REQUESTS, STREAMS, base_subject
+from gpuaware.schemas.permissions import (
+    ADMIN,
+    BINDER_DURABLE,
+    COLLECTOR_DURABLE,
+    IDENTITIES,
+    LEASE_BUCKET,
+    OPERATIONAL_ENDPOINTS,
+    SERVICE_IDENTITIES,
+    TELEMETRY_COLLECTOR,
+    authorization,
+    permissions_for,
+    placement_durable,
+    render_server_config,
+)
+from gpuaware.services.binder.settings import BinderSettings
+from gpuaware.services.placement.settings import PlacementSettings
+from gpuaware.services.telemetry.handlers import STATS_SUBJECT, TELEMETRY_IN
+from gpuaware.services.telemetry.settings import AgentSettings, CollectorSettings
+
+
+def test_names_agree_with_the_services_defaults() -> None:
+    assert PlacementSettings().durable == placement_durable("default")
+    assert PlacementSettings().lease_bucket == LEASE_BUCKET
+    assert BinderSettings().durable == BINDER_DURABLE
+    assert CollectorSettings().durable == COLLECTOR_DURABLE
+    assert OPERATIONAL_ENDPOINTS[TELEMETRY_COLLECTOR] == (STATS_SUBJECT,)
+    assert TELEMETRY_IN.subject in [s for spec in STREAMS for s in spec.subjects]
+    # each identity is its service's default name (its NATS micro name)
+    assert {s().service_name for s in (PlacementSettings, BinderSettings, AgentSettings, CollectorSettings)} \
+        == set(SERVICE_IDENTITIES)
+
+
+@pytest.mark.parametrize("identity", SERVICE_IDENTITIES)
+def test_services_publish_only_contract_subjects_and_never_administer(identity: str) -> None:
+    perms = permissions_for(identity)
+    assert ">" not in perms.publish and ">" not in perms.subscribe
+    for subject in perms.publish:
+        head = subject.split(".")[0]
+        if head in ("$JS", "$KV"):
+            assert not any(f".STREAM.{op}." in subject for op in ("DELETE", "PURGE", "UPDATE")), subject
+            assert ".STREAM.CREATE." not in subject or ".STREAM.CREATE.KV_" in subject, subject
+            continue
+        if head == "deadletter":
+            continue
+        base = base_subject(subject.removesuffix(".>"))
+        assert base in MESSAGES or base in REQUESTS, f"{identity} publishes {subject}: not in the contract"
+    assert perms.allow_responses
+
+
+def test_admin_may_do_anything_and_the_config_renders_every_user() -> None:
+    assert permissions_for(ADMIN).publish == (">",)
+    passwords = {i: f"pw-{i}" for i in IDENTITIES}
+    block = authorization(passwords)
+    assert [u["user"] for u in block["users"]] == list(IDENTITIES)
+    assert json.loads(render_server_config(passwords))["authorization"] == block
+    with pytest.raises(ValueError, match="empty password"):
+        authorization({ADMIN: ""})
+    with pytest.raises(KeyError, match="unknown identity"):
+        permissions_for("quota")
+
+
+def test_devstack_auth_writes_owner_only_credentials_and_keeps_them_across_restarts(tmp_path: Path) -> None:
+    import socket
+
+    proc: NatsProcess = start_nats(tmp_path / "nats", auth=True)
+    try:
+        creds = credentials(proc.data_dir)
+        assert set(creds) == set(IDENTITIES) and all(user == i for i, (user, _) in creds.items())
+        assert len({pw for _, pw in creds.values()}) == len(IDENTITIES)  # one random password each
+        for name in ("credentials.json", "auth.conf"):
+            assert stat.S_IMODE((proc.data_dir / name).stat().st_mode) == 0o600
+        with socket.create_connection(("127.0.0.1", proc.port), timeout=2) as sock:
+            assert b'"auth_required":true' in sock.recv(4096)
+        proc = proc.restart()
+        assert credentials(proc.data_dir) == creds
+    finally:
+        proc.stop()
