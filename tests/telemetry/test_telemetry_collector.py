@@ -207,3 +207,32 @@ async def _outage(own_nats, own_postgres, outage_s: float) -> None:
 @pytest.mark.slow
 async def test_database_outage_of_30_seconds_loses_no_sample(own_nats, own_postgres) -> None:
     await _outage(own_nats, own_postgres, 30.0)
+
+
+async def test_samples_wait_for_an_inventory_a_dead_replica_was_holding(own_nats, fresh_database_url) -> None:
+    """A replica that died holding a node's inventory message (delivered, never acknowledged) gives
+    it back only after the consumer's ack wait; the node's samples must wait that long, not be
+    dead-lettered for "no inventory" first."""
+    fleet = quiet_fleet(1, 4, [flat_trace(50)], clock=ManualClock(T0))
+    batches = fleet_batches(fleet, T0, 5)
+    expected = sum(len(b.gpu_uuid) for b in batches)
+    settings = collector_settings(own_nats.url, fresh_database_url, ack_wait_s=5.0)
+    async with bus.connected(own_nats.url, name="test") as nc:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        async with running_collector(settings):  # declares the durable, then goes away
+            pass
+        letters: list[Any] = []
+        await nc.subscribe("deadletter.>", cb=collect_into(letters))
+        await publish_inventory(js, fleet)
+        dead_replica = await js.pull_subscribe_bind(settings.durable, "TELEMETRY")
+        held = await dead_replica.fetch(1, timeout=5)  # the inventory, never acknowledged
+        assert held[0].subject.startswith("telemetry.node.inventory.v1")
+        await publish_batches(js, batches)
+        async def all_stored() -> bool:  # off the loop: the in-process collector's COPYs need it
+            return await asyncio.to_thread(count_rows, fresh_database_url) == expected
+
+        async with running_collector(settings):
+            await wait_for(all_stored, 40, what=f"{expected} rows")
+            stats = await collector_stats(nc)
+    assert letters == [] and stats.dead_lettered == 0

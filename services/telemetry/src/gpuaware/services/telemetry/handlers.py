@@ -148,7 +148,9 @@ class CollectorHandlers:
         if rejection is not None:
             waits = rejection.code in ("no_inventory", "unknown_gpu")
             if waits and delivery.attempt < s.inventory_attempts:
-                raise bus.TransientError(str(rejection), delay=1.0)
+                # doubling waits (1, 2, 4 ... s): the inventory may sit unacknowledged at a replica that
+                # died, coming back only after its ack wait; a fixed short delay gave up before that
+                raise bus.TransientError(str(rejection), delay=min(s.retry_cap_s, 2.0 ** (delivery.attempt - 1)))
             self.rejected[rejection.code] += 1
             raise bus.PermanentError(str(rejection))
         fut = self.writer.submit(batch)

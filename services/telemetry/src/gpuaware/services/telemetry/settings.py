@@ -128,8 +128,10 @@ class CollectorSettings(ServiceSettings, frozen=True, kw_only=True):
     """how long a write waits for a database connection before it counts as a failed attempt"""
     require_inventory: bool = True
     """refuse samples of GPUs their node never announced"""
-    inventory_attempts: int = 3
-    """deliveries a sample waits for its node's inventory before it is dead-lettered"""
+    inventory_attempts: int = 6
+    """deliveries a sample waits for its node's inventory before it is dead-lettered; the waits double
+    (1, 2, 4, 8, 16 s: about half a minute, longer than an ack wait of a replica that died holding
+    the inventory message)"""
     max_gpus: int = 64
     max_future_s: float = 300.0
     publish_rollups: bool = True
