@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import subprocess
 import sys
@@ -137,10 +138,14 @@ async def collector_stats(nc: Any, timeout: float = 2.0) -> CollectorStats:
 
 
 async def wait_for(check: Callable[[], Any], timeout: float, *, interval: float = 0.2, what: str = "") -> Any:
-    """Poll ``check`` (sync or async) until it returns something truthy."""
+    """Poll ``check`` (sync or async) until it returns something truthy.
+
+    A sync check runs in a worker thread: checks query PostgreSQL, and a blocking query on the event
+    loop can deadlock with an in-process collector whose COPY (holding a partition lock) needs that
+    loop to finish."""
     deadline = time.monotonic() + timeout
     while True:
-        value = check()
+        value = await check() if inspect.iscoroutinefunction(check) else await asyncio.to_thread(check)
         if asyncio.iscoroutine(value):
             value = await value
         if value:

@@ -229,10 +229,7 @@ async def test_samples_wait_for_an_inventory_a_dead_replica_was_holding(own_nats
         held = await dead_replica.fetch(1, timeout=5)  # the inventory, never acknowledged
         assert held[0].subject.startswith("telemetry.node.inventory.v1")
         await publish_batches(js, batches)
-        async def all_stored() -> bool:  # off the loop: the in-process collector's COPYs need it
-            return await asyncio.to_thread(count_rows, fresh_database_url) == expected
-
         async with running_collector(settings):
-            await wait_for(all_stored, 40, what=f"{expected} rows")
+            await wait_for(lambda: count_rows(fresh_database_url) == expected, 40, what=f"{expected} rows")
             stats = await collector_stats(nc)
     assert letters == [] and stats.dead_lettered == 0
