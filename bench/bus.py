@@ -23,11 +23,8 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
-import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from machine_info import machine as shared_machine
 
 from gpuaware import bus
-from gpuaware.devstack import nats_server_binary, start_nats
+from gpuaware.devstack import start_nats
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bus.json"
 SENT_HEADER = "Bench-Sent-Ns"
@@ -216,20 +214,7 @@ async def _publish(url: str, name: str, count: int, window: int, rate: float | N
 
 
 def machine() -> dict[str, Any]:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    server = subprocess.run([str(nats_server_binary()), "--version"], capture_output=True, text=True).stdout.strip()
-    from importlib.metadata import version
-
-    return {"cpu_count": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
-            "platform": platform.platform(), "nats_server": server, "nats_py": version("nats-py"),
-            "msgspec": version("msgspec")}
+    return shared_machine("nats-py", "msgspec", nats_server=True)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:

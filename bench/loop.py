@@ -31,7 +31,6 @@ import asyncio
 import collections
 import json
 import os
-import platform
 import resource
 import signal
 import subprocess
@@ -43,6 +42,8 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from machine_info import load_average
+from machine_info import machine as shared_machine
 
 from gpuaware import bus
 from gpuaware.devstack import start_nats
@@ -92,20 +93,7 @@ VERDICT = msgspec.json.Decoder(_Verdict)
 
 
 def machine() -> dict[str, Any]:
-    model = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = (0.0, 0.0, 0.0)
-    return {"cpu_count": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
-            "platform": platform.platform(), "loadavg_before": [round(x, 2) for x in load]}
+    return {**shared_machine(), "loadavg_before": load_average()}
 
 
 def cpu_seconds(pid: int) -> float:

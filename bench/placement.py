@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine_info import machine as shared_machine
 from rich.console import Console
 from rich.table import Table
 
@@ -86,16 +86,7 @@ EXPLORED = [
 
 
 def machine() -> dict[str, Any]:
-    model = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu_count": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
-            "numpy": np.__version__, "platform": platform.platform()}
+    return shared_machine("numpy")
 
 
 def run_trace(data: Path, trace: str, policies: list[str], seeds: list[int], jobs: int, inflation: float,

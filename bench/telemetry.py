@@ -41,7 +41,6 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -51,9 +50,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine_info import machine as shared_machine
 
 from gpuaware import bus, tsdb
-from gpuaware.devstack import nats_server_binary, start_nats, start_postgres
+from gpuaware.devstack import start_nats, start_postgres
 from gpuaware.gpu import FleetSpec, ManualClock, NodeSpec, PodLoad, SimulatedFleet, UtilTrace
 from gpuaware.schemas import GPU_SAMPLED, NODE_INVENTORY, STREAMS, GpuSampled, NodeInventory
 from gpuaware.telemetry import AdaptivePolicy, NodeEdge, to_columns
@@ -422,18 +422,7 @@ def adaptive_counts(nodes: int, seconds: int) -> dict[str, Any]:
 # --- report ----------------------------------------------------------------------------------------------------
 
 def machine() -> dict[str, Any]:
-    model = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    from importlib.metadata import version
-
-    server = subprocess.run([str(nats_server_binary()), "--version"], capture_output=True, text=True).stdout.strip()
-    return {"cpu_count": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
-            "platform": platform.platform(), "nats_server": server, "nats_py": version("nats-py"),
-            "psycopg": version("psycopg"), "numpy": version("numpy"),
+    return {**shared_machine("nats-py", "psycopg", "numpy", nats_server=True),
             "load_average_at_start": os.getloadavg(),
             "note": "2 cores shared by nats-server, PostgreSQL, the load generator and the collector(s); "
                     "other work on the machine shows in load_average_at_start"}
