@@ -366,6 +366,18 @@ async def subscribe_durable(
     without it an existing consumer is bound as is. `batch` messages are pulled at a time, waiting
     up to `poll` seconds; `concurrency` handlers run at once (1 keeps the stream's order).
     """
+    return await start_consumer(
+        DurableConsumer, js, channel, durable, handler, stream=stream, ack_wait=ack_wait, max_deliver=max_deliver,
+        backoff=backoff, max_ack_pending=max_ack_pending, deliver_policy=deliver_policy, manage=manage,
+        batch=batch, poll=poll, concurrency=concurrency, retry=retry, deduper=deduper)
+
+
+async def start_consumer(cls: Any, js: JetStreamContext, channel: Channel[Any], durable: str, handler: Any, *,
+                         stream: str | None, ack_wait: float, max_deliver: int, backoff: tuple[float, ...],
+                         max_ack_pending: int, deliver_policy: str, manage: bool, batch: int, poll: float,
+                         concurrency: int, retry: RetryPolicy | None, deduper: Deduper | None) -> Any:
+    """Validate, find the stream, declare the consumer spec and start a `cls` consumer: what the
+    public `subscribe_*` functions share (they differ in the handler and the consumer class)."""
     if batch < 1 or concurrency < 1 or poll <= 0:
         raise ValueError("batch and concurrency must be >= 1 and poll > 0")
     if stream is None:
@@ -373,8 +385,7 @@ async def subscribe_durable(
     spec = ConsumerSpec(durable=durable, filter_subject=channel.subject, ack_wait=ack_wait,
                         max_deliver=max_deliver, backoff=tuple(backoff), max_ack_pending=max_ack_pending,
                         deliver_policy=deliver_policy)
-    consumer = DurableConsumer(js, channel, handler, stream=stream, spec=spec, manage=manage, batch=batch,
-                               poll=poll, concurrency=concurrency, retry=retry or RetryPolicy(),
-                               deduper=deduper)
+    consumer = cls(js, channel, handler, stream=stream, spec=spec, manage=manage, batch=batch, poll=poll,
+                   concurrency=concurrency, retry=retry or RetryPolicy(), deduper=deduper)
     await consumer._start()
     return consumer

@@ -28,11 +28,10 @@ from nats.js import JetStreamContext
 
 from gpuaware.bus import tracing
 from gpuaware.bus.codec import Channel, DecodeFailure
-from gpuaware.bus.consumer import Delivery, DurableConsumer, RetryPolicy, _fail
+from gpuaware.bus.consumer import Delivery, DurableConsumer, RetryPolicy, _fail, start_consumer
 from gpuaware.bus.dedupe import Deduper
 from gpuaware.bus.errors import PermanentError, TransientError
 from gpuaware.bus.headers import MSG_ID
-from gpuaware.bus.jetstream import ConsumerSpec
 
 log = logging.getLogger(__name__)
 
@@ -176,15 +175,7 @@ async def subscribe_pipelined(
     deduper: Deduper | None = None,
 ) -> PipelinedConsumer[T]:
     """Like `subscribe_durable`, with a two-step handler (see the module docstring)."""
-    if batch < 1 or poll <= 0:
-        raise ValueError("batch must be >= 1 and poll > 0")
-    if stream is None:
-        stream = await js.find_stream_name_by_subject(channel.subject)
-    spec = ConsumerSpec(durable=durable, filter_subject=channel.subject, ack_wait=ack_wait,
-                        max_deliver=max_deliver, backoff=tuple(backoff), max_ack_pending=max_ack_pending,
-                        deliver_policy=deliver_policy)
-    consumer = PipelinedConsumer(js, channel, handler, stream=stream, spec=spec, manage=manage,  # type: ignore[arg-type]
-                                 batch=batch, poll=poll, concurrency=1, retry=retry or RetryPolicy(),
-                                 deduper=deduper)
-    await consumer._start()
-    return consumer
+    return await start_consumer(
+        PipelinedConsumer, js, channel, durable, handler, stream=stream, ack_wait=ack_wait, max_deliver=max_deliver,
+        backoff=backoff, max_ack_pending=max_ack_pending, deliver_policy=deliver_policy, manage=manage,
+        batch=batch, poll=poll, concurrency=1, retry=retry, deduper=deduper)

@@ -597,7 +597,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                 victim = placements.get(leader)
                 if victim is not None and victim.proc is not None:
                     victim.proc.kill()  # SIGKILL: no hand-over, the lease must expire
-                    failover = {"killed": leader, "killed_at": time.time(),
+                    failover = {"killed": leader, "process": victim.name, "killed_at": time.time(),
                                 "decisions_before": len(run_log.decision_times)}
                     ours = [p for p in ours if p is not victim]
                     log.info("fault drill: placement leader %s killed", leader)
@@ -669,9 +669,8 @@ def failover_figures(drill: dict[str, Any], run_log: RunLog, exit_codes: dict[st
     many decisions each side made. The killed process's exit code (-9) is the drill's, not a fault:
     it moves from ``exit_codes`` into the figures."""
     killed, at = drill["killed"], drill["killed_at"]
-    name = "placement" if killed == "p1" else f"placement-{killed}"
     after = [t for t, src in run_log.decision_times if t >= at and src.rsplit("/", 1)[-1] != killed]
-    return {**drill, "killed_exit_code": exit_codes.pop(name, None),
+    return {**drill, "killed_exit_code": exit_codes.pop(drill["process"], None),
             "takeover_s": round(min(after) - at, 3) if after else None,
             "decisions_after": len(after),
             "decisions_by_killed_after_kill": sum(1 for t, src in run_log.decision_times

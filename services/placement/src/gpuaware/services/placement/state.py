@@ -457,13 +457,9 @@ class PlacementState:
             need = pod.gpu_memory_mib if pod.gpu_memory_mib else total * pod.gpu_milli // MILLI
             ok = (snap.gpu_free >= pod.gpu_milli) & (self.ledger.gpu_memory_free() >= need)
             exclude = ~ok.any(axis=1)
-        avoid = self.avoid.get(pod.name)
-        if avoid:
-            exclude = np.zeros(snap.num_nodes, bool) if exclude is None else exclude.copy()
-            for node in avoid:
-                i = self.ledger.node_index(node)
-                if i is not None:
-                    exclude[i] = True
+        refused = self._refused_nodes(pod.name, snap.num_nodes)
+        if refused is not None:
+            exclude = refused if exclude is None else exclude | refused
         result = self.scheduler.schedule(pod, snap, exclude if exclude is not None and exclude.any() else None)
         if isinstance(result, Decision) and need is not None and result.gpus:
             g = result.gpus[0]
@@ -514,15 +510,21 @@ class PlacementState:
                                   bool(e.request.gang_id)))
         if not running:
             return None
-        exclude = None
-        if self.avoid.get(entry.uid):
-            exclude = np.zeros(self.ledger.cluster.num_nodes, bool)
-            for node in self.avoid[entry.uid]:
-                i = self.ledger.node_index(node)
-                if i is not None:
-                    exclude[i] = True
-        return plan_preemption(req, self.ledger.cluster.snapshot(), self.scheduler.inner, running,
-                               max_victims=self.max_victims, exclude=exclude)
+        snap = self.ledger.cluster.snapshot()
+        return plan_preemption(req, snap, self.scheduler.inner, running, max_victims=self.max_victims,
+                               exclude=self._refused_nodes(entry.uid, snap.num_nodes))
+
+    def _refused_nodes(self, uid: str, num_nodes: int) -> np.ndarray | None:
+        """Bool mask of the nodes the binder refused this pod on (None: none), kept out of its choices."""
+        nodes = self.avoid.get(uid)
+        if not nodes:
+            return None
+        mask = np.zeros(num_nodes, bool)
+        for node in nodes:
+            i = self.ledger.node_index(node)
+            if i is not None:
+                mask[i] = True
+        return mask
 
     def _victim(self, v: Victim) -> PlannedPreemption:
         entry = self.ledger.pods[v.uid]
