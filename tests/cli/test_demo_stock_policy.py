@@ -92,14 +92,13 @@ def test_whole_gpu_pods_are_unchanged_by_the_filter() -> None:
     assert place(c, PodRequest("p", 0, 0, 1, 1000)).node_name == "n1"
 
 
-def test_the_launcher_registers_the_policy_in_a_fresh_process(tmp_path: Path) -> None:
-    (tmp_path / "probe.py").write_text(
-        "import sys\nfrom gpuaware.placement import POLICIES\nprint('KubeDefault' in POLICIES, sys.argv[1:])\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    plain = subprocess.run([sys.executable, "-m", "probe"], capture_output=True, text=True, env=env, check=True)
-    assert plain.stdout.strip() == "False []"  # a service does not import it by itself
-    launched = subprocess.run([sys.executable, "-m", "gpuaware.cli.launch", "--preload", "gpuaware.placement.stock",
-                               "probe", "x"], capture_output=True, text=True, env=env, check=True)
-    assert launched.stdout.strip() == "True ['x']"
-    bad = subprocess.run([sys.executable, "-m", "gpuaware.cli.launch"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "usage" in bad.stderr
+def test_a_plain_placement_process_knows_the_policy(tmp_path: Path) -> None:
+    # no preload, no launcher: the service's own settings resolve KubeDefault in a fresh interpreter
+    # (what the demo's baseline starts: python -m gpuaware.services.placement)
+    probe = ("import sys\nfrom gpuaware.services.placement.settings import PlacementSettings\n"
+             "s = PlacementSettings.from_env()\nprint(s.policy_name, s.policy_config['gpu'], sys.argv[1:])\n")
+    (tmp_path / "probe.py").write_text(probe)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUAWARE_PLACEMENT_")}
+    env.update(PYTHONPATH=str(tmp_path), GPUAWARE_PLACEMENT_POLICY="kubedefault")
+    plain = subprocess.run([sys.executable, "-m", "probe", "x"], capture_output=True, text=True, env=env, check=True)
+    assert plain.stdout.strip() == "KubeDefault whole-gpu ['x']"

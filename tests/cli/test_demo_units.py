@@ -244,7 +244,6 @@ def test_service_processes_stop_with_sigterm_and_log_to_files(tmp_path: Path) ->
     assert p.exit_code == 0 and "draining" in p.log_tail()
     assert service_built("gpuaware.services.binder") and not service_built("gpuaware.services.no_such_service")
     assert service_command("m", "a")[1:] == ["-m", "m", "a"]
-    assert service_command("m", preload=("x",))[1:] == ["-m", "gpuaware.cli.launch", "--preload", "x", "m"]
 
 
 def test_placement_events_are_stored_once_and_counted(fresh_database_url: str) -> None:

@@ -543,7 +543,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         for i, inst in enumerate(instances):
             name = "placement" if i == 0 else f"placement-{inst}"
             placements[inst] = procs.start(
-                name, service_command("gpuaware.services.placement", preload=("gpuaware.placement.stock",)),
+                name, service_command("gpuaware.services.placement"),
                 {**env["placement"], "GPUAWARE_PLACEMENT_INSTANCE_ID": inst},
                 logs / f"{name}-{spec.label}.log")
         binder = procs.start("binder", service_command("gpuaware.services.binder"), env["binder"],

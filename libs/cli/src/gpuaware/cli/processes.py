@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,12 +32,9 @@ def service_built(module: str) -> bool:
         return False
 
 
-def service_command(module: str, *args: str, preload: Sequence[str] = ()) -> list[str]:
-    """The argv that runs a service module (through ``gpuaware.cli.launch`` when modules are preloaded)."""
-    if not preload:
-        return [sys.executable, "-m", module, *args]
-    pre = [x for m in preload for x in ("--preload", m)]
-    return [sys.executable, "-m", "gpuaware.cli.launch", *pre, module, *args]
+def service_command(module: str, *args: str) -> list[str]:
+    """The argv that runs a service module: ``python -m <module> [args]``."""
+    return [sys.executable, "-m", module, *args]
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Named plugins and policies, and building a scheduler profile from configuration.
+"""The one registry of placement plugins and policies, closed and validated before anything runs.
 
 A policy is configuration, not code:
 
@@ -8,22 +8,54 @@ A policy is configuration, not code:
      "score": [{"name": "first-fit", "weight": 1}], "gpu": "whole-gpu"}
 
 `filter` is optional (absent: ResourcesFit + GpuFit, kube-scheduler's pair); when given it is the
-whole list, in order. `build_scheduler` validates a profile (unknown names and bad weights are refused
-with the list of what is known) and wires the plugins. Plugins that need the workload's typical pods
-or randomness receive them through `PluginContext`, so the same configuration runs in the evaluator
-and in the service. `DEFAULT_PROFILE` (GpuAware) is the profile a deployment should run; `OURS`
+whole list, in order. The profile's shape and every plugin's arguments are msgspec Structs
+(`gpuaware.placement.args`), so a profile is checked completely before a scheduler exists: an unknown
+plugin is refused with the list of known ones, a bad or unknown argument with its path
+(``Expected `float`, got `str` - at `$.score[0].args.strand```). The placement service does this when
+its settings load (`Registry.validate`), so a bad ``GPUAWARE_PLACEMENT_PROFILE`` stops the process at
+start-up instead of failing at the first decision. Plugins that need the workload's typical pods or
+randomness receive them through `PluginContext`, so the same configuration runs in the evaluator and in
+the service. `DEFAULT_PROFILE` (GpuAware) is the profile a deployment should run; `OURS`
 (WasteGradient) stays the packing policy the benchmarks compare.
+
+Why closed. The registry used to be module-level dicts that other modules filled by being imported
+(``register_policy``), so `KubeDefault` existed only in processes that happened to import
+``gpuaware.placement.stock`` (the demo needed a ``--preload`` launcher), and what a name meant depended
+on import order. Now every built-in plugin and policy is listed in the tables below, in this one
+module, and `REGISTRY` is built from them by one call (`Registry.of`); it is immutable (frozen
+dataclass over read-only mappings), so nothing can change it at runtime. Other packages contribute
+through the entry-point group ``gpuaware.placement.plugins``, each entry a `PluginSet`, loaded only when
+someone calls `load_plugin_sets` / `Registry.with_entry_points` (never at import); a name defined twice
+is refused, not overridden.
+
+To add a built-in plugin: write the class (one Protocol per phase, framework.py), an args Struct in
+args.py if it takes arguments, and one line in the table of its kind below, e.g.
+
+    _SCORES = {..., "my-score": Plugin(lambda ctx, a: MyScore(a.alpha), MyScoreArgs)}
+
+To add a plugin *kind* (PreFilter, Permit, Reserve, PostFilter): a `Kind` member, a table below, the
+profile field in `args.Profile`, and its binding in `Registry.resolve` / `ResolvedProfile`.
 """
 
 from __future__ import annotations
 
-import copy
+import enum
+import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
+import msgspec
 import numpy as np
 
+from gpuaware.placement.args import (
+    NoArgs,
+    PluginArgs,
+    Profile,
+    SignalAwareArgs,
+    ThroughputArgs,
+    WasteGradientArgs,
+)
 from gpuaware.placement.frag import TypicalPods
 from gpuaware.placement.framework import (
     BestFitGpu,
@@ -54,15 +86,62 @@ from gpuaware.placement.signals import (
     ThermalPowerScore,
     TopologyScore,
 )
+from gpuaware.placement.stock import KUBE_DEFAULT, KUBE_DEFAULT_CONFIG, FirstFitScore, WholeGpu
 from gpuaware.placement.waste import FgdFloatScore, WasteGradientScore
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "ENTRY_POINT_GROUP",
+    "OURS",
+    "POLICIES",
+    "PUBLISHED",
+    "REGISTRY",
+    "SIGNAL_WEIGHTS",
+    "VARIANTS",
+    "Kind",
+    "Plugin",
+    "PluginContext",
+    "PluginSet",
+    "ProfileError",
+    "Registry",
+    "ResolvedProfile",
+    "build_scheduler",
+    "canonical_policy",
+    "load_plugin_sets",
+    "policy",
+]
+
+T = TypeVar("T")
+
+ENTRY_POINT_GROUP = "gpuaware.placement.plugins"
+"""Entry-point group of plugin packages: each entry names a `PluginSet` (or a function returning one)."""
+
+
+class ProfileError(ValueError):
+    """A profile or a registry that cannot be used: an unknown name, a bad or unknown argument, a
+    name defined twice. Permanent: the configuration must change (the service refuses to start)."""
+
+
+class Kind(enum.StrEnum):
+    """A plugin kind: one extension point of the scheduling cycle, one table of the registry."""
+
+    FILTER = "filter"
+    SCORE = "score"
+    GPU = "gpu"
+
+    @property
+    def noun(self) -> str:
+        return {"filter": "filter plugin", "score": "score plugin", "gpu": "GPU selector"}[self.value]
 
 
 @dataclass(frozen=True, slots=True)
 class PluginContext:
-    """What plugin factories may draw on: the workload's typical pods and a seed for randomness."""
+    """What plugin factories may draw on: the workload's typical pods, a seed for randomness, and the
+    registry itself (for plugins that wrap another plugin, as signal-aware wraps a GPU selector)."""
 
     typical: TypicalPods | None = None
     seed: int = 0
+    registry: Registry | None = None
 
     def need_typical(self, plugin: str) -> TypicalPods:
         if self.typical is None:
@@ -72,52 +151,294 @@ class PluginContext:
     def rng(self, salt: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])
 
+    def gpu_selector(self, name: str) -> GpuSelector:
+        """Another GPU selector of the registry, with its default arguments."""
+        registry = self.registry if self.registry is not None else REGISTRY
+        plugin = registry.plugin(Kind.GPU, name)
+        return plugin.factory(self, msgspec.convert({}, plugin.args))
 
-ScoreFactory = Callable[[PluginContext, Mapping[str, Any]], ScorePlugin]
-GpuFactory = Callable[[PluginContext, Mapping[str, Any]], GpuSelector]
-FilterFactory = Callable[[PluginContext, Mapping[str, Any]], FilterPlugin]
 
-FILTER_PLUGINS: dict[str, FilterFactory] = {
-    "resources-fit": lambda ctx, args: ResourcesFit(),
-    "gpu-fit": lambda ctx, args: GpuFit(),
-    "whole-gpu-only": lambda ctx, args: WholeGpuOnly(),
+@dataclass(frozen=True, slots=True)
+class Plugin(Generic[T]):
+    """One named plugin: `factory(ctx, args)` builds it from its typed `args` (an instance of the
+    `args` Struct). `check(args, registry)`, when given, validates what a Struct cannot see alone
+    (a name referring to another plugin) and raises ValueError."""
+
+    factory: Callable[[PluginContext, Any], T]
+    args: type[PluginArgs] = NoArgs
+    check: Callable[[Any, Registry], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSet:
+    """What one source contributes: plugins per kind and named policies (profiles as mappings).
+    The built-ins are one; a plugin package's entry point names another."""
+
+    source: str
+    plugins: Mapping[Kind, Mapping[str, Plugin[Any]]] = field(default_factory=dict)
+    policies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Bound(Generic[T]):
+    """A plugin with its validated arguments, ready to build once the context is known."""
+
+    name: str
+    plugin: Plugin[T]
+    args: PluginArgs
+
+    def build(self, ctx: PluginContext) -> T:
+        return self.plugin.factory(ctx, self.args)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedProfile:
+    """A validated profile: every name found, every argument typed. Building it cannot fail on the
+    configuration any more, only on the context (a fragmentation score without typical pods)."""
+
+    profile: Profile
+    filters: tuple[Bound[FilterPlugin], ...] | None
+    scores: tuple[tuple[Bound[ScorePlugin], int], ...]
+    gpu: Bound[GpuSelector]
+
+
+def _freeze(value: Any) -> Any:
+    """A read-only deep copy: mappings -> MappingProxyType, lists -> tuples."""
+    if isinstance(value, Mapping):
+        return types.MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    """A plain, mutable deep copy (dicts and lists), as JSON would give."""
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def _at(message: str, path: str) -> str:
+    """A msgspec message re-rooted at `path` (it was decoded from a part of the profile)."""
+    if " - at `$" in message:
+        return message.replace(" - at `$", f" - at `{path}", 1)
+    return f"{message} - at `{path}`"
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    """Plugins per kind and named policies, read-only. Build with `Registry.of(*plugin_sets)`."""
+
+    plugins: Mapping[Kind, Mapping[str, Plugin[Any]]]
+    policies: Mapping[str, Mapping[str, Any]]
+    """profiles as deep read-only mappings, in registration order"""
+    sources: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, *sets: PluginSet) -> Registry:
+        """Merge plugin sets (a name defined twice is refused) and validate every policy."""
+        plugins: dict[Kind, dict[str, Plugin[Any]]] = {kind: {} for kind in Kind}
+        origin: dict[tuple[Kind, str], str] = {}
+        policies: dict[str, Mapping[str, Any]] = {}
+        policy_origin: dict[str, tuple[str, str]] = {}
+        for s in sets:
+            for kind, table in s.plugins.items():
+                kind = Kind(kind)
+                for name, plugin in table.items():
+                    if name in plugins[kind]:
+                        raise ProfileError(f"{kind.noun} {name!r} is defined by both {origin[kind, name]} and "
+                                           f"{s.source}")
+                    if not isinstance(plugin, Plugin):
+                        raise ProfileError(f"{kind.noun} {name!r} of {s.source} is not a Plugin: {plugin!r}")
+                    plugins[kind][name] = plugin
+                    origin[kind, name] = s.source
+            for name, config in s.policies.items():
+                key = name.lower()
+                if key in policy_origin:
+                    other, source = policy_origin[key]
+                    raise ProfileError(f"policy {name!r} of {s.source} clashes with {other!r} of {source}")
+                policies[name] = _freeze(config)
+                policy_origin[key] = (name, s.source)
+        registry = cls(
+            plugins=types.MappingProxyType({k: types.MappingProxyType(v) for k, v in plugins.items()}),
+            policies=types.MappingProxyType(policies),
+            sources=tuple(s.source for s in sets),
+        )
+        for name, config in policies.items():
+            try:
+                registry.resolve(config)
+            except ProfileError as exc:
+                raise ProfileError(f"policy {name!r} ({policy_origin[name.lower()][1]}): {exc}") from None
+        return registry
+
+    def extend(self, *sets: PluginSet) -> Registry:
+        """A new registry with more plugin sets (this one is unchanged)."""
+        own = PluginSet("+".join(self.sources) or "registry", self.plugins, self.policies)
+        return Registry.of(own, *sets)
+
+    def with_entry_points(self, group: str = ENTRY_POINT_GROUP) -> Registry:
+        """This registry plus the plugin sets installed packages declare under `group`."""
+        return self.extend(*load_plugin_sets(group))
+
+    # -- lookups ----------------------------------------------------------------------------------
+
+    def names(self, kind: Kind) -> tuple[str, ...]:
+        return tuple(sorted(self.plugins[kind]))
+
+    def plugin(self, kind: Kind, name: str) -> Plugin[Any]:
+        table = self.plugins[kind]
+        if not isinstance(name, str) or name not in table:
+            raise ProfileError(f"unknown {kind.noun} {name!r}; known: {', '.join(sorted(table))}")
+        return table[name]
+
+    def canonical_policy(self, name: str) -> str:
+        """The registered spelling of a policy name (case-insensitive); ProfileError listing known ones."""
+        for known in self.policies:
+            if known.lower() == name.strip().lower():
+                return known
+        raise ProfileError(f"unknown policy {name!r}; known: {', '.join(self.policies)}")
+
+    def policy_config(self, name: str) -> dict[str, Any]:
+        """A policy's profile as a plain, mutable copy (dicts and lists)."""
+        return _thaw(self.policies[self.canonical_policy(name)])
+
+    # -- validation -------------------------------------------------------------------------------
+
+    def validate(self, config: Mapping[str, Any] | Profile) -> Profile:
+        """The profile, checked completely (shape, names, arguments); ProfileError naming the field."""
+        return self.resolve(config).profile
+
+    def resolve(self, config: Mapping[str, Any] | Profile) -> ResolvedProfile:
+        """The profile with every plugin found and every argument typed; ProfileError naming the field."""
+        if isinstance(config, Profile):
+            profile = config
+        else:
+            try:
+                profile = msgspec.convert(_thaw(config) if isinstance(config, Mapping) else config, Profile)
+            except msgspec.ValidationError as exc:
+                raise ProfileError(f"bad profile: {exc}") from None
+        filters = None if profile.filter is None else tuple(
+            self._bind(Kind.FILTER, e.name, e.args, f"$.filter[{i}].name", f"$.filter[{i}].args")
+            for i, e in enumerate(profile.filter))
+        scores = tuple(
+            (self._bind(Kind.SCORE, e.name, e.args, f"$.score[{i}].name", f"$.score[{i}].args"), e.weight)
+            for i, e in enumerate(profile.score))
+        gpu = self._bind(Kind.GPU, profile.gpu, profile.gpu_args, "$.gpu", "$.gpu_args")
+        return ResolvedProfile(profile, filters, scores, gpu)
+
+    def _bind(self, kind: Kind, name: str, raw: Mapping[str, Any], name_at: str, args_at: str) -> Bound[Any]:
+        try:
+            plugin = self.plugin(kind, name)
+        except ProfileError as exc:
+            raise ProfileError(_at(str(exc), name_at)) from None
+        try:
+            args = msgspec.convert(raw, plugin.args)
+        except msgspec.ValidationError as exc:
+            raise ProfileError(f"{kind.noun} {name!r}: {_at(str(exc), args_at)}") from None
+        if plugin.check is not None:
+            try:
+                plugin.check(args, self)
+            except ValueError as exc:
+                raise ProfileError(f"{kind.noun} {name!r}: {_at(str(exc), args_at)}") from None
+        return Bound(name, plugin, args)
+
+    # -- building ---------------------------------------------------------------------------------
+
+    def build(
+        self,
+        config: Mapping[str, Any] | Profile,
+        *,
+        typical: TypicalPods | None = None,
+        seed: int = 0,
+        tie_rank: np.ndarray | None = None,
+        name: str | None = None,
+    ) -> Scheduler:
+        """A Scheduler from a profile (validated first: see `resolve`)."""
+        resolved = self.resolve(config)
+        profile = resolved.profile
+        ctx = PluginContext(typical=typical, seed=int(seed if profile.seed is None else profile.seed),
+                            registry=self)
+        scores = [WeightedScore(bound.build(ctx), weight) for bound, weight in resolved.scores]
+        selector = resolved.gpu.build(ctx)
+        extra: dict[str, Any] = {}
+        if resolved.filters is not None:
+            extra["filters"] = [bound.build(ctx) for bound in resolved.filters]
+        return Scheduler(name or profile.name or "custom", scores, selector, tie_rank=tie_rank, **extra)
+
+
+def load_plugin_sets(group: str = ENTRY_POINT_GROUP) -> tuple[PluginSet, ...]:
+    """The plugin sets installed packages declare under the entry-point `group`, e.g. in a plugin
+    package's pyproject.toml:
+
+        [project.entry-points."gpuaware.placement.plugins"]
+        mine = "my_package.placement:PLUGINS"     # a PluginSet, or a function returning one
+
+    Reads installed packages' metadata, so it runs only when called (never at import)."""
+    from importlib.metadata import entry_points
+
+    out = []
+    for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+        value = ep.load()
+        if not isinstance(value, PluginSet) and callable(value):
+            value = value()
+        if not isinstance(value, PluginSet):
+            raise ProfileError(f"entry point {ep.name!r} ({ep.value}) of {group!r} is not a PluginSet")
+        out.append(value)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The built-in tables: every plugin and policy gpuaware ships, in one place.
+# ---------------------------------------------------------------------------------------------------
+
+_FILTERS: dict[str, Plugin[FilterPlugin]] = {
+    "resources-fit": Plugin(lambda ctx, a: ResourcesFit()),
+    "gpu-fit": Plugin(lambda ctx, a: GpuFit()),
+    "whole-gpu-only": Plugin(lambda ctx, a: WholeGpuOnly()),
 }
 
-SCORE_PLUGINS: dict[str, ScoreFactory] = {
-    "fgd": lambda ctx, args: FgdScore(ctx.need_typical("fgd")),
-    "bestfit": lambda ctx, args: BestFitScore(),
-    "dotprod": lambda ctx, args: DotProdScore(),
-    "gpupacking": lambda ctx, args: GpuPackingScore(),
-    "gpuclustering": lambda ctx, args: GpuClusteringScore(),
-    "random": lambda ctx, args: RandomScore(rng=ctx.rng(1)),
-    "waste-gradient": lambda ctx, args: WasteGradientScore(ctx.need_typical("waste-gradient"), **args),
-    "fgd-float": lambda ctx, args: FgdFloatScore(ctx.need_typical("fgd-float")),
-    "throughput": lambda ctx, args: ThroughputScore(args.get("matrix", {})),
-    "health": lambda ctx, args: HealthScore(),
-    "forecast-headroom": lambda ctx, args: ForecastHeadroomScore(),
-    "topology": lambda ctx, args: TopologyScore(),
-    "thermal-power": lambda ctx, args: ThermalPowerScore(),
+_SCORES: dict[str, Plugin[ScorePlugin]] = {
+    "fgd": Plugin(lambda ctx, a: FgdScore(ctx.need_typical("fgd"))),
+    "bestfit": Plugin(lambda ctx, a: BestFitScore()),
+    "dotprod": Plugin(lambda ctx, a: DotProdScore()),
+    "gpupacking": Plugin(lambda ctx, a: GpuPackingScore()),
+    "gpuclustering": Plugin(lambda ctx, a: GpuClusteringScore()),
+    "random": Plugin(lambda ctx, a: RandomScore(rng=ctx.rng(1))),
+    # WasteGradientArgs' fields are WasteGradientScore's keyword arguments (a new one goes in both)
+    "waste-gradient": Plugin(
+        lambda ctx, a: WasteGradientScore(ctx.need_typical("waste-gradient"), **msgspec.structs.asdict(a)),
+        WasteGradientArgs),
+    "fgd-float": Plugin(lambda ctx, a: FgdFloatScore(ctx.need_typical("fgd-float"))),
+    "throughput": Plugin(lambda ctx, a: ThroughputScore(a.matrix), ThroughputArgs),
+    "health": Plugin(lambda ctx, a: HealthScore()),
+    "forecast-headroom": Plugin(lambda ctx, a: ForecastHeadroomScore()),
+    "topology": Plugin(lambda ctx, a: TopologyScore()),
+    "thermal-power": Plugin(lambda ctx, a: ThermalPowerScore()),
+    "first-fit": Plugin(lambda ctx, a: FirstFitScore()),  # KubeDefault's (stock.py)
 }
 
 
-def _signal_aware(ctx: PluginContext, args: Mapping[str, Any]) -> SignalAwareGpu:
-    inner = args.get("inner", "best")
-    if inner not in GPU_SELECTORS or inner == "signal-aware":
-        known = ", ".join(sorted(k for k in GPU_SELECTORS if k != "signal-aware"))
-        raise ValueError(f"signal-aware: unknown inner GPU selector {inner!r}; known: {known}")
-    return SignalAwareGpu(GPU_SELECTORS[inner](ctx, {}), tolerance=float(args.get("tolerance", 25.0)))
+def _check_signal_aware(args: SignalAwareArgs, registry: Registry) -> None:
+    inner = [n for n in registry.names(Kind.GPU)
+             if n != "signal-aware" and not msgspec.structs.fields(registry.plugins[Kind.GPU][n].args)]
+    if args.inner not in inner:
+        raise ValueError(f"unknown inner GPU selector {args.inner!r}; known: {', '.join(inner)} - at `$.inner`")
 
 
-GPU_SELECTORS: dict[str, GpuFactory] = {
-    "best": lambda ctx, args: BestFitGpu(),
-    "random": lambda ctx, args: RandomGpu(rng=ctx.rng(2)),
-    "fgd": lambda ctx, args: CycleGpu(FgdScore.gpu_key),
-    "waste-gradient": lambda ctx, args: CycleGpu(WasteGradientScore.gpu_key),
-    "fgd-float": lambda ctx, args: CycleGpu(FgdFloatScore.gpu_key),
-    "signal-aware": _signal_aware,
+_GPUS: dict[str, Plugin[GpuSelector]] = {
+    "best": Plugin(lambda ctx, a: BestFitGpu()),
+    "random": Plugin(lambda ctx, a: RandomGpu(rng=ctx.rng(2))),
+    "fgd": Plugin(lambda ctx, a: CycleGpu(FgdScore.gpu_key)),
+    "waste-gradient": Plugin(lambda ctx, a: CycleGpu(WasteGradientScore.gpu_key)),
+    "fgd-float": Plugin(lambda ctx, a: CycleGpu(FgdFloatScore.gpu_key)),
+    "signal-aware": Plugin(lambda ctx, a: SignalAwareGpu(ctx.gpu_selector(a.inner), tolerance=a.tolerance),
+                           SignalAwareArgs, check=_check_signal_aware),
+    "whole-gpu": Plugin(lambda ctx, a: WholeGpu()),  # KubeDefault's (stock.py)
 }
 
-POLICIES: dict[str, dict[str, Any]] = {
+_PUBLISHED: dict[str, dict[str, Any]] = {
     "Random": {"score": [{"name": "random", "weight": 1000}], "gpu": "random"},
     "DotProd": {"score": [{"name": "dotprod", "weight": 1000}], "gpu": "best"},
     "GpuClustering": {"score": [{"name": "gpuclustering", "weight": 1000}], "gpu": "best"},
@@ -127,7 +448,7 @@ POLICIES: dict[str, dict[str, Any]] = {
 }
 """The six published policies, in the paper's order."""
 
-PUBLISHED = tuple(POLICIES)
+PUBLISHED = tuple(_PUBLISHED)
 
 OURS = "WasteGradient"
 """Our policy: FGD's gradient on expected *waste* = fragmentation + GPU stranded by CPU + unfillable gaps."""
@@ -138,15 +459,15 @@ def _waste(strand: float, gap: float, kappa: float = 30.0) -> dict[str, Any]:
                        "args": {"strand": strand, "gap": gap, "kappa": kappa}}], "gpu": "waste-gradient"}
 
 
-POLICIES.update({
+_OURS_AND_VARIANTS: dict[str, dict[str, Any]] = {
     OURS: _waste(2.0, 4.0, 30.0),
     # the variants tried on the way, kept so the comparison stays honest (see bench/results/placement.json)
     "WasteGradient-StrandOnly": _waste(2.0, 0.0),
     "WasteGradient-GapOnly": _waste(0.0, 4.0, 30.0),
     "WasteGradient-RandomFill": _waste(2.0, 4.0, 1e6),  # gaps valued with unlimited small pods (no scarcity)
     "FGD-Float": {"score": [{"name": "fgd-float", "weight": 1}], "gpu": "fgd-float"},
-})
-VARIANTS = tuple(p for p in POLICIES if p not in PUBLISHED and p != OURS)
+}
+VARIANTS = tuple(p for p in _OURS_AND_VARIANTS if p != OURS)
 
 DEFAULT_PROFILE = "GpuAware"
 """The default profile: OURS (WasteGradient, unchanged) plus the signal scores as tie-breakers.
@@ -175,90 +496,53 @@ are exactly WasteGradient's. The GPU choice is WasteGradient's too unless the pi
    "gpu": "signal-aware", "gpu_args": {"inner": "waste-gradient", "tolerance": 25}}
 """
 
-SIGNAL_WEIGHTS: dict[str, int] = {"health": 32, "thermal-power": 18, "forecast-headroom": 12, "topology": 11}
+SIGNAL_WEIGHTS: Mapping[str, int] = types.MappingProxyType(
+    {"health": 32, "thermal-power": 18, "forecast-headroom": 12, "topology": 11})
 
-POLICIES[DEFAULT_PROFILE] = {
-    "score": [*copy.deepcopy(POLICIES[OURS]["score"]),
-              *({"name": k, "weight": w} for k, w in SIGNAL_WEIGHTS.items())],
+_DEFAULT: dict[str, Any] = {
+    "score": [*_OURS_AND_VARIANTS[OURS]["score"], *({"name": k, "weight": w} for k, w in SIGNAL_WEIGHTS.items())],
     "gpu": "signal-aware",
-    "gpu_args": {"inner": POLICIES[OURS]["gpu"], "tolerance": 25},
+    "gpu_args": {"inner": _OURS_AND_VARIANTS[OURS]["gpu"], "tolerance": 25},
 }
 
+BUILTIN = PluginSet(
+    source="gpuaware.placement",
+    plugins={Kind.FILTER: _FILTERS, Kind.SCORE: _SCORES, Kind.GPU: _GPUS},
+    policies={**_PUBLISHED, **_OURS_AND_VARIANTS, DEFAULT_PROFILE: _DEFAULT, KUBE_DEFAULT: KUBE_DEFAULT_CONFIG},
+)
+"""Everything gpuaware ships."""
 
-def register_score(name: str, factory: ScoreFactory) -> None:
-    SCORE_PLUGINS[name] = factory
+REGISTRY: Registry = Registry.of(BUILTIN)
+"""The registry every caller uses unless it builds its own (`REGISTRY.with_entry_points()`)."""
 
-
-def register_gpu_selector(name: str, factory: GpuFactory) -> None:
-    GPU_SELECTORS[name] = factory
-
-
-def register_filter(name: str, factory: FilterFactory) -> None:
-    FILTER_PLUGINS[name] = factory
-
-
-def register_policy(name: str, config: Mapping[str, Any]) -> None:
-    POLICIES[name] = dict(config)
+POLICIES: Mapping[str, Mapping[str, Any]] = REGISTRY.policies
+"""Every built-in policy's profile, read-only (`REGISTRY.policy_config(name)` gives a mutable copy)."""
 
 
 def canonical_policy(name: str) -> str:
     """The registered spelling of a policy name (case-insensitive); ValueError listing known ones."""
-    for known in POLICIES:
-        if known.lower() == name.strip().lower():
-            return known
-    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    return REGISTRY.canonical_policy(name)
 
 
 def build_scheduler(
-    config: Mapping[str, Any],
+    config: Mapping[str, Any] | Profile,
     *,
     typical: TypicalPods | None = None,
     seed: int = 0,
     tie_rank: np.ndarray | None = None,
     name: str | None = None,
+    registry: Registry = REGISTRY,
 ) -> Scheduler:
     """A Scheduler from a profile mapping:
     {"filter": [{"name"}...], "score": [{"name", "weight", "args"}...], "gpu": name, "gpu_args": {...}}."""
-    ctx = PluginContext(typical=typical, seed=int(config.get("seed", seed)))
-    filters = _filters(config.get("filter"), ctx)
-    entries = config.get("score")
-    if not entries:
-        raise ValueError("a profile needs at least one score plugin under 'score'")
-    scores = []
-    for entry in entries:
-        plugin = entry.get("name")
-        if plugin not in SCORE_PLUGINS:
-            raise ValueError(f"unknown score plugin {plugin!r}; known: {', '.join(sorted(SCORE_PLUGINS))}")
-        weight = entry.get("weight", 1)
-        if not isinstance(weight, int) or isinstance(weight, bool) or weight <= 0:
-            raise ValueError(f"score plugin {plugin!r}: weight must be a positive integer, got {weight!r}")
-        scores.append(WeightedScore(SCORE_PLUGINS[plugin](ctx, entry.get("args", {})), weight))
-    gpu = config.get("gpu", "best")
-    if gpu not in GPU_SELECTORS:
-        raise ValueError(f"unknown GPU selector {gpu!r}; known: {', '.join(sorted(GPU_SELECTORS))}")
-    selector = GPU_SELECTORS[gpu](ctx, config.get("gpu_args", {}))
-    extra: dict[str, Any] = {} if filters is None else {"filters": filters}
-    return Scheduler(name or str(config.get("name", "custom")), scores, selector, tie_rank=tie_rank, **extra)
-
-
-def _filters(entries: Any, ctx: PluginContext) -> list[FilterPlugin] | None:
-    """The profile's `filter` list as plugins; None when absent (the Scheduler's defaults)."""
-    if entries is None:
-        return None
-    if not isinstance(entries, list | tuple) or not entries:
-        raise ValueError("a profile's 'filter', when given, must be a non-empty list of {\"name\": ...}")
-    out = []
-    for entry in entries:
-        plugin = entry.get("name") if isinstance(entry, Mapping) else None
-        if plugin not in FILTER_PLUGINS:
-            raise ValueError(f"unknown filter plugin {plugin!r}; known: {', '.join(sorted(FILTER_PLUGINS))}")
-        out.append(FILTER_PLUGINS[plugin](ctx, entry.get("args", {})))
-    return out
+    return registry.build(config, typical=typical, seed=seed, tie_rank=tie_rank, name=name)
 
 
 def policy(
-    name: str, *, typical: TypicalPods | None = None, seed: int = 0, tie_rank: np.ndarray | None = None
+    name: str, *, typical: TypicalPods | None = None, seed: int = 0, tie_rank: np.ndarray | None = None,
+    registry: Registry = REGISTRY,
 ) -> Scheduler:
     """A registered policy by name (case-insensitive)."""
-    canonical = canonical_policy(name)
-    return build_scheduler(POLICIES[canonical], typical=typical, seed=seed, tie_rank=tie_rank, name=canonical)
+    canonical = registry.canonical_policy(name)
+    return registry.build(registry.policies[canonical], typical=typical, seed=seed, tie_rank=tie_rank,
+                          name=canonical)

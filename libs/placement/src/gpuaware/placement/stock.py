@@ -1,5 +1,5 @@
-"""KubeDefault: stock Kubernetes GPU scheduling, registered as a policy so the demo's baseline runs
-through the same services and code paths as gpuaware's own policy.
+"""KubeDefault: stock Kubernetes GPU scheduling, a policy of the registry like any other, so the demo's
+baseline runs through the same services and code paths as gpuaware's own policy.
 
 What stock Kubernetes does with GPUs (kube-scheduler + the NVIDIA device plugin): ``nvidia.com/gpu``
 is an integer, so a pod gets whole GPUs and a fractional request is rounded up to one GPU; the
@@ -14,9 +14,10 @@ reproduces that with three plugins:
 * ``whole-gpu`` (GPU selector): every pod takes fully free GPUs, the first by index, so a fractional
   pod is alone on its GPU.
 
-Importing this module registers the policy (``gpuaware.placement.registry.register_policy``);
-a placement process chooses it with ``GPUAWARE_PLACEMENT_POLICY=KubeDefault`` once this module is
-imported there. Sample configuration::
+This module only defines the two plugins and the profile; the registry
+(``gpuaware.placement.registry``, the one place every plugin and policy is listed) names them, so
+importing this module changes nothing and a plain ``python -m gpuaware.services.placement`` runs
+``GPUAWARE_PLACEMENT_POLICY=KubeDefault``. Sample configuration::
 
     {"filter": [{"name": "resources-fit"}, {"name": "gpu-fit"}, {"name": "whole-gpu-only"}],
      "score": [{"name": "first-fit", "weight": 1}], "gpu": "whole-gpu"}
@@ -24,7 +25,6 @@ imported there. Sample configuration::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,7 +32,6 @@ import numpy as np
 from gpuaware.placement.cluster import Snapshot
 from gpuaware.placement.framework import CycleState, exclusive_gpus
 from gpuaware.placement.model import MILLI, PodRequest
-from gpuaware.placement.registry import PluginContext, register_gpu_selector, register_policy, register_score
 
 __all__ = ["KUBE_DEFAULT", "KUBE_DEFAULT_CONFIG", "FirstFitScore", "WholeGpu"]
 
@@ -77,15 +76,3 @@ class WholeGpu:
             return (int(np.flatnonzero(row >= pod.gpu_milli)[0]),)
         return exclusive_gpus(row, pod.num_gpu)
 
-
-def _first_fit(ctx: PluginContext, args: Mapping[str, Any]) -> FirstFitScore:
-    return FirstFitScore()
-
-
-def _whole(ctx: PluginContext, args: Mapping[str, Any]) -> WholeGpu:
-    return WholeGpu()
-
-
-register_score("first-fit", _first_fit)
-register_gpu_selector("whole-gpu", _whole)
-register_policy(KUBE_DEFAULT, KUBE_DEFAULT_CONFIG)

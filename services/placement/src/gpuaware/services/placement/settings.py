@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from gpuaware.placement import DEFAULT_PROFILE, POLICIES, canonical_policy
+from gpuaware.placement import DEFAULT_PROFILE, REGISTRY, ProfileError
 from gpuaware.runtime import ServiceSettings, SettingsError
 
 
@@ -21,7 +21,9 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     signals arrive (health-scoring, forecasting, the collector's rollups)."""
     profile: str = ""
     """A custom profile as JSON (`{"score": [{"name": "fgd", "weight": 1000}], "gpu": "fgd"}`);
-    overrides `policy` when set."""
+    overrides `policy` when set. Checked completely when the settings load (every plugin name known,
+    every argument of the right type, no unknown keys: `gpuaware.placement.registry`), so a bad
+    profile stops the service at start-up with the field named, not at its first decision."""
     typical_pods_file: str = ""
     """An openb-format pod list (`cpu_milli,num_gpu,gpu_milli[,gpu_spec]`) whose request mix the
     fragmentation-aware scores assume. Empty: learned from the pending pods seen (a small built-in
@@ -85,8 +87,8 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         try:
-            canonical_policy(self.policy)
-        except ValueError as exc:
+            REGISTRY.canonical_policy(self.policy)
+        except ProfileError as exc:
             raise SettingsError(f"GPUAWARE_PLACEMENT_POLICY: {exc}") from None
         if self.profile:
             try:
@@ -95,6 +97,10 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
                 raise SettingsError(f"GPUAWARE_PLACEMENT_PROFILE is not JSON: {exc}") from None
             if not isinstance(value, dict):
                 raise SettingsError("GPUAWARE_PLACEMENT_PROFILE must be a JSON object")
+            try:
+                REGISTRY.validate(value)
+            except ProfileError as exc:
+                raise SettingsError(f"GPUAWARE_PLACEMENT_PROFILE: {exc}") from None
         if self.lease_ttl_s <= 0 or self.lease_poll_s <= 0:
             raise SettingsError("GPUAWARE_PLACEMENT_LEASE_TTL_S and _LEASE_POLL_S must be > 0")
         if self.pending_batch < 1 or self.retry_batch < 1:
@@ -102,11 +108,11 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
 
     @property
     def policy_name(self) -> str:
-        return "custom" if self.profile else canonical_policy(self.policy)
+        return "custom" if self.profile else REGISTRY.canonical_policy(self.policy)
 
     @property
     def policy_config(self) -> dict[str, Any]:
-        return json.loads(self.profile) if self.profile else dict(POLICIES[canonical_policy(self.policy)])
+        return json.loads(self.profile) if self.profile else REGISTRY.policy_config(self.policy)
 
     @property
     def durable(self) -> str:
