@@ -22,6 +22,7 @@ from gpuaware.placement import (
     policy,
 )
 from gpuaware.placement.cache import CachedScheduler
+from gpuaware.placement.session import Placed, Profile, Session
 from gpuaware.placement.stock import KUBE_DEFAULT
 
 
@@ -34,9 +35,9 @@ def fill(c: Cluster, node: str, gpu: int, milli: int, name: str) -> None:
 
 
 def place(c: Cluster, pod: PodRequest) -> Decision:
-    d = policy(KUBE_DEFAULT).place(pod, c)
-    assert isinstance(d, Decision), d
-    return d
+    (got,) = Session(c, Profile.of(policy(KUBE_DEFAULT))).run([pod])
+    assert isinstance(got, Placed), got
+    return got.decision
 
 
 def test_registered_under_its_name() -> None:

@@ -18,7 +18,8 @@ def _run(cluster: Cluster, pods: list[tuple[str, str, int, tuple[int, ...], int,
         i = cluster.index[node_name]
         req = PodRequest(name, 1000, 1024, len(gpus), milli, priority=prio, gang_id="g" if gang else "")
         a = cluster.reserve(req, i, gpus)
-        out.append(Victim(name, i, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, prio, ckpt, running, gang))
+        out.append(Victim(name, i, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, prio, ckpt, running, gang,
+                          gpu_mem=a.gpu_mem))
     return out
 
 

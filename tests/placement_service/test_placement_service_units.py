@@ -16,14 +16,13 @@ from gpuaware.placement import (
     Decision,
     NodeSpec,
     PodRequest,
-    Status,
     TypicalPods,
     policy,
 )
 from gpuaware.placement.cache import CachedScheduler
 from gpuaware.placement.explain import explain
-from gpuaware.placement.gang import GangFailure, place_gang
 from gpuaware.placement.ledger import Ledger, Phase
+from gpuaware.placement.session import Placed, Profile, Session, Waiting
 from gpuaware.schemas.pods import GpuCapabilities
 from gpuaware.services.placement import convert
 
@@ -153,14 +152,16 @@ def test_explain_counts_each_node_once_under_its_first_failing_check() -> None:
 
 def test_gang_places_all_or_leaves_the_cluster_untouched() -> None:
     cluster = Cluster([NodeSpec("a", 64_000, 100_000, 4, "A100"), NodeSpec("b", 64_000, 100_000, 4, "A100")])
-    sched = CachedScheduler(policy("DotProd"))
+    session = Session(cluster, Profile.of(policy("DotProd")))
     three = [PodRequest(f"m{i}", 1000, 0, 4, 1000, gang_id="g", gang_min_members=3) for i in range(3)]
-    failed = place_gang(sched, cluster, three)
-    assert isinstance(failed, GangFailure) and isinstance(failed.status, Status)
+    failed = session.allocate_gang(three)
+    # two members found a node each, the third none: every member waits, nothing stays reserved
+    assert all(isinstance(r, Waiting) for r in failed) and len(failed) == 3
+    assert [r.status.plugin for r in failed].count("gang") == 2
     assert cluster.used_gpu_milli == 0 and not cluster.allocations
-    two = place_gang(sched, cluster, three[:2])
-    assert isinstance(two, list) and len(two) == 2 and cluster.used_gpu_milli == 8000
-    assert {d.node_name for d in two} == {"a", "b"}
+    two = session.allocate_gang(three[:2])
+    assert all(isinstance(r, Placed) for r in two) and cluster.used_gpu_milli == 8000
+    assert {r.decision.node_name for r in two} == {"a", "b"}
 
 
 @pytest.mark.parametrize("asked, models, expected", [

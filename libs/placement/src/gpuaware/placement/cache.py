@@ -45,6 +45,7 @@ from gpuaware.placement.framework import (
     Scheduler,
     Status,
     WholeGpuOnly,
+    fit_gpus,
 )
 from gpuaware.placement.model import PodRequest
 
@@ -52,7 +53,7 @@ _SHAPE_FIELDS = tuple(f.name for f in fields(PodRequest) if f.name != "name")
 _PER_NODE_FILTERS = (ResourcesFit, GpuFit, WholeGpuOnly)  # each reads only the columns _FitRows carries
 _ARRAYS = ("model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", "gpu_count", "gpu_present",
            "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version",
-           "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast")
+           "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast", "gpu_mem_total", "gpu_mem_free")
 
 
 def shape_of(pod: PodRequest) -> tuple[Any, ...]:
@@ -71,8 +72,8 @@ class _FitRows:
     """The columns the framework's own filters (ResourcesFit, GpuFit, WholeGpuOnly) read, for `rows` only: a
     cheaper stand-in for `rows_view` on the hot path (a custom per-node filter gets `rows_view`)."""
 
-    __slots__ = ("cluster_uid", "cpu_free", "gpu_free", "mem_free", "model_idx", "models", "num_nodes",
-                 "numa_node", "nvlink_island")
+    __slots__ = ("cluster_uid", "cpu_free", "gpu_free", "gpu_mem_free", "gpu_mem_total", "mem_free", "model_idx",
+                 "models", "num_nodes", "numa_node", "nvlink_island")
 
     def __init__(self, snap: Snapshot, rows: np.ndarray) -> None:
         self.cluster_uid = snap.cluster_uid
@@ -81,6 +82,8 @@ class _FitRows:
         self.cpu_free = snap.cpu_free[rows]
         self.mem_free = snap.mem_free[rows]
         self.gpu_free = snap.gpu_free[rows]
+        self.gpu_mem_free = snap.gpu_mem_free[rows]
+        self.gpu_mem_total = snap.gpu_mem_total[rows]
         self.model_idx = snap.model_idx[rows]
         self.nvlink_island = snap.nvlink_island[rows]
         self.numa_node = snap.numa_node[rows]
@@ -204,7 +207,7 @@ class CachedScheduler:
         cycle = CycleState()
         if self.gpu_key is not None:
             cycle[self.gpu_key] = (np.array([pick]), entry.gpu[pick : pick + 1])
-        gpus = self.inner.gpu_selector.select(cycle, pod, snap, pick)
+        gpus = fit_gpus(pod, snap, pick, self.inner.gpu_selector.select(cycle, pod, snap, pick))
         return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(entry.feasible.sum()))
 
     def _schedule_excluding(self, pod: PodRequest, snap: Snapshot, exclude: np.ndarray) -> Decision | Status:
@@ -219,7 +222,7 @@ class CachedScheduler:
         ties = nodes[total == best]
         rank = self.inner.tie_rank
         pick = int(ties[0]) if ties.size == 1 or rank is None else int(ties[np.argmin(rank[ties])])
-        gpus = self.inner.gpu_selector.select(CycleState(), pod, snap, pick)
+        gpus = fit_gpus(pod, snap, pick, self.inner.gpu_selector.select(CycleState(), pod, snap, pick))
         return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(nodes.size))
 
     def scores(self, pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, np.ndarray]:

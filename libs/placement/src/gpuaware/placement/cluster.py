@@ -13,6 +13,12 @@ points, temperature to 2 degC, power and forecast to 0.05) and a node's version 
 quantised value changes: telemetry is noisy, and every version bump throws away that node's cached
 scores (the FGD-family caches, CachedScheduler), so a GPU drifting from 61.3 to 61.9 degC must not
 cost a recompute. Unknown is NaN (health: 100), and an unknown signal scores neutral.
+
+GPU memory is part of the model too: a sharing pod holds the memory it asks for (or, asking none, its
+compute share of the GPU's memory, rounded down, so proportional pods can never run out of memory
+where their compute fits), and `gpu_mem_free` lets `GpuFit` and preemption plans see what pods that
+hold more memory than their compute share leave. GPUs of undisclosed memory (openb's G1..G3) are not
+accounted: `gpu_mem_free` reads `UNACCOUNTED` there.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuaware.placement.model import GPU_CATALOG, MILLI, GpuModel, NodeSpec, PodRequest, RequestError
+
+UNACCOUNTED = 1 << 40
+"""free GPU memory (MiB) reported for GPUs whose memory is unknown: always enough"""
 
 HEALTHY, DEGRADED, QUARANTINED = 0, 1, 2
 """GPU health states: quarantined GPUs take no new pods; degraded ones do (health scoring may avoid them)."""
@@ -48,6 +57,7 @@ class Allocation:
     cpu_milli: int
     memory_mib: int
     tag: int  # PodRequest.affinity_tag
+    gpu_mem: int = 0  # GPU memory held on each of its GPUs, MiB (0 on unaccounted GPUs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,8 @@ class Snapshot:
     gpu_temp_c: np.ndarray  # [N, G] float32 degC, 2-degree steps (NaN = unknown)
     gpu_power_frac: np.ndarray  # [N, G] float32 power draw / power limit, 0.05 steps (NaN = unknown)
     gpu_util_forecast: np.ndarray  # [N, G] float32 forecast p90 utilisation 0..1, 0.05 steps (NaN = unknown)
+    gpu_mem_total: np.ndarray  # [N, G] int64 GPU memory per slot, MiB (0 = undisclosed, not accounted)
+    gpu_mem_free: np.ndarray  # [N, G] int64 free GPU memory, MiB (UNACCOUNTED where total is 0)
 
     @property
     def num_nodes(self) -> int:
@@ -140,6 +152,12 @@ class Cluster:
         self.gpu_temp_c = np.full((n, g), np.nan, dtype=np.float32)
         self.gpu_power_frac = np.full((n, g), np.nan, dtype=np.float32)
         self.gpu_util_forecast = np.full((n, g), np.nan, dtype=np.float32)
+        self.gpu_mem_total = np.zeros((n, g), dtype=np.int64)
+        for i, s in enumerate(nodes):
+            model = self.models[self.model_of[s.gpu_model]] if s.num_gpu > 0 else None
+            if model is not None and model.memory_mib:
+                self.gpu_mem_total[i, : s.num_gpu] = model.memory_mib
+        self.gpu_mem_free = np.where(self.gpu_mem_total > 0, self.gpu_mem_total, UNACCOUNTED).astype(np.int64)
         self.allocations: dict[str, Allocation] = {}
         self.total_gpu_milli = int(self.gpu_count.sum()) * MILLI
         self.used_gpu_milli = 0
@@ -156,7 +174,8 @@ class Cluster:
             names = (
                 "model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", "gpu_count", "gpu_present",
                 "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version",
-                "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast",
+                "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast", "gpu_mem_total",
+                "gpu_mem_free",
             )
             views = self._views = {k: _readonly(getattr(self, k)) for k in names}
         return Snapshot(self.uid, self.generation, self.node_names, self.models, **views)
@@ -167,9 +186,22 @@ class Cluster:
         self.version[node] += 1
         self.generation += 1
 
-    def reserve(self, pod: PodRequest, node: int, gpus: Iterable[int] = ()) -> Allocation:
+    def gpu_memory_of(self, pod: PodRequest, node: int) -> int:
+        """GPU memory `pod` holds on each of its GPUs on `node`, MiB: what it asks, else its compute share
+        of the GPU's memory (rounded down); 0 where the GPU's memory is not accounted."""
+        if pod.num_gpu == 0:
+            return 0
+        total = int(self.gpu_mem_total[node, 0])
+        if total <= 0:
+            return 0
+        return pod.gpu_memory_mib if pod.gpu_memory_mib else total * pod.gpu_milli // MILLI
+
+    def reserve(self, pod: PodRequest, node: int, gpus: Iterable[int] = (), gpu_mem: int | None = None,
+                *, check_memory: bool = True) -> Allocation:
         """Take `pod`'s resources on `node` (GPU slots `gpus`). Idempotent for the same placement.
 
+        `gpu_mem` is the GPU memory held per GPU (None: `gpu_memory_of`). `check_memory=False` takes it
+        even where it exceeds what is free (the world reports a pod bound: the truth is not refused).
         Raises ReserveError when it does not fit (transient: reschedule on a fresh snapshot) and
         RequestError when the pod already holds a different placement (permanent: unreserve first).
         """
@@ -185,40 +217,54 @@ class Cluster:
             raise RequestError(f"pod {pod.name}: needs {pod.num_gpu} distinct GPUs, got {list(gpus)}")
         if self.cpu_free[node] < pod.cpu_milli or self.mem_free[node] < pod.memory_mib:
             raise ReserveError(f"pod {pod.name}: CPU/memory no longer fit on {self.node_names[node]}")
+        mem = self.gpu_memory_of(pod, node) if gpu_mem is None else max(0, int(gpu_mem))
         for g in gpus:
             if not (0 <= g < self.gpu_count[node]) or self.gpu_free[node, g] < pod.gpu_milli:
                 raise ReserveError(f"pod {pod.name}: GPU {g} on {self.node_names[node]} has too little free")
-        self.cpu_free[node] -= pod.cpu_milli
-        self.mem_free[node] -= pod.memory_mib
-        for g in gpus:
-            self.gpu_used[node, g] += pod.gpu_milli
-            self.gpu_free[node, g] -= pod.gpu_milli
-        tag = pod.affinity_tag
-        if tag >= 0:
-            self.tag_counts[node, min(tag, self.max_gpus)] += 1
-        self.used_gpu_milli += pod.total_gpu_milli
-        alloc = Allocation(pod.name, node, gpus, pod.gpu_milli, pod.cpu_milli, pod.memory_mib, tag)
-        self.allocations[pod.name] = alloc
-        self._touch(node)
+            if check_memory and self.gpu_mem_free[node, g] < mem:
+                raise ReserveError(f"pod {pod.name}: GPU {g} on {self.node_names[node]} has too little free "
+                                   f"memory ({int(self.gpu_mem_free[node, g])} MiB < {mem} MiB)")
+        alloc = Allocation(pod.name, node, gpus, pod.gpu_milli, pod.cpu_milli, pod.memory_mib, pod.affinity_tag,
+                           mem if self.gpu_mem_total[node, 0] > 0 else 0)
+        self._apply(alloc, +1)
+        return alloc
+
+    def restore(self, alloc: Allocation) -> Allocation:
+        """Put back an allocation `unreserve` returned (a discarded statement), exactly as it was."""
+        existing = self.allocations.get(alloc.pod)
+        if existing is not None:
+            if existing == alloc:
+                return existing
+            raise RequestError(f"pod {alloc.pod} is already placed on {self.node_names[existing.node]}")
+        self._apply(alloc, +1)
         return alloc
 
     def unreserve(self, pod_name: str) -> Allocation | None:
         """Give back what `pod_name` holds; a no-op (returns None) when it holds nothing."""
-        alloc = self.allocations.pop(pod_name, None)
+        alloc = self.allocations.get(pod_name)
         if alloc is None:
             return None
-        node = alloc.node
-        self.cpu_free[node] += alloc.cpu_milli
-        self.mem_free[node] += alloc.memory_mib
-        for g in alloc.gpus:
-            self.gpu_used[node, g] -= alloc.gpu_milli
-            if self.gpu_health[node, g] != QUARANTINED:
-                self.gpu_free[node, g] += alloc.gpu_milli
-        if alloc.tag >= 0:
-            self.tag_counts[node, min(alloc.tag, self.max_gpus)] -= 1
-        self.used_gpu_milli -= alloc.gpu_milli * len(alloc.gpus)
-        self._touch(node)
+        self._apply(alloc, -1)
         return alloc
+
+    def _apply(self, alloc: Allocation, sign: int) -> None:
+        node = alloc.node
+        self.cpu_free[node] -= sign * alloc.cpu_milli
+        self.mem_free[node] -= sign * alloc.memory_mib
+        for g in alloc.gpus:
+            self.gpu_used[node, g] += sign * alloc.gpu_milli
+            if self.gpu_health[node, g] != QUARANTINED:
+                self.gpu_free[node, g] -= sign * alloc.gpu_milli
+            if alloc.gpu_mem:
+                self.gpu_mem_free[node, g] -= sign * alloc.gpu_mem
+        if alloc.tag >= 0:
+            self.tag_counts[node, min(alloc.tag, self.max_gpus)] += sign
+        self.used_gpu_milli += sign * alloc.gpu_milli * len(alloc.gpus)
+        if sign > 0:
+            self.allocations[alloc.pod] = alloc
+        else:
+            del self.allocations[alloc.pod]
+        self._touch(node)
 
     def set_gpu_health(self, node: int, gpu: int, state: int) -> None:
         """Mark one GPU healthy, degraded or quarantined (quarantined GPUs take no new pods)."""
@@ -279,12 +325,15 @@ class Cluster:
         cpu = self.cpu_capacity.copy()
         mem = self.mem_capacity.copy()
         used = np.zeros_like(self.gpu_used)
+        gmem = np.where(self.gpu_mem_total > 0, self.gpu_mem_total, UNACCOUNTED)
         for a in self.allocations.values():
             cpu[a.node] -= a.cpu_milli
             mem[a.node] -= a.memory_mib
             for g in a.gpus:
                 used[a.node, g] += a.gpu_milli
+                gmem[a.node, g] -= a.gpu_mem
         assert (cpu == self.cpu_free).all() and (cpu >= 0).all(), "CPU ledger mismatch or over-commit"
         assert (mem == self.mem_free).all() and (mem >= 0).all(), "memory ledger mismatch or over-commit"
         assert (used == self.gpu_used).all() and (used <= MILLI).all(), "GPU ledger mismatch or over-commit"
         assert int(used.sum()) == self.used_gpu_milli
+        assert (gmem == self.gpu_mem_free).all(), "GPU memory ledger mismatch"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuaware.placement.cluster import QUARANTINED, Snapshot
-from gpuaware.placement.framework import CycleState, Scheduler
+from gpuaware.placement.framework import CycleState, Scheduler, usable_gpus
 from gpuaware.placement.model import MILLI, PodRequest
 
 TOO_FEW_GPUS = "too_few_gpus"
@@ -144,6 +144,9 @@ def node_reasons(pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, np.ndarra
             fits_healed = (healed >= MILLI).sum(axis=1) >= pod.num_gpu
         mark(~fits & fits_healed, UNHEALTHY_GPUS, False)
         mark(~fits, INSUFFICIENT_GPU, False)
+        usable = usable_gpus(pod, snap)  # compute and GPU memory (held by pods asking more than their share)
+        mem_fits = usable.any(axis=1) if pod.is_gpu_share else usable.sum(axis=1) >= pod.num_gpu
+        mark(fits & ~mem_fits, INSUFFICIENT_GPU_MEMORY, False)
         if grouped:
             assert group is not None
             mark(_group_max(group, free >= MILLI) < pod.num_gpu, TOPOLOGY_UNSATISFIABLE, False)

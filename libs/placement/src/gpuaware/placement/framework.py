@@ -7,8 +7,9 @@ returns an int64 score array for the feasible nodes, because per-node Python cal
 nodes inside the latency budget. The arithmetic per node is still the plugin's own, and each plugin's
 docstring shows the configuration that enables it.
 
-A cycle never mutates the cluster: `Scheduler.schedule` returns a staged `Decision`; the caller
-commits it with `Cluster.reserve` (or drops it), so a decision can be discarded at no cost.
+A scheduler never mutates the cluster: `Scheduler.schedule` returns a `Decision`; the scheduling
+session (session.py) stages it in a statement and commits or discards it, the one place that does.
+The other extension points (PreFilter, Permit, Reserve/Unreserve, PostFilter) are in extensions.py.
 
 Filters are part of a profile too (registry.py): the default pair is ResourcesFit + GpuFit, and
 WholeGpuOnly adds stock Kubernetes' integer `nvidia.com/gpu` arithmetic for the KubeDefault baseline.
@@ -23,7 +24,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from gpuaware.placement.cluster import Cluster, Snapshot
+from gpuaware.placement.cluster import Snapshot
 from gpuaware.placement.model import MILLI, PodRequest
 
 MIN_NODE_SCORE = 0
@@ -41,6 +42,8 @@ class Code(IntEnum):
     """No node could ever fit (asks more than any node has, or a GPU type nobody has): reject."""
     ERROR = 3
     """A plugin failed: retry after a back-off; the reason names the plugin."""
+    DENIED = 4
+    """A Permit plugin refused the chosen placement for now (quota): wait; the reason says for what."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,12 +122,46 @@ class ResourcesFit:
         return (snap.cpu_free >= pod.cpu_milli) & (snap.mem_free >= pod.memory_mib)
 
 
-class GpuFit:
-    """The GPU request fits: an allowed, capable model with enough free GPU slots.
+def gpu_memory_need(pod: PodRequest, snap: Snapshot, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+    """[len(rows), G] GPU memory the pod would hold on each GPU of `rows`, MiB (`Cluster.gpu_memory_of`):
+    what it asks, else its compute share of the GPU's memory, rounded down (0 where not accounted)."""
+    total = snap.gpu_mem_total[rows]
+    if pod.gpu_memory_mib:
+        return np.where(total > 0, pod.gpu_memory_mib, 0)
+    return total * pod.gpu_milli // MILLI
 
-    A sharing pod needs one GPU with >= gpu_milli free; a whole-GPU pod needs num_gpu fully free
-    GPUs. GPU memory (`gpu_memory_mib`, `min_gpu_memory_mib`) and capabilities are checked against the
-    GPU model; `topology` asks for all GPUs on one NVLink island or NUMA node.
+
+def usable_gpus(pod: PodRequest, snap: Snapshot, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+    """[len(rows), G] bool: GPUs of `rows` that can take (their share of) the pod, compute and memory."""
+    need = MILLI if not pod.is_gpu_share else pod.gpu_milli
+    return (snap.gpu_free[rows] >= need) & (snap.gpu_mem_free[rows] >= gpu_memory_need(pod, snap, rows))
+
+
+def fit_gpus(pod: PodRequest, snap: Snapshot, node: int, gpus: tuple[int, ...]) -> tuple[int, ...]:
+    """`gpus` when each can take the pod; otherwise the selector's choice is replaced within what fits:
+    a sharing pod takes the tightest usable GPU, a whole-GPU pod the first usable ones (a score plugin
+    that picks GPUs by compute alone cannot see memory held by pods that ask more than their share)."""
+    if not gpus:
+        return gpus
+    ok = usable_gpus(pod, snap, np.array([node]))[0]
+    if all(ok[g] for g in gpus):
+        return gpus
+    if pod.is_gpu_share:
+        row = np.where(ok, snap.gpu_free[node], np.iinfo(np.int64).max)
+        return (int(np.argmin(row)),) if ok.any() else gpus
+    keep = [g for g in gpus if ok[g]]
+    extra = [int(g) for g in np.flatnonzero(ok) if g not in keep]
+    picked = tuple(sorted(keep + extra[: pod.num_gpu - len(keep)]))
+    return picked if len(picked) == pod.num_gpu else gpus
+
+
+class GpuFit:
+    """The GPU request fits: an allowed, capable model with enough free GPU slots and GPU memory.
+
+    A sharing pod needs one GPU with >= gpu_milli free and its memory free (`usable_gpus`); a
+    whole-GPU pod needs num_gpu fully free GPUs. The model's memory must cover `gpu_memory_mib` and
+    `min_gpu_memory_mib`; capabilities are checked against the GPU model; `topology` asks for all GPUs
+    on one NVLink island or NUMA node.
     """
 
     name: ClassVar[str] = "gpu-fit"
@@ -154,11 +191,11 @@ class GpuFit:
         if pod.num_gpu == 0:
             return np.ones(snap.num_nodes, dtype=bool)
         mask = self.model_ok(pod, snap)[snap.model_idx]
-        free = snap.gpu_free
+        usable = usable_gpus(pod, snap)
         if pod.is_gpu_share:
-            mask &= (free >= pod.gpu_milli).any(axis=1)
+            mask &= usable.any(axis=1)
         else:
-            full = free >= MILLI
+            full = usable
             if pod.topology and pod.num_gpu > 1:
                 group = snap.nvlink_island if pod.topology == "nvlink" else snap.numa_node
                 best = np.zeros(snap.num_nodes, dtype=np.int64)
@@ -344,7 +381,7 @@ class Scheduler:
         else:
             cand = nodes[ties]
             pick = int(cand[np.argmin(self.tie_rank[cand])])
-        gpus = self.gpu_selector.select(cycle, pod, snap, pick)
+        gpus = fit_gpus(pod, snap, pick, self.gpu_selector.select(cycle, pod, snap, pick))
         return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(nodes.size))
 
     @staticmethod
@@ -354,10 +391,3 @@ class Scheduler:
             cap &= snap.gpu_count >= pod.num_gpu
             cap &= GpuFit().model_ok(pod, snap)[snap.model_idx]
         return not cap.any()
-
-    def place(self, pod: PodRequest, cluster: Cluster) -> Decision | Status:
-        """Schedule against a fresh snapshot and commit the decision (convenience for simulators)."""
-        result = self.schedule(pod, cluster.snapshot())
-        if isinstance(result, Decision):
-            cluster.reserve(pod, result.node, result.gpus)
-        return result

@@ -25,9 +25,10 @@ preemptor can reserve what they hold) but keeps them open and marked `evicting`:
 binding failed, or it bound while a victim was never evicted) the victims still marked take their
 reservation back. Leader and standbys apply the same rule to the same decision, so their views agree.
 
-GPU memory is accounted here too, per GPU (the engine's `Cluster` counts compute only): a sharing
-pod holds the memory its slices name, so `gpu_memory_free` tells which GPUs can still take a pod
-that needs, say, 8 GiB, even when their compute is free (a worldly binder refuses such a binding).
+GPU memory is the cluster's (`Cluster.gpu_mem_free`): a pod holds the memory its slices name
+(`gpu_mem`), so the filters see which GPUs can still take a pod that needs, say, 8 GiB, even when
+their compute is free (a worldly binder refuses such a binding). The world's word is not refused:
+a binding reserves even where our memory accounting says it does not fit.
 
 The node set is not fixed: inventories come and go. `set_nodes` rebuilds the `Cluster` (a new uid,
 so every score cache starts over) and re-reserves every allocation; allocations on nodes that
@@ -42,10 +43,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import numpy as np
-
 from gpuaware.placement.cluster import HEALTHY, QUARANTINED, Allocation, Cluster, ReserveError
-from gpuaware.placement.model import GPU_CATALOG, MILLI, GpuModel, NodeSpec, PodRequest, RequestError
+from gpuaware.placement.model import GPU_CATALOG, GpuModel, NodeSpec, PodRequest, RequestError
 
 
 class Phase(StrEnum):
@@ -81,9 +80,7 @@ class PodEntry:
     placed: bool = False
     """its reservation is in the cluster (False while its node is unknown to this view)"""
     gpu_mem: int = 0
-    """GPU memory it holds on each of its GPUs, MiB (0: not accounted)"""
-    heavy: bool = False
-    """it holds more GPU memory than its compute share of the GPU's memory"""
+    """GPU memory it holds on each of its GPUs, MiB (0: its compute share, `Cluster.gpu_memory_of`)"""
     evicting: str = ""
     """the decision whose plan evicts it (its reservation is released meanwhile)"""
 
@@ -115,12 +112,6 @@ class Ledger:
     health: dict[tuple[str, int], int] = field(default_factory=dict)
     signals: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
     """(node, slot) -> the latest telemetry signals (health score, temperature, power, forecast)"""
-    mem_total: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
-    """[N, G] GPU memory per GPU slot, MiB (0: undisclosed, not accounted)"""
-    mem_used: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
-    heavy: int = 0
-    """placed pods holding more GPU memory than their compute share: while there are none, a pod
-    asking memory in proportion to its compute cannot run out of memory where its compute fits"""
     stats: LedgerStats = field(default_factory=LedgerStats)
     _seq: int = 0
     _waiting: dict[str, PodEntry] = field(default_factory=dict)
@@ -141,14 +132,6 @@ class Ledger:
             self.catalog = dict(catalog)
         self.nodes = tuple(nodes)
         self.cluster = Cluster(self.nodes, self.catalog) if self.nodes else None
-        g = self.cluster.max_gpus if self.cluster is not None else 1
-        self.mem_total = np.zeros((len(self.nodes), g), np.int64)
-        self.mem_used = np.zeros_like(self.mem_total)
-        self.heavy = 0
-        for i, spec in enumerate(self.nodes):
-            model = self.catalog.get(spec.gpu_model)
-            if spec.num_gpu and model is not None and model.memory_mib:
-                self.mem_total[i, : spec.num_gpu] = model.memory_mib
         for (node, slot), state in self.health.items():
             self._apply_health(node, slot, state)
         for (node, slot), values in self.signals.items():
@@ -255,7 +238,7 @@ class Ledger:
             return None
         for _ in range(2):
             try:
-                alloc = self.cluster.reserve(entry.request, i, gpus)
+                alloc = self.cluster.reserve(entry.request, i, gpus, entry.gpu_mem or None, check_memory=not truth)
             except ReserveError:
                 if not truth or not self._evict_decided(node, entry.uid):
                     self.stats.conflicts += 1
@@ -264,13 +247,6 @@ class Ledger:
             except RequestError:
                 return None
             entry.node, entry.gpus, entry.placed = node, tuple(gpus), True
-            if entry.gpu_mem:
-                for g in gpus:
-                    self.mem_used[i, g] += entry.gpu_mem
-                # the GPUs of one pod are of one model: the first tells
-                entry.heavy = bool(gpus) and entry.gpu_mem * MILLI > int(self.mem_total[i, gpus[0]]) * (
-                    entry.request.gpu_milli) + MILLI
-                self.heavy += entry.heavy
             return alloc
         self.stats.conflicts += 1
         return None
@@ -289,17 +265,7 @@ class Ledger:
         placed, entry.placed = entry.placed, False
         if self.cluster is None or not placed:
             return False
-        alloc = self.cluster.unreserve(entry.uid)
-        if alloc is not None and entry.gpu_mem:
-            for g in alloc.gpus:
-                self.mem_used[alloc.node, g] -= entry.gpu_mem
-            self.heavy -= entry.heavy
-            entry.heavy = False
-        return alloc is not None
-
-    def gpu_memory_free(self) -> np.ndarray:
-        """[N, G] free GPU memory per slot, MiB; a large number where memory is not accounted."""
-        return np.where(self.mem_total > 0, self.mem_total - self.mem_used, 1 << 40)
+        return self.cluster.unreserve(entry.uid) is not None
 
     # -- waiting pods -------------------------------------------------------------------------------
 
@@ -513,9 +479,3 @@ class Ledger:
         holding = {e.uid for e in self.pods.values() if e.phase in HOLDING and e.placed}
         assert not any(e.placed and e.evicting for e in self.pods.values()), "an evicting pod still holds"
         assert holding == set(self.cluster.allocations), "ledger and cluster disagree on who holds GPUs"
-        used = np.zeros_like(self.mem_used)
-        for e in self.pods.values():
-            if e.phase in HOLDING and e.placed and e.gpu_mem:
-                for g in e.gpus:
-                    used[self.cluster.index[e.node], g] += e.gpu_mem
-        assert (used == self.mem_used).all(), "GPU memory ledger drifted"

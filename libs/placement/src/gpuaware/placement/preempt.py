@@ -17,8 +17,9 @@ The rules follow kube-scheduler's DefaultPreemption, with one addition for GPU w
    highest victim priority, then **work lost** (GPU-seconds of progress of victims that cannot
    checkpoint; a checkpointable victim resumes where it stopped and loses nothing), then the sum
    of victim priorities, then the number of victims, then the node index (deterministic).
-5. The pod's GPUs on the chosen node are picked among those the plan frees or finds free: a sharing
-   pod takes the tightest GPU that fits, a whole-GPU pod the first free ones (inside one NVLink
+5. The pod's GPUs on the chosen node are picked among those the plan frees or finds free, GPU memory
+   included (a victim gives back the memory it holds, so a plan for a sharing pod that needs memory
+   evicts enough to free it): a sharing pod takes the tightest GPU that fits, a whole-GPU pod the first free ones (inside one NVLink
    island / NUMA node when it asks for that topology).
 
 Costs: one vectorised what-if filter over the nodes that hold possible victims, then a reprieve
@@ -35,7 +36,7 @@ import numpy as np
 
 from gpuaware.placement.cache import rows_view
 from gpuaware.placement.cluster import QUARANTINED, Snapshot
-from gpuaware.placement.framework import CycleState, Scheduler, exclusive_gpus
+from gpuaware.placement.framework import CycleState, Scheduler, usable_gpus
 from gpuaware.placement.model import MILLI, PodRequest
 
 __all__ = ["PreemptionPlan", "Victim", "plan_preemption"]
@@ -57,6 +58,8 @@ class Victim:
     running_s: float = 0.0
     """how long it has been running (the progress lost if it cannot checkpoint)"""
     gang: bool = False
+    gpu_mem: int = 0
+    """GPU memory it holds on each of its GPUs, MiB (`Allocation.gpu_mem`)"""
 
     @property
     def lost_gpu_s(self) -> float:
@@ -87,11 +90,13 @@ def _cost(victims: Sequence[Victim]) -> tuple[int, float, int, int]:
 
 
 def _give_back(snap: Snapshot, rows: np.ndarray, victims: Iterable[Victim], pos: dict[int, int]) -> Snapshot:
-    """`snap` restricted to `rows` with the victims' resources added back (quarantined GPUs stay 0)."""
+    """`snap` restricted to `rows` with the victims' resources added back, GPU memory included
+    (quarantined GPUs stay 0)."""
     view = rows_view(snap, rows)
     cpu = view.cpu_free.copy()
     mem = view.mem_free.copy()
     gpu = view.gpu_free.copy()
+    gmem = view.gpu_mem_free.copy()
     for v in victims:
         r = pos[v.node]
         cpu[r] += v.cpu_milli
@@ -99,7 +104,8 @@ def _give_back(snap: Snapshot, rows: np.ndarray, victims: Iterable[Victim], pos:
         for g in v.gpus:
             if view.gpu_health[r, g] != QUARANTINED:
                 gpu[r, g] += v.gpu_milli
-    return replace(view, cpu_free=cpu, mem_free=mem, gpu_free=gpu)
+            gmem[r, g] += v.gpu_mem
+    return replace(view, cpu_free=cpu, mem_free=mem, gpu_free=gpu, gpu_mem_free=gmem)
 
 
 def _fits(scheduler: Scheduler, pod: PodRequest, snap: Snapshot, node: int, victims: Sequence[Victim]) -> bool:
@@ -108,19 +114,22 @@ def _fits(scheduler: Scheduler, pod: PodRequest, snap: Snapshot, node: int, vict
     return scheduler.feasible(CycleState(), pod, whatif).size == 1
 
 
-def _pick_gpus(pod: PodRequest, free_row: np.ndarray, island_row: np.ndarray, numa_row: np.ndarray) -> tuple[int, ...]:
+def _pick_gpus(pod: PodRequest, freed: Snapshot) -> tuple[int, ...]:
+    """GPUs for the pod on the one-row what-if view `freed` (its victims gone): usable ones only."""
     if pod.num_gpu == 0:
         return ()
+    ok = usable_gpus(pod, freed)[0]
+    free_row = freed.gpu_free[0]
     if pod.is_gpu_share:
-        fits = np.where(free_row >= pod.gpu_milli, free_row, np.iinfo(np.int64).max)
+        fits = np.where(ok, free_row, np.iinfo(np.int64).max)
         return (int(np.argmin(fits)),)
     if pod.topology and pod.num_gpu > 1:
-        group = island_row if pod.topology == "nvlink" else numa_row
+        group = freed.nvlink_island[0] if pod.topology == "nvlink" else freed.numa_node[0]
         for gid in np.unique(group[group >= 0]):
-            idx = np.flatnonzero((free_row >= MILLI) & (group == gid))
+            idx = np.flatnonzero(ok & (group == gid))
             if idx.size >= pod.num_gpu:
                 return tuple(int(i) for i in idx[: pod.num_gpu])
-    return exclusive_gpus(free_row, pod.num_gpu)
+    return tuple(int(i) for i in np.flatnonzero(ok)[: pod.num_gpu])
 
 
 def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, running: Iterable[Victim], *,
@@ -165,6 +174,6 @@ def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, runni
         return None
     _, node, evict = best
     freed = _give_back(snap, np.array([node]), evict, {node: 0})
-    gpus = _pick_gpus(pod, freed.gpu_free[0], freed.nvlink_island[0], freed.numa_node[0])
+    gpus = _pick_gpus(pod, freed)
     evict.sort(key=lambda v: v.uid)
     return PreemptionPlan(pod.name, node, snap.node_names[node], gpus, tuple(evict), len(candidates))

@@ -1,7 +1,9 @@
 """Trace-driven placement evaluation, reproducing the FGD paper's method (ATC'23, Fig. 7 and 9).
 
 One run = one policy, one seed: an empty cluster; the seed's arrival sequence (see workload.py);
-each pod gets one scheduling attempt, never retried, and never departs. After every arrival we record
+each pod gets one scheduling attempt, never retried, and never departs. Each arrival is one
+scheduling session (gpuaware.placement.session, the allocate action only), the same code that
+decides in the placement service. After every arrival we record
 what the simulator logs: GPU milli allocated, GPU milli arrived so far (failed pods included), and the
 cluster's fragmentation against the trace's typical pods (FGD's definition, for every policy).
 
@@ -23,15 +25,15 @@ import numpy as np
 
 from gpuaware.placement import (
     Cluster,
-    Decision,
+    Code,
     FragModel,
     FragState,
     NodeSpec,
     PodRequest,
-    Status,
     TypicalPods,
     policy,
 )
+from gpuaware.placement.session import Placed, Profile, Session
 from gpuaware.sim.traces import load_nodes, load_pods
 from gpuaware.sim.workload import build_workload
 
@@ -107,6 +109,7 @@ def run_one(
     wl = build_workload(requests, cluster.num_nodes, cluster.total_gpu_milli, inflation, seed)
     pods = wl.pods if max_pods is None else wl.pods[:max_pods]
     sched = policy(policy_name, typical=typical, seed=seed, tie_rank=wl.tie_rank)
+    profile = Profile.of(sched)
     metric = FragState.build(FragModel(typical, cluster.models), cluster.snapshot())
     p_sum = float(metric.model.p.sum())
 
@@ -122,20 +125,20 @@ def run_one(
     row = np.zeros(1, dtype=np.int64)
     for i, pod in enumerate(pods):
         arrived_total += pod.total_gpu_milli
-        snap = cluster.snapshot()
         t0 = time.perf_counter_ns()
-        result = sched.schedule(pod, snap)
+        # each arrival is one scheduling cycle: one attempt, no preemption (the paper's setting)
+        (result,) = Session(cluster, profile, actions=("allocate",)).run([pod])
         decision_ns[i] = time.perf_counter_ns() - t0
-        if isinstance(result, Decision):
-            cluster.reserve(pod, result.node, result.gpus)
-            row[0] = result.node
+        if isinstance(result, Placed):
+            d = result.decision
+            row[0] = d.node
             metric.refresh(cluster.snapshot(), row)
             if assignments is not None:
-                assignments.append((pod, result.node_name, result.gpus))
+                assignments.append((pod, d.node_name, d.gpus))
         else:
-            assert isinstance(result, Status)
-            if result.code.name == "ERROR":
-                raise RuntimeError(f"{policy_name} seed {seed}: plugin {result.plugin} failed: {result.reason}")
+            if result.status.code == Code.ERROR:
+                raise RuntimeError(f"{policy_name} seed {seed}: plugin {result.status.plugin} failed: "
+                                   f"{result.status.reason}")
             failed += 1
             if assignments is not None:
                 assignments.append((pod, "", ()))

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from gpuaware.placement import Cluster, Decision, NodeSpec, PodRequest, TypicalPods, build_scheduler
+from gpuaware.placement import Cluster, NodeSpec, PodRequest, TypicalPods, build_scheduler
+from gpuaware.placement.session import Placed, Profile, Session
 
 GAVEL_MODELS: dict[str, tuple[str, ...]] = {"v100": ("V100M16", "V100M32"), "p100": ("P100",), "k80": ("K80",)}
 
@@ -74,16 +75,17 @@ def evaluate_heterogeneity(
         for seed in seeds:
             cluster = Cluster(nodes)
             jobs = jobs_all[seed]
-            sched = build_scheduler(profile, typical=TypicalPods.from_requests(jobs), seed=seed,
-                                    tie_rank=np.random.default_rng(seed).permutation(len(nodes)), name=name)
+            session = Session(cluster, Profile.of(build_scheduler(
+                profile, typical=TypicalPods.from_requests(jobs), seed=seed,
+                tie_rank=np.random.default_rng(seed).permutation(len(nodes)), name=name)), actions=("allocate",))
             asked, got, weight = 0, 0.0, 0
             for job in jobs:
                 asked += job.total_gpu_milli
                 if asked > load * cluster.total_gpu_milli:
                     break
-                d = sched.schedule(job, cluster.snapshot())
-                if isinstance(d, Decision):
-                    cluster.reserve(job, d.node, d.gpus)
+                (result,) = session.run([job])
+                if isinstance(result, Placed):
+                    d = result.decision
                     rates = matrix[job.job_type]
                     got += job.num_gpu * rates.get(cluster.specs[d.node].gpu_model, 0.0) / max(rates.values())
                     weight += job.num_gpu

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuaware.placement import MILLI, Cluster, Decision, NodeSpec, TypicalPods, policy
+from gpuaware.placement import MILLI, Cluster, NodeSpec, TypicalPods, policy
+from gpuaware.placement.session import Placed, Profile, Session
 from gpuaware.sim.traces import TracePod
 
 QOS_RANK = {"Guaranteed": 0, "LS": 1, "Burstable": 2, "BE": 3}
@@ -117,7 +118,7 @@ def run_online(
     scale = float(time_scale)
     t0 = min(p.creation_time for p in pods)  # type: ignore[type-var]
     rng = np.random.default_rng(seed)
-    sched = policy(policy_name, typical=typical, seed=seed, tie_rank=rng.permutation(cluster.num_nodes))
+    profile = Profile.of(policy(policy_name, typical=typical, seed=seed, tie_rank=rng.permutation(cluster.num_nodes)))
 
     events: list[tuple[float, int, int]] = []  # (time, kind 0 = departure / 1 = arrival, pod index)
     for i, p in enumerate(pods):
@@ -132,11 +133,10 @@ def run_online(
 
     def attempt(i: int, now: float) -> bool:
         t = time.perf_counter_ns()
-        d = sched.schedule(requests[i], cluster.snapshot())
+        (result,) = Session(cluster, profile, actions=("allocate",)).run([requests[i]])
         decisions.append((time.perf_counter_ns() - t) / 1e6)
-        if not isinstance(d, Decision):
+        if not isinstance(result, Placed):
             return False
-        cluster.reserve(requests[i], d.node, d.gpus)
         start[i] = now
         heapq.heappush(events, (now + duration[i], 0, i))
         return True
@@ -179,7 +179,7 @@ def run_online(
             delays.setdefault(requests[i].qos, []).append(s - arrival[i])
     span = max(window, 1e-9)
     return OnlineResult(
-        policy=sched.name,
+        policy=profile.name,
         load=peak_demand(pods, cluster.total_gpu_milli, scale),
         time_scale=scale,
         pods=len(pods),

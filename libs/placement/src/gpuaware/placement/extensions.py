@@ -1,0 +1,134 @@
+"""The extension points a scheduling session calls around filter and score, with kube-scheduler's meaning.
+
+    PreFilter   before any node is looked at: refuse a pod outright (it can never run here, or not yet)
+    Filter      framework.FilterPlugin: a mask over nodes
+    Score       framework.ScorePlugin (+ NormalizePlugin): 0..100 per feasible node
+    Permit      after a node and GPUs are chosen: allow, deny with a reason (quota: wait), or allow
+                with a reclaim plan (pods to evict so the owner of borrowed capacity gets it back)
+    Reserve     after the reservation is staged: take what the plugin tracks; Unreserve gives it back
+                when the statement is discarded (a later member of a gang failed, a permit denied)
+    PostFilter  when no node fits: find a way to make one fit (preemption)
+
+Every plugin works on the session's snapshot and never does I/O: a permit that must ask another
+service (quota over NATS) is the caller's to make, between staging a decision and committing it
+(the placement service does exactly that, and a denial discards what was staged).
+
+A plugin is a small class with a `name` and one method per point it implements; the registry
+(registry.py) builds them from a profile, e.g. ``{"post_filter": [{"name": "default-preemption",
+"args": {"max_victims": 16}}]}``. `DefaultPreemption` below is the built-in PostFilter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+from gpuaware.placement.cluster import Snapshot
+from gpuaware.placement.framework import CycleState, Decision, Scheduler, Status
+from gpuaware.placement.model import PodRequest
+from gpuaware.placement.preempt import PreemptionPlan, Victim, plan_preemption
+
+__all__ = [
+    "ALLOW",
+    "DefaultPreemption",
+    "PermitPlugin",
+    "PermitVerdict",
+    "PostFilterPlugin",
+    "PreFilterPlugin",
+    "ReservePlugin",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PermitVerdict:
+    """A Permit plugin's answer. `reclaim` names running pods (uids) to evict first when allowed."""
+
+    allowed: bool
+    reason: str = ""
+    retry_after_s: float | None = None
+    reclaim: tuple[str, ...] = ()
+
+
+ALLOW = PermitVerdict(True)
+
+
+@runtime_checkable
+class PreFilterPlugin(Protocol):
+    name: ClassVar[str]
+
+    def pre_filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> Status | None:
+        """None to go on; a Status (UNSCHEDULABLE / UNRESOLVABLE, with the reason) to stop here."""
+        ...
+
+
+@runtime_checkable
+class PermitPlugin(Protocol):
+    name: ClassVar[str]
+
+    def permit(self, cycle: CycleState, pod: PodRequest, decision: Decision, snap: Snapshot) -> PermitVerdict:
+        ...
+
+
+@runtime_checkable
+class ReservePlugin(Protocol):
+    name: ClassVar[str]
+
+    def reserve(self, cycle: CycleState, pod: PodRequest, decision: Decision) -> Status | None:
+        """None when reserved; a Status refuses (the statement is discarded, Unreserve is called)."""
+        ...
+
+    def unreserve(self, cycle: CycleState, pod: PodRequest, decision: Decision) -> None:
+        ...
+
+
+@runtime_checkable
+class PostFilterPlugin(Protocol):
+    name: ClassVar[str]
+
+    def post_filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, scheduler: Scheduler,
+                    running: Iterable[Victim], exclude: object) -> PreemptionPlan | None:
+        """A plan that makes the pod fit (victims to evict, node and GPUs), or None."""
+        ...
+
+
+class DefaultPreemption:
+    """kube-scheduler's DefaultPreemption plus the cost of lost GPU work (preempt.py has the rules).
+
+    A pod of priority <= 0 never preempts; a pod is planned for at most once per `cooldown_s` of the
+    caller's clock (a pod no plan can help then costs nothing on every retry pass).
+
+    ``{"post_filter": [{"name": "default-preemption", "args": {"max_victims": 16, "cooldown_s": 30}}]}``
+    """
+
+    name: ClassVar[str] = "default-preemption"
+
+    def __init__(self, max_victims: int = 16, cooldown_s: float = 30.0, max_candidates: int = 64,
+                 clock: Callable[[], float] | None = None, max_remembered: int = 100_000) -> None:
+        self.max_victims = max_victims
+        self.cooldown_s = cooldown_s
+        self.max_candidates = max_candidates
+        self.clock = clock
+        self.max_remembered = max_remembered
+        self._planned_at: dict[str, float] = {}
+
+    def forget(self, pod: str) -> None:
+        """The pod left: its cooldown goes with it."""
+        self._planned_at.pop(pod, None)
+
+    def post_filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, scheduler: Scheduler,
+                    running: Iterable[Victim], exclude: object) -> PreemptionPlan | None:
+        if pod.priority <= 0:
+            return None
+        if self.clock is not None and self.cooldown_s > 0:
+            now = self.clock()
+            if now - self._planned_at.get(pod.name, -1e18) < self.cooldown_s:
+                return None
+            self._planned_at[pod.name] = now
+            if len(self._planned_at) > self.max_remembered:
+                self._planned_at.pop(next(iter(self._planned_at)))
+        victims = [v for v in running if v.priority < pod.priority]
+        if not victims:
+            return None
+        return plan_preemption(pod, snap, scheduler, victims, max_victims=self.max_victims,
+                               max_candidates=self.max_candidates, exclude=exclude)  # type: ignore[arg-type]

@@ -1,0 +1,443 @@
+"""What one placement instance decides from its view: a pending pod goes in, a decision comes out.
+
+The placement service keeps wiring only (subscribe, convert wire messages, publish, the lease);
+everything that decides lives here, pure: the node set and the allocation ledger (ledger.py), the
+profile built from configuration, gangs, the request mix the fragmentation scores assume (learned
+from the pods seen), the nodes the binder refused a pod on, and the scheduling session every
+decision goes through (session.py). A pod's path:
+
+    submit(uid, attempt, request, payload)        once, from the pending stream
+      -> ledger QUEUED -> Session.run([pod] or [gang])  (allocate, then preempt when it fits nowhere)
+      -> Decided (the ledger reserved it; victims are marked evicting)  |  Parked (why, explained)
+    retry(limit)                                  parked pods again after capacity was freed
+
+Both return outcomes for the caller to publish; the ledger has already changed, and `undo(uid)`
+puts a decision back when publishing it failed or an asynchronous permit (quota over NATS) denied
+it, so a refused pod leaves nothing reserved.
+
+Leader and standbys build the same view from the same events; only the leader calls `submit` and
+`retry`. The cluster is rebuilt lazily after node-set changes (`ensure_cluster`), between cycles,
+never inside one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpuaware.placement.explain import PodExplanation, explain, node_class_names
+from gpuaware.placement.extensions import DefaultPreemption
+from gpuaware.placement.frag import TypicalPods
+from gpuaware.placement.framework import Code
+from gpuaware.placement.gang import GangTable
+from gpuaware.placement.ledger import HOLDING, Ledger, Phase, PodEntry
+from gpuaware.placement.model import GpuModel, NodeSpec, PodRequest
+from gpuaware.placement.preempt import Victim
+from gpuaware.placement.registry import build_scheduler
+from gpuaware.placement.session import Placed, Profile, Session, Waiting
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Decided", "Parked", "Planner", "PlannerConfig", "decision_id"]
+
+GANG_INCOMPLETE = "gang_incomplete"
+INSUFFICIENT_GPU = "insufficient_gpu"
+NO_MATCHING_GPU_TYPE = "no_matching_gpu_type"
+REFUSED_BY_BINDER = "refused_by_binder"
+QUOTA_EXCEEDED = "quota_exceeded"
+
+
+def decision_id(uid: str, attempt: int) -> str:
+    """Deterministic: a redelivered pending pod yields the same id, so JetStream stores it once."""
+    return f"{uid}/{attempt}"
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """`entry` is reserved on `node`/`gpus` (GPU slots); `victims` are evicted for it."""
+
+    entry: PodEntry
+    decision_id: str
+    node: str
+    gpus: tuple[int, ...]
+    score: float
+    """the weighted score mapped onto 0..100"""
+    gpu_mem: int = 0
+    """GPU memory the pod holds on each GPU, MiB"""
+    victims: tuple[PodEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """`entry` waits: `reason` is a code (`UnschedulableReason` values), `message` says more."""
+
+    entry: PodEntry
+    reason: str
+    message: str
+    explanation: PodExplanation | None = None
+    unresolvable: bool = False
+    retry_after_s: float | None = None
+
+
+Outcome = Decided | Parked
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerConfig:
+    policy_name: str
+    policy_config: Mapping[str, Any]
+    typical: TypicalPods | None = None
+    """the request mix the fragmentation scores assume; None: `prior`, then learned"""
+    prior: Mapping[tuple[int, int, int, str], float] = field(default_factory=dict)
+    learn_typical: bool = True
+    typical_min_pods: int = 200
+    typical_window: int = 5000
+    typical_drift: float = 0.15
+    seed: int = 0
+    max_tombstones: int = 200_000
+    preemption: bool = True
+    preemption_cooldown_s: float = 30.0
+    max_victims: int = 16
+    max_refused_nodes: int = 4
+
+
+@dataclass(slots=True)
+class Counters:
+    pending_seen: int = 0
+    duplicates: int = 0
+    decided: int = 0
+    unschedulable: int = 0
+    unresolvable: int = 0
+    rejected: int = 0
+    retried_decided: int = 0
+    gangs_placed: int = 0
+    cluster_rebuilds: int = 0
+    scheduler_rebuilds: int = 0
+    other_cluster: int = 0
+    preemptions_planned: int = 0
+    victims_planned: int = 0
+
+
+class Planner:
+    """The decisions of one placement instance (see the module docstring)."""
+
+    def __init__(self, config: PlannerConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.ledger = Ledger(max_tombstones=config.max_tombstones)
+        self.gangs = GangTable()
+        self.counters = Counters()
+        self.specs: dict[str, NodeSpec] = {}
+        self.models: dict[str, GpuModel] = {}
+        self.typical = config.typical or TypicalPods.from_counts(dict(config.prior))
+        self.profile: Profile | None = None
+        self.preemption = DefaultPreemption(config.max_victims, config.preemption_cooldown_s, clock=clock)
+        self.refused: dict[str, set[str]] = {}
+        """pod uid -> nodes the binder refused it on (transiently): not chosen again for it"""
+        self._dirty = False
+        self._classes: list[str] = []
+        self._shapes: deque[tuple[int, int, int, str]] = deque(maxlen=max(1, config.typical_window))
+        self._since_learn = 0
+        self._learned = False
+
+    # -- the node set ---------------------------------------------------------------------------------
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.specs)
+
+    def set_node(self, spec: NodeSpec, model: GpuModel | None) -> bool:
+        """A node as inventoried (and its GPU model as reported). True when something changed."""
+        if model is not None and self.models.get(model.name) != model:
+            if model.name in self.models:
+                self._dirty = True
+            self.models[model.name] = model
+        if self.specs.get(spec.name) == spec:
+            return False
+        self.specs[spec.name] = spec
+        self._dirty = True
+        return True
+
+    def invalidate(self) -> None:
+        """Something about the nodes changed that `set_node` does not see: rebuild before the next cycle."""
+        self._dirty = True
+
+    def ensure_cluster(self) -> bool:
+        """Rebuild the cluster after node-set changes (between cycles). True when there is one."""
+        if self._dirty:
+            self._dirty = False
+            specs = [self.specs[n] for n in sorted(self.specs)]
+            unplaced = self.ledger.set_nodes(specs, dict(self.models))
+            self.counters.cluster_rebuilds += 1
+            if unplaced:
+                log.warning("cluster view rebuilt (%d nodes): %d pods hold GPUs on nodes not in the view",
+                            len(specs), len(unplaced))
+            else:
+                log.info("cluster view rebuilt: %d nodes", len(specs))
+            cluster = self.ledger.cluster
+            self._classes = node_class_names(cluster.snapshot()) if cluster is not None else []
+            self._build_profile()
+            for e in self.ledger.waiting([Phase.UNRESOLVABLE]):
+                self.ledger.set_phase(e, Phase.PARKED)  # a new node set may hold them: the next pass sees
+        return self.ledger.cluster is not None
+
+    def _build_profile(self) -> None:
+        n = len(self.specs)
+        rank = np.random.default_rng(self.config.seed).permutation(n) if n else None
+        sched = build_scheduler(self.config.policy_config, typical=self.typical, seed=self.config.seed,
+                                tie_rank=rank, name=self.config.policy_name)
+        post = (self.preemption,) if self.config.preemption else ()
+        self.profile = Profile.of(sched, post_filters=post)
+        self.counters.scheduler_rebuilds += 1
+
+    def session(self) -> Session:
+        """A scheduling session on the current view (the caller made sure the cluster exists)."""
+        assert self.ledger.cluster is not None and self.profile is not None
+        return Session(self.ledger.cluster, self.profile, running=self._running, exclude=self._excluded)
+
+    # -- deciding ----------------------------------------------------------------------------------------
+
+    def is_duplicate(self, uid: str, attempt: int) -> bool:
+        """A pending pod already seen for this attempt (or an attempt that is over)."""
+        entry = self.ledger.pods.get(uid)
+        return self.ledger.is_stale(uid, attempt) or (
+            entry is not None and entry.attempt == attempt and entry.phase != Phase.QUEUED)
+
+    def reject(self, uid: str, attempt: int) -> None:
+        """An invalid request: nothing will ever place this attempt."""
+        self.counters.rejected += 1
+        self.ledger.release(uid, attempt)
+
+    def submit(self, uid: str, attempt: int, request: PodRequest, payload: Any = None) -> list[Outcome]:
+        """A pending pod from the durable stream: decide it (or its gang, once complete) now.
+        Raises RuntimeError when the cluster view is empty (nothing could be decided: retry later)."""
+        if not self.ensure_cluster():
+            raise RuntimeError("no nodes in the cluster view yet")
+        self._observe(request)
+        entry = self.ledger.pods.get(uid)
+        if entry is None or entry.attempt != attempt:
+            self.ledger.queue(uid, attempt, request, self.clock(), payload=payload)
+        entry = self.ledger.pods[uid]
+        if request.gang_id and request.gang_min_members > 1:
+            gang = self.gangs.add(request)
+            if not gang.placed:
+                if not gang.ready:
+                    msg = f"gang {gang.gang_id}: {len(gang.members)}/{gang.min_members} members present"
+                    self.ledger.wait(uid, attempt, Phase.HELD, GANG_INCOMPLETE, now=self.clock())
+                    self.counters.unschedulable += 1
+                    return [Parked(entry, GANG_INCOMPLETE, msg)]
+                return self._place_gang(gang.gang_id, arriving=uid)
+        return self._decide([entry], publish={uid})[0]
+
+    def retry(self, limit: int = 256) -> tuple[list[Outcome], bool]:
+        """Try parked pods again (capacity was freed), highest priority first, in one session.
+        Returns (outcomes, more): `more` when the pass stopped at `limit` pods with pods left."""
+        if not self.ensure_cluster():
+            return [], False
+        singles: list[PodEntry] = []
+        gangs: list[str] = []
+        for entry in self.ledger.waiting([Phase.PARKED, Phase.QUEUED]):
+            req = entry.request
+            if req is None:
+                continue
+            if req.gang_id and req.gang_min_members > 1:
+                gang = self.gangs.gangs.get(req.gang_id)
+                if gang is not None and not gang.placed:
+                    if req.gang_id not in gangs:
+                        gangs.append(req.gang_id)
+                    continue
+            singles.append(entry)
+        out: list[Outcome] = []
+        for gang_id in gangs:
+            out += self._place_gang(gang_id)
+        left = max(0, limit - sum(isinstance(o, Decided) for o in out))
+        got, tried = self._decide(singles, publish=set(), limit=left)
+        self.counters.retried_decided += sum(isinstance(o, Decided) for o in got)
+        return out + got, tried < len(singles)
+
+    def undo(self, uid: str) -> None:
+        """A decision was not stored, or an asynchronous permit denied it: forget it (the pod is
+        decided again from the pending stream or the next retry pass)."""
+        self.ledger.undo(uid)
+
+    def deny(self, uid: str, reason: str, retry_after_s: float | None = None) -> Parked | None:
+        """An asynchronous Permit (quota) denied a decision: undo it and park the pod."""
+        entry = self.ledger.pods.get(uid)
+        if entry is None:
+            return None
+        self.ledger.undo(uid)
+        self.ledger.wait(uid, entry.attempt, Phase.PARKED, QUOTA_EXCEEDED, now=self.clock())
+        return Parked(entry, QUOTA_EXCEEDED, reason or "refused by quota", retry_after_s=retry_after_s)
+
+    def _decide(self, entries: Sequence[PodEntry], publish: set[str],
+                limit: int | None = None) -> tuple[list[Outcome], int]:
+        """One session over `entries`; (outcomes, how many pods it got to before `limit` decisions)."""
+        results = self.session().run([e.request for e in entries if e.request is not None], limit=limit)
+        by_uid = {e.uid: e for e in entries}
+        out: list[Outcome] = []
+        for r in results:
+            entry = by_uid[r.pod.name]
+            if isinstance(r, Placed):
+                out.append(self._commit(entry, r))
+            else:
+                out += self._wait(entry, r, publish=entry.uid in publish)
+        return out, len(results)
+
+    def _place_gang(self, gang_id: str, arriving: str | None = None) -> list[Outcome]:
+        gang = self.gangs.gangs[gang_id]
+        entries = [e for uid in gang.members if (e := self.ledger.pods.get(uid)) is not None
+                   and e.phase not in HOLDING and e.request is not None]
+        if len(entries) < gang.min_members:
+            return []
+        results = self.session().run([[e.request for e in entries]])  # type: ignore[misc]
+        by_uid = {e.uid: e for e in entries}
+        if all(isinstance(r, Placed) for r in results):
+            gang.placed = True
+            self.counters.gangs_placed += 1
+            return [self._commit(by_uid[r.pod.name], r) for r in results]  # type: ignore[arg-type]
+        out: list[Outcome] = []
+        for r in results:
+            assert isinstance(r, Waiting)
+            out += self._wait(by_uid[r.pod.name], r, publish=r.pod.name == arriving)
+        return out
+
+    def _commit(self, entry: PodEntry, placed: Placed) -> Decided:
+        """The session reserved the pod (and evicted its victims): record both in the ledger."""
+        assert entry.request is not None and self.ledger.cluster is not None and self.profile is not None
+        did = decision_id(entry.uid, entry.attempt)
+        d = placed.decision
+        victims = tuple(self.ledger.pods[v.uid] for v in placed.victims if v.uid in self.ledger.pods)
+        if victims:
+            self.ledger.evict_for(did, [v.uid for v in victims])
+            self.counters.preemptions_planned += 1
+            self.counters.victims_planned += len(victims)
+        alloc = self.ledger.cluster.allocations[entry.uid]
+        self.ledger.decide(entry.uid, entry.attempt, did, d.node_name, d.gpus, entry.request, self.clock(),
+                           gpu_mem=alloc.gpu_mem)
+        self.counters.decided += 1
+        return Decided(entry, did, d.node_name, d.gpus, round(self.profile.scheduler.normalized(d.score), 3),
+                       alloc.gpu_mem, victims)
+
+    def _wait(self, entry: PodEntry, waiting: Waiting, *, publish: bool) -> list[Outcome]:
+        assert entry.request is not None
+        status = waiting.status
+        if status.code == Code.ERROR:
+            raise RuntimeError(f"placement plugin {status.plugin} failed: {status.reason}")
+        unresolvable = status.code == Code.UNRESOLVABLE
+        override = None
+        if status.plugin == "exclude":
+            override = REFUSED_BY_BINDER
+        elif status.plugin == "gang":
+            override = INSUFFICIENT_GPU
+        if not publish and override is None and entry.phase in (Phase.PARKED, Phase.UNRESOLVABLE) \
+                and (entry.phase == Phase.UNRESOLVABLE) == unresolvable:
+            return []  # a retry that changed nothing: no explanation computed, nothing published
+        why = self.explain_request(entry.request)
+        reason = override or why.reason or (NO_MATCHING_GPU_TYPE if unresolvable else INSUFFICIENT_GPU)
+        changed = entry.reason != reason
+        self.ledger.wait(entry.uid, entry.attempt, Phase.UNRESOLVABLE if unresolvable else Phase.PARKED, reason,
+                         now=self.clock())
+        if not (publish or changed):
+            return []
+        if unresolvable:
+            self.counters.unresolvable += 1
+        else:
+            self.counters.unschedulable += 1
+        return [Parked(entry, reason, why.summary, why, unresolvable=unresolvable)]
+
+    # -- what a session needs from the view ---------------------------------------------------------
+
+    def _running(self) -> list[Victim]:
+        """Bound pods a PostFilter may evict (the plugin keeps those of lower priority)."""
+        allocations = self.ledger.cluster.allocations if self.ledger.cluster is not None else {}
+        now = self.clock()
+        out = []
+        for e in self.ledger:
+            if e.phase != Phase.BOUND or e.evicting or e.request is None:
+                continue
+            a = allocations.get(e.uid)
+            if a is None:
+                continue
+            out.append(Victim(e.uid, a.node, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, e.request.priority,
+                              e.request.checkpointable, max(1.0, now - e.since), bool(e.request.gang_id),
+                              gpu_mem=a.gpu_mem))
+        return out
+
+    def refuse(self, uid: str, node: str) -> None:
+        """The binder refused `uid` on `node` (transiently): keep its next attempts off it."""
+        nodes = self.refused.setdefault(uid, set())
+        if len(nodes) < self.config.max_refused_nodes:
+            nodes.add(node)
+
+    def _excluded(self, pod: PodRequest) -> np.ndarray | None:
+        nodes = self.refused.get(pod.name)
+        if not nodes or self.ledger.cluster is None:
+            return None
+        mask = np.zeros(self.ledger.cluster.num_nodes, bool)
+        for node in nodes:
+            i = self.ledger.node_index(node)
+            if i is not None:
+                mask[i] = True
+        return mask
+
+    def forget(self, uid: str) -> None:
+        """The pod left: drop what was kept about it outside the ledger."""
+        self.refused.pop(uid, None)
+        self.preemption.forget(uid)
+        entry = self.ledger.pods.get(uid)
+        if entry is not None and entry.request is not None and entry.request.gang_id:
+            self.gangs.remove_member(uid, entry.request.gang_id)
+
+    # -- the request mix --------------------------------------------------------------------------------
+
+    def _observe(self, req: PodRequest) -> None:
+        cfg = self.config
+        if not cfg.learn_typical or cfg.typical is not None:
+            return
+        self._shapes.append(req.spec_key)
+        self._since_learn += 1
+        if self._since_learn < (cfg.typical_window if self._learned else cfg.typical_min_pods):
+            return
+        self._since_learn = 0
+        self._learned = True
+        learned = TypicalPods.from_counts(dict(Counter(self._shapes)))
+        if self._drift(learned) > cfg.typical_drift:
+            log.info("request mix moved: %d typical shapes now (scores rebuilt)", len(learned.keys))
+            self.typical = learned
+            if self.specs and self.ledger.cluster is not None:
+                self._build_profile()
+
+    def _drift(self, new: TypicalPods) -> float:
+        a = dict(zip(self.typical.keys, self.typical.p, strict=True))
+        b = dict(zip(new.keys, new.p, strict=True))
+        return float(sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in a.keys() | b.keys()))
+
+    # -- explaining -------------------------------------------------------------------------------------
+
+    def explain_request(self, req: PodRequest, max_classes: int = 50) -> PodExplanation:
+        if not self.ensure_cluster():
+            raise RuntimeError("no nodes in the cluster view yet")
+        assert self.ledger.cluster is not None and self.profile is not None
+        sched = self.profile.scheduler
+        snap = self.ledger.cluster.snapshot()
+
+        def scores(pod: PodRequest, s: Any) -> tuple[np.ndarray, np.ndarray]:
+            nodes, totals = sched.scores(pod, s)
+            return nodes, totals / sched.total_weight
+
+        return explain(req, snap, sched.inner, scores=scores, classes=self._classes, max_classes=max_classes)
+
+    def summary(self) -> dict[str, Any]:
+        phases = Counter(e.phase.value for e in self.ledger)
+        c = self.ledger.cluster
+        return {"nodes": self.num_nodes, "pods": dict(phases),
+                "gpu_milli_used": int(c.used_gpu_milli) if c else 0,
+                "gpu_milli_total": int(c.total_gpu_milli) if c else 0,
+                "counters": asdict(self.counters), "ledger": asdict(self.ledger.stats),
+                "cache": asdict(self.profile.scheduler.stats) if self.profile else {}}

@@ -1,0 +1,337 @@
+"""One scheduling session per cycle: every caller that decides goes through it.
+
+Volcano's model on our cluster: a session opens on a cluster (its snapshot), runs the configured
+actions in order over the pods it is given, stages each change in a *statement* that is committed or
+discarded as a whole, and closes. The placement service, the evaluator (`gpuaware eval placement`),
+the online and Gavel simulators, the digital twin's baseline (the service again, under the
+KubeDefault profile) and every `make bench-*` decide through this module, so a figure in
+bench/results is a decision the service would make.
+
+    Session(cluster, profile)              profile: scheduler + plugins per extension point
+      .run([pod | gang, ...])              actions in order, e.g. ("allocate", "preempt")
+         allocate  pre-filter -> filter -> score -> select GPUs -> reserve -> permit   (per pod)
+                   a gang: every member staged in one statement, all or none
+         preempt   pods still unschedulable: PostFilter plugins plan evictions; the plan's
+                   victims are evicted and the pod reserved in one statement, then permitted
+      .allocate(pod) / .allocate_gang(members) / .preempt(pod)    one action on one unit
+
+Statements: `Statement.reserve` / `evict` change the cluster at once (a later pod of the same session
+sees them, so two pods never count the same free GPU) and remember how to undo; `discard` undoes in
+reverse order (Reserve plugins' `unreserve` included), `commit` forgets the undo log. A pod that a
+Permit plugin denies, or a gang with one member that fits nowhere, leaves nothing reserved.
+
+The snapshot's arrays are read-only views of the live cluster, so within a session each pod sees
+what the pods before it took; the cluster is never changed behind the session's back (callers apply
+world events between sessions).
+
+Backfill (placing short jobs in the holes a blocked large job leaves) needs runtime predictions:
+it will be an action here once the forecasting service predicts durations; it is not one yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpuaware.placement.cache import CachedScheduler, shape_of
+from gpuaware.placement.cluster import Allocation, Cluster, ReserveError, Snapshot
+from gpuaware.placement.extensions import (
+    PermitPlugin,
+    PostFilterPlugin,
+    PreFilterPlugin,
+    ReservePlugin,
+)
+from gpuaware.placement.framework import Code, CycleState, Decision, Scheduler, Status
+from gpuaware.placement.model import PodRequest
+from gpuaware.placement.preempt import PreemptionPlan, Victim
+
+__all__ = ["ACTIONS", "Placed", "Profile", "Result", "Session", "Statement", "Waiting"]
+
+ACTIONS = ("allocate", "preempt")
+"""The actions a session knows, in their default order."""
+
+
+# -- statements -----------------------------------------------------------------------------------
+
+
+class Statement:
+    """Changes staged on a cluster: applied at once, undone together by `discard`, kept by `commit`."""
+
+    __slots__ = ("_undo", "cluster")
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._undo: list[Callable[[], None]] = []
+
+    def reserve(self, pod: PodRequest, node: int, gpus: Sequence[int], gpu_mem: int | None = None) -> Allocation:
+        """`Cluster.reserve`, undone by `discard` (a placement the pod already held is left alone)."""
+        held = pod.name in self.cluster.allocations
+        alloc = self.cluster.reserve(pod, node, gpus, gpu_mem)
+        if not held:
+            self._undo.append(lambda: self.cluster.unreserve(alloc.pod))
+        return alloc
+
+    def evict(self, pod_name: str) -> Allocation | None:
+        """Release what `pod_name` holds; `discard` gives it back exactly."""
+        alloc = self.cluster.unreserve(pod_name)
+        if alloc is not None:
+            self._undo.append(lambda: self.cluster.restore(alloc))
+        return alloc
+
+    def on_discard(self, undo: Callable[[], None]) -> None:
+        """Run `undo` if the statement is discarded (Reserve plugins' Unreserve)."""
+        self._undo.append(undo)
+
+    def commit(self) -> None:
+        self._undo.clear()
+
+    def discard(self, to: int = 0) -> None:
+        """Undo in reverse order everything staged since `to` (a `len(statement)` taken earlier)."""
+        while len(self._undo) > to:
+            self._undo.pop()()
+
+    def __len__(self) -> int:
+        return len(self._undo)
+
+
+# -- what a session needs and what it returns -----------------------------------------------------
+
+
+@dataclass(slots=True)
+class Profile:
+    """One scheduling profile: the filter/score/select scheduler and the plugins of the other points.
+
+    The scheduler is always wrapped in `CachedScheduler` (decisions identical to the bare one, tested
+    pod by pod), so every caller pays the same per-decision cost as the service."""
+
+    scheduler: CachedScheduler
+    pre_filters: tuple[PreFilterPlugin, ...] = ()
+    permits: tuple[PermitPlugin, ...] = ()
+    reservers: tuple[ReservePlugin, ...] = ()
+    post_filters: tuple[PostFilterPlugin, ...] = ()
+
+    @classmethod
+    def of(cls, scheduler: Scheduler | CachedScheduler, **plugins: Any) -> Profile:
+        cached = scheduler if isinstance(scheduler, CachedScheduler) else CachedScheduler(scheduler)
+        return cls(cached, **{k: tuple(v) for k, v in plugins.items()})
+
+    @property
+    def name(self) -> str:
+        return self.scheduler.name
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A pod reserved on `decision`'s node and GPUs; `victims` were evicted for it (a preemption plan
+    or a permit's reclaim), `plan` is the preemption plan when there was one."""
+
+    pod: PodRequest
+    decision: Decision
+    victims: tuple[Victim, ...] = ()
+    plan: PreemptionPlan | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A pod left unplaced this cycle, and why (`status.code`: UNSCHEDULABLE waits for capacity,
+    UNRESOLVABLE can never fit, DENIED waits for a permit, ERROR is a plugin fault)."""
+
+    pod: PodRequest
+    status: Status
+    retry_after_s: float | None = None
+
+
+Result = Placed | Waiting
+Unit = PodRequest | Sequence[PodRequest]
+"""A pod, or the members of a gang (placed all or none)."""
+
+
+@dataclass(slots=True)
+class SessionStats:
+    placed: int = 0
+    waiting: int = 0
+    preempted: int = 0
+    denied: int = 0
+    shapes_skipped: int = 0
+    """pods not tried because a pod of the same shape found no node earlier in the session"""
+
+
+# -- the session ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Session:
+    """One cycle over `cluster` with `profile`.
+
+    `running()` lists the pods a PostFilter may evict (None: nothing may be); `exclude(pod)` is a bool
+    mask of nodes kept out of this pod's choices for reasons outside the engine (the binder refused
+    it there), or None."""
+
+    cluster: Cluster
+    profile: Profile
+    actions: Sequence[str] = ACTIONS
+    running: Callable[[], Iterable[Victim]] | None = None
+    exclude: Callable[[PodRequest], np.ndarray | None] | None = None
+    stats: SessionStats = field(default_factory=SessionStats)
+    _evicted: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        unknown = [a for a in self.actions if a not in ACTIONS]
+        if unknown:
+            raise ValueError(f"unknown session action(s) {unknown}; known: {', '.join(ACTIONS)}")
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The cycle's view: read-only views of the live arrays (a staged change shows at once)."""
+        return self.cluster.snapshot()
+
+    # -- the actions ----------------------------------------------------------------------------------
+
+    def run(self, units: Iterable[Unit], limit: int | None = None) -> list[Result]:
+        """Every action in order over `units` (pods, or gangs as sequences of members). Results come in
+        the order of the units, a gang's members in their order; a pod placed by a later action
+        replaces its earlier Waiting result. With `limit`, allocation stops after that many pods were
+        placed: the units after it get no result (not tried) and no later action sees them."""
+        units = list(units)
+        results: list[list[Result]] = [[] for _ in units]
+        failed: dict[tuple[Any, ...], Status] = {}
+        for action in self.actions:
+            placed = 0
+            for i, unit in enumerate(units):
+                if action == "allocate":
+                    if limit is not None and placed >= limit:
+                        break
+                    results[i] = self._allocate_unit(unit, failed)
+                    placed += sum(isinstance(r, Placed) for r in results[i])
+                elif action == "preempt" and isinstance(unit, PodRequest):
+                    got = results[i][0] if results[i] else None
+                    if isinstance(got, Waiting) and got.status.code == Code.UNSCHEDULABLE:
+                        placed = self.preempt(unit)
+                        if placed is not None:
+                            results[i] = [placed]
+        out = [r for rs in results for r in rs]
+        for r in out:
+            if isinstance(r, Placed):
+                self.stats.placed += 1
+            else:
+                self.stats.waiting += 1
+        return out
+
+    def _allocate_unit(self, unit: Unit, failed: dict[tuple[Any, ...], Status]) -> list[Result]:
+        if not isinstance(unit, PodRequest):
+            return self.allocate_gang(unit)
+        # reservations only take capacity away, so a shape that found no node (without a per-pod
+        # exclusion) finds none later in the same allocate pass either
+        key = shape_of(unit)
+        if key in failed:
+            self.stats.shapes_skipped += 1
+            return [Waiting(unit, failed[key])]
+        result = self.allocate(unit)
+        if (isinstance(result, Waiting) and result.status.code in (Code.UNSCHEDULABLE, Code.UNRESOLVABLE)
+                and result.status.plugin not in ("exclude", "reserve") and self._exclude(unit) is None):
+            failed[key] = result.status
+        return [result]
+
+    def schedule(self, pod: PodRequest, cycle: CycleState | None = None) -> Decision | Status:
+        """PreFilter, Filter, Score and GPU selection: the staged choice, nothing reserved."""
+        cycle = CycleState() if cycle is None else cycle
+        snap = self.cluster.snapshot()
+        for plugin in self.profile.pre_filters:
+            status = plugin.pre_filter(cycle, pod, snap)
+            if status is not None:
+                return status if status.plugin else Status(status.code, status.reason, plugin.name)
+        return self.profile.scheduler.schedule(pod, snap, self._exclude(pod))
+
+    def allocate(self, pod: PodRequest, statement: Statement | None = None) -> Result:
+        """Schedule one pod and stage it (committed unless a `statement` of the caller holds it)."""
+        cycle = CycleState()
+        result = self.schedule(pod, cycle)
+        if isinstance(result, Status):
+            return Waiting(pod, result)
+        return self._stage(cycle, pod, result, statement)
+
+    def allocate_gang(self, members: Sequence[PodRequest]) -> list[Result]:
+        """Every member or none: the largest GPU request first (the hard ones choose first), each
+        staged before the next is scheduled; one member without a place discards them all."""
+        order = sorted(members, key=lambda p: (-p.total_gpu_milli, -p.cpu_milli, p.name))
+        stmt = Statement(self.cluster)
+        placed: list[Result] = []
+        for pod in order:
+            got = self.allocate(pod, stmt)
+            if isinstance(got, Waiting):
+                stmt.discard()
+                why = f"gang member {pod.name}: {got.status.reason}"
+                return [got if m is pod else Waiting(m, Status(got.status.code, why, "gang"), got.retry_after_s)
+                        for m in members]
+            placed.append(got)
+        stmt.commit()
+        by_name = {r.pod.name: r for r in placed}
+        return [by_name[m.name] for m in members]
+
+    def preempt(self, pod: PodRequest, statement: Statement | None = None) -> Placed | None:
+        """PostFilter: the first plan a plugin finds, staged with its evictions; None when none."""
+        if self.running is None or not self.profile.post_filters:
+            return None
+        cycle = CycleState()
+        snap = self.cluster.snapshot()
+        running = [v for v in self.running() if v.uid not in self._evicted]
+        for plugin in self.profile.post_filters:
+            plan = plugin.post_filter(cycle, pod, snap, self.profile.scheduler.inner, running, self._exclude(pod))
+            if plan is None:
+                continue
+            decision = Decision(pod.name, plan.node, plan.node_name, plan.gpus, 0.0, plan.candidates)
+            got = self._stage(cycle, pod, decision, statement, plan)
+            if isinstance(got, Placed):
+                self.stats.preempted += 1
+                return got
+        return None
+
+    # -- staging ----------------------------------------------------------------------------------------
+
+    def _exclude(self, pod: PodRequest) -> np.ndarray | None:
+        if self.exclude is None:
+            return None
+        mask = self.exclude(pod)
+        return mask if mask is not None and mask.any() else None
+
+    def _stage(self, cycle: CycleState, pod: PodRequest, decision: Decision, statement: Statement | None,
+               plan: PreemptionPlan | None = None) -> Result:
+        stmt = Statement(self.cluster) if statement is None else statement
+        mark = len(stmt)
+        victims: list[Victim] = list(plan.victims) if plan is not None else []
+        try:
+            for v in victims:
+                stmt.evict(v.uid)
+            stmt.reserve(pod, decision.node, decision.gpus)
+        except ReserveError as exc:
+            stmt.discard(mark)
+            return Waiting(pod, Status(Code.UNSCHEDULABLE, str(exc), "reserve"))
+        for plugin in self.profile.reservers:
+            status = plugin.reserve(cycle, pod, decision)
+            if status is not None:
+                stmt.discard(mark)
+                return Waiting(pod, status if status.plugin else Status(status.code, status.reason, plugin.name))
+            stmt.on_discard(lambda p=plugin: p.unreserve(cycle, pod, decision))
+        reclaim: list[str] = []
+        snap = self.cluster.snapshot()
+        for permit in self.profile.permits:
+            verdict = permit.permit(cycle, pod, decision, snap)
+            if not verdict.allowed:
+                stmt.discard(mark)
+                self.stats.denied += 1
+                return Waiting(pod, Status(Code.DENIED, verdict.reason or "denied", permit.name),
+                               verdict.retry_after_s)
+            reclaim += verdict.reclaim
+        if reclaim:
+            known = {v.uid: v for v in (self.running() if self.running is not None else ())}
+            for uid in reclaim:
+                if uid in known and uid not in {v.uid for v in victims}:
+                    stmt.evict(uid)
+                    victims.append(known[uid])
+        if statement is None:
+            stmt.commit()
+        self._evicted.update(v.uid for v in victims)
+        return Placed(pod, decision, tuple(victims), plan)
