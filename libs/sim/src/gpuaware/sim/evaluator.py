@@ -95,11 +95,13 @@ def run_one(
     max_pods: int | None = None,
     prepare: Callable[[Cluster], None] | None = None,
     measure: Callable[[Cluster], dict[str, float]] | None = None,
+    tie_rank: np.ndarray | None = None,
 ) -> RunResult:
     """Evaluate one policy on one seed. `typical` defaults to the trace's own typical pods.
 
     `prepare` may change the empty cluster first (GPU health, telemetry signals: what-if scenarios);
-    `measure` reads the final cluster into `RunResult.extra`."""
+    `measure` reads the final cluster into `RunResult.extra`. `tie_rank` replaces the seed's node
+    tie-break order (the placement service's own order, to compare the two decision by decision)."""
     started = time.perf_counter()
     typical = TypicalPods.from_requests(requests) if typical is None else typical
     cluster = Cluster(nodes)
@@ -108,7 +110,7 @@ def run_one(
     total_gpus = int(cluster.gpu_count.sum())
     wl = build_workload(requests, cluster.num_nodes, cluster.total_gpu_milli, inflation, seed)
     pods = wl.pods if max_pods is None else wl.pods[:max_pods]
-    sched = policy(policy_name, typical=typical, seed=seed, tie_rank=wl.tie_rank)
+    sched = policy(policy_name, typical=typical, seed=seed, tie_rank=wl.tie_rank if tie_rank is None else tie_rank)
     profile = Profile.of(sched)
     metric = FragState.build(FragModel(typical, cluster.models), cluster.snapshot())
     p_sum = float(metric.model.p.sum())
