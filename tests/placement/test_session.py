@@ -1,0 +1,218 @@
+"""The scheduling session: statements commit or discard as a whole, the extension points run in
+kube-scheduler's order, and GPU memory is part of what fits."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from placement_helpers import node, share, whole
+
+from gpuaware.placement import Cluster, Code, CycleState, Decision, PodRequest, Snapshot, Status, policy
+from gpuaware.placement.extensions import DefaultPreemption, PermitVerdict
+from gpuaware.placement.preempt import Victim
+from gpuaware.placement.session import Placed, Profile, Session, Statement, Waiting
+
+
+def _state(c: Cluster) -> tuple:
+    return (c.cpu_free.copy(), c.mem_free.copy(), c.gpu_free.copy(), c.gpu_mem_free.copy(),
+            c.tag_counts.copy(), dict(c.allocations), c.used_gpu_milli)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return all((x == y).all() if isinstance(x, np.ndarray) else x == y for x, y in zip(a, b, strict=True))
+
+
+def _session(c: Cluster, name: str = "BestFit", **kw) -> Session:
+    plugins = {k: kw.pop(k) for k in ("pre_filters", "permits", "reservers", "post_filters") if k in kw}
+    return Session(c, Profile.of(policy(name), **plugins), **kw)
+
+
+# -- statements -------------------------------------------------------------------------------------
+
+
+def test_a_discarded_statement_leaves_the_cluster_exactly_as_it_was() -> None:
+    c = Cluster([node("a", 2), node("b", 2)])
+    held = c.reserve(share("held", 300), 0, (0,))
+    before = _state(c)
+    stmt = Statement(c)
+    stmt.reserve(whole("w", 1), 1, (1,))
+    stmt.evict("held")  # released, to be restored exactly
+    stmt.reserve(share("s", 900), 0, (0,))  # takes what `held` gave back
+    assert c.allocations["s"].gpus == (0,) and "held" not in c.allocations
+    stmt.discard()
+    assert _same(_state(c), before) and c.allocations["held"] == held
+    c.check()
+
+
+def test_committing_keeps_and_discarding_after_a_commit_changes_nothing() -> None:
+    c = Cluster([node("a", 2)])
+    stmt = Statement(c)
+    stmt.reserve(whole("w", 2), 0, (0, 1))
+    stmt.commit()
+    stmt.discard()
+    assert c.used_gpu_milli == 2000 and len(stmt) == 0
+
+
+# -- the extension points -----------------------------------------------------------------------------
+
+
+class DenyBig:
+    """Permit: refuse pods asking more than one GPU (a quota stand-in)."""
+
+    name: ClassVar[str] = "deny-big"
+
+    def permit(self, cycle: CycleState, pod: PodRequest, decision: Decision, snap: Snapshot) -> PermitVerdict:
+        if pod.num_gpu > 1:
+            return PermitVerdict(False, "over quota", retry_after_s=5.0)
+        return PermitVerdict(True)
+
+
+class Tally:
+    """Reserve: count GPUs reserved per pod; refuse the pod named 'refused'."""
+
+    name: ClassVar[str] = "tally"
+
+    def __init__(self) -> None:
+        self.held: dict[str, int] = {}
+
+    def reserve(self, cycle: CycleState, pod: PodRequest, decision: Decision) -> Status | None:
+        if pod.name == "refused":
+            return Status(Code.UNSCHEDULABLE, "tally refuses it")
+        self.held[pod.name] = pod.num_gpu
+        return None
+
+    def unreserve(self, cycle: CycleState, pod: PodRequest, decision: Decision) -> None:
+        self.held.pop(pod.name, None)
+
+
+class OnlyQueue:
+    """PreFilter: only pods of queue 'ok' go on."""
+
+    name: ClassVar[str] = "only-queue"
+
+    def pre_filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> Status | None:
+        return None if pod.queue == "ok" else Status(Code.UNSCHEDULABLE, f"queue {pod.queue!r} is closed")
+
+
+def test_a_denied_permit_leaves_nothing_reserved_and_says_why() -> None:
+    c = Cluster([node("a", 4)])
+    tally = Tally()
+    s = _session(c, permits=[DenyBig()], reservers=[tally])
+    got = s.run([whole("small", 1), whole("big", 2)])
+    assert isinstance(got[0], Placed) and isinstance(got[1], Waiting)
+    assert got[1].status == Status(Code.DENIED, "over quota", "deny-big") and got[1].retry_after_s == 5.0
+    # the big pod was reserved (and tallied) before the permit ran; both were undone
+    assert set(c.allocations) == {"small"} and tally.held == {"small": 1} and c.used_gpu_milli == 1000
+    c.check()
+
+
+def test_a_reserve_plugin_refusal_and_a_failing_gang_member_undo_every_reservation() -> None:
+    c = Cluster([node("a", 2), node("b", 2)])
+    tally = Tally()
+    s = _session(c, reservers=[tally])
+    refused = s.run([whole("refused", 1)])
+    assert isinstance(refused[0], Waiting) and refused[0].status.plugin == "tally" and not c.allocations
+    # three 2-GPU members on 4 GPUs: the first two stage, the third finds nothing; all are undone
+    gang = [PodRequest(f"m{i}", 1000, 0, 2, 1000, gang_id="g", gang_min_members=3) for i in range(3)]
+    out = s.run([gang])
+    assert [type(r) for r in out] == [Waiting] * 3
+    assert not c.allocations and tally.held == {} and c.used_gpu_milli == 0
+    # the member that found no node says so; the other two wait for it
+    assert sorted(r.status.plugin for r in out) == ["", "gang", "gang"]
+    assert all(r.status.code == Code.UNSCHEDULABLE for r in out)
+    c.check()
+
+
+def test_a_pre_filter_stops_a_pod_before_any_node_is_looked_at() -> None:
+    c = Cluster([node("a", 2)])
+    s = _session(c, pre_filters=[OnlyQueue()])
+    ok, closed = s.run([PodRequest("x", 100, 0, 1, 1000, queue="ok"), PodRequest("y", 100, 0, 1, 1000, queue="z")])
+    assert isinstance(ok, Placed)
+    assert isinstance(closed, Waiting) and closed.status == Status(Code.UNSCHEDULABLE, "queue 'z' is closed",
+                                                                    "only-queue")
+
+
+def test_preempt_runs_after_allocate_and_stages_the_plans_evictions() -> None:
+    c = Cluster([node("a", 2)])
+    low = [PodRequest(f"low{i}", 1000, 1024, 1, 1000, priority=1) for i in range(2)]
+    for i, p in enumerate(low):
+        c.reserve(p, 0, (i,))
+
+    def running() -> list[Victim]:
+        return [Victim(a.pod, a.node, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, 1, gpu_mem=a.gpu_mem)
+                for a in c.allocations.values()]
+
+    s = _session(c, post_filters=[DefaultPreemption(max_victims=4)], running=running)
+    hi = PodRequest("hi", 1000, 1024, 1, 1000, priority=10)
+    peer = PodRequest("peer", 1000, 1024, 1, 1000, priority=1)  # same priority: may not preempt
+    got_hi, got_peer = s.run([hi, peer])
+    assert isinstance(got_hi, Placed) and len(got_hi.victims) == 1 and got_hi.plan is not None
+    victim = got_hi.victims[0].uid
+    assert victim not in c.allocations and c.allocations["hi"].gpus == got_hi.decision.gpus
+    assert isinstance(got_peer, Waiting) and got_peer.status.code == Code.UNSCHEDULABLE
+    # a second high-priority pod in the same session does not plan the same victim again
+    again = s.run([PodRequest("hi2", 1000, 1024, 1, 1000, priority=10)])[0]
+    assert isinstance(again, Placed) and again.victims[0].uid != victim
+    c.check()
+
+
+def test_without_the_preempt_action_nothing_is_evicted() -> None:
+    c = Cluster([node("a", 1)])
+    c.reserve(PodRequest("low", 0, 0, 1, 1000, priority=1), 0, (0,))
+    s = _session(c, actions=("allocate",), post_filters=[DefaultPreemption()],
+                 running=lambda: [Victim("low", 0, (0,), 1000, 0, 0, 1)])
+    assert isinstance(s.run([PodRequest("hi", 0, 0, 1, 1000, priority=9)])[0], Waiting)
+    assert "low" in c.allocations
+
+
+def test_unknown_actions_are_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="known: allocate, preempt"):
+        _session(Cluster([node("a")]), actions=("allocate", "backfil"))
+
+
+def test_a_shape_that_found_no_node_is_not_tried_again_and_limit_stops_allocation() -> None:
+    c = Cluster([node("a", 2)])
+    s = _session(c)
+    pods = [whole(f"w{i}", 2) for i in range(4)]
+    out = s.run(pods)
+    # w0 takes both GPUs; w1 finds nothing; w2, w3 share w1's shape: skipped with its status
+    assert [type(r) for r in out] == [Placed, Waiting, Waiting, Waiting]
+    assert s.stats.shapes_skipped == 2 and out[2].status == out[1].status
+    limited = _session(Cluster([node("a", 4)])).run([whole(f"x{i}") for i in range(4)], limit=2)
+    assert [r.pod.name for r in limited] == ["x0", "x1"]  # x2, x3 not tried
+
+
+# -- GPU memory ------------------------------------------------------------------------------------------
+
+
+def test_gpu_memory_held_beyond_the_compute_share_keeps_sharing_pods_off_that_gpu() -> None:
+    c = Cluster([node("a", 2, model="T4")])
+    total = int(c.gpu_mem_total[0, 0])
+    assert total > 0
+    # GPU 0: 250 milli of compute but 90 % of the memory; GPU 1 empty
+    c.reserve(PodRequest("heavy", 0, 0, 1, 250, gpu_memory_mib=total * 9 // 10), 0, (0,))
+    s = _session(c, name="BestFit")  # BestFit's GPU choice is the tightest compute fit: GPU 0 ...
+    got = s.run([PodRequest("p", 0, 0, 1, 500, gpu_memory_mib=total // 5)])[0]
+    # ... but 20 % of the memory does not fit next to 90 %: GPU 1
+    assert isinstance(got, Placed) and got.decision.gpus == (1,)
+    # a pod asking memory in proportion to its compute (500 milli -> half the memory) fits GPU 1 only too
+    prop = s.run([PodRequest("q", 0, 0, 1, 500)])[0]
+    assert isinstance(prop, Placed) and prop.decision.gpus == (1,)
+    # now no GPU has half its memory free: GpuFit refuses, the reservation would not have held either
+    again = s.run([PodRequest("r", 0, 0, 1, 200, gpu_memory_mib=total // 2)])[0]
+    assert isinstance(again, Waiting) and again.status.code == Code.UNSCHEDULABLE
+    c.check()
+
+
+def test_a_preemption_plan_counts_the_gpu_memory_its_victims_give_back() -> None:
+    c = Cluster([node("a", 1, model="T4")])
+    total = int(c.gpu_mem_total[0, 0])
+    a = c.reserve(PodRequest("hog", 0, 0, 1, 100, gpu_memory_mib=total - 100, priority=1), 0, (0,))
+    running = [Victim("hog", 0, (0,), a.gpu_milli, 0, 0, 1, gpu_mem=a.gpu_mem)]
+    s = _session(c, post_filters=[DefaultPreemption()], running=lambda: running)
+    # compute is free (900 milli) but memory is not: only evicting the hog makes room
+    got = s.run([PodRequest("hi", 0, 0, 1, 300, gpu_memory_mib=total // 2, priority=5)])[0]
+    assert isinstance(got, Placed) and [v.uid for v in got.victims] == ["hog"]
+    c.check()
