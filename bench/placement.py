@@ -46,7 +46,7 @@ from gpuaware.placement import (
     TypicalPods,
     policy,
 )
-from gpuaware.placement.session import Profile, Session
+from gpuaware.placement.session import Framework, Session
 from gpuaware.sim import evaluate, expected_means, shared_data_dir, synthetic_pods
 from gpuaware.sim.evaluator import REPORT_AT, default_jobs, run_one
 from gpuaware.sim.gavel import default_profiles, evaluate_heterogeneity, load_gavel_throughputs
@@ -129,7 +129,7 @@ def latency_10k(seed: int = 7, warm: int = 1500, timed: int = 3000) -> dict[str,
         if len(fits) >= pod.num_gpu:
             cluster.reserve(pod, n, fits[: pod.num_gpu] if pod.num_gpu > 1 or not pod.is_gpu_share
                             else fits[rng.integers(len(fits)) :][:1])
-    profile = Profile.of(policy(DEFAULT_PROFILE, typical=typical, seed=seed, tie_rank=rng.permutation(len(nodes))))
+    profile = Framework.of(policy(DEFAULT_PROFILE, typical=typical, seed=seed, tie_rank=rng.permutation(len(nodes))))
     times = []
     for j, pod in enumerate(pods[i : i + warm + timed]):
         t0 = time.perf_counter_ns()

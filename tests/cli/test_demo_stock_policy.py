@@ -22,7 +22,7 @@ from gpuaware.placement import (
     policy,
 )
 from gpuaware.placement.cache import CachedScheduler
-from gpuaware.placement.session import Placed, Profile, Session
+from gpuaware.placement.session import Framework, Placed, Session
 from gpuaware.placement.stock import KUBE_DEFAULT
 
 
@@ -35,7 +35,7 @@ def fill(c: Cluster, node: str, gpu: int, milli: int, name: str) -> None:
 
 
 def place(c: Cluster, pod: PodRequest) -> Decision:
-    (got,) = Session(c, Profile.of(policy(KUBE_DEFAULT))).run([pod])
+    (got,) = Session(c, Framework.of(policy(KUBE_DEFAULT))).run([pod])
     assert isinstance(got, Placed), got
     return got.decision
 

@@ -309,3 +309,40 @@ def test_args_structs_are_frozen_and_default_to_empty() -> None:
     assert msgspec.convert({}, NoArgs) == NoArgs()
     with pytest.raises(AttributeError):
         WasteGradientArgs().strand = 1.0  # type: ignore[misc]
+
+
+# -- the other extension points: pre_filter, permit, reserve, post_filter ---------------------------------
+
+
+def test_post_filter_plugins_are_validated_like_the_others() -> None:
+    base = {"score": [{"name": "bestfit"}]}
+    with pytest.raises(ProfileError, match=r"unknown post-filter plugin 'preempt'.*default-preemption.*\$\.post_filter\[0\]\.name"):
+        REGISTRY.validate({**base, "post_filter": [{"name": "preempt"}]})
+    with pytest.raises(ProfileError, match=r"Expected `int`, got `str` - at `\$\.post_filter\[0\]\.args\.max_victims`"):
+        REGISTRY.validate({**base, "post_filter": [{"name": "default-preemption", "args": {"max_victims": "2"}}]})
+    with pytest.raises(ProfileError, match="unknown permit plugin 'quota'"):
+        REGISTRY.validate({**base, "permit": [{"name": "quota"}]})
+
+
+def test_build_framework_adds_the_default_preemption_only_where_the_profile_names_none() -> None:
+    default = {"name": "default-preemption", "args": {"max_victims": 3, "cooldown_s": 0}}
+    fw = REGISTRY.build_framework({"score": [{"name": "bestfit"}]}, default_post_filter=default)
+    (pf,) = fw.post_filters
+    assert pf.name == "default-preemption" and pf.max_victims == 3 and pf.cooldown_s == 0
+    none = REGISTRY.build_framework({"score": [{"name": "bestfit"}], "post_filter": []}, default_post_filter=default)
+    assert none.post_filters == ()
+    own = REGISTRY.build_framework({"score": [{"name": "bestfit"}], "post_filter": [
+        {"name": "default-preemption", "args": {"max_victims": 7}}]}, default_post_filter=default)
+    assert own.post_filters[0].max_victims == 7
+
+
+def test_a_plugins_memory_outlives_a_rebuilt_framework() -> None:
+    memory: dict = {}
+    t = [100.0]
+    entry = {"name": "default-preemption", "args": {"cooldown_s": 30}}
+    first = REGISTRY.build_framework({"score": [{"name": "bestfit"}]}, default_post_filter=entry,
+                                     clock=lambda: t[0], memory=memory)
+    first.post_filters[0]._planned_at["p"] = 90.0
+    again = REGISTRY.build_framework({"score": [{"name": "bestfit"}]}, default_post_filter=entry,
+                                     clock=lambda: t[0], memory=memory)
+    assert again.post_filters[0]._planned_at == {"p": 90.0}  # the cooldown is still running after a rebuild

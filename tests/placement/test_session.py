@@ -12,7 +12,7 @@ from placement_helpers import node, share, whole
 from gpuaware.placement import Cluster, Code, CycleState, Decision, PodRequest, Snapshot, Status, policy
 from gpuaware.placement.extensions import DefaultPreemption, PermitVerdict
 from gpuaware.placement.preempt import Victim
-from gpuaware.placement.session import Placed, Profile, Session, Statement, Waiting
+from gpuaware.placement.session import Framework, Placed, Session, Statement, Waiting
 
 
 def _state(c: Cluster) -> tuple:
@@ -26,7 +26,7 @@ def _same(a: tuple, b: tuple) -> bool:
 
 def _session(c: Cluster, name: str = "BestFit", **kw) -> Session:
     plugins = {k: kw.pop(k) for k in ("pre_filters", "permits", "reservers", "post_filters") if k in kw}
-    return Session(c, Profile.of(policy(name), **plugins), **kw)
+    return Session(c, Framework.of(policy(name), **plugins), **kw)
 
 
 # -- statements -------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from gpuaware.placement import (
 from gpuaware.placement.cache import CachedScheduler
 from gpuaware.placement.explain import explain
 from gpuaware.placement.ledger import Ledger, Phase
-from gpuaware.placement.session import Placed, Profile, Session, Waiting
+from gpuaware.placement.session import Framework, Placed, Session, Waiting
 from gpuaware.schemas.pods import GpuCapabilities
 from gpuaware.services.placement import convert
 
@@ -152,7 +152,7 @@ def test_explain_counts_each_node_once_under_its_first_failing_check() -> None:
 
 def test_gang_places_all_or_leaves_the_cluster_untouched() -> None:
     cluster = Cluster([NodeSpec("a", 64_000, 100_000, 4, "A100"), NodeSpec("b", 64_000, 100_000, 4, "A100")])
-    session = Session(cluster, Profile.of(policy("DotProd")))
+    session = Session(cluster, Framework.of(policy("DotProd")))
     three = [PodRequest(f"m{i}", 1000, 0, 4, 1000, gang_id="g", gang_min_members=3) for i in range(3)]
     failed = session.allocate_gang(three)
     # two members found a node each, the third none: every member waits, nothing stays reserved

@@ -29,6 +29,7 @@ import msgspec
 from msgspec import Meta
 
 __all__ = [
+    "DefaultPreemptionArgs",
     "FilterEntry",
     "NoArgs",
     "PluginArgs",
@@ -84,8 +85,20 @@ class ThroughputArgs(PluginArgs, frozen=True):
     matrix: dict[str, dict[str, Annotated[float, Meta(ge=0)]]] = {}
 
 
+class DefaultPreemptionArgs(PluginArgs, frozen=True):
+    """``{"name": "default-preemption", "args": {"max_victims": 16, "cooldown_s": 30}}``"""
+
+    max_victims: Annotated[int, Meta(ge=1)] = 16
+    """most pods one plan may evict"""
+    cooldown_s: Annotated[float, Meta(ge=0)] = 30.0
+    """least time between two plans for the same pod (the caller's clock)"""
+    max_candidates: Annotated[int, Meta(ge=1)] = 64
+    """most nodes whose victims are weighed per plan"""
+
+
 class FilterEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One filter of a profile's ``filter`` list: ``{"name": "gpu-fit"}``."""
+    """One plugin of a profile's ``filter`` list (``{"name": "gpu-fit"}``), or of its ``pre_filter``,
+    ``permit``, ``reserve`` and ``post_filter`` lists."""
 
     name: str
     args: dict[str, Any] = {}
@@ -102,11 +115,17 @@ class ScoreEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A scheduler profile's shape. `filter` absent (None): ResourcesFit + GpuFit, kube-scheduler's
-    pair; when given it is the whole list, in order. `seed` overrides the caller's seed."""
+    pair; when given it is the whole list, in order. `seed` overrides the caller's seed. The other
+    extension points (extensions.py) take lists of plugins run in order; `post_filter` absent (None)
+    lets the caller add the built-in preemption as its settings say, an empty list means none."""
 
     score: Annotated[tuple[ScoreEntry, ...], Meta(min_length=1)]
     filter: Annotated[tuple[FilterEntry, ...], Meta(min_length=1)] | None = None
     gpu: str = "best"
     gpu_args: dict[str, Any] = {}
+    pre_filter: tuple[FilterEntry, ...] = ()
+    permit: tuple[FilterEntry, ...] = ()
+    reserve: tuple[FilterEntry, ...] = ()
+    post_filter: tuple[FilterEntry, ...] | None = None
     name: str | None = None
     seed: int | None = None

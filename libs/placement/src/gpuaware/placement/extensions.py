@@ -104,13 +104,15 @@ class DefaultPreemption:
     name: ClassVar[str] = "default-preemption"
 
     def __init__(self, max_victims: int = 16, cooldown_s: float = 30.0, max_candidates: int = 64,
-                 clock: Callable[[], float] | None = None, max_remembered: int = 100_000) -> None:
+                 clock: Callable[[], float] | None = None, max_remembered: int = 100_000,
+                 planned_at: dict[str, float] | None = None) -> None:
         self.max_victims = max_victims
         self.cooldown_s = cooldown_s
         self.max_candidates = max_candidates
         self.clock = clock
         self.max_remembered = max_remembered
-        self._planned_at: dict[str, float] = {}
+        self._planned_at = {} if planned_at is None else planned_at
+        """pod -> when it was last planned for (the caller's, so it outlives a rebuilt profile)"""
 
     def forget(self, pod: str) -> None:
         """The pod left: its cooldown goes with it."""

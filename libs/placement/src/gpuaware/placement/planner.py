@@ -32,15 +32,14 @@ from typing import Any
 import numpy as np
 
 from gpuaware.placement.explain import PodExplanation, explain, node_class_names
-from gpuaware.placement.extensions import DefaultPreemption
 from gpuaware.placement.frag import TypicalPods
 from gpuaware.placement.framework import Code
 from gpuaware.placement.gang import GangTable
 from gpuaware.placement.ledger import HOLDING, Ledger, Phase, PodEntry
 from gpuaware.placement.model import GpuModel, NodeSpec, PodRequest
 from gpuaware.placement.preempt import Victim
-from gpuaware.placement.registry import build_scheduler
-from gpuaware.placement.session import Placed, Profile, Session, Waiting
+from gpuaware.placement.registry import REGISTRY
+from gpuaware.placement.session import Framework, Placed, Session, Waiting
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +135,9 @@ class Planner:
         self.specs: dict[str, NodeSpec] = {}
         self.models: dict[str, GpuModel] = {}
         self.typical = config.typical or TypicalPods.from_counts(dict(config.prior))
-        self.profile: Profile | None = None
-        self.preemption = DefaultPreemption(config.max_victims, config.preemption_cooldown_s, clock=clock)
+        self.framework: Framework | None = None
+        self._memory: dict[str, Any] = {}
+        """plugins' state across rebuilt frameworks (preemption cooldowns)"""
         self.refused: dict[str, set[str]] = {}
         """pod uid -> nodes the binder refused it on (transiently): not chosen again for it"""
         self._dirty = False
@@ -182,24 +182,29 @@ class Planner:
                 log.info("cluster view rebuilt: %d nodes", len(specs))
             cluster = self.ledger.cluster
             self._classes = node_class_names(cluster.snapshot()) if cluster is not None else []
-            self._build_profile()
+            self._build_framework()
             for e in self.ledger.waiting([Phase.UNRESOLVABLE]):
                 self.ledger.set_phase(e, Phase.PARKED)  # a new node set may hold them: the next pass sees
         return self.ledger.cluster is not None
 
-    def _build_profile(self) -> None:
+    def _build_framework(self) -> None:
         n = len(self.specs)
         rank = np.random.default_rng(self.config.seed).permutation(n) if n else None
-        sched = build_scheduler(self.config.policy_config, typical=self.typical, seed=self.config.seed,
-                                tie_rank=rank, name=self.config.policy_name)
-        post = (self.preemption,) if self.config.preemption else ()
-        self.profile = Profile.of(sched, post_filters=post)
+        cfg = self.config
+        preemption = {"name": "default-preemption", "args": {"max_victims": cfg.max_victims,
+                                                            "cooldown_s": cfg.preemption_cooldown_s}}
+        framework = REGISTRY.build_framework(cfg.policy_config, typical=self.typical, seed=cfg.seed, tie_rank=rank,
+                                             name=cfg.policy_name, clock=self.clock, memory=self._memory,
+                                             default_post_filter=preemption if cfg.preemption else None)
+        if not cfg.preemption:
+            framework.post_filters = ()
+        self.framework = framework
         self.counters.scheduler_rebuilds += 1
 
     def session(self) -> Session:
         """A scheduling session on the current view (the caller made sure the cluster exists)."""
-        assert self.ledger.cluster is not None and self.profile is not None
-        return Session(self.ledger.cluster, self.profile, running=self._running, exclude=self._excluded)
+        assert self.ledger.cluster is not None and self.framework is not None
+        return Session(self.ledger.cluster, self.framework, running=self._running, exclude=self._excluded)
 
     # -- deciding ----------------------------------------------------------------------------------------
 
@@ -309,7 +314,7 @@ class Planner:
 
     def _commit(self, entry: PodEntry, placed: Placed) -> Decided:
         """The session reserved the pod (and evicted its victims): record both in the ledger."""
-        assert entry.request is not None and self.ledger.cluster is not None and self.profile is not None
+        assert entry.request is not None and self.ledger.cluster is not None and self.framework is not None
         did = decision_id(entry.uid, entry.attempt)
         d = placed.decision
         victims = tuple(self.ledger.pods[v.uid] for v in placed.victims if v.uid in self.ledger.pods)
@@ -321,7 +326,7 @@ class Planner:
         self.ledger.decide(entry.uid, entry.attempt, did, d.node_name, d.gpus, entry.request, self.clock(),
                            gpu_mem=alloc.gpu_mem)
         self.counters.decided += 1
-        return Decided(entry, did, d.node_name, d.gpus, round(self.profile.scheduler.normalized(d.score), 3),
+        return Decided(entry, did, d.node_name, d.gpus, round(self.framework.scheduler.normalized(d.score), 3),
                        alloc.gpu_mem, victims)
 
     def _wait(self, entry: PodEntry, waiting: Waiting, *, publish: bool) -> list[Outcome]:
@@ -389,7 +394,10 @@ class Planner:
     def forget(self, uid: str) -> None:
         """The pod left: drop what was kept about it outside the ledger."""
         self.refused.pop(uid, None)
-        self.preemption.forget(uid)
+        for plugin in self.framework.post_filters if self.framework is not None else ():
+            forget = getattr(plugin, "forget", None)
+            if forget is not None:
+                forget(uid)  # its preemption cooldown
         entry = self.ledger.pods.get(uid)
         if entry is not None and entry.request is not None and entry.request.gang_id:
             self.gangs.remove_member(uid, entry.request.gang_id)
@@ -411,7 +419,7 @@ class Planner:
             log.info("request mix moved: %d typical shapes now (scores rebuilt)", len(learned.keys))
             self.typical = learned
             if self.specs and self.ledger.cluster is not None:
-                self._build_profile()
+                self._build_framework()
 
     def _drift(self, new: TypicalPods) -> float:
         a = dict(zip(self.typical.keys, self.typical.p, strict=True))
@@ -423,8 +431,8 @@ class Planner:
     def explain_request(self, req: PodRequest, max_classes: int = 50) -> PodExplanation:
         if not self.ensure_cluster():
             raise RuntimeError("no nodes in the cluster view yet")
-        assert self.ledger.cluster is not None and self.profile is not None
-        sched = self.profile.scheduler
+        assert self.ledger.cluster is not None and self.framework is not None
+        sched = self.framework.scheduler
         snap = self.ledger.cluster.snapshot()
 
         def scores(pod: PodRequest, s: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -440,4 +448,4 @@ class Planner:
                 "gpu_milli_used": int(c.used_gpu_milli) if c else 0,
                 "gpu_milli_total": int(c.total_gpu_milli) if c else 0,
                 "counters": asdict(self.counters), "ledger": asdict(self.ledger.stats),
-                "cache": asdict(self.profile.scheduler.stats) if self.profile else {}}
+                "cache": asdict(self.framework.scheduler.stats) if self.framework else {}}

@@ -33,8 +33,10 @@ args.py if it takes arguments, and one line in the table of its kind below, e.g.
 
     _SCORES = {..., "my-score": Plugin(lambda ctx, a: MyScore(a.alpha), MyScoreArgs)}
 
-To add a plugin *kind* (PreFilter, Permit, Reserve, PostFilter): a `Kind` member, a table below, the
-profile field in `args.Profile`, and its binding in `Registry.resolve` / `ResolvedProfile`.
+Kinds: one per extension point, kube-scheduler's meaning (framework.py, extensions.py): filter,
+score, gpu (the GPU selector), pre_filter, permit, reserve, post_filter. `Registry.build` gives the
+filter/score/select `Scheduler`; `Registry.build_framework` gives it with the plugins of the other
+points, as the scheduling session (session.py) runs them.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ import msgspec
 import numpy as np
 
 from gpuaware.placement.args import (
+    DefaultPreemptionArgs,
+    FilterEntry,
     NoArgs,
     PluginArgs,
     Profile,
@@ -56,6 +60,7 @@ from gpuaware.placement.args import (
     ThroughputArgs,
     WasteGradientArgs,
 )
+from gpuaware.placement.extensions import DefaultPreemption
 from gpuaware.placement.frag import TypicalPods
 from gpuaware.placement.framework import (
     BestFitGpu,
@@ -79,6 +84,7 @@ from gpuaware.placement.policies import (
     GpuPackingScore,
     RandomScore,
 )
+from gpuaware.placement.session import Framework
 from gpuaware.placement.signals import (
     ForecastHeadroomScore,
     HealthScore,
@@ -128,10 +134,14 @@ class Kind(enum.StrEnum):
     FILTER = "filter"
     SCORE = "score"
     GPU = "gpu"
+    PRE_FILTER = "pre_filter"
+    PERMIT = "permit"
+    RESERVE = "reserve"
+    POST_FILTER = "post_filter"
 
     @property
     def noun(self) -> str:
-        return {"filter": "filter plugin", "score": "score plugin", "gpu": "GPU selector"}[self.value]
+        return {"gpu": "GPU selector"}.get(self.value, f"{self.value.replace('_', '-')} plugin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +152,15 @@ class PluginContext:
     typical: TypicalPods | None = None
     seed: int = 0
     registry: Registry | None = None
+    clock: Callable[[], float] | None = None
+    """the caller's clock (cooldowns); None: plugins that need one do without"""
+    memory: dict[str, Any] | None = None
+    """the caller's state that outlives one build of a profile (profiles are rebuilt when the node set
+    changes): a plugin keeps what it must remember under its own name, e.g. preemption cooldowns"""
+
+    def remembered(self, plugin: str) -> dict[str, Any]:
+        """This plugin's memory (a fresh dict when the caller keeps none)."""
+        return {} if self.memory is None else self.memory.setdefault(plugin, {})
 
     def need_typical(self, plugin: str) -> TypicalPods:
         if self.typical is None:
@@ -200,6 +219,8 @@ class ResolvedProfile:
     filters: tuple[Bound[FilterPlugin], ...] | None
     scores: tuple[tuple[Bound[ScorePlugin], int], ...]
     gpu: Bound[GpuSelector]
+    others: Mapping[Kind, tuple[Bound[Any], ...] | None] = field(default_factory=dict)
+    """pre_filter, permit, reserve, post_filter plugins (None: the profile left post_filter out)"""
 
 
 def _freeze(value: Any) -> Any:
@@ -326,7 +347,13 @@ class Registry:
             (self._bind(Kind.SCORE, e.name, e.args, f"$.score[{i}].name", f"$.score[{i}].args"), e.weight)
             for i, e in enumerate(profile.score))
         gpu = self._bind(Kind.GPU, profile.gpu, profile.gpu_args, "$.gpu", "$.gpu_args")
-        return ResolvedProfile(profile, filters, scores, gpu)
+        others: dict[Kind, tuple[Bound[Any], ...] | None] = {}
+        for kind in (Kind.PRE_FILTER, Kind.PERMIT, Kind.RESERVE, Kind.POST_FILTER):
+            entries = getattr(profile, kind.value)
+            others[kind] = None if entries is None else tuple(
+                self._bind(kind, e.name, e.args, f"$.{kind.value}[{i}].name", f"$.{kind.value}[{i}].args")
+                for i, e in enumerate(entries))
+        return ResolvedProfile(profile, filters, scores, gpu, types.MappingProxyType(others))
 
     def _bind(self, kind: Kind, name: str, raw: Mapping[str, Any], name_at: str, args_at: str) -> Bound[Any]:
         try:
@@ -366,6 +393,39 @@ class Registry:
         if resolved.filters is not None:
             extra["filters"] = [bound.build(ctx) for bound in resolved.filters]
         return Scheduler(name or profile.name or "custom", scores, selector, tie_rank=tie_rank, **extra)
+
+    def build_framework(
+        self,
+        config: Mapping[str, Any] | Profile,
+        *,
+        typical: TypicalPods | None = None,
+        seed: int = 0,
+        tie_rank: np.ndarray | None = None,
+        name: str | None = None,
+        clock: Callable[[], float] | None = None,
+        memory: dict[str, Any] | None = None,
+        default_post_filter: Mapping[str, Any] | None = None,
+    ) -> Framework:
+        """The scheduler and the plugins of every other extension point, for a scheduling session.
+        `default_post_filter` (an entry such as ``{"name": "default-preemption", "args": {...}}``) is
+        used when the profile names no `post_filter` list of its own."""
+        resolved = self.resolve(config)
+        ctx = PluginContext(typical=typical, seed=int(seed if resolved.profile.seed is None else resolved.profile.seed),
+                            registry=self, clock=clock, memory=memory)
+        scheduler = self.build(resolved.profile, typical=typical, seed=seed, tie_rank=tie_rank, name=name)
+        post = resolved.others.get(Kind.POST_FILTER)
+        if post is None and default_post_filter is not None:
+            entry = msgspec.convert(_thaw(default_post_filter), FilterEntry)
+            post = (self._bind(Kind.POST_FILTER, entry.name, entry.args, "default_post_filter.name",
+                               "default_post_filter.args"),)
+
+        def built(kind: Kind, bounds: tuple[Bound[Any], ...] | None) -> tuple[Any, ...]:
+            return tuple(b.build(ctx) for b in bounds or ())
+
+        return Framework.of(scheduler, pre_filters=built(Kind.PRE_FILTER, resolved.others.get(Kind.PRE_FILTER)),
+                            permits=built(Kind.PERMIT, resolved.others.get(Kind.PERMIT)),
+                            reservers=built(Kind.RESERVE, resolved.others.get(Kind.RESERVE)),
+                            post_filters=built(Kind.POST_FILTER, post))
 
 
 def load_plugin_sets(group: str = ENTRY_POINT_GROUP) -> tuple[PluginSet, ...]:
@@ -438,6 +498,12 @@ _GPUS: dict[str, Plugin[GpuSelector]] = {
     "whole-gpu": Plugin(lambda ctx, a: WholeGpu()),  # KubeDefault's (stock.py)
 }
 
+_POST_FILTERS: dict[str, Plugin[Any]] = {
+    "default-preemption": Plugin(lambda ctx, a: DefaultPreemption(
+        a.max_victims, a.cooldown_s, a.max_candidates, clock=ctx.clock,
+        planned_at=ctx.remembered("default-preemption")), DefaultPreemptionArgs),
+}
+
 _PUBLISHED: dict[str, dict[str, Any]] = {
     "Random": {"score": [{"name": "random", "weight": 1000}], "gpu": "random"},
     "DotProd": {"score": [{"name": "dotprod", "weight": 1000}], "gpu": "best"},
@@ -507,7 +573,7 @@ _DEFAULT: dict[str, Any] = {
 
 BUILTIN = PluginSet(
     source="gpuaware.placement",
-    plugins={Kind.FILTER: _FILTERS, Kind.SCORE: _SCORES, Kind.GPU: _GPUS},
+    plugins={Kind.FILTER: _FILTERS, Kind.SCORE: _SCORES, Kind.GPU: _GPUS, Kind.POST_FILTER: _POST_FILTERS},
     policies={**_PUBLISHED, **_OURS_AND_VARIANTS, DEFAULT_PROFILE: _DEFAULT, KUBE_DEFAULT: KUBE_DEFAULT_CONFIG},
 )
 """Everything gpuaware ships."""

@@ -7,7 +7,8 @@ the online and Gavel simulators, the digital twin's baseline (the service again,
 KubeDefault profile) and every `make bench-*` decide through this module, so a figure in
 bench/results is a decision the service would make.
 
-    Session(cluster, profile)              profile: scheduler + plugins per extension point
+    Session(cluster, framework)            framework: a profile built (registry.build_framework):
+                                           the scheduler + the plugins of every other point
       .run([pod | gang, ...])              actions in order, e.g. ("allocate", "preempt")
          allocate  pre-filter -> filter -> score -> select GPUs -> reserve -> permit   (per pod)
                    a gang: every member staged in one statement, all or none
@@ -48,7 +49,7 @@ from gpuaware.placement.framework import Code, CycleState, Decision, Scheduler, 
 from gpuaware.placement.model import PodRequest
 from gpuaware.placement.preempt import PreemptionPlan, Victim
 
-__all__ = ["ACTIONS", "Placed", "Profile", "Result", "Session", "Statement", "Waiting"]
+__all__ = ["ACTIONS", "Framework", "Placed", "Result", "Session", "Statement", "Waiting"]
 
 ACTIONS = ("allocate", "preempt")
 """The actions a session knows, in their default order."""
@@ -101,8 +102,9 @@ class Statement:
 
 
 @dataclass(slots=True)
-class Profile:
-    """One scheduling profile: the filter/score/select scheduler and the plugins of the other points.
+class Framework:
+    """One scheduling profile, built: the filter/score/select scheduler and the plugins of the other
+    points (kube-scheduler calls the built profile a framework).
 
     The scheduler is always wrapped in `CachedScheduler` (decisions identical to the bare one, tested
     pod by pod), so every caller pays the same per-decision cost as the service."""
@@ -114,7 +116,7 @@ class Profile:
     post_filters: tuple[PostFilterPlugin, ...] = ()
 
     @classmethod
-    def of(cls, scheduler: Scheduler | CachedScheduler, **plugins: Any) -> Profile:
+    def of(cls, scheduler: Scheduler | CachedScheduler, **plugins: Any) -> Framework:
         cached = scheduler if isinstance(scheduler, CachedScheduler) else CachedScheduler(scheduler)
         return cls(cached, **{k: tuple(v) for k, v in plugins.items()})
 
@@ -164,14 +166,14 @@ class SessionStats:
 
 @dataclass(slots=True)
 class Session:
-    """One cycle over `cluster` with `profile`.
+    """One cycle over `cluster` with `framework`.
 
     `running()` lists the pods a PostFilter may evict (None: nothing may be); `exclude(pod)` is a bool
     mask of nodes kept out of this pod's choices for reasons outside the engine (the binder refused
     it there), or None."""
 
     cluster: Cluster
-    profile: Profile
+    framework: Framework
     actions: Sequence[str] = ACTIONS
     running: Callable[[], Iterable[Victim]] | None = None
     exclude: Callable[[PodRequest], np.ndarray | None] | None = None
@@ -239,11 +241,11 @@ class Session:
         """PreFilter, Filter, Score and GPU selection: the staged choice, nothing reserved."""
         cycle = CycleState() if cycle is None else cycle
         snap = self.cluster.snapshot()
-        for plugin in self.profile.pre_filters:
+        for plugin in self.framework.pre_filters:
             status = plugin.pre_filter(cycle, pod, snap)
             if status is not None:
                 return status if status.plugin else Status(status.code, status.reason, plugin.name)
-        return self.profile.scheduler.schedule(pod, snap, self._exclude(pod))
+        return self.framework.scheduler.schedule(pod, snap, self._exclude(pod))
 
     def allocate(self, pod: PodRequest, statement: Statement | None = None) -> Result:
         """Schedule one pod and stage it (committed unless a `statement` of the caller holds it)."""
@@ -273,13 +275,13 @@ class Session:
 
     def preempt(self, pod: PodRequest, statement: Statement | None = None) -> Placed | None:
         """PostFilter: the first plan a plugin finds, staged with its evictions; None when none."""
-        if self.running is None or not self.profile.post_filters:
+        if self.running is None or not self.framework.post_filters:
             return None
         cycle = CycleState()
         snap = self.cluster.snapshot()
         running = [v for v in self.running() if v.uid not in self._evicted]
-        for plugin in self.profile.post_filters:
-            plan = plugin.post_filter(cycle, pod, snap, self.profile.scheduler.inner, running, self._exclude(pod))
+        for plugin in self.framework.post_filters:
+            plan = plugin.post_filter(cycle, pod, snap, self.framework.scheduler.inner, running, self._exclude(pod))
             if plan is None:
                 continue
             decision = Decision(pod.name, plan.node, plan.node_name, plan.gpus, 0.0, plan.candidates)
@@ -309,7 +311,7 @@ class Session:
         except ReserveError as exc:
             stmt.discard(mark)
             return Waiting(pod, Status(Code.UNSCHEDULABLE, str(exc), "reserve"))
-        for plugin in self.profile.reservers:
+        for plugin in self.framework.reservers:
             status = plugin.reserve(cycle, pod, decision)
             if status is not None:
                 stmt.discard(mark)
@@ -317,7 +319,7 @@ class Session:
             stmt.on_discard(lambda p=plugin: p.unreserve(cycle, pod, decision))
         reclaim: list[str] = []
         snap = self.cluster.snapshot()
-        for permit in self.profile.permits:
+        for permit in self.framework.permits:
             verdict = permit.permit(cycle, pod, decision, snap)
             if not verdict.allowed:
                 stmt.discard(mark)

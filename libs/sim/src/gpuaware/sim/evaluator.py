@@ -33,7 +33,7 @@ from gpuaware.placement import (
     TypicalPods,
     policy,
 )
-from gpuaware.placement.session import Placed, Profile, Session
+from gpuaware.placement.session import Framework, Placed, Session
 from gpuaware.sim.traces import load_nodes, load_pods
 from gpuaware.sim.workload import build_workload
 
@@ -111,7 +111,7 @@ def run_one(
     wl = build_workload(requests, cluster.num_nodes, cluster.total_gpu_milli, inflation, seed)
     pods = wl.pods if max_pods is None else wl.pods[:max_pods]
     sched = policy(policy_name, typical=typical, seed=seed, tie_rank=wl.tie_rank if tie_rank is None else tie_rank)
-    profile = Profile.of(sched)
+    profile = Framework.of(sched)
     metric = FragState.build(FragModel(typical, cluster.models), cluster.snapshot())
     p_sum = float(metric.model.p.sum())
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from gpuaware.placement import Cluster, NodeSpec, PodRequest, TypicalPods, build_scheduler
-from gpuaware.placement.session import Placed, Profile, Session
+from gpuaware.placement.session import Framework, Placed, Session
 
 GAVEL_MODELS: dict[str, tuple[str, ...]] = {"v100": ("V100M16", "V100M32"), "p100": ("P100",), "k80": ("K80",)}
 
@@ -75,7 +75,7 @@ def evaluate_heterogeneity(
         for seed in seeds:
             cluster = Cluster(nodes)
             jobs = jobs_all[seed]
-            session = Session(cluster, Profile.of(build_scheduler(
+            session = Session(cluster, Framework.of(build_scheduler(
                 profile, typical=TypicalPods.from_requests(jobs), seed=seed,
                 tie_rank=np.random.default_rng(seed).permutation(len(nodes)), name=name)), actions=("allocate",))
             asked, got, weight = 0, 0.0, 0

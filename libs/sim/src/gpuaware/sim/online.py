@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuaware.placement import MILLI, Cluster, NodeSpec, TypicalPods, policy
-from gpuaware.placement.session import Placed, Profile, Session
+from gpuaware.placement.session import Framework, Placed, Session
 from gpuaware.sim.traces import TracePod
 
 QOS_RANK = {"Guaranteed": 0, "LS": 1, "Burstable": 2, "BE": 3}
@@ -118,7 +118,7 @@ def run_online(
     scale = float(time_scale)
     t0 = min(p.creation_time for p in pods)  # type: ignore[type-var]
     rng = np.random.default_rng(seed)
-    profile = Profile.of(policy(policy_name, typical=typical, seed=seed, tie_rank=rng.permutation(cluster.num_nodes)))
+    profile = Framework.of(policy(policy_name, typical=typical, seed=seed, tie_rank=rng.permutation(cluster.num_nodes)))
 
     events: list[tuple[float, int, int]] = []  # (time, kind 0 = departure / 1 = arrival, pod index)
     for i, p in enumerate(pods):

@@ -15,6 +15,7 @@ snapshot described.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,8 +112,9 @@ class PlacementState:
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
-        if name == "max_victims" and "planner" in self.__dict__:
-            self.planner.preemption.max_victims = value  # tuning a running instance (tests, tools)
+        if name == "max_victims" and "planner" in self.__dict__:  # tuning a running instance (tests, tools)
+            self.planner.config = dataclasses.replace(self.planner.config, max_victims=value)
+            self.planner.invalidate()
 
     # -- the view -------------------------------------------------------------------------------------
 
