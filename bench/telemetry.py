@@ -54,7 +54,7 @@ from machine_info import machine as shared_machine
 
 from gpuaware import bus, tsdb
 from gpuaware.devstack import start_nats, start_postgres
-from gpuaware.gpu import FleetSpec, ManualClock, NodeSpec, PodLoad, SimulatedFleet, UtilTrace
+from gpuaware.gpu import FleetNode, FleetSpec, ManualClock, PodLoad, SimulatedFleet, UtilTrace
 from gpuaware.schemas import GPU_SAMPLED, NODE_INVENTORY, STREAMS, GpuSampled, NodeInventory
 from gpuaware.telemetry import AdaptivePolicy, NodeEdge, to_columns
 
@@ -388,7 +388,7 @@ def adaptive_counts(nodes: int, seconds: int) -> dict[str, Any]:
             clock = ManualClock(start_time() // 600 * 600)
             if trace == "stable":
                 flat = UtilTrace("bench:flat", np.full(600, 60.0), 1.0, "duty")
-                specs = tuple(NodeSpec(f"n{k}", gpus=GPUS_PER_NODE) for k in range(nodes))
+                specs = tuple(FleetNode(f"n{k}", gpus=GPUS_PER_NODE) for k in range(nodes))
                 fleet = SimulatedFleet(FleetSpec(nodes=specs, seed=4, occupancy=0, traces=[flat]), clock=clock)
                 for r in range(fleet.n_gpus):
                     fleet.assign(r, PodLoad(name=f"p{r}", trace=0, offset_s=0.0))
@@ -404,7 +404,7 @@ def adaptive_counts(nodes: int, seconds: int) -> dict[str, Any]:
     clock = ManualClock(start_time() // 600 * 600)
     values = np.full(600, 20.0)
     values[400:] = 80.0
-    fleet = SimulatedFleet(FleetSpec(nodes=(NodeSpec("s0", gpus=GPUS_PER_NODE),), seed=5, occupancy=0,
+    fleet = SimulatedFleet(FleetSpec(nodes=(FleetNode("s0", gpus=GPUS_PER_NODE),), seed=5, occupancy=0,
                                      traces=[UtilTrace("bench:step", values, 1.0, "duty")]), clock=clock)
     for r in range(fleet.n_gpus):
         fleet.assign(r, PodLoad(name=f"p{r}", trace=0, offset_s=0.0))

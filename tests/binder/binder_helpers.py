@@ -32,7 +32,7 @@ T0 = 1_767_225_600.0
 E = TypeVar("E", bound=Event)
 
 NODES = (
-    NodeSpec("n1", 32_000, 131_072, 2, "T4", numa_nodes=(0, 1)),  # 2 x T4, 15109 MiB each
+    NodeSpec("n1", 32_000, 131_072, 2, "T4", numa_nodes=(0, 1)),  # 2 x T4, 15360 MiB each (the GPU catalog)
     NodeSpec("n2", 64_000, 262_144, 1, "A100"),
 )
 

@@ -174,7 +174,7 @@ async def test_snapshot_returns_the_worlds_truth_in_pages(harness: Harness) -> N
     assert second.generation == first.generation == world.twin.generation
 
     nodes = {n.name: n for n in (*first.nodes, *second.nodes)}
-    assert [(g.index, g.model, g.memory_mib) for g in nodes["n1"].gpus] == [(0, "T4", 15109), (1, "T4", 15109)]
+    assert [(g.index, g.model, g.memory_mib) for g in nodes["n1"].gpus] == [(0, "T4", 15360), (1, "T4", 15360)]
     assert [g.uuid for g in nodes["n2"].gpus] == [g.uuid for g in world.twin.node_gpus["n2"]]
     pods = {p.pod_uid: p for p in (*first.pods, *second.pods)}
     bound = {b.pod_uid: b for b in rec.of(PodBound)}

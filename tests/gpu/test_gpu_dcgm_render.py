@@ -14,10 +14,10 @@ from gpuaware.gpu import (
     COLUMNS,
     DcgmExporterBackend,
     EccErrorGrowth,
+    FleetNode,
     FleetSpec,
     GpuFrame,
     ManualClock,
-    NodeSpec,
     PodLoad,
     PodRef,
     PowerCap,
@@ -42,7 +42,7 @@ NOT_IN_DCGM = {"nvlink_up"}  # no dcgm-exporter field says how many NVLink links
 
 def _fleet() -> SimulatedFleet:
     """An A100 node (remaps rows) and a V100 node (retires pages), busy, with every kind of fault."""
-    spec = FleetSpec(nodes=(NodeSpec("a100-node", "A100-80GB", 4), NodeSpec("v100-node", "V100", 2)),
+    spec = FleetSpec(nodes=(FleetNode("a100-node", "A100-80GB", 4), FleetNode("v100-node", "V100", 2)),
                      seed=11, occupancy=0.0, traces="synthetic")
     fleet = SimulatedFleet(spec, clock=ManualClock(NOW))
     for node, gpu, milli in (("a100-node", 0, 1000), ("a100-node", 1, 500), ("a100-node", 1, 300),

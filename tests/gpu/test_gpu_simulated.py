@@ -13,10 +13,10 @@ from gpuaware.gpu import (
     COLUMNS,
     EccErrorGrowth,
     EventKind,
+    FleetNode,
     FleetSpec,
     GpuBackend,
     ManualClock,
-    NodeSpec,
     PodLoad,
     PowerCap,
     SimulatedFleet,
@@ -137,7 +137,7 @@ def test_bad_assignments_are_refused() -> None:
     with pytest.raises(KeyError, match="no GPU 9"):
         fleet.assign(("gpu-node-000", 9), PodLoad("p"))
     with pytest.raises(ValueError, match="no MIG profile"):
-        SimulatedFleet(FleetSpec((NodeSpec("m", mig={0: ("5g.50gb",)}),), traces="synthetic")).inventory("m")
+        SimulatedFleet(FleetSpec((FleetNode("m", mig={0: ("5g.50gb",)}),), traces="synthetic")).inventory("m")
 
 
 # --- faults ---------------------------------------------------------------------------------------------------
@@ -227,8 +227,8 @@ def test_inventory_topology_and_mig(k8s_facts: Path) -> None:
     pcie = parse_topo_matrix((k8s_facts / "topology" / "topo-pcie-4gpu.txt").read_text())
     spec = FleetSpec(
         nodes=(
-            NodeSpec("dgx", "A100-80GB", 8, rack="r1", mig={0: ("3g.40gb", "3g.40gb", "1g.10gb")}),
-            NodeSpec("box", "T4", 4, topology=pcie),
+            FleetNode("dgx", "A100-80GB", 8, rack="r1", mig={0: ("3g.40gb", "3g.40gb", "1g.10gb")}),
+            FleetNode("box", "T4", 4, topology=pcie),
         ),
         seed=5,
         traces="synthetic",

@@ -6,6 +6,7 @@ import pytest
 from placement_helpers import node, share, whole
 
 from gpuaware.placement import QUARANTINED, Cluster, NodeSpec, PodRequest, RequestError, ReserveError
+from gpuaware.placement.model import CAPABILITIES
 
 
 @pytest.mark.parametrize(
@@ -103,3 +104,18 @@ def test_quarantine_blocks_new_pods_and_versions_move() -> None:
     snap = c.snapshot()
     with pytest.raises(ValueError):
         snap.gpu_free[0, 1] = 5  # snapshots are read-only
+
+
+@pytest.mark.parametrize("model, memory_mib, capabilities", [
+    # the one GPU catalog (gpuaware.schemas.gpus): NVML's 81,920 MiB on a current driver, NVLink + MIG
+    ("A100", 81920, {"tensor_cores", "nvlink", "mig"}),
+    ("H100", 81559, {"tensor_cores", "fp8", "nvlink", "mig"}),
+    ("T4", 15360, {"tensor_cores"}),
+    ("V100M16", 16160, {"tensor_cores", "nvlink"}),  # FGD's figure: no current-driver one at hand
+    ("G1", None, set()),  # openb's undisclosed type: memory unknown, nothing assumed
+    ("X9000", None, set()),  # a model nobody knows: an ad-hoc record, nothing assumed
+])
+def test_cluster_models_come_from_the_gpu_catalog(model: str, memory_mib: int | None, capabilities: set) -> None:
+    m = Cluster([NodeSpec("n", 1000, 1000, 1, model)]).models[0]
+    assert (m.name, m.memory_mib) == (model, memory_mib)
+    assert {c for c in CAPABILITIES if m.has(c)} == capabilities

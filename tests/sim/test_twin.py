@@ -27,9 +27,9 @@ from gpuaware.sim.workload_gen import SimPod
 T0 = 1_767_225_600.0
 
 NODES = (
-    # n1: 2 x T4 (15109 MiB each, placement's catalog), 16 cores, 64 GiB
+    # n1: 2 x T4 (15360 MiB each, the GPU catalog), 16 cores, 64 GiB
     NodeSpec("n1", 16_000, 65_536, 2, "T4", numa_nodes=(0, 1)),
-    # n2: 1 x A100 (81251 MiB)
+    # n2: 1 x A100 (81920 MiB)
     NodeSpec("n2", 64_000, 262_144, 1, "A100"),
 )
 
@@ -64,7 +64,7 @@ PODS = (
     ([("half", "n1", [("n1", 0, 500, 4096)])], "half2", "n1", [("n1", 0, 500, 4096)], None),
     # a whole GPU after a half: 500 + 1000 > 1000
     ([("half", "n1", [("n1", 0, 500, 4096)])], "whole", "n1", [("n1", 0, 1000, 0)], Refusal.GPU_OVER_ALLOCATED),
-    # memory: 4096 + 14000 > 15109 although compute fits (500 + 300 <= 1000)
+    # memory: 4096 + 14000 > 15360 although compute fits (500 + 300 <= 1000)
     ([("half", "n1", [("n1", 0, 500, 4096)])], "big-mem", "n1", [("n1", 0, 300, 14_000)],
      Refusal.GPU_MEMORY_OVER_ALLOCATED),
     # binding the same pod twice

@@ -19,10 +19,10 @@ import psycopg
 from gpuaware import bus
 from gpuaware.gpu import (
     COLUMNS,
+    FleetNode,
     FleetSpec,
     GpuFrame,
     ManualClock,
-    NodeSpec,
     PodLoad,
     SimulatedFleet,
     UtilTrace,
@@ -53,7 +53,7 @@ def step_trace(before: float, after: float, at: int, length: int = 600) -> UtilT
 def quiet_fleet(nodes: int = 1, gpus: int = 8, traces: Sequence[UtilTrace] = (), *, clock: ManualClock,
                 prefix: str = "node", pods: bool = True) -> SimulatedFleet:
     """A fleet whose GPUs each run one whole-GPU pod replaying trace 0 verbatim (no noise)."""
-    specs = tuple(NodeSpec(f"{prefix}-{k}", gpus=gpus) for k in range(nodes))
+    specs = tuple(FleetNode(f"{prefix}-{k}", gpus=gpus) for k in range(nodes))
     fleet = SimulatedFleet(FleetSpec(nodes=specs, seed=3, occupancy=0, traces=list(traces) or [flat_trace(50)]),
                            clock=clock)
     if pods:

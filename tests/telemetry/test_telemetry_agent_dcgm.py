@@ -26,9 +26,9 @@ from telemetry_helpers import REPO, T0, collect_into, ensure_streams, wait_for
 from gpuaware import bus
 from gpuaware.gpu import (
     DcgmExporterBackend,
+    FleetNode,
     FleetSpec,
     ManualClock,
-    NodeSpec,
     SimulatedFleet,
     render_dcgm_metrics,
 )
@@ -55,7 +55,7 @@ from gpuaware.services.telemetry.settings import AgentSettings
 def exporters() -> Iterator[tuple[str, list[str]]]:
     """A dcgm-exporter for nodes n-a and n-b on one port (``/metrics/<node>``, ``/metrics`` = n-a), and
     the paths it was asked for."""
-    fleet = SimulatedFleet(FleetSpec(nodes=(NodeSpec("n-a", gpus=2), NodeSpec("n-b", gpus=1)), seed=5,
+    fleet = SimulatedFleet(FleetSpec(nodes=(FleetNode("n-a", gpus=2), FleetNode("n-b", gpus=1)), seed=5,
                                      traces="synthetic"), clock=ManualClock(T0))
     asked: list[str] = []
 
@@ -127,7 +127,7 @@ async def test_scrapes_run_together_and_off_the_loop(own_nats) -> None:
     """Four exporters taking 0.3 s each to answer: one read lasts about 0.3 s, not 1.2, and the loop
     keeps turning meanwhile (NATS pings, acks, the binder's events are not held up)."""
     names = [f"s{k}" for k in range(4)]
-    fleet = SimulatedFleet(FleetSpec(nodes=tuple(NodeSpec(n, gpus=1) for n in names), seed=5, traces="synthetic"),
+    fleet = SimulatedFleet(FleetSpec(nodes=tuple(FleetNode(n, gpus=1) for n in names), seed=5, traces="synthetic"),
                            clock=ManualClock(T0))
 
     class Slow(http.server.BaseHTTPRequestHandler):

@@ -68,6 +68,14 @@ from gpuaware.schemas.forecast import (
     GpuForecast,
     GpuUtilPredicted,
 )
+from gpuaware.schemas.gpus import (
+    CAPABILITIES,
+    GPU_CATALOG,
+    GpuModel,
+    find_gpu_model,
+    gpu_model,
+    simulated_as,
+)
 from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED, GpuScored, GpuStateChanged, HealthState
 from gpuaware.schemas.inventory import (
     NODE_INVENTORY,
@@ -177,6 +185,7 @@ __all__ = [
     "BINDER",
     "BINDER_DURABLE",
     "BINDER_ID",
+    "CAPABILITIES",
     "CHECKPOINT_ACKNOWLEDGED",
     "CHECKPOINT_REQUESTED",
     "COLLECTOR_DURABLE",
@@ -188,6 +197,7 @@ __all__ = [
     "ENDPOINT_RE",
     "EVENT_SUBJECT_RE",
     "FORECAST",
+    "GPU_CATALOG",
     "GPU_ROLLED_UP",
     "GPU_SAMPLED",
     "GPU_SCORED",
@@ -245,6 +255,7 @@ __all__ = [
     "GpuForecast",
     "GpuIndex",
     "GpuInfo",
+    "GpuModel",
     "GpuRolledUp",
     "GpuRollup",
     "GpuSample",
@@ -305,10 +316,13 @@ __all__ = [
     "dead_letter_subject",
     "decode_event",
     "endpoint_for",
+    "find_gpu_model",
     "fingerprint",
+    "gpu_model",
     "permissions_for",
     "placement_durable",
     "render_server_config",
+    "simulated_as",
     "stream_for",
     "struct_for",
     "subject_matches",

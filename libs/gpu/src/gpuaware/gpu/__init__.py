@@ -17,6 +17,7 @@
 
 Module docstrings explain each part: ``backend`` (the Protocol), ``frame`` (columnar samples),
 ``events``, ``nvml``, ``dcgm``, ``topology``, ``simulated`` (+ ``traces``, ``faults``, ``models``).
+GPU models come from the one catalog, ``gpuaware.schemas.gpus``, shared with placement and the twin.
 """
 
 from gpuaware.gpu.backend import Clock, GpuBackend, ManualClock, system_clock
@@ -32,9 +33,9 @@ from gpuaware.gpu.errors import GpuBackendError, GpuBackendUnavailable, Topology
 from gpuaware.gpu.events import APPLICATION_XIDS, EventKind, FrameWatch, GpuEvent
 from gpuaware.gpu.faults import EccErrorGrowth, Fault, PowerCap, ThermalRunaway, XidBurst
 from gpuaware.gpu.frame import COLUMNS, ColumnSpec, GpuFrame
-from gpuaware.gpu.models import MODELS, GpuModel, model
+from gpuaware.gpu.models import MODELS, GpuModel, find_model, model
 from gpuaware.gpu.nvml import NvmlBackend
-from gpuaware.gpu.simulated import FleetSpec, NodeSpec, PodLoad, PodShare, SimulatedFleet, SimulatedNode
+from gpuaware.gpu.simulated import FleetNode, FleetSpec, PodLoad, PodShare, SimulatedFleet, SimulatedNode
 from gpuaware.gpu.topology import Topology, parse_topo_matrix
 from gpuaware.gpu.traces import (
     TraceBank,
@@ -58,6 +59,7 @@ __all__ = [
     "EccErrorGrowth",
     "EventKind",
     "Fault",
+    "FleetNode",
     "FleetSpec",
     "FrameWatch",
     "GpuBackend",
@@ -67,7 +69,6 @@ __all__ = [
     "GpuFrame",
     "GpuModel",
     "ManualClock",
-    "NodeSpec",
     "NvmlBackend",
     "PodLoad",
     "PodRef",
@@ -83,6 +84,7 @@ __all__ = [
     "UtilTrace",
     "XidBurst",
     "default_traces",
+    "find_model",
     "load_gentd26",
     "load_helios",
     "model",

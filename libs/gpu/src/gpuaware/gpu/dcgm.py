@@ -53,7 +53,7 @@ from gpuaware.gpu.backend import Clock, system_clock
 from gpuaware.gpu.errors import GpuBackendError
 from gpuaware.gpu.events import FrameWatch, GpuEvent
 from gpuaware.gpu.frame import COLUMNS, GpuFrame
-from gpuaware.gpu.models import MODELS, mig_compute_slices
+from gpuaware.gpu.models import find_model, mig_compute_slices
 from gpuaware.schemas import GpuInfo, MigInstance, MigMode, NodeInventory
 
 __all__ = [
@@ -433,7 +433,7 @@ class DcgmExporterBackend:
         rows = {r["gpu_uuid"]: r for r in scrape.rows()}
         gpus = []
         for index, uuid, bus, name in scrape.physical():
-            spec = MODELS.get(name or "")
+            spec = find_model(name) if name else None
             total = rows[uuid].get("mem_total_mib")
             mig = tuple(
                 MigInstance(
@@ -450,9 +450,9 @@ class DcgmExporterBackend:
                     uuid=uuid,
                     index=index,
                     model=name or "unknown",
-                    memory_mib=int(total) if total is not None else (spec.memory_mib if spec else 0),
+                    memory_mib=int(total) if total is not None else ((spec.memory_mib or 0) if spec else 0),
                     pci_bus_id=bus or "unknown",
-                    compute_capability=spec.compute_capability if spec else "0.0",
+                    compute_capability=(spec.compute_capability or "0.0") if spec else "0.0",
                     tensor_cores=spec.tensor_cores if spec else False,
                     fp8=spec.fp8 if spec else False,
                     mig_mode=MigMode.ENABLED

@@ -38,9 +38,9 @@ from gpuaware.gpu.frame import GpuFrame
 from gpuaware.gpu.models import GpuModel, model
 from gpuaware.gpu.topology import Topology
 from gpuaware.gpu.traces import TraceBank, UtilTrace, default_traces, shared_data_dir
-from gpuaware.schemas import GpuInfo, MigInstance, MigMode, NodeInventory, ThrottleReason
+from gpuaware.schemas import GpuInfo, MigInstance, MigMode, NodeInventory, ThrottleReason, simulated_as
 
-__all__ = ["FleetSpec", "NodeSpec", "PodLoad", "PodShare", "SimulatedFleet", "SimulatedNode"]
+__all__ = ["FleetNode", "FleetSpec", "PodLoad", "PodShare", "SimulatedFleet", "SimulatedNode"]
 
 _UUID_NS = uuidlib.UUID("5f1b6c1e-2d0a-4f7e-9a55-6770756177e1")
 _DGX_BUS = ("07", "0F", "47", "4E", "87", "90", "B7", "BD")
@@ -48,9 +48,11 @@ _INF = np.inf
 
 
 @dataclass(frozen=True, slots=True)
-class NodeSpec:
-    """One simulated node. ``topology`` (a parsed ``nvidia-smi topo -m``) sets islands and NUMA;
-    ``mig`` creates MIG instances: ``{gpu index: ("3g.40gb", "3g.40gb")}``."""
+class FleetNode:
+    """One node of a simulated fleet (what to build, not placement's ``NodeSpec``): ``model`` is any
+    name the GPU catalog resolves (``A100-80GB``, ``T4``, ``V100M32``, an NVML name); ``topology`` (a
+    parsed ``nvidia-smi topo -m``) sets islands and NUMA; ``mig`` creates MIG instances:
+    ``{gpu index: ("3g.40gb", "3g.40gb")}``."""
 
     name: str
     model: str = "A100-80GB"
@@ -66,7 +68,7 @@ class NodeSpec:
 class FleetSpec:
     """What to simulate. ``occupancy`` is the share of GPUs given a whole-GPU pod at start."""
 
-    nodes: tuple[NodeSpec, ...]
+    nodes: tuple[FleetNode, ...]
     seed: int = 0
     occupancy: float = 0.75
     traces: Literal["auto", "synthetic"] | Sequence[UtilTrace] = "auto"
@@ -87,7 +89,7 @@ class FleetSpec:
         **kwargs: Any,
     ) -> FleetSpec:
         width = max(3, len(str(nodes - 1)))
-        specs = tuple(NodeSpec(f"{prefix}-{k:0{width}d}", model, gpus_per_node) for k in range(nodes))
+        specs = tuple(FleetNode(f"{prefix}-{k:0{width}d}", model, gpus_per_node) for k in range(nodes))
         return cls(nodes=specs, **kwargs)
 
 
@@ -152,7 +154,7 @@ class SimulatedFleet:
         nodes = self.spec.nodes
         self.nodes = tuple(n.name for n in nodes)
         self._node_spec = {n.name: n for n in nodes}
-        self._models: dict[str, GpuModel] = {n.name: model(n.model) for n in nodes}
+        self._models: dict[str, GpuModel] = {n.name: simulated_as(model(n.model)) for n in nodes}
         sizes = [n.gpus for n in nodes]
         self.bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         total = int(self.bounds[-1])
@@ -495,7 +497,7 @@ class SimulatedFleet:
                 GpuInfo(
                     uuid=uuid,
                     index=i,
-                    model=m.name,
+                    model=m.nvml_name,
                     memory_mib=m.memory_mib,
                     pci_bus_id=f"00000000:{_DGX_BUS[i] if spec.gpus <= 8 else f'{16 + 8 * i:02X}'}:00.0",
                     compute_capability=m.compute_capability,
@@ -535,7 +537,7 @@ class SimulatedFleet:
         profiles = {p.name: p for p in m.mig_profiles}
         unknown = [p for p in layout if p not in profiles]
         if unknown:
-            raise ValueError(f"{node}: {m.name} has no MIG profile(s) {unknown}; known: {sorted(profiles)}")
+            raise ValueError(f"{node}: {m.nvml_name} has no MIG profile(s) {unknown}; known: {sorted(profiles)}")
         if sum(profiles[p].slices for p in layout) > 7:
             raise ValueError(f"{node}: MIG layout {list(layout)} needs more than 7 compute slices")
         return tuple(

@@ -1,9 +1,13 @@
 """The vocabulary of placement: GPU models, nodes and pod requests.
 
-Why plain frozen dataclasses and not msgspec Structs: this package is pure and depends on numpy only;
-the wire types live in `schemas/` and the services translate between the two. Everything here is
-validated on construction so that a bad request fails where it enters, naming the field, instead of
-deep inside a vectorised scoring pass.
+GPU models are the one catalog's records (`gpuaware.schemas.gpus`: `GpuModel`, `GPU_CATALOG`,
+`CAPABILITIES`), re-exported here; placement reads their name, `memory_mib`, capability flags and
+`has()` and ignores the physical envelope the simulator uses. Nodes and requests are placement's own.
+
+Why plain frozen dataclasses and not msgspec Structs: this package is pure (numpy, plus the contract
+package for the catalog); the wire types live in `schemas/` and the services translate between the
+two. Everything here is validated on construction so that a bad request fails where it enters,
+naming the field, instead of deep inside a vectorised scoring pass.
 
 Units follow the openb trace and the FGD simulator: CPU in milli-cores, memory in MiB, GPU compute
 in milli-GPUs (1000 = one whole GPU).
@@ -12,6 +16,21 @@ in milli-GPUs (1000 = one whole GPU).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from gpuaware.schemas.gpus import CAPABILITIES, GPU_CATALOG, GpuModel
+
+__all__ = [
+    "CAPABILITIES",
+    "DEFAULT_MILLI_CPU_REQUEST",
+    "GPU_CATALOG",
+    "MAX_SPEC_CPU",
+    "MAX_SPEC_GPU",
+    "MILLI",
+    "GpuModel",
+    "NodeSpec",
+    "PodRequest",
+    "RequestError",
+]
 
 MILLI = 1000
 """Milli-GPUs in one whole GPU."""
@@ -25,52 +44,9 @@ MAX_SPEC_GPU = 8 * MILLI
 DEFAULT_MILLI_CPU_REQUEST = 100
 """kube-scheduler counts a pod asking for no CPU as 100m when scoring (GetNonzeroRequests)."""
 
-CAPABILITIES = frozenset({"tensor_cores", "fp8", "nvlink", "mig"})
-"""Capabilities a pod may require of its GPUs."""
-
 
 class RequestError(ValueError):
     """A pod request or node description is invalid. Permanent: fix the input, retrying cannot help."""
-
-
-@dataclass(frozen=True, slots=True)
-class GpuModel:
-    """A GPU type: its device memory and what it can do."""
-
-    name: str
-    memory_mib: int | None = None  # None when undisclosed (openb's G1/G2/G3)
-    tensor_cores: bool = False
-    fp8: bool = False
-    nvlink: bool = False
-    mig: bool = False
-
-    def has(self, capability: str) -> bool:
-        return bool(getattr(self, capability))
-
-
-# Memory figures follow the FGD simulator's table (MiB visible to CUDA); G1..G3 are undisclosed types.
-GPU_CATALOG: dict[str, GpuModel] = {
-    m.name: m
-    for m in (
-        GpuModel("P4", 7611),
-        GpuModel("1080", 11178),
-        GpuModel("2080", 11019, tensor_cores=True),
-        GpuModel("M40", 11448),
-        GpuModel("T4", 15109, tensor_cores=True),
-        GpuModel("P100", 16280, nvlink=True),
-        GpuModel("V100M16", 16160, tensor_cores=True, nvlink=True),
-        GpuModel("V100M32", 32510, tensor_cores=True, nvlink=True),
-        GpuModel("A10", 22731, tensor_cores=True),
-        GpuModel("3090", 24268, tensor_cores=True),
-        GpuModel("A100", 81251, tensor_cores=True, nvlink=True, mig=True),
-        GpuModel("H100", 81559, tensor_cores=True, fp8=True, nvlink=True, mig=True),
-        GpuModel("L4", 23034, tensor_cores=True, fp8=True),
-        GpuModel("K80", 11441),
-        GpuModel("G1"),
-        GpuModel("G2"),
-        GpuModel("G3"),
-    )
-}
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,6 @@ workload sources live beside this package (``gpuaware.sim.clock``, ``gpuaware.si
 """
 
 from gpuaware.sim.twin.cluster import (
-    FLEET_MODEL,
-    MODELS,
     NODE_KINDS,
     NodeKind,
     default_cluster,
@@ -39,8 +37,6 @@ from gpuaware.sim.twin.world import (
 )
 
 __all__ = [
-    "FLEET_MODEL",
-    "MODELS",
     "NODE_KINDS",
     "Arrived",
     "Binding",

@@ -1,8 +1,8 @@
 """The twin's nodes: the openb cluster when its node list is at hand, else a built-in mixed cluster.
 
 Nodes are ``gpuaware.placement.NodeSpec`` - the vocabulary placement already speaks (GPU model
-names from ``GPU_CATALOG``, NVLink island and NUMA node per GPU), so a ledger rebuilt from the
-twin's snapshot needs no translation.
+names from the one GPU catalog, ``gpuaware.schemas.gpus.GPU_CATALOG``, NVLink island and NUMA node
+per GPU), so a ledger rebuilt from the twin's snapshot needs no translation.
 
 ``default_cluster(n)`` is a heterogeneous cluster of the kinds a real GPU fleet mixes
 (``NODE_KINDS``): NVSwitch boards (one NVLink island of 8), PCIe A100s with NVLink bridges (islands
@@ -14,9 +14,10 @@ cluster still has every kind and the same ``n`` always gives the same nodes.
 nothing about topology, so NVLink-capable models get the usual board layout (whole-node island up
 to 4 GPUs, two quads on 8-GPU V100/P100 boards, whole node on A100/H100) and the rest none.
 
-``FLEET_MODEL`` maps each model to the physical envelope ``gpuaware.gpu`` simulates for telemetry
-(power, clocks, memory). openb's undisclosed G1/G2/G3 get a plausible stand-in; the twin's truth
-keeps the trace's model name.
+The same catalog record gives the physical envelope ``gpuaware.gpu`` simulates for telemetry (power,
+clocks, memory), so the twin's truth and its telemetry agree on every disclosed model's memory.
+openb's undisclosed G1/G2/G3 are simulated as the catalog's stand-in for them (``stand_in``); the
+twin's truth keeps the trace's model name and no memory limit.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuaware.placement import GPU_CATALOG, GpuModel, NodeSpec
+from gpuaware.placement import NodeSpec
+from gpuaware.schemas.gpus import find_gpu_model
 from gpuaware.sim.traces import load_nodes, shared_data_dir
 
 __all__ = [
-    "FLEET_MODEL",
-    "MODELS",
     "NODE_KINDS",
     "NodeKind",
     "default_cluster",
@@ -39,19 +39,9 @@ __all__ = [
     "openb_node_list",
 ]
 
-#: the models the twin's clusters use: placement's catalog (one source of GPU facts)
-MODELS: dict[str, GpuModel] = GPU_CATALOG
-
-FLEET_MODEL: dict[str, str] = {
-    "H100": "H100", "A100": "A100-80GB", "V100M32": "V100", "V100M16": "V100", "P100": "V100",
-    "T4": "T4", "L4": "L4", "A10": "L4", "3090": "L4", "2080": "T4", "1080": "T4", "P4": "T4",
-    "M40": "T4", "K80": "T4", "G1": "T4", "G2": "V100", "G3": "A100-40GB",
-}  # fmt: skip
-
-
 def gpu_memory_mib(model: str) -> int:
-    """Memory of one GPU of ``model`` as placement's catalog knows it (0 = undisclosed)."""
-    m = MODELS.get(model)
+    """Memory of one GPU of ``model`` as the GPU catalog knows it (0 = undisclosed or unknown)."""
+    m = find_gpu_model(model)
     return m.memory_mib or 0 if m is not None else 0
 
 
@@ -119,7 +109,7 @@ def default_cluster(nodes: int = 16, *, prefix: str = "twin", kinds: Sequence[No
 
 
 def _board_islands(model: str, gpus: int) -> tuple[int, ...]:
-    m = MODELS.get(model)
+    m = find_gpu_model(model)
     if m is None or not m.nvlink or gpus < 2:
         return ()
     if model in ("A100", "H100") or gpus <= 4:

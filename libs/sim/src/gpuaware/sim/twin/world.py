@@ -33,11 +33,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
-from gpuaware.gpu import FleetSpec, PodLoad, SimulatedFleet, Topology
-from gpuaware.gpu import NodeSpec as FleetNode
-from gpuaware.gpu.models import model as fleet_model
+from gpuaware.gpu import FleetNode, FleetSpec, PodLoad, SimulatedFleet, Topology
 from gpuaware.placement import MILLI, NodeSpec
-from gpuaware.sim.twin.cluster import FLEET_MODEL, gpu_memory_mib
+from gpuaware.schemas.gpus import gpu_model, simulated_as
+from gpuaware.sim.twin.cluster import gpu_memory_mib
 from gpuaware.sim.workload_gen import SimPod
 
 __all__ = [
@@ -591,10 +590,10 @@ class Twin:
 
 
 def _fleet_node(n: NodeSpec) -> FleetNode:
-    """The simulated-GPU node behind a twin node: nearest physical model, and its real topology so
-    the agent's inventory names the same NVLink islands and NUMA nodes the twin does."""
-    envelope = FLEET_MODEL.get(n.gpu_model, "A100-80GB")
-    links = max(1, fleet_model(envelope).nvlink_links)
+    """The simulated-GPU node behind a twin node: the same catalog model (its stand-in for an
+    undisclosed one), and its real topology so the agent's inventory names the same NVLink islands
+    and NUMA nodes the twin does. A model the catalog does not know raises ValueError."""
+    links = max(1, simulated_as(gpu_model(n.gpu_model)).nvlink_links) if n.num_gpu else 1
     islands = n.nvlink_islands or (-1,) * n.num_gpu
     numa = n.numa_nodes or (0,) * n.num_gpu
     rows = []
@@ -610,5 +609,5 @@ def _fleet_node(n: NodeSpec) -> FleetNode:
         rows.append(tuple(row))
     topology = Topology(gpus=tuple(f"GPU{i}" for i in range(n.num_gpu)), links=tuple(rows),
                         numa_affinity=tuple(str(x) for x in numa)) if n.num_gpu else None
-    return FleetNode(name=n.name, model=envelope, gpus=n.num_gpu, topology=topology, rack=n.rack or None,
-                     zone=n.zone or None, labels=dict(n.labels))
+    return FleetNode(name=n.name, model=n.gpu_model or "A100", gpus=n.num_gpu, topology=topology,
+                     rack=n.rack or None, zone=n.zone or None, labels=dict(n.labels))

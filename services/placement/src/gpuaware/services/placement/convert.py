@@ -21,10 +21,12 @@ import csv
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
-from gpuaware.placement import GPU_CATALOG, MILLI, GpuModel, NodeSpec, PodRequest, RequestError, TypicalPods
+from gpuaware.placement import MILLI, GpuModel, NodeSpec, PodRequest, RequestError, TypicalPods
 from gpuaware.placement.explain import PodExplanation
+from gpuaware.schemas.gpus import find_gpu_model
 from gpuaware.schemas.inventory import GpuInfo, MigMode, NodeInventory
 from gpuaware.schemas.placement import Explanation, GpuSlice, NodeClassVerdict
 from gpuaware.schemas.pods import PodPending, TopologyPreference
@@ -77,7 +79,9 @@ def node_of(inv: NodeInventory) -> tuple[NodeSpec, tuple[GpuInfo, ...], GpuModel
 
 
 def node_of_world(n: WorldNode) -> tuple[NodeSpec, tuple[GpuInfo, ...], GpuModel | None, tuple[int, int]]:
-    """The same, from the world's snapshot (the twin or Kubernetes: model names as the catalog has them)."""
+    """The same, from the world's snapshot (the twin or Kubernetes). A model the GPU catalog knows (by
+    short name, alias or NVML name) takes its capabilities and compute capability from the catalog and
+    keeps the world's name and, when reported, memory."""
     inv = NodeInventory(
         source="world", emitted_at=0.0, node=n.name, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib,
         rack=n.rack, zone=n.zone, labels=dict(n.labels),
@@ -86,10 +90,11 @@ def node_of_world(n: WorldNode) -> tuple[NodeSpec, tuple[GpuInfo, ...], GpuModel
                    for g in n.gpus))
     spec, gpus, model, cc = node_of(inv)
     if model is not None:
-        known = GPU_CATALOG.get(model.name)
-        if known is not None:  # capabilities from the catalog; memory as the world reports it
-            model = GpuModel(known.name, model.memory_mib or known.memory_mib, known.tensor_cores, known.fp8,
-                             known.nvlink, known.mig)
+        known = find_gpu_model(model.name)  # short name, alias or NVML name
+        if known is not None:  # the catalog's record under the world's name; memory as the world reports it
+            model = replace(known, name=model.name, memory_mib=model.memory_mib or known.memory_mib)
+            if known.compute_capability:
+                cc = _cc(known.compute_capability)
     return spec, gpus, model, cc
 
 
