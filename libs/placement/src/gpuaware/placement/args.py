@@ -29,6 +29,7 @@ import msgspec
 from msgspec import Meta
 
 __all__ = [
+    "CpuReserveArgs",
     "DefaultPreemptionArgs",
     "FilterEntry",
     "NoArgs",
@@ -83,6 +84,13 @@ class ThroughputArgs(PluginArgs, frozen=True):
     """
 
     matrix: dict[str, dict[str, Annotated[float, Meta(ge=0)]]] = {}
+
+
+class CpuReserveArgs(PluginArgs, frozen=True):
+    """``{"name": "gpu-node-cpu-reserve", "args": {"fraction": 0.25}}``"""
+
+    fraction: Annotated[float, Meta(ge=0, le=1)] = 0.25
+    """share of a GPU node's CPU that CPU-only pods must leave free"""
 
 
 class DefaultPreemptionArgs(PluginArgs, frozen=True):

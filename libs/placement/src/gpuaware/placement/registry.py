@@ -51,6 +51,7 @@ import msgspec
 import numpy as np
 
 from gpuaware.placement.args import (
+    CpuReserveArgs,
     DefaultPreemptionArgs,
     FilterEntry,
     NoArgs,
@@ -60,6 +61,7 @@ from gpuaware.placement.args import (
     ThroughputArgs,
     WasteGradientArgs,
 )
+from gpuaware.placement.cpu_reserve import GpuNodeCpuReserve
 from gpuaware.placement.extensions import DefaultPreemption
 from gpuaware.placement.frag import TypicalPods
 from gpuaware.placement.framework import (
@@ -457,6 +459,7 @@ _FILTERS: dict[str, Plugin[FilterPlugin]] = {
     "resources-fit": Plugin(lambda ctx, a: ResourcesFit()),
     "gpu-fit": Plugin(lambda ctx, a: GpuFit()),
     "whole-gpu-only": Plugin(lambda ctx, a: WholeGpuOnly()),
+    "gpu-node-cpu-reserve": Plugin(lambda ctx, a: GpuNodeCpuReserve(a.fraction), CpuReserveArgs),
 }
 
 _SCORES: dict[str, Plugin[ScorePlugin]] = {
