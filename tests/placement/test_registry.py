@@ -85,7 +85,7 @@ def test_weighted_profile_from_config() -> None:
         ({"score": [{"name": "bestfit"}], "gpu": "worst"}, "unknown GPU selector 'worst'"),
         ({"score": [{"name": "fgd"}]}, "needs typical pods"),  # the only failure left to build time
         ({"filter": [{"name": "nope"}], "score": [{"name": "bestfit"}]},
-         "unknown filter plugin 'nope'; known: gpu-fit, resources-fit, whole-gpu-only - at `$.filter[0].name`"),
+         "unknown filter plugin 'nope'; known: gpu-fit, gpu-node-cpu-reserve, resources-fit, whole-gpu-only - at `$.filter[0].name`"),
         ({"filter": ["gpu-fit"], "score": [{"name": "bestfit"}]}, "Expected `object`, got `str` - at `$.filter[0]`"),
         ({"filter": [], "score": [{"name": "bestfit"}]}, "Expected `array` of length >= 1 - at `$.filter`"),
         ({"filter": {"name": "gpu-fit"}, "score": [{"name": "bestfit"}]},

@@ -105,6 +105,7 @@ class PodRequest:
     gang_min_members: int = 0
     topology: str = ""  # "" | "nvlink" (all GPUs on one NVLink island) | "numa" (one NUMA node)
     job_type: str = ""  # workload class for heterogeneity-aware scoring (e.g. "ResNet-50 (batch size 64)")
+    checkpointable: bool = False  # it can save its state and resume: evicting it loses no work
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -148,7 +148,7 @@ def pod_request(p: PodPending, models: Mapping[str, GpuModel] | None = None,
         gpu_memory_mib=gpu_mem, gpu_types=types, capabilities=frozenset(caps),
         min_gpu_memory_mib=p.capabilities.min_memory_mib, qos=p.qos.value, priority=p.priority, queue=p.queue,
         gang_id=p.gang_id or "", gang_min_members=p.gang_min_members if p.gang_id else 0,
-        topology=_TOPOLOGY.get(p.topology, ""))
+        topology=_TOPOLOGY.get(p.topology, ""), checkpointable=p.checkpointable)
 
 
 def slices(pod: PodRequest, gpus: tuple[GpuInfo, ...], slots: Iterable[int], mig_profile: str | None) -> tuple[GpuSlice, ...]:
@@ -162,14 +162,14 @@ def slices(pod: PodRequest, gpus: tuple[GpuInfo, ...], slots: Iterable[int], mig
 
 
 def observed_request(uid: str, cpu_milli: int, memory_mib: int, gpu_slices: Iterable[GpuSlice], *,
-                     priority: int = 0, gang_id: str | None = None) -> PodRequest:
+                     priority: int = 0, gang_id: str | None = None, checkpointable: bool = False) -> PodRequest:
     """What a pod holds, rebuilt from a decision or a binding (when the request itself is unknown)."""
     sl = tuple(gpu_slices)
     milli = max((s.gpu_milli for s in sl), default=0)
     if len(sl) > 1:
         milli = MILLI
     return PodRequest(uid, cpu_milli, memory_mib, len(sl), milli if sl else 0, priority=priority,
-                      gang_id=gang_id or "")
+                      gang_id=gang_id or "", checkpointable=checkpointable)
 
 
 # -- explanations -------------------------------------------------------------------------------
