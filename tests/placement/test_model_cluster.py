@@ -119,3 +119,12 @@ def test_cluster_models_come_from_the_gpu_catalog(model: str, memory_mib: int | 
     m = Cluster([NodeSpec("n", 1000, 1000, 1, model)]).models[0]
     assert (m.name, m.memory_mib) == (model, memory_mib)
     assert {c for c in CAPABILITIES if m.has(c)} == capabilities
+
+
+def test_a_node_model_named_by_an_alias_gets_the_catalog_record_under_its_own_name() -> None:
+    from gpuaware.placement import Cluster, NodeSpec
+
+    c = Cluster([NodeSpec("a", 1000, 1000, 1, "NVIDIA A100-SXM4-80GB"), NodeSpec("b", 1000, 1000, 1, "no-such-gpu")])
+    known, unknown = c.models  # sorted by name
+    assert known.name == "NVIDIA A100-SXM4-80GB" and known.memory_mib == 81920 and known.mig
+    assert unknown.name == "no-such-gpu" and unknown.memory_mib is None and not unknown.tensor_cores

@@ -23,6 +23,7 @@ accounted: `gpu_mem_free` reads `UNACCOUNTED` there.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Sequence
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuaware.placement.model import GPU_CATALOG, MILLI, GpuModel, NodeSpec, PodRequest, RequestError
+from gpuaware.schemas.gpus import find_gpu_model
 
 UNACCOUNTED = 1 << 40
 """free GPU memory (MiB) reported for GPUs whose memory is unknown: always enough"""
@@ -96,6 +98,13 @@ class Snapshot:
         return len(self.node_names)
 
 
+def _catalogued(name: str) -> GpuModel:
+    """The one catalog's record for a node's model name (an alias or NVML name too), under the node's
+    own spelling; an unknown model is a bare record (no capabilities, memory undisclosed)."""
+    found = find_gpu_model(name)
+    return GpuModel(name) if found is None else dataclasses.replace(found, name=name)
+
+
 def _readonly(a: np.ndarray) -> np.ndarray:
     v = a.view()
     v.flags.writeable = False
@@ -124,7 +133,7 @@ class Cluster:
                 raise RequestError(f"duplicate node name {name!r}")
             self.index[name] = i
         model_names = sorted({n.gpu_model for n in nodes if n.num_gpu > 0})
-        self.models: tuple[GpuModel, ...] = tuple(catalog.get(m, GpuModel(m)) for m in model_names)
+        self.models: tuple[GpuModel, ...] = tuple(catalog.get(m) or _catalogued(m) for m in model_names)
         self.model_of: dict[str, int] = {m: i for i, m in enumerate(model_names)}
         n = len(nodes)
         g = max(1, max(s.num_gpu for s in nodes))
