@@ -26,9 +26,17 @@ from pathlib import Path
 
 from gpuaware.placement import MILLI, GpuModel, NodeSpec, PodRequest, RequestError, TypicalPods
 from gpuaware.placement.explain import PodExplanation
+from gpuaware.placement.planner import Decided
 from gpuaware.schemas.gpus import find_gpu_model
 from gpuaware.schemas.inventory import GpuInfo, MigMode, NodeInventory
-from gpuaware.schemas.placement import Explanation, GpuSlice, NodeClassVerdict
+from gpuaware.schemas.placement import (
+    Explanation,
+    GpuSlice,
+    NodeClassVerdict,
+    PlacementDecided,
+    PlannedPreemption,
+    PodUnschedulable,
+)
 from gpuaware.schemas.pods import PodPending, TopologyPreference
 from gpuaware.schemas.world import WorldNode
 
@@ -170,6 +178,41 @@ def observed_request(uid: str, cpu_milli: int, memory_mib: int, gpu_slices: Iter
         milli = MILLI
     return PodRequest(uid, cpu_milli, memory_mib, len(sl), milli if sl else 0, priority=priority,
                       gang_id=gang_id or "", checkpointable=checkpointable)
+
+
+# -- the planner's outcomes as messages ---------------------------------------------------------
+
+
+def decided_message(d: Decided, gpus: tuple[GpuInfo, ...], *, source: str, cluster: str, policy: str,
+                    grace_s: float, now: float) -> PlacementDecided:
+    """A planner decision as the wire says it: slices by GPU UUID, the preemption plan's victims (a
+    victim that can checkpoint is asked to first, within `grace_s`)."""
+    entry = d.entry
+    assert entry.request is not None
+    p: PodPending = entry.payload
+    victims = tuple(PlannedPreemption(
+        pod_uid=v.uid, pod_name=getattr(v.payload, "pod_name", v.uid),
+        namespace=getattr(v.payload, "namespace", "default"), node=v.node, reason="priority",
+        checkpoint_first=bool(v.request and v.request.checkpointable), grace_period_s=grace_s)
+        for v in d.victims)
+    return PlacementDecided(
+        source=source, emitted_at=now, cluster=cluster, decision_id=d.decision_id, pod_uid=entry.uid,
+        pod_name=p.pod_name, namespace=p.namespace, node=d.node,
+        slices=slices(entry.request, gpus, d.gpus, p.mig_profile), policy=policy, score=d.score, decided_at=now,
+        gang_id=p.gang_id, queue=p.queue, attempt=entry.attempt, cpu_milli=entry.request.cpu_milli,
+        memory_mib=entry.request.memory_mib, preemptions=victims, priority=entry.request.priority,
+        checkpointable=p.checkpointable)
+
+
+def unschedulable_message(p: PodPending, reason: str, message: str, why: PodExplanation | None, *, source: str,
+                          cluster: str, now: float, attempt: int | None = None,
+                          retry_after_s: float | None = None) -> PodUnschedulable:
+    """Why a pod waits, with its request (a standby that takes over knows the parked pod)."""
+    return PodUnschedulable(
+        source=source, emitted_at=now, cluster=cluster, pod_uid=p.pod_uid, pod_name=p.pod_name,
+        namespace=p.namespace, reason=str(reason), message=message,
+        node_classes=explanation(why).node_classes if why is not None else (), retry_after_s=retry_after_s,
+        attempt=p.attempt if attempt is None else attempt, pod=p)
 
 
 # -- explanations -------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ from gpuaware.schemas.health import GpuScored, GpuStateChanged, HealthState
 from gpuaware.schemas.inventory import GpuInfo, NodeInventory
 from gpuaware.schemas.placement import (
     PlacementDecided,
-    PlannedPreemption,
     PodUnschedulable,
     UnschedulableReason,
 )
@@ -390,32 +389,14 @@ class PlacementState:
         return out
 
     def _decided(self, d: Placed) -> PlacementDecided:
-        entry = d.entry
-        assert entry.request is not None
-        p: PodPending = entry.payload
-        now = self.clock()
-        slices = convert.slices(entry.request, self.gpus[d.node], d.gpus, p.mig_profile)
-        victims = tuple(PlannedPreemption(
-            pod_uid=v.uid, pod_name=getattr(v.payload, "pod_name", v.uid),
-            namespace=getattr(v.payload, "namespace", "default"), node=v.node, reason="priority",
-            checkpoint_first=bool(v.request and v.request.checkpointable), grace_period_s=self.checkpoint_grace_s)
-            for v in d.victims)
-        return PlacementDecided(
-            source=self.source, emitted_at=now, cluster=self.cluster_name, decision_id=d.decision_id,
-            pod_uid=entry.uid, pod_name=p.pod_name, namespace=p.namespace, node=d.node, slices=slices,
-            policy=self.policy_name, score=d.score, decided_at=now, gang_id=p.gang_id, queue=p.queue,
-            attempt=entry.attempt, cpu_milli=entry.request.cpu_milli, memory_mib=entry.request.memory_mib,
-            preemptions=victims, priority=entry.request.priority, checkpointable=p.checkpointable)
+        return convert.decided_message(d, self.gpus[d.node], source=self.source, cluster=self.cluster_name,
+                                       policy=self.policy_name, grace_s=self.checkpoint_grace_s, now=self.clock())
 
     def _unschedulable(self, p: PodPending, reason: str, message: str, why: PodExplanation | None = None, *,
                        unresolvable: bool = False, attempt: int | None = None,
                        retry_after_s: float | None = None) -> PodUnschedulable:
-        classes = convert.explanation(why).node_classes if why is not None else ()
-        return PodUnschedulable(
-            source=self.source, emitted_at=self.clock(), cluster=self.cluster_name, pod_uid=p.pod_uid,
-            pod_name=p.pod_name, namespace=p.namespace, reason=str(reason), message=message,
-            node_classes=classes, retry_after_s=retry_after_s, attempt=p.attempt if attempt is None else attempt,
-            pod=p)
+        return convert.unschedulable_message(p, reason, message, why, source=self.source, cluster=self.cluster_name,
+                                             now=self.clock(), attempt=attempt, retry_after_s=retry_after_s)
 
     # -- explaining -------------------------------------------------------------------------------------
 
