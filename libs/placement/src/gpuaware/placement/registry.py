@@ -386,9 +386,17 @@ class Registry:
     ) -> Scheduler:
         """A Scheduler from a profile (validated first: see `resolve`)."""
         resolved = self.resolve(config)
+        return self._scheduler(resolved, self._context(resolved.profile, typical, seed), tie_rank, name)
+
+    def _context(self, profile: Profile, typical: TypicalPods | None, seed: int,
+                 clock: Callable[[], float] | None = None, memory: dict[str, Any] | None = None) -> PluginContext:
+        """The profile's own seed wins over the caller's."""
+        return PluginContext(typical=typical, seed=int(seed if profile.seed is None else profile.seed), registry=self,
+                             clock=clock, memory=memory)
+
+    def _scheduler(self, resolved: ResolvedProfile, ctx: PluginContext, tie_rank: np.ndarray | None,
+                   name: str | None) -> Scheduler:
         profile = resolved.profile
-        ctx = PluginContext(typical=typical, seed=int(seed if profile.seed is None else profile.seed),
-                            registry=self)
         scores = [WeightedScore(bound.build(ctx), weight) for bound, weight in resolved.scores]
         selector = resolved.gpu.build(ctx)
         extra: dict[str, Any] = {}
@@ -412,9 +420,8 @@ class Registry:
         `default_post_filter` (an entry such as ``{"name": "default-preemption", "args": {...}}``) is
         used when the profile names no `post_filter` list of its own."""
         resolved = self.resolve(config)
-        ctx = PluginContext(typical=typical, seed=int(seed if resolved.profile.seed is None else resolved.profile.seed),
-                            registry=self, clock=clock, memory=memory)
-        scheduler = self.build(resolved.profile, typical=typical, seed=seed, tie_rank=tie_rank, name=name)
+        ctx = self._context(resolved.profile, typical, seed, clock, memory)
+        scheduler = self._scheduler(resolved, ctx, tie_rank, name)
         post = resolved.others.get(Kind.POST_FILTER)
         if post is None and default_post_filter is not None:
             entry = msgspec.convert(_thaw(default_post_filter), FilterEntry)

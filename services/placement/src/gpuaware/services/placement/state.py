@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpuaware.placement import DEGRADED, HEALTHY, QUARANTINED, PodRequest, RequestError, TypicalPods
@@ -74,46 +74,39 @@ class Rejected:
 Outcome = Decided | Unschedulable | Rejected
 
 
-@dataclass
 class PlacementState:
-    cluster_name: str
-    source: str
-    policy_name: str
-    policy_config: dict[str, Any]
-    typical: TypicalPods | None = None
-    learn_typical: bool = True
-    typical_min_pods: int = 200
-    typical_window: int = 5000
-    typical_drift: float = 0.15
-    seed: int = 0
-    max_tombstones: int = 200_000
-    preemption: bool = True
-    preemption_cooldown_s: float = 30.0
-    max_victims: int = 16
-    checkpoint_grace_s: float = 60.0
-    clock: Callable[[], float] = time.time
+    """One instance's view. `planner` takes `PlannerConfig`'s knobs as keywords (typical, learn_typical,
+    typical_min_pods, seed, preemption, max_victims, ...); the prior request mix is convert.PRIOR."""
 
-    planner: Planner = field(init=False)
-    gpus: dict[str, tuple[GpuInfo, ...]] = field(init=False, default_factory=dict)
-    capability: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
-    forecasts: dict[str, GpuUtilPredicted] = field(init=False, default_factory=dict)
-    world_nodes: set[str] = field(init=False, default_factory=set)
-    _slot: dict[tuple[str, str], int] = field(init=False, default_factory=dict)
+    def __init__(self, cluster_name: str, source: str, policy_name: str, policy_config: Mapping[str, Any], *,
+                 checkpoint_grace_s: float = 60.0, clock: Callable[[], float] = time.time, **planner: Any) -> None:
+        self.cluster_name = cluster_name
+        self.source = source
+        self.policy_name = policy_name
+        self.checkpoint_grace_s = checkpoint_grace_s
+        self.clock = clock
+        self.planner = Planner(PlannerConfig(policy_name=policy_name, policy_config=policy_config,
+                                             prior=convert.PRIOR, **planner), clock=clock)
+        self.gpus: dict[str, tuple[GpuInfo, ...]] = {}
+        """each node's GPUs by slot, as inventoried (UUIDs for slices and for events naming a GPU)"""
+        self.capability: dict[str, tuple[int, int]] = {}
+        self.forecasts: dict[str, GpuUtilPredicted] = {}
+        self.world_nodes: set[str] = set()
+        self._slot: dict[tuple[str, str], int] = {}
 
-    def __post_init__(self) -> None:
-        self.planner = Planner(PlannerConfig(
-            policy_name=self.policy_name, policy_config=self.policy_config, typical=self.typical,
-            prior=convert.PRIOR, learn_typical=self.learn_typical, typical_min_pods=self.typical_min_pods,
-            typical_window=self.typical_window, typical_drift=self.typical_drift, seed=self.seed,
-            max_tombstones=self.max_tombstones, preemption=self.preemption,
-            preemption_cooldown_s=self.preemption_cooldown_s, max_victims=self.max_victims), clock=self.clock)
-        self.typical = self.planner.typical
+    @property
+    def typical(self) -> TypicalPods:
+        """The request mix the fragmentation scores assume now (learned from the pods seen)."""
+        return self.planner.typical
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        if name == "max_victims" and "planner" in self.__dict__:  # tuning a running instance (tests, tools)
-            self.planner.config = dataclasses.replace(self.planner.config, max_victims=value)
-            self.planner.invalidate()
+    @property
+    def max_victims(self) -> int:
+        return self.planner.config.max_victims
+
+    @max_victims.setter
+    def max_victims(self, value: int) -> None:  # tuning a running instance (tests, tools)
+        self.planner.config = dataclasses.replace(self.planner.config, max_victims=value)
+        self.planner.invalidate()
 
     # -- the view -------------------------------------------------------------------------------------
 
@@ -134,9 +127,7 @@ class PlacementState:
         return self.planner.num_nodes
 
     def ensure_cluster(self) -> bool:
-        ok = self.planner.ensure_cluster()
-        self.typical = self.planner.typical
-        return ok
+        return self.planner.ensure_cluster()
 
     def apply_inventory(self, inv: NodeInventory) -> bool:
         """A node's full inventory. True when the node set or a node changed (capacity may be new).
@@ -357,9 +348,7 @@ class PlacementState:
         except RequestError as exc:
             self.planner.reject(p.pod_uid, p.attempt)
             return [Rejected(self._unschedulable(p, UnschedulableReason.INVALID_REQUEST, str(exc)), str(exc))]
-        outcomes = self.planner.submit(p.pod_uid, p.attempt, req, payload=p)
-        self.typical = self.planner.typical  # learned from the pods seen
-        return self._messages(outcomes)
+        return self._messages(self.planner.submit(p.pod_uid, p.attempt, req, payload=p))
 
     def retry(self, limit: int = 256) -> tuple[list[Outcome], bool]:
         """Try parked pods again (capacity was freed). Returns (outcomes, more): `more` when the pass
