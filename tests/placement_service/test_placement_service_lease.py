@@ -55,3 +55,69 @@ async def test_a_holder_that_cannot_renew_steps_down_in_time(nats_proc) -> None:
         stepped_down = next(t for h, leading, t in changes if h == "a" and not leading)
         assert stepped_down - won < 1.2  # before the TTL: nobody else can hold it yet
         await a.stop()
+
+
+async def test_resign_hands_over_to_a_standby_and_stays_out_for_the_cooldown(nats_proc) -> None:
+    async with bus.connected(nats_proc.url, name="a") as nca, bus.connected(nats_proc.url, name="b") as ncb:
+        changes: list = []
+        a = await _lease(nca.jetstream(), "a", changes)
+        assert await a.wait_leading(3.0)
+        b = await _lease(ncb.jetstream(), "b", changes)
+        a.resign(3.0)  # a cannot do the leader's work: b wins at its next poll, not at a's expiry (1 s)
+        assert await b.wait_leading(5.0)
+        assert not a.leading and ("a", False) in [(h, leading) for h, leading, _ in changes]
+        assert a.resignations == 1
+        await b.stop(release=True)  # the key is free again, but a is still cooling down
+        await asyncio.sleep(1.0)
+        assert not a.leading
+        assert await a.wait_leading(10.0)  # after the cooldown a campaigns again and wins
+        await a.stop()
+
+
+async def test_a_renewal_whose_reply_was_lost_does_not_lose_the_lease(nats_proc) -> None:
+    """A server restart can apply a renewal whose reply the holder never gets (it timed out here):
+    the next renewal's compare-and-set then misses. The key still holds our value: lead on."""
+    async with bus.connected(nats_proc.url, name="a") as nca, bus.connected(nats_proc.url, name="b") as ncb:
+        changes: list = []
+        a = await _lease(nca.jetstream(), "a", changes)
+        assert await a.wait_leading(3.0)
+        b = await _lease(ncb.jetstream(), "b", changes)
+        real_update, lost = a._kv.update, []
+
+        async def update_reply_lost(*args, **kw):
+            revision = await real_update(*args, **kw)
+            if not lost:
+                lost.append(revision)
+                raise TimeoutError("reply lost")
+            return revision
+
+        a._kv.update = update_reply_lost
+        await asyncio.sleep(2.0)  # several renewals, across two TTLs
+        assert lost and a.leading and not b.leading
+        assert [(h, leading) for h, leading, _ in changes] == [("a", True)]
+        await a.stop()
+        assert await b.wait_leading(3.0)  # and a's release still worked (from the revision it adopted)
+        await b.stop()
+
+
+async def test_a_win_whose_reply_was_lost_is_taken_up_without_waiting_for_expiry(nats_proc) -> None:
+    """`create` applied but its reply lost: the key holds our value; without adopting it, nobody
+    would lead until it expired (10 s here)."""
+    async with bus.connected(nats_proc.url, name="a") as nc:
+        changes: list = []
+        a = bus.LeaderLease(nc.jetstream(), "test-lease-10s", "k", "a", ttl_s=10.0, poll_s=0.05)
+        await a.start()
+        real_create, lost = a._kv.create, []
+
+        async def create_reply_lost(*args, **kw):
+            revision = await real_create(*args, **kw)
+            if not lost:
+                lost.append(revision)
+                raise TimeoutError("reply lost")
+            return revision
+
+        a._kv.create = create_reply_lost
+        assert await a.wait_leading(5.0)
+        assert lost and a.term == lost[0]
+        await a.stop()
+        assert not changes

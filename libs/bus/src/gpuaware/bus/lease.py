@@ -8,9 +8,20 @@ holder stepping down, or expired because the holder stopped renewing (crash, par
 event loop). So:
 
     graceful hand-over   holder deletes the key on stop    -> a standby wins within `poll_s`
+    holder resigns       it deletes the key and stays out  -> a standby wins within `poll_s`; the
+                         of the election for a cooldown       resigner campaigns again only after it
     holder crashes       the key expires after `ttl_s`     -> a standby wins within ttl_s + poll_s
     holder cut off       its renewals fail; it steps down itself once `ttl_s - margin` has passed
                          since its last successful renewal, before anyone else can win the key
+
+`resign()` is for a holder that won but cannot do the leader's work (its takeover keeps failing):
+it hands the key over as a graceful stop does, yet keeps campaigning, after the cooldown, so a
+lone instance tries again while a standby, if there is one, wins first.
+
+A write whose reply is lost (the server restarted; the client re-sent the request as it reconnected)
+may still have been applied: the holder's next compare-and-set then misses, or a campaigner finds the
+key taken. When the key holds our own value, the lease goes on from that revision instead of
+believing it lost, which would leave nobody leading until its own key expired.
 
 The last rule is the fence: a holder never believes it leads longer than the server would keep its
 key. Leadership changes are reported through `on_change(leading)` (awaited in order, never two at
@@ -87,6 +98,13 @@ class LeaderLease:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._changed = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._out_until = 0.0
+        """monotonic time before which this instance neither leads nor campaigns (`resign`)"""
+        self._unconfirmed_since: float | None = None
+        """start of the first write of ours since the last confirmed one whose reply never came (it
+        may have been applied, e.g. sent as the client reconnected): the earliest its TTL can run from"""
+        self.resignations = 0
 
     @property
     def leading(self) -> bool:
@@ -109,6 +127,24 @@ class LeaderLease:
                 await asyncio.wait_for(self._changed.wait(), left)
         return True
 
+    def resign(self, cooldown_s: float | None = None) -> None:
+        """Step down and stay out of the election for `cooldown_s` (default `ttl_s`), so that another
+        instance wins the key rather than this one again; campaign again afterwards.
+
+        Returns at once: the lease's own task releases the key (a standby wins within its `poll_s`;
+        if the release fails the key expires within `ttl_s`) and reports `on_change(False)` as for
+        any step-down, so it may be called from anywhere, `on_change` and done-callbacks included.
+        Called while not leading, it only keeps this instance out for the cooldown.
+        """
+        cooldown = self.ttl_s if cooldown_s is None else cooldown_s
+        if cooldown < 0:
+            raise ValueError("cooldown_s must be >= 0")
+        self._out_until = max(self._out_until, time.monotonic() + cooldown)
+        self.resignations += 1
+        log.info("lease %s/%s: %s resigns; out of the election for %.1fs", self.bucket, self.key,
+                 self.holder, cooldown)
+        self._wake.set()
+
     async def stop(self, release: bool = True) -> None:
         """Stop campaigning; when leading, step down (and delete the key so a standby wins now)."""
         self._stop.set()
@@ -117,14 +153,71 @@ class LeaderLease:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         if self._leading:
-            if release and self._kv is not None:
-                try:
-                    await self._kv.delete(self.key, last=self._revision)
-                    log.info("lease %s/%s: released by %s", self.bucket, self.key, self.holder)
-                except Exception as exc:  # expiry hands it over anyway
-                    log.warning("lease %s/%s: release failed (%s); it expires in %.1fs",
-                                self.bucket, self.key, exc, self.ttl_s)
+            if release:
+                await self._release()
             await self._set(False)
+
+    async def _release(self) -> None:
+        """Delete our key so a standby wins at its next poll (on failure it expires within `ttl_s`)."""
+        if self._kv is None:
+            return
+        kv = self._kv
+        try:
+            # no longer than the TTL: by then the key has expired anyway
+            await asyncio.wait_for(kv.delete(self.key, last=self._revision), self.ttl_s)
+        except Exception as exc:
+            failure: Exception | None = exc
+            # a renewal whose reply was lost may have moved the revision on: delete from the current one
+            entry = await self._ours(kv, self.holder.encode())
+            if entry is not None and entry.revision:
+                try:
+                    await asyncio.wait_for(kv.delete(self.key, last=entry.revision), self.ttl_s)
+                    failure = None
+                except Exception as again:
+                    failure = again
+            if failure is not None:  # expiry hands it over anyway
+                log.warning("lease %s/%s: release failed (%s); it expires in %.1fs",
+                            self.bucket, self.key, failure, self.ttl_s)
+                return
+        self._unconfirmed_since = None
+        log.info("lease %s/%s: released by %s", self.bucket, self.key, self.holder)
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep `seconds`, less when `resign()` wakes the loop."""
+        if seconds > 0 and not self._wake.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), seconds)
+        else:
+            await asyncio.sleep(0)
+        self._wake.clear()
+
+    async def _ours(self, kv: KeyValue, value: bytes) -> KeyValue.Entry | None:
+        """The key's entry when its latest value is ours, else None (someone else's, absent, unknown)."""
+        try:
+            entry = await asyncio.wait_for(kv.get(self.key), self.request_timeout_s)
+        except Exception:
+            return None
+        return entry if entry.value == value and entry.revision else None
+
+    async def _held_unawares(self, kv: KeyValue, value: bytes) -> tuple[int, float] | None:
+        """After `create` found the key taken: (revision, earliest write time) when it is ours after
+        all, a write whose reply was lost having been applied (a server restart: the request went out
+        as the client reconnected). Without this, nobody would lead until our own key expired. Only
+        adopted while the fence, counted from that write's earliest start, leaves time to renew."""
+        since = self._unconfirmed_since
+        if since is None:
+            return None
+        entry = await self._ours(kv, value)
+        if entry is None:
+            self._unconfirmed_since = None  # someone else's: a late write of ours can no longer land
+            return None
+        if (entry.revision or 0) <= self._revision:
+            return None  # our last confirmed write: its fence has passed already (we stepped down)
+        if time.monotonic() - since >= self.ttl_s - self.margin_s:
+            return None  # too old to trust: it expires soon, then the key is campaigned for anew
+        log.info("lease %s/%s: a write of ours whose reply was lost holds the key (revision %d)",
+                 self.bucket, self.key, entry.revision)
+        return entry.revision or 0, since
 
     async def _set(self, leading: bool) -> None:
         if leading == self._leading:
@@ -147,39 +240,63 @@ class LeaderLease:
         value = self.holder.encode()
         while not self._stop.is_set():
             now = time.monotonic()
+            if self._leading and now < self._out_until:  # resign(): hand the key over now
+                await self._set(False)  # first: the holder stops leading before another can win
+                await self._release()
+                continue
             if self._leading:
                 try:
                     self._revision = await asyncio.wait_for(
                         kv.update(self.key, value, last=self._revision), self.request_timeout_s)
                     self._renewed_at = time.monotonic()
+                    self._unconfirmed_since = None
                 except KeyWrongLastSequenceError:
+                    entry = await self._ours(kv, value)
+                    if entry is not None:  # a renewal whose reply was lost was applied: renew on from it
+                        log.info("lease %s/%s: a renewal whose reply was lost was applied (revision %d)",
+                                 self.bucket, self.key, entry.revision)
+                        self._revision = entry.revision or self._revision
+                        continue  # `_renewed_at` stays at the last confirmed renewal: the fence holds
                     log.warning("lease %s/%s: lost (someone else holds it)", self.bucket, self.key)
                     await self._set(False)
                     continue
                 except Exception as exc:
+                    if self._unconfirmed_since is None:
+                        self._unconfirmed_since = now
                     if now - self._renewed_at >= self.ttl_s - self.margin_s:
                         log.warning("lease %s/%s: cannot renew for %.1fs (%s); stepping down",
                                     self.bucket, self.key, now - self._renewed_at, exc)
                         await self._set(False)
                         continue
                     log.info("lease %s/%s: renewal failed (%s), retrying", self.bucket, self.key, exc)
-                    await asyncio.sleep(min(self.poll_s, self.renew_s))
+                    await self._nap(min(self.poll_s, self.renew_s))
                     continue
                 # sleep until the next renewal, but never past the point where we must step down
                 wait = min(self.renew_s, max(0.0, self._renewed_at + self.ttl_s - self.margin_s - time.monotonic()))
-                await asyncio.sleep(wait)
+                await self._nap(wait)
+            elif now < self._out_until:
+                await self._nap(self._out_until - now)
             else:
                 try:
                     started = time.monotonic()
                     rev = await asyncio.wait_for(kv.create(self.key, value), self.request_timeout_s)
                 except (KeyWrongLastSequenceError, KeyNotFoundError):
-                    await asyncio.sleep(self.poll_s)
-                    continue
+                    held = await self._held_unawares(kv, value)
+                    if held is None:
+                        await self._nap(self.poll_s)
+                        continue
+                    rev, started = held
                 except Exception as exc:
+                    if self._unconfirmed_since is None:
+                        self._unconfirmed_since = started
                     log.debug("lease %s/%s: campaign failed (%s)", self.bucket, self.key, exc)
-                    await asyncio.sleep(self.poll_s)
+                    await self._nap(self.poll_s)
                     continue
+                self._unconfirmed_since = None
                 self._revision = rev
+                if time.monotonic() < self._out_until:  # resign() came while campaigning: give it back
+                    await self._release()
+                    continue
                 self._renewed_at = started  # the TTL clock started no later than our request
                 self.term = rev
                 await self._set(True)

@@ -61,7 +61,7 @@ from gpuaware.schemas.quota import QUOTA_ADMIT, AdmitReply, AdmitRequest
 from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, TELEMETRY
 from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GpuRolledUp
 from gpuaware.schemas.world import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
-from gpuaware.services.placement import convert
+from gpuaware.services.placement import convert, takeover
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected, Unschedulable
 
@@ -167,27 +167,52 @@ class PlacementService:
 
     async def _on_lease(self, leading: bool) -> None:
         if leading:
-            self._lead_task = asyncio.create_task(self._lead(), name="placement lead")
+            self._lead_task = asyncio.create_task(self._lead(), name="placement takeover")
+            self._lead_task.add_done_callback(self._lead_ended)
         else:
             await self._step_down()
 
     async def _lead(self) -> None:
+        """Take over (see takeover.py): each step is retried; a step that keeps failing ends the task
+        with `TakeoverFailed` and `_lead_ended` gives the lease up."""
         s = self.settings
-        for f in self.followers:
-            await f.caught_up.wait()
+        steps = takeover.Steps.of(s)
+        await steps.run("replaying the streams", lambda: takeover.replayed(self.followers, s.takeover_sync_timeout_s))
         # what a previous leader decided just before it stopped must be in the view before deciding
-        await asyncio.gather(*(f.sync(timeout=2.0) for f in self.followers))
+        await steps.run("catching up with the streams",
+                        lambda: takeover.synced(self.followers, s.takeover_sync_timeout_s))
         while not self.state.ensure_cluster():
-            await asyncio.sleep(0.1)  # no inventory yet: nothing could be decided
+            await asyncio.sleep(0.1)  # no inventory yet: nothing could be decided (nor by a standby)
         self.leading_since = time.monotonic()
-        self.consumer = await bus.subscribe_pipelined(
-            self.js, PENDING, s.durable, self._on_pending, stream=BINDER.name, ack_wait=s.pending_ack_wait_s,
-            max_deliver=s.pending_max_deliver, max_ack_pending=s.pending_max_ack_pending, batch=s.pending_batch,
-            poll=0.5, retry=bus.RetryPolicy(base=0.5, cap=10.0))
+        self.consumer = await steps.run("creating the pending-pods consumer", lambda: takeover.created(
+            lambda: bus.subscribe_pipelined(
+                self.js, PENDING, s.durable, self._on_pending, stream=BINDER.name, ack_wait=s.pending_ack_wait_s,
+                max_deliver=s.pending_max_deliver, max_ack_pending=s.pending_max_ack_pending,
+                batch=s.pending_batch, poll=0.5, retry=bus.RetryPolicy(base=0.5, cap=10.0)),
+            lambda consumer: consumer.stop()))
         self._retry_task = asyncio.create_task(self._retry_loop(), name="placement retry")
         self._retry_event.set()  # look at the parked pods a previous leader left
         log.info("placement leads cluster %s: %d nodes, %d parked pods", s.cluster, self.state.num_nodes,
                  len(self.state.ledger.waiting()))
+
+    def _lead_ended(self, task: asyncio.Task[None]) -> None:
+        """Done-callback of the takeover: one that failed, or died of anything but a step-down, gives
+        the lease up, so there is never a leader that renews its lease and does not decide."""
+        if task.cancelled():
+            return  # stepped down: `_step_down` cleaned up
+        exc = task.exception()
+        if exc is None or task is not self._lead_task:
+            return  # leading, or a takeover of a term already stepped down from
+        s = self.settings
+        then = (f"giving the lease up so a standby takes over; this instance stays out of the election for "
+                f"{s.takeover_cooldown_s:g}s, then campaigns again")
+        if isinstance(exc, takeover.TakeoverFailed):
+            log.error("placement takeover of cluster %s: %s; %s", s.cluster, exc, then)
+        else:
+            log.error("placement takeover of cluster %s died (%s: %s); %s", s.cluster, type(exc).__name__, exc,
+                      then, exc_info=exc)
+        if self.lease is not None and self.lease.leading:
+            self.lease.resign(s.takeover_cooldown_s)  # its step-down runs `_step_down`
 
     async def _step_down(self) -> None:
         self.leading_since = None

@@ -50,6 +50,21 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     """a crashed leader is replaced within about this long (plus `lease_poll_s`)"""
     lease_poll_s: float = 0.25
     """how often a standby tries to take the lease"""
+    takeover_attempts: int = 5
+    """Tries of each takeover step (the view catching up with the streams, creating the pending-pods
+    consumer) before the instance that won the lease gives it up so a standby takes over (and stays
+    out of the election for `takeover_cooldown_s`). A replay still making progress is not a failure."""
+    takeover_backoff_s: float = 0.25
+    """delay before a takeover step's second try, doubling with each further try (bus.RetryPolicy)"""
+    takeover_backoff_cap_s: float = 2.0
+    """longest delay between two tries of a takeover step: bounds how long after a NATS blip clears
+    a new leader waits before trying again"""
+    takeover_sync_timeout_s: float = 2.0
+    """how long one try waits for the followers to hold everything stored (what a previous leader
+    decided just before it stopped), and how long a replay may show no progress"""
+    takeover_cooldown_s: float = 5.0
+    """after giving the lease up, how long this instance stays out of the election: a standby
+    (polling every `lease_poll_s`) wins first; a lone instance tries to take over again afterwards"""
 
     world_snapshot: bool = True
     """Seed the view from the world's truth (`world.snapshot`, answered by the binder) on start: the
@@ -103,6 +118,12 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
                 raise SettingsError(f"GPUAWARE_PLACEMENT_PROFILE: {exc}") from None
         if self.lease_ttl_s <= 0 or self.lease_poll_s <= 0:
             raise SettingsError("GPUAWARE_PLACEMENT_LEASE_TTL_S and _LEASE_POLL_S must be > 0")
+        if self.takeover_attempts < 1:
+            raise SettingsError("GPUAWARE_PLACEMENT_TAKEOVER_ATTEMPTS must be >= 1")
+        if min(self.takeover_backoff_s, self.takeover_backoff_cap_s, self.takeover_sync_timeout_s) <= 0 \
+                or self.takeover_cooldown_s < 0:
+            raise SettingsError("GPUAWARE_PLACEMENT_TAKEOVER_BACKOFF_S, _BACKOFF_CAP_S and _SYNC_TIMEOUT_S must be > 0, "
+                                "_COOLDOWN_S >= 0")
         if self.pending_batch < 1 or self.retry_batch < 1:
             raise SettingsError("GPUAWARE_PLACEMENT_PENDING_BATCH and _RETRY_BATCH must be >= 1")
 
