@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpuaware import bus
-from gpuaware.placement.ledger import HOLDING, Phase
+from gpuaware.placement.ledger import HOLDING
 from gpuaware.runtime import ServiceContext
 from gpuaware.schemas.binder import (
     POD_BIND_FAILED,
@@ -54,16 +54,15 @@ from gpuaware.schemas.placement import (
     PlacementDecided,
     PlacementExplained,
     PodUnschedulable,
-    UnschedulableReason,
 )
 from gpuaware.schemas.pods import POD_PENDING, PodPending
-from gpuaware.schemas.quota import QUOTA_ADMIT, AdmitReply, AdmitRequest
 from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, TELEMETRY
 from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GpuRolledUp
 from gpuaware.schemas.world import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
 from gpuaware.services.placement import convert, takeover
+from gpuaware.services.placement.quota_permit import QuotaPermit
 from gpuaware.services.placement.settings import PlacementSettings
-from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected, Unschedulable
+from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +107,7 @@ class PlacementService:
         self._retry_event = asyncio.Event()
         self._report_task: asyncio.Task[None] | None = None
         self._world_task: asyncio.Task[None] | None = None
-        self._quota_absent_until = 0.0
-        self._quota_absent_logged = False
+        self.quota = QuotaPermit(self.nc, s, self.source, self.state, self.loop_later)
         self.leading_since: float | None = None
         self._mine: set[str] = set()
         """ids of decisions this instance stored itself: their echo is not applied again"""
@@ -338,12 +336,11 @@ class PlacementService:
         and raises TransientError when one was not stored (the ledger is put back first, so the pod is
         decided again), PermanentError for an invalid request (after its verdict was stored)."""
         decided = [o for o in outcomes if isinstance(o, Decided)]
-        if decided and self.settings.quota_enabled and not self._quota_absent():
-            refused = await self._admit(decided)
+        if decided and self.quota.active:
+            refused = await self.quota.admit(decided)
             if refused:
                 outcomes = [o for o in outcomes if not (isinstance(o, Decided) and o.msg.pod_uid in refused)]
                 outcomes += refused.values()
-                self.loop_later(self.settings.quota_recheck_s)
         sent: list[tuple[Outcome, asyncio.Future[bus.PubAck]]] = []
         failure: BaseException | None = None
         for o in outcomes:
@@ -406,66 +403,6 @@ class PlacementService:
     def loop_later(self, delay: float) -> None:
         asyncio.get_running_loop().call_later(delay, self._retry_event.set)
 
-    # -- quota ------------------------------------------------------------------------------------
-
-    def _quota_absent(self) -> bool:
-        return time.monotonic() < self._quota_absent_until
-
-    async def _ask_quota(self, pod: PodPending, node: str | None, gpu_milli: int | None,
-                         dry_run: bool) -> AdmitReply | None:
-        """The quota service's answer, or None when nobody answers `quota.admit` (admit)."""
-        s = self.settings
-        if not s.quota_enabled or self._quota_absent():
-            return None
-        req = AdmitRequest(source=self.source, emitted_at=time.time(), cluster=s.cluster, pod=pod, node=node,
-                           gpu_milli=gpu_milli, dry_run=dry_run)
-        try:
-            return await bus.request(self.nc, QUOTA_ADMIT, req, AdmitReply, timeout=s.quota_timeout_s)
-        except bus.NoResponders:
-            self._quota_absent_until = time.monotonic() + s.quota_recheck_s
-            if not self._quota_absent_logged:
-                self._quota_absent_logged = True
-                log.info("no quota service answers %s: admitting every pod (asking again every %.0fs)",
-                         QUOTA_ADMIT, s.quota_recheck_s)
-            return None
-        except bus.RequestTimeout as exc:
-            raise bus.TransientError(f"quota did not answer: {exc}", delay=1.0) from None
-
-    async def _admit(self, decided: list[Decided]) -> dict[str, Unschedulable]:
-        """Ask quota about each decision; refused pods (with their whole gang) are parked again."""
-        refused: dict[str, Unschedulable] = {}
-        gangs_refused: set[str] = set()
-        for o in decided:
-            entry = self.state.ledger.pods.get(o.msg.pod_uid)
-            if entry is None or entry.payload is None:
-                continue
-            reply = await self._ask_quota(entry.payload, o.msg.node, sum(s.gpu_milli for s in o.msg.slices), False)
-            if reply is None:
-                if self._quota_absent():
-                    return refused
-                continue
-            if not reply.admitted:
-                refused[o.msg.pod_uid] = self._refuse(o.msg, reply.reason, reply.retry_after_s)
-                if o.msg.gang_id:
-                    gangs_refused.add(o.msg.gang_id)
-        for o in decided:
-            if o.msg.gang_id in gangs_refused and o.msg.pod_uid not in refused:
-                refused[o.msg.pod_uid] = self._refuse(o.msg, "gang member refused by quota", None)
-        return refused
-
-    def _refuse(self, msg: PlacementDecided, reason: str, retry_after: float | None) -> Unschedulable:
-        st = self.state
-        entry = st.ledger.pods[msg.pod_uid]
-        st.undo(msg.pod_uid)
-        st.ledger.wait(entry.uid, entry.attempt, Phase.PARKED, UnschedulableReason.QUOTA_EXCEEDED, now=time.time())
-        if retry_after:
-            self.loop_later(retry_after)
-        p: PodPending = entry.payload
-        return Unschedulable(PodUnschedulable(
-            source=self.source, emitted_at=time.time(), cluster=self.settings.cluster, pod_uid=p.pod_uid,
-            pod_name=p.pod_name, namespace=p.namespace, reason=UnschedulableReason.QUOTA_EXCEEDED,
-            message=reason or "refused by quota", retry_after_s=retry_after, attempt=entry.attempt, pod=p))
-
     # -- explaining -------------------------------------------------------------------------------
 
     async def explain(self, req: ExplainRequest) -> ExplainReply:
@@ -493,7 +430,7 @@ class PlacementService:
         admitted, quota_reason = None, ""
         if req.ask_quota and pod is not None:
             try:
-                reply = await self._ask_quota(pod, result.best_node, None, True)
+                reply = await self.quota.ask(pod, result.best_node, None, True)
             except bus.TransientError as exc:
                 reply, quota_reason = None, exc.reason
             if reply is not None:
