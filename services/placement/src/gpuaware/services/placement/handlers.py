@@ -28,58 +28,37 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpuaware import bus
-from gpuaware.placement.ledger import HOLDING
 from gpuaware.runtime import ServiceContext
-from gpuaware.schemas.binder import (
-    POD_BIND_FAILED,
-    POD_BOUND,
-    POD_FINISHED,
-    POD_PREEMPTED,
-    PodBindFailed,
-    PodBound,
-    PodFinished,
-    PodPreempted,
-)
-from gpuaware.schemas.forecast import GPU_UTIL_PREDICTED, GpuUtilPredicted
-from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED, GpuScored, GpuStateChanged
-from gpuaware.schemas.inventory import NODE_INVENTORY, NodeInventory
-from gpuaware.schemas.placement import (
-    PLACEMENT_DECIDED,
-    PLACEMENT_EXPLAIN,
-    PLACEMENT_EXPLAINED,
-    POD_UNSCHEDULABLE,
-    ExplainReply,
-    ExplainRequest,
-    Explanation,
-    PlacementDecided,
-    PlacementExplained,
-    PodUnschedulable,
-)
-from gpuaware.schemas.pods import POD_PENDING, PodPending
+from gpuaware.schemas.binder import PodBindFailed, PodBound, PodFinished, PodPreempted
+from gpuaware.schemas.forecast import GpuUtilPredicted
+from gpuaware.schemas.health import GpuScored, GpuStateChanged
+from gpuaware.schemas.inventory import NodeInventory
+from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainRequest, PlacementDecided, PodUnschedulable
+from gpuaware.schemas.pods import PodPending
 from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, TELEMETRY
-from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GpuRolledUp
+from gpuaware.schemas.telemetry import GpuRolledUp
 from gpuaware.schemas.world import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
 from gpuaware.services.placement import convert, takeover
+from gpuaware.services.placement.channels import (
+    BIND_FAILED,
+    BOUND,
+    DECIDED,
+    FINISHED,
+    FORECASTS,
+    HEALTH,
+    INVENTORY,
+    PENDING,
+    PREEMPTED,
+    ROLLUPS,
+    SCORED,
+    UNSCHEDULABLE,
+)
+from gpuaware.services.placement.explaining import Explainer
 from gpuaware.services.placement.quota_permit import QuotaPermit
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected
 
 log = logging.getLogger(__name__)
-
-PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
-DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided, id_of=lambda d: d.decision_id)
-UNSCHEDULABLE = bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable,
-                            id_of=lambda u: f"{u.pod_uid}/{u.attempt}/{u.reason}")
-EXPLAINED = bus.Channel(PLACEMENT_EXPLAINED, PlacementExplained)
-INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
-HEALTH = bus.Channel(GPU_STATE_CHANGED, GpuStateChanged)
-SCORED = bus.Channel(GPU_SCORED, GpuScored)
-ROLLUPS = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
-FORECASTS = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
-BOUND = bus.Channel(POD_BOUND, PodBound)
-BIND_FAILED = bus.Channel(POD_BIND_FAILED, PodBindFailed)
-PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
-FINISHED = bus.Channel(POD_FINISHED, PodFinished)
 
 
 class PlacementService:
@@ -403,54 +382,6 @@ class PlacementService:
     def loop_later(self, delay: float) -> None:
         asyncio.get_running_loop().call_later(delay, self._retry_event.set)
 
-    # -- explaining -------------------------------------------------------------------------------
-
-    async def explain(self, req: ExplainRequest) -> ExplainReply:
-        st = self.state
-        if req.pod_uid is not None:
-            entry = st.ledger.pods.get(req.pod_uid)
-            if entry is None or entry.request is None:
-                raise bus.ServiceError(404, f"pod {req.pod_uid} is not known to placement (never pending here, "
-                                            "or already gone)")
-            pod: PodPending | None = entry.payload
-            if entry.phase in HOLDING:
-                why = Explanation(schedulable=True, summary=f"{entry.phase.value} on {entry.node}",
-                                  best_node=entry.node)
-                return await self._explained(req, entry.uid, pod, why)
-            if not st.ensure_cluster():
-                raise bus.TransientError("no nodes in the cluster view yet", delay=1.0)
-            result = st.explain_request(entry.request, req.max_node_classes)
-        else:
-            pod = req.pod
-            assert pod is not None
-            try:
-                result = st.explain_pending(pod, req.max_node_classes)
-            except RuntimeError as exc:
-                raise bus.TransientError(str(exc), delay=1.0) from None
-        admitted, quota_reason = None, ""
-        if req.ask_quota and pod is not None:
-            try:
-                reply = await self.quota.ask(pod, result.best_node, None, True)
-            except bus.TransientError as exc:
-                reply, quota_reason = None, exc.reason
-            if reply is not None:
-                admitted, quota_reason = reply.admitted, reply.reason
-        why = convert.explanation(result, quota_admitted=admitted, quota_reason=quota_reason)
-        return await self._explained(req, pod.pod_uid if pod else str(req.pod_uid), pod, why)
-
-    async def _explained(self, req: ExplainRequest, uid: str, pod: PodPending | None,
-                         why: Explanation) -> ExplainReply:
-        now = time.time()
-        if self.settings.explain_publish and pod is not None:
-            try:
-                await bus.publish(self.js, EXPLAINED, PlacementExplained(
-                    source=self.source, emitted_at=now, cluster=self.settings.cluster, pod_uid=uid,
-                    pod_name=pod.pod_name, namespace=pod.namespace, explanation=why, explained_at=now), timeout=2.0)
-            except Exception as exc:
-                log.warning("explanation of %s not recorded (%s)", uid, exc)
-        return ExplainReply(source=self.source, emitted_at=now, cluster=self.settings.cluster, pod_uid=uid,
-                            explanation=why)
-
 
 def mounter(hook: Callable[[PlacementService], None] | None = None):
     """The `mount` for `run_service`; `hook` receives the service once it runs (tests, tools)."""
@@ -462,7 +393,8 @@ def mounter(hook: Callable[[PlacementService], None] | None = None):
         ctx.on_stop(service)
         if hook is not None:
             hook(service)
+        explainer = Explainer(service)
         return [bus.Endpoint(name="explain", subject=PLACEMENT_EXPLAIN, request_type=ExplainRequest,
-                             handler=service.explain)]
+                             handler=explainer.explain)]
 
     return mount

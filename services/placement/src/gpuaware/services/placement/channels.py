@@ -1,0 +1,45 @@
+"""The subjects placement reads and writes, typed (one `bus.Channel` each), and the dedupe id of each
+message it publishes: a redelivered pending pod decided again yields the same id, so JetStream stores
+the decision once."""
+
+from __future__ import annotations
+
+from gpuaware import bus
+from gpuaware.schemas.binder import (
+    POD_BIND_FAILED,
+    POD_BOUND,
+    POD_FINISHED,
+    POD_PREEMPTED,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPreempted,
+)
+from gpuaware.schemas.forecast import GPU_UTIL_PREDICTED, GpuUtilPredicted
+from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED, GpuScored, GpuStateChanged
+from gpuaware.schemas.inventory import NODE_INVENTORY, NodeInventory
+from gpuaware.schemas.placement import (
+    PLACEMENT_DECIDED,
+    PLACEMENT_EXPLAINED,
+    POD_UNSCHEDULABLE,
+    PlacementDecided,
+    PlacementExplained,
+    PodUnschedulable,
+)
+from gpuaware.schemas.pods import POD_PENDING, PodPending
+from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GpuRolledUp
+
+PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
+DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided, id_of=lambda d: d.decision_id)
+UNSCHEDULABLE = bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable,
+                            id_of=lambda u: f"{u.pod_uid}/{u.attempt}/{u.reason}")
+EXPLAINED = bus.Channel(PLACEMENT_EXPLAINED, PlacementExplained)
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
+HEALTH = bus.Channel(GPU_STATE_CHANGED, GpuStateChanged)
+SCORED = bus.Channel(GPU_SCORED, GpuScored)
+ROLLUPS = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
+FORECASTS = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
+BOUND = bus.Channel(POD_BOUND, PodBound)
+BIND_FAILED = bus.Channel(POD_BIND_FAILED, PodBindFailed)
+PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
+FINISHED = bus.Channel(POD_FINISHED, PodFinished)
