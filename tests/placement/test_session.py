@@ -216,3 +216,10 @@ def test_a_preemption_plan_counts_the_gpu_memory_its_victims_give_back() -> None
     got = s.run([PodRequest("hi", 0, 0, 1, 300, gpu_memory_mib=total // 2, priority=5)])[0]
     assert isinstance(got, Placed) and [v.uid for v in got.victims] == ["hog"]
     c.check()
+
+
+def test_a_plugin_refusing_one_pod_does_not_skip_the_next_pod_of_its_shape() -> None:
+    c = Cluster([node("a", 2)])
+    tally = Tally()  # refuses the pod named "refused" only
+    out = _session(c, reservers=[tally]).run([whole("refused", 1), whole("fine", 1)])
+    assert isinstance(out[0], Waiting) and isinstance(out[1], Placed)

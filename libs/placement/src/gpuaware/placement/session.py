@@ -211,9 +211,9 @@ class Session:
                 elif action == "preempt" and isinstance(unit, PodRequest):
                     got = results[i][0] if results[i] else None
                     if isinstance(got, Waiting) and got.status.code == Code.UNSCHEDULABLE:
-                        placed = self.preempt(unit)
-                        if placed is not None:
-                            results[i] = [placed]
+                        planned = self.preempt(unit)
+                        if planned is not None:
+                            results[i] = [planned]
         out = [r for rs in results for r in rs]
         for r in out:
             if isinstance(r, Placed):
@@ -225,15 +225,16 @@ class Session:
     def _allocate_unit(self, unit: Unit, failed: dict[tuple[Any, ...], Status]) -> list[Result]:
         if not isinstance(unit, PodRequest):
             return self.allocate_gang(unit)
-        # reservations only take capacity away, so a shape that found no node (without a per-pod
-        # exclusion) finds none later in the same allocate pass either
+        # reservations only take capacity away, so a shape the filters found no node for finds none
+        # later in the same allocate pass either. Only the filters' own verdict (plugin "") counts: a
+        # per-pod exclusion, a PreFilter, Reserve or Permit plugin may refuse one pod and not the next.
         key = shape_of(unit)
         if key in failed:
             self.stats.shapes_skipped += 1
             return [Waiting(unit, failed[key])]
         result = self.allocate(unit)
         if (isinstance(result, Waiting) and result.status.code in (Code.UNSCHEDULABLE, Code.UNRESOLVABLE)
-                and result.status.plugin not in ("exclude", "reserve") and self._exclude(unit) is None):
+                and result.status.plugin == "" and self._exclude(unit) is None):
             failed[key] = result.status
         return [result]
 
