@@ -242,7 +242,7 @@ class Planner:
 
     def retry(self, limit: int = 256) -> tuple[list[Outcome], bool]:
         """Try parked pods again (capacity was freed), highest priority first, in one session.
-        Returns (outcomes, more): `more` when the pass stopped at `limit` pods with pods left."""
+        Returns (outcomes, more): `more` when the pass stopped at `limit` decisions with pods left to try."""
         if not self.ensure_cluster():
             return [], False
         singles: list[PodEntry] = []
