@@ -1,13 +1,13 @@
 """The `gpuaware` command: one entry point for the embedded stack, the demo and the evaluators.
 
-Sub-commands live in their own modules (`stack`, `demo`, `evaluate`); this file only assembles them.
+Sub-commands live in their own modules (`stack`, `demo`, `evaluate`, `health`); this file only assembles them.
 """
 
 from __future__ import annotations
 
 import typer
 
-from gpuaware.cli import demo, evaluate, stack
+from gpuaware.cli import demo, evaluate, health, stack
 
 app = typer.Typer(
     name="gpuaware",
@@ -21,6 +21,7 @@ app.command("down")(stack.down)
 app.command("status")(stack.status)
 app.command("demo")(demo.demo)
 app.add_typer(evaluate.app, name="eval")
+app.add_typer(health.app, name="health")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

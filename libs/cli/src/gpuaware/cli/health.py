@@ -1,0 +1,111 @@
+"""`gpuaware health`: GPU health scoring from the command line.
+
+`evaluate` replays real HBM error logs (the Calchas study's format) per server, in time order, as ECC
+telemetry through gpuaware.health (the code the health-scoring service runs) and scores the states
+it reached against the peers' never-recover rule. It writes DIR/summary.json (the contract of issue
+13), DIR/detail.json (what was caught and how, the configuration), DIR/episodes.csv (one row per UE
+episode) and DIR/escalations.csv (every transition into degraded or quarantined).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpuaware.health import HbmFormatError, HealthConfig, evaluate_hbm, parse_hbm_csv
+from gpuaware.health.hbm import HbmEvaluation
+
+app = typer.Typer(help="GPU health scoring: evaluate it on real fault data.", no_args_is_help=True)
+
+
+@app.callback()
+def _group() -> None:
+    """GPU health scoring (evaluate)."""
+
+
+def parse_lead_hours(text: str) -> list[int]:
+    """'1,6,24' -> [1, 6, 24] (sorted, unique, non-negative whole hours)."""
+    try:
+        leads = sorted({int(p) for p in text.split(",") if p.strip()})
+    except ValueError:
+        raise typer.BadParameter(f"lead hours must look like 1,6,24; got {text!r}") from None
+    if not leads or leads[0] < 0:
+        raise typer.BadParameter(f"lead hours must be non-negative whole hours; got {text!r}")
+    return leads
+
+
+def write_outputs(out: Path, result: HbmEvaluation, source: Path, config: HealthConfig) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(result.summary(), indent=2) + "\n")
+    detail = {"hbm_errors": str(source), **result.detail(), "config": dataclasses.asdict(config)}
+    (out / "detail.json").write_text(json.dumps(detail, indent=2) + "\n")
+    leads = [str(L) for L in result.lead_hours]
+    with (out / "episodes.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["server", "time", "first_on_server", *(f"caught_{L}h" for L in leads),
+                    *(f"baseline_{L}h" for L in leads)])
+        for r in result.episode_rows:
+            w.writerow([r["server"], int(r["time"]), int(r["first"]), *(int(r["caught"][L]) for L in leads),
+                        *(int(r["baseline"][L]) for L in leads)])
+    with (out / "escalations.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["server", "time", "from", "to", "reasons"])
+        names = ("healthy", "degraded", "quarantined")
+        for server, rep in sorted(result.replays.items()):
+            for t, a, b, reasons in rep.escalations:
+                w.writerow([server, int(t), names[a], names[b], " ".join(reasons)])
+
+
+@app.command("evaluate")
+def evaluate(
+    hbm_errors: Annotated[Path, typer.Option(
+        "--hbm-errors", help="HBM error log in the Calchas format (columns Server, Time, EccType: CE/UER/UEO)",
+        exists=True, dir_okay=False, readable=True)],
+    out: Annotated[Path, typer.Option("--out", help="output directory (summary.json and details)")],
+    lead_hours: Annotated[str, typer.Option(
+        "--lead-hours", help="a UE episode counts as caught when the server was degraded or quarantined "
+        "this many hours before it (comma-separated)")] = "1,6,24",
+) -> None:
+    """Replay HBM errors per server as ECC telemetry through the health scoring; compare with the
+    never-recover rule (recall at each lead, precision, quarantined / degraded server-hours)."""
+    console = Console(width=max(Console().width, 120))
+    leads = parse_lead_hours(lead_hours)
+    try:
+        with hbm_errors.open(newline="", encoding="utf-8") as f:
+            events = parse_hbm_csv(f)
+    except HbmFormatError as exc:
+        console.print(f"[red]bad input:[/red] {hbm_errors}: {exc}")
+        raise typer.Exit(2) from None
+    config = HealthConfig()
+    servers = len({e.server for e in events})
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:  # fmt: skip
+        task = progress.add_task("replaying servers", total=servers)
+        try:
+            result = evaluate_hbm(events, lead_hours=leads, config=config,
+                                  on_server=lambda s: progress.update(task, advance=1, description=f"server {s}"))
+        except HbmFormatError as exc:
+            console.print(f"[red]bad input:[/red] {hbm_errors}: {exc}")
+            raise typer.Exit(2) from None
+    write_outputs(out, result, hbm_errors, config)
+
+    s = result.summary()
+    table = Table(title=f"{s['servers']} servers, {s['ue_episodes']} UE episodes — {hbm_errors.name}")
+    for col in ("lead", "recall", "precision", "never-recover recall"):
+        table.add_column(col, justify="right")
+    for L in map(str, result.lead_hours):
+        table.add_row(f"{L} h", f"{s['lead_hours'][L]['recall']:.3f}", f"{s['lead_hours'][L]['precision']:.3f}",
+                      f"{s['baseline_any_ue_forever']['recall_at'][L]:.3f}")
+    console.print(table)
+    base = s["baseline_any_ue_forever"]["unhealthy_server_hours"]
+    console.print(f"server-hours: quarantined {s['quarantined_server_hours']:,.0f}, degraded "
+                  f"{s['degraded_server_hours']:,.0f}; the never-recover rule withholds {base:,.0f}")
+    console.print(f"wrote {out / 'summary.json'}, detail.json, episodes.csv, escalations.csv")

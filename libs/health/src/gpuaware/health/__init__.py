@@ -1,0 +1,90 @@
+"""gpuaware.health: GPU health scoring, pure (no I/O, no clock: times are passed in).
+
+    book = HealthBook(HealthConfig())                       # one per service (or per replay)
+    a = book.observe(obs)                                   # Observation -> Assessment
+    a.to_scored(...), a.to_state_changed(...)               # the contract's GpuScored / GpuStateChanged
+    book.tick(now); book.cordon(...); book.uncordon(...)    # staleness, manual override (audited)
+    alerts.decide(a, emitted_at=now)                        # AlertBook: AlertRaised / AlertResolved
+    recommend_drain(a, pods)                                # which pods to move, in what order
+    score_stream(observations, config)                      # the same scoring over any stream
+
+Modules: ``observation`` (the input and the adapters from samples and rollups), ``tracker`` (scores,
+components, reasons, the bad-input handling), ``state`` (hysteresis, overrides), ``risk`` (the failure
+risk, with its arithmetic), ``xid`` (NVIDIA's XID catalogue), ``alerts``, ``drain``, ``hbm`` (the
+Calchas evaluation behind ``gpuaware health evaluate``), ``config`` (every knob). README.md has the
+whole API for the service.
+"""
+
+from gpuaware.health.alerts import (
+    RULES,
+    ActiveAlert,
+    AlertBook,
+    AlertDecision,
+    Condition,
+    conditions,
+    decide_alerts,
+)
+from gpuaware.health.config import HealthConfig, RiskModel, ScoreRules, StateRules
+from gpuaware.health.drain import DrainPlan, DrainStep, PodOnGpu, drain_order, recommend_drain
+from gpuaware.health.hbm import (
+    HbmEvaluation,
+    HbmEvent,
+    HbmFormatError,
+    evaluate_hbm,
+    parse_hbm_csv,
+    ue_episodes,
+)
+from gpuaware.health.inputs import InputCounters, InputIssue, IssueKind
+from gpuaware.health.observation import Observation, from_rolledup, from_rollup, from_sample, from_sampled
+from gpuaware.health.risk import RiskEstimate
+from gpuaware.health.state import LEVEL, STATES, Override, OverrideRecord
+from gpuaware.health.tracker import COMPONENTS, Assessment, GpuTrack, HealthBook, score_stream
+from gpuaware.health.xid import XID_CATALOG, XidAction, XidClass, XidInfo, classify_xid
+
+__all__ = [
+    "COMPONENTS",
+    "LEVEL",
+    "RULES",
+    "STATES",
+    "XID_CATALOG",
+    "ActiveAlert",
+    "AlertBook",
+    "AlertDecision",
+    "Assessment",
+    "Condition",
+    "DrainPlan",
+    "DrainStep",
+    "GpuTrack",
+    "HbmEvaluation",
+    "HbmEvent",
+    "HbmFormatError",
+    "HealthBook",
+    "HealthConfig",
+    "InputCounters",
+    "InputIssue",
+    "IssueKind",
+    "Observation",
+    "Override",
+    "OverrideRecord",
+    "PodOnGpu",
+    "RiskEstimate",
+    "RiskModel",
+    "ScoreRules",
+    "StateRules",
+    "XidAction",
+    "XidClass",
+    "XidInfo",
+    "classify_xid",
+    "conditions",
+    "decide_alerts",
+    "drain_order",
+    "evaluate_hbm",
+    "from_rolledup",
+    "from_rollup",
+    "from_sample",
+    "from_sampled",
+    "parse_hbm_csv",
+    "recommend_drain",
+    "score_stream",
+    "ue_episodes",
+]
