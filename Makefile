@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv demo test lint schemas bench-bus bench-placement bench-telemetry bench-loop clean up down
+.PHONY: venv demo test lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health clean up down
 
 venv: $(STAMP)
 
@@ -42,6 +42,9 @@ bench-telemetry: $(STAMP)
 
 bench-loop: $(STAMP)
 	$(PY) bench/loop.py
+
+bench-health: $(STAMP)
+	$(PY) bench/health.py
 
 up: $(STAMP)
 	$(VENV)/bin/gpuaware up

@@ -48,6 +48,8 @@ __all__ = [
     "HbmFormatError",
     "evaluate_hbm",
     "parse_hbm_csv",
+    "replay_all",
+    "score_replays",
     "ue_episodes",
 ]
 
@@ -252,16 +254,31 @@ def _count_reasons(replays: dict[str, ServerReplay]) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def evaluate_hbm(events: Sequence[HbmEvent], *, lead_hours: Sequence[int] = (1, 6, 24),
-                 config: HealthConfig | None = None, step_s: float = 3600.0,
-                 window: tuple[float | None, float | None] = (None, None),
-                 on_server: Callable[[str], None] | None = None) -> HbmEvaluation:
-    """Replay every server and score the replay against the never-recover rule (module docstring).
-
-    Deterministic: servers are replayed in sorted order, each through its own ``HealthBook``."""
+def replay_all(events: Sequence[HbmEvent], *, config: HealthConfig | None = None, step_s: float = 3600.0,
+               on_server: Callable[[str], None] | None = None) -> dict[str, ServerReplay]:
+    """Every server's replay over the file's span, in sorted order, each through its own ``HealthBook``."""
     if not events:
         raise HbmFormatError(None, "no events")
     cfg = config or HealthConfig()
+    t0 = min(e.time for e in events)
+    t1 = max(e.time for e in events)
+    by_server: dict[str, list[HbmEvent]] = {}
+    for e in events:
+        by_server.setdefault(e.server, []).append(e)
+    replays: dict[str, ServerReplay] = {}
+    for server in sorted(by_server):
+        replays[server] = replay_server(server, by_server[server], start=t0, end=t1, step_s=step_s, config=cfg)
+        if on_server is not None:
+            on_server(server)
+    return replays
+
+
+def score_replays(events: Sequence[HbmEvent], replays: dict[str, ServerReplay], *,
+                  lead_hours: Sequence[int] = (1, 6, 24),
+                  window: tuple[float | None, float | None] = (None, None)) -> HbmEvaluation:
+    """Score replays against the never-recover rule, inside ``window`` (module docstring)."""
+    if not events:
+        raise HbmFormatError(None, "no events")
     leads = tuple(sorted({int(L) for L in lead_hours}))
     if not leads or leads[0] < 0:
         raise ValueError("lead hours must be non-negative integers")
@@ -269,18 +286,11 @@ def evaluate_hbm(events: Sequence[HbmEvent], *, lead_hours: Sequence[int] = (1, 
     t1 = max(e.time for e in events)
     w0 = t0 if window[0] is None else max(t0, window[0])
     w1 = t1 if window[1] is None else min(t1, window[1])
-    by_server: dict[str, list[HbmEvent]] = {}
-    for e in events:
-        by_server.setdefault(e.server, []).append(e)
     all_episodes = ue_episodes(events)
-    first_ue = {s: min(e.time for e in ev if e.kind in UE_KINDS)
-                for s, ev in by_server.items() if any(e.kind in UE_KINDS for e in ev)}
-    replays: dict[str, ServerReplay] = {}
-    for server in sorted(by_server):
-        replays[server] = replay_server(server, by_server[server], start=t0, end=t1, step_s=step_s, config=cfg)
-        if on_server is not None:
-            on_server(server)
-
+    first_ue: dict[str, float] = {}
+    for e in events:
+        if e.kind in UE_KINDS and (e.server not in first_ue or e.time < first_ue[e.server]):
+            first_ue[e.server] = e.time
     episodes = {s: [e for e in eps if w0 <= e <= w1] for s, eps in all_episodes.items()}
     episodes = {s: eps for s, eps in episodes.items() if eps}
     rows: list[dict[str, Any]] = []
@@ -310,7 +320,22 @@ def evaluate_hbm(events: Sequence[HbmEvent], *, lead_hours: Sequence[int] = (1, 
     degraded = sum(rep.hours_exactly(1, w0, w1) for rep in replays.values())
     base_hours = sum(max(0.0, w1 - max(u, w0)) / 3600.0 for u in first_ue.values() if u <= w1)
     return HbmEvaluation(
-        servers=len(by_server), lead_hours=leads, window=(w0, w1), episodes=episodes, first_ue=first_ue,
+        servers=len(replays), lead_hours=leads, window=(w0, w1), episodes=episodes, first_ue=first_ue,
         replays=replays, episode_rows=rows, recall=recall, precision=precision, escalations=len(escalations),
         quarantined_h=quarantined, degraded_h=degraded, baseline_recall=base_recall,
         baseline_unhealthy_h=base_hours, baseline_precision=base_precision)  # fmt: skip
+
+
+def evaluate_hbm(events: Sequence[HbmEvent], *, lead_hours: Sequence[int] = (1, 6, 24),
+                 config: HealthConfig | None = None, step_s: float = 3600.0,
+                 window: tuple[float | None, float | None] = (None, None),
+                 on_server: Callable[[str], None] | None = None) -> HbmEvaluation:
+    """Replay every server and score the replay against the never-recover rule (module docstring).
+
+    Deterministic: servers are replayed in sorted order, each through its own ``HealthBook``."""
+    if not events:
+        raise HbmFormatError(None, "no events")
+    if not lead_hours or min(int(L) for L in lead_hours) < 0:
+        raise ValueError("lead hours must be non-negative integers")
+    replays = replay_all(events, config=config, step_s=step_s, on_server=on_server)
+    return score_replays(events, replays, lead_hours=lead_hours, window=window)
