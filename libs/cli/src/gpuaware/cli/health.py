@@ -74,8 +74,10 @@ def evaluate(
         "--lead-hours", help="a UE episode counts as caught when the server was degraded or quarantined "
         "this many hours before it (comma-separated)")] = "1,6,24",
 ) -> None:
-    """Replay HBM errors per server as ECC telemetry through the health scoring; compare with the
-    never-recover rule (recall at each lead, precision, quarantined / degraded server-hours)."""
+    """Replay HBM errors through the health scoring and compare with the never-recover rule.
+
+    Each server's errors become hourly ECC telemetry, scored in time order by the code the service runs;
+    the states it reaches give recall at each lead, precision, and quarantined / degraded server-hours."""
     console = Console(width=max(Console().width, 120))
     leads = parse_lead_hours(lead_hours)
     try:
