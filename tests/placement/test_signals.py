@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ from gpuaware.placement import (
     policy,
 )
 from gpuaware.placement.cache import CachedScheduler, rows_view
+from gpuaware.placement.explain import explain
 from gpuaware.placement.framework import BestFitGpu, CycleGpu
 from gpuaware.placement.registry import SIGNAL_WEIGHTS
 from gpuaware.placement.signals import (
@@ -351,11 +353,37 @@ def test_gpu_aware_avoids_a_clearly_bad_node(x_used: int, y_used: int, signal, e
     c = packing_pair(x_used, y_used)
     if signal is not None:
         signal(c)
-    # tie ranks favour y, so a tie is broken by the signal and not by the rank
-    d = policy(DEFAULT_PROFILE, typical=TYPICAL, tie_rank=np.array([1, 0])).schedule(share(milli=500), c.snapshot())
+    # tie ranks favour y, so a tie is broken by the signal and not by the rank. The pod checkpoints, so
+    # DEGRADED GPUs are open to it (GpuFit) and only the health *score* steers it.
+    pod = dataclasses.replace(share(milli=500), checkpointable=True)
+    d = policy(DEFAULT_PROFILE, typical=TYPICAL, tie_rank=np.array([1, 0])).schedule(pod, c.snapshot())
     assert isinstance(d, Decision) and d.node_name == expected
-    wg = policy(OURS, typical=TYPICAL, tie_rank=np.array([1, 0])).schedule(share(milli=500), c.snapshot())
+    wg = policy(OURS, typical=TYPICAL, tie_rank=np.array([1, 0])).schedule(pod, c.snapshot())
     assert isinstance(wg, Decision) and wg.node_name == "y"  # WasteGradient alone ignores the signals
+
+
+@pytest.mark.parametrize(("checkpointable", "qos", "allowed"), [
+    (False, "", False), (False, "guaranteed", False), (True, "", True), (False, "best-effort", True),
+    (False, "BE", True),  # openb's spelling
+])
+def test_degraded_gpus_take_only_work_that_tolerates_failure(checkpointable: bool, qos: str, allowed: bool) -> None:
+    c = packing_pair(300, 400)
+    degrade_both(c)  # y's GPUs are DEGRADED; x is healthy and fits too
+    pod = dataclasses.replace(share(milli=500), checkpointable=checkpointable, qos=qos)
+    for name in (OURS, DEFAULT_PROFILE, "BestFit"):
+        d = policy(name, typical=TYPICAL, tie_rank=np.array([1, 0])).schedule(pod, c.snapshot())
+        assert isinstance(d, Decision)
+        if not allowed:
+            assert d.node_name == "x", name  # every profile: the filter, not a score
+    # WasteGradient alone prefers y (packing 56 vs 55): it goes there exactly when the pod may
+    wg = policy(OURS, typical=TYPICAL, tie_rank=np.array([1, 0])).schedule(pod, c.snapshot())
+    assert isinstance(wg, Decision) and wg.node_name == ("y" if allowed else "x")
+    # with x full, an intolerant pod waits rather than run on a degraded GPU
+    occupy(c, "x", {0: 700, 1: 700})
+    got = policy(OURS, typical=TYPICAL).schedule(pod, c.snapshot())
+    assert isinstance(got, Decision) == allowed
+    if not allowed:  # and is told why: the only GPUs that would fit are unhealthy for it
+        assert explain(pod, c.snapshot()).reason == "unhealthy_gpus"
 
 
 def test_gpu_aware_prefers_the_nvlink_island_for_multi_gpu_pods() -> None:

@@ -72,8 +72,8 @@ class _FitRows:
     """The columns the framework's own filters (ResourcesFit, GpuFit, WholeGpuOnly) read, for `rows` only: a
     cheaper stand-in for `rows_view` on the hot path (a custom per-node filter gets `rows_view`)."""
 
-    __slots__ = ("cluster_uid", "cpu_free", "gpu_free", "gpu_mem_free", "gpu_mem_total", "mem_free", "model_idx",
-                 "models", "num_nodes", "numa_node", "nvlink_island")
+    __slots__ = ("cluster_uid", "cpu_free", "gpu_free", "gpu_health", "gpu_mem_free", "gpu_mem_total", "mem_free",
+                 "model_idx", "models", "num_nodes", "numa_node", "nvlink_island")
 
     def __init__(self, snap: Snapshot, rows: np.ndarray) -> None:
         self.cluster_uid = snap.cluster_uid
@@ -83,6 +83,7 @@ class _FitRows:
         self.mem_free = snap.mem_free[rows]
         self.gpu_free = snap.gpu_free[rows]
         self.gpu_mem_free = snap.gpu_mem_free[rows]
+        self.gpu_health = snap.gpu_health[rows]
         self.gpu_mem_total = snap.gpu_mem_total[rows]
         self.model_idx = snap.model_idx[rows]
         self.nvlink_island = snap.nvlink_island[rows]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuaware.placement.cluster import QUARANTINED, Snapshot
+from gpuaware.placement.cluster import DEGRADED, QUARANTINED, Snapshot
 from gpuaware.placement.framework import CycleState, Scheduler, usable_gpus
 from gpuaware.placement.model import MILLI, PodRequest
 
@@ -136,6 +136,8 @@ def node_reasons(pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, np.ndarra
     if pod.num_gpu > 0:
         free = snap.gpu_free
         healed = np.where(snap.gpu_health == QUARANTINED, MILLI, free)
+        if not pod.tolerates_failure:  # degraded GPUs are not this pod's: they count as unhealthy
+            free = np.where(snap.gpu_health == DEGRADED, 0, free)
         if pod.is_gpu_share:
             fits = (free >= pod.gpu_milli).any(axis=1)
             fits_healed = (healed >= pod.gpu_milli).any(axis=1)

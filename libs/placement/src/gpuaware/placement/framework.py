@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from gpuaware.placement.cluster import Snapshot
+from gpuaware.placement.cluster import DEGRADED, Snapshot
 from gpuaware.placement.model import MILLI, PodRequest
 
 MIN_NODE_SCORE = 0
@@ -132,9 +132,13 @@ def gpu_memory_need(pod: PodRequest, snap: Snapshot, rows: np.ndarray | slice = 
 
 
 def usable_gpus(pod: PodRequest, snap: Snapshot, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-    """[len(rows), G] bool: GPUs of `rows` that can take (their share of) the pod, compute and memory."""
+    """[len(rows), G] bool: GPUs of `rows` that can take (their share of) the pod: compute, memory and
+    health. Quarantined GPUs have no free compute; DEGRADED ones take only pods that tolerate failure."""
     need = MILLI if not pod.is_gpu_share else pod.gpu_milli
-    return (snap.gpu_free[rows] >= need) & (snap.gpu_mem_free[rows] >= gpu_memory_need(pod, snap, rows))
+    ok = (snap.gpu_free[rows] >= need) & (snap.gpu_mem_free[rows] >= gpu_memory_need(pod, snap, rows))
+    if not pod.tolerates_failure:
+        ok &= snap.gpu_health[rows] != DEGRADED
+    return ok
 
 
 def fit_gpus(pod: PodRequest, snap: Snapshot, node: int, gpus: tuple[int, ...]) -> tuple[int, ...]:
@@ -156,10 +160,11 @@ def fit_gpus(pod: PodRequest, snap: Snapshot, node: int, gpus: tuple[int, ...]) 
 
 
 class GpuFit:
-    """The GPU request fits: an allowed, capable model with enough free GPU slots and GPU memory.
+    """The GPU request fits: an allowed, capable model with enough free, healthy GPU slots and GPU memory.
 
     A sharing pod needs one GPU with >= gpu_milli free and its memory free (`usable_gpus`); a
-    whole-GPU pod needs num_gpu fully free GPUs. The model's memory must cover `gpu_memory_mib` and
+    whole-GPU pod needs num_gpu fully free GPUs. Health: quarantined GPUs never, degraded GPUs only for
+    pods that tolerate failure (`PodRequest.tolerates_failure`). The model's memory must cover `gpu_memory_mib` and
     `min_gpu_memory_mib`; capabilities are checked against the GPU model; `topology` asks for all GPUs
     on one NVLink island or NUMA node.
     """

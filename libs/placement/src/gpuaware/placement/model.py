@@ -45,6 +45,10 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 """kube-scheduler counts a pod asking for no CPU as 100m when scoring (GetNonzeroRequests)."""
 
 
+BEST_EFFORT_QOS = frozenset({"best-effort", "besteffort", "be"})
+"""QoS spellings of best-effort work: the contract's, Kubernetes', and the openb trace's ("BE")."""
+
+
 class RequestError(ValueError):
     """A pod request or node description is invalid. Permanent: fix the input, retrying cannot help."""
 
@@ -124,6 +128,12 @@ class PodRequest:
             raise RequestError(f"pod {self.name}: unknown capabilities {sorted(unknown)}")
         if self.topology not in ("", "nvlink", "numa"):
             raise RequestError(f"pod {self.name}: unknown topology preference {self.topology!r}")
+
+    @property
+    def tolerates_failure(self) -> bool:
+        """Work a failing GPU would not hurt much: it checkpoints, or it is best-effort. Only such pods
+        may go to DEGRADED GPUs (health-scoring's contract, schemas/health.py)."""
+        return self.checkpointable or self.qos.lower() in BEST_EFFORT_QOS
 
     @property
     def is_gpu_share(self) -> bool:
