@@ -24,7 +24,7 @@ from gpuaware.placement import (
     policy,
 )
 from gpuaware.placement.cache import CachedScheduler, rows_view
-from gpuaware.placement.explain import explain
+from gpuaware.placement.explain import node_reasons
 from gpuaware.placement.framework import BestFitGpu, CycleGpu
 from gpuaware.placement.registry import SIGNAL_WEIGHTS
 from gpuaware.placement.signals import (
@@ -382,8 +382,8 @@ def test_degraded_gpus_take_only_work_that_tolerates_failure(checkpointable: boo
     occupy(c, "x", {0: 700, 1: 700})
     got = policy(OURS, typical=TYPICAL).schedule(pod, c.snapshot())
     assert isinstance(got, Decision) == allowed
-    if not allowed:  # and is told why: the only GPUs that would fit are unhealthy for it
-        assert explain(pod, c.snapshot()).reason == "unhealthy_gpus"
+    if not allowed:  # and is told why, per node: x is full, y's GPUs are unhealthy for it
+        assert list(node_reasons(pod, c.snapshot())[0]) == ["insufficient_gpu", "unhealthy_gpus"]
 
 
 def test_gpu_aware_prefers_the_nvlink_island_for_multi_gpu_pods() -> None:
