@@ -14,17 +14,22 @@ from gpuaware.schemas.permissions import (
     ADMIN,
     BINDER_DURABLE,
     COLLECTOR_DURABLE,
+    HEALTH_SCORING,
     IDENTITIES,
     LEASE_BUCKET,
     OPERATIONAL_ENDPOINTS,
     SERVICE_IDENTITIES,
     TELEMETRY_COLLECTOR,
     authorization,
+    health_durable,
     permissions_for,
     placement_durable,
     render_server_config,
 )
 from gpuaware.services.binder.settings import BinderSettings
+from gpuaware.services.health_scoring.handlers import STATS_SUBJECT as HEALTH_STATS
+from gpuaware.services.health_scoring.handlers import telemetry_channel
+from gpuaware.services.health_scoring.settings import HealthScoringSettings
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.telemetry.handlers import STATS_SUBJECT, TELEMETRY_IN
 from gpuaware.services.telemetry.settings import AgentSettings, CollectorSettings
@@ -36,10 +41,16 @@ def test_names_agree_with_the_services_defaults() -> None:
     assert BinderSettings().durable == BINDER_DURABLE
     assert CollectorSettings().durable == COLLECTOR_DURABLE
     assert OPERATIONAL_ENDPOINTS[TELEMETRY_COLLECTOR] == (STATS_SUBJECT,)
+    assert HealthScoringSettings().durable_name() == health_durable("default")
+    assert OPERATIONAL_ENDPOINTS[HEALTH_SCORING] == (HEALTH_STATS,)
+    for kind in ("sampled", "rolledup"):  # the health durable's filter is inside what it may consume
+        subject = telemetry_channel(HealthScoringSettings(input=kind)).subject
+        assert f"deadletter.{subject}" in [f"{d}" for d in permissions_for(HEALTH_SCORING).publish] or \
+            f"deadletter.{subject.rsplit('.', 2)[0]}.>" in permissions_for(HEALTH_SCORING).publish
     assert TELEMETRY_IN.subject in [s for spec in STREAMS for s in spec.subjects]
     # each identity is its service's default name (its NATS micro name)
-    assert {s().service_name for s in (PlacementSettings, BinderSettings, AgentSettings, CollectorSettings)} \
-        == set(SERVICE_IDENTITIES)
+    assert {s().service_name for s in (PlacementSettings, BinderSettings, AgentSettings, CollectorSettings,
+                                       HealthScoringSettings)} == set(SERVICE_IDENTITIES)
 
 
 @pytest.mark.parametrize("identity", SERVICE_IDENTITIES)

@@ -73,7 +73,8 @@ def test_timescale_plan_runs_the_extension_statements_and_no_native_ones() -> No
     assert [m.filename for m in plan] == ["0001_roles.sql", "0002_inventory.sql", "0003_samples.timescale.sql",
                                           "0004_rollups.timescale.sql", "0005_bus_roundtrip.sql",
                                           "0006_samples_contract_columns.sql", "0007_pod_usage.sql",
-                                          "0008_window_rollups.sql", "0009_placement_events.sql"]
+                                          "0008_window_rollups.sql", "0009_placement_events.sql",
+                                          "0010_health.timescale.sql"]
     text = "\n".join(m.sql for m in plan)
     for statement in [
         "CREATE EXTENSION IF NOT EXISTS timescaledb;",
@@ -87,6 +88,8 @@ def test_timescale_plan_runs_the_extension_statements_and_no_native_ones() -> No
         "SELECT add_continuous_aggregate_policy('gpu_metrics_1h'",
         "SELECT add_retention_policy('gpu_metrics_1m', drop_after => INTERVAL '90 days'",
         "SELECT add_retention_policy('gpu_metrics_1h', drop_after => INTERVAL '730 days'",
+        "SELECT create_hypertable('health_scores', 'ts', chunk_time_interval => INTERVAL '1 day'",
+        "SELECT add_retention_policy('health_scores', drop_after => INTERVAL '90 days'",
     ]:
         assert statement in text, statement
     for native_only in ("PARTITION BY RANGE", "PARTITION OF", "date_bin", "CREATE TABLE gpu_metrics_1m"):
@@ -96,12 +99,13 @@ def test_timescale_plan_runs_the_extension_statements_and_no_native_ones() -> No
 
 
 def test_retention_constants_match_the_timescale_policies() -> None:
-    from gpuaware.tsdb import RAW_RETENTION, ROLLUP_1H_RETENTION, ROLLUP_1M_RETENTION
+    from gpuaware.tsdb import HEALTH_RETENTION, RAW_RETENTION, ROLLUP_1H_RETENTION, ROLLUP_1M_RETENTION
 
     text = "\n".join(m.sql for m in load_migrations("timescale"))
     assert f"'gpu_samples', drop_after => INTERVAL '{RAW_RETENTION.days} days'" in text
     assert f"'gpu_metrics_1m', drop_after => INTERVAL '{ROLLUP_1M_RETENTION.days} days'" in text
     assert f"'gpu_metrics_1h', drop_after => INTERVAL '{ROLLUP_1H_RETENTION.days} days'" in text
+    assert f"'health_scores', drop_after => INTERVAL '{HEALTH_RETENTION.days} days'" in text
 
 
 def test_detected_extension_selects_the_timescale_files(fresh_database_url: str, monkeypatch) -> None:
@@ -185,7 +189,7 @@ def stubbed_timescale_url(postgres_server, tmp_path: Path) -> Iterator[str]:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(STUBS)
     assert migrate(url, backend="timescale", source=source) == ["0001", "0002", "0003", "0004", "0005", "0006",
-                                                                "0007", "0008", "0009"]
+                                                                "0007", "0008", "0009", "0010"]
     yield url
     with psycopg.connect(postgres_server.admin_url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -195,7 +199,8 @@ def test_timescale_files_leave_the_same_shape_as_native(stubbed_timescale_url: s
     with psycopg.connect(stubbed_timescale_url) as ts, psycopg.connect(migrated_url) as native:
         assert installed_backend(ts) == "timescale" and installed_backend(native) == "native"
         for relation in ("gpu_samples", "gpu_inventory", "bus_roundtrip", "gpu_pod_usage", "pod_usage_1h",
-                         "tenant_usage_1h", "tenant_usage_1d", *ROLLUP_VIEWS.values()):
+                         "tenant_usage_1h", "tenant_usage_1d", *ROLLUP_VIEWS.values(), "health_scores",
+                         "health_gpu_state", "health_alerts", "health_overrides"):
             assert ts.execute(COLUMNS_SQL, (relation,)).fetchall() == native.execute(
                 COLUMNS_SQL, (relation,)).fetchall(), relation
         # same maintenance functions, same signatures and results, on either backend
@@ -213,6 +218,8 @@ def test_timescale_files_leave_the_same_shape_as_native(stubbed_timescale_url: s
         ("add_continuous_aggregate_policy", "gpu_metrics_1h"),
         ("add_retention_policy", "gpu_metrics_1m"),
         ("add_retention_policy", "gpu_metrics_1h"),
+        ("create_hypertable", "health_scores"),
+        ("add_retention_policy", "health_scores"),
     ]
 
 

@@ -9,20 +9,39 @@ transition, so consumers that care about state alone never read the scores.
 ``reasons`` are short machine-readable codes (``xid_79``, ``ecc_uncorrected``, ``thermal_throttle``,
 ``row_remap_pending``, ``stale_telemetry`` ...), an open set: a new code must not break readers, so it
 is a string, not an enum. ``components`` breaks the score into its named parts for dashboards.
+
+``health.cordon`` (request/reply, served by health-scoring) is the manual override: an operator pins
+a GPU's state (``cordon``: quarantined, or degraded) or gives it back to the evidence (``uncordon``,
+with ``clear`` after a repair), always with a reason; the service records who, when and why, and
+the resulting ``GpuStateChanged`` carries ``manual_cordon`` plus ``cordon_by:<who>`` and
+``cordon_reason:<why>`` in its reasons, so a reader of the stream alone sees the audit too.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
-from gpuaware.schemas.base import Event, GpuIndex, Name, Score, Timestamp
+from gpuaware.schemas.base import Event, GpuIndex, Name, Reply, Request, Score, Timestamp
 
-__all__ = ["GPU_SCORED", "GPU_STATE_CHANGED", "GpuScored", "GpuStateChanged", "HealthState"]
+__all__ = [
+    "GPU_SCORED",
+    "GPU_STATE_CHANGED",
+    "HEALTH_CORDON",
+    "CordonAction",
+    "CordonReply",
+    "CordonRequest",
+    "GpuScored",
+    "GpuStateChanged",
+    "HealthState",
+]
 
 GPU_SCORED = "health.gpu.scored.v1"
 GPU_STATE_CHANGED = "health.gpu.state_changed.v1"
+HEALTH_CORDON = "health.cordon"
 
 
 class HealthState(StrEnum):
@@ -62,3 +81,51 @@ class GpuStateChanged(Event, frozen=True, kw_only=True, tag=GPU_STATE_CHANGED):
     def __post_init__(self) -> None:
         if self.previous == self.current:
             raise ValueError(f"`previous` and `current` are both {self.current.value!r}: not a change")
+
+
+class CordonAction(StrEnum):
+    CORDON = "cordon"
+    """pin the GPU's state (quarantined by default) whatever the evidence says"""
+    UNCORDON = "uncordon"
+    """remove the pin: the state follows the evidence again"""
+
+
+Reason = Annotated[str, Meta(min_length=1, max_length=1024, description="why, in words (kept for the audit)")]
+
+
+class CordonRequest(Request, frozen=True, kw_only=True, tag="health.cordon.request"):
+    """Cordon or uncordon one GPU by hand (``gpuaware health cordon|uncordon GPU --reason ...``)."""
+
+    gpu_uuid: Name
+    reason: Reason
+    action: CordonAction = CordonAction.CORDON
+    by: str = ""
+    """who asks (a person, a ticket bot); empty = the request's ``source``"""
+    state: HealthState = HealthState.QUARANTINED
+    """cordon: the state pinned, ``quarantined`` (no work) or ``degraded`` (failure-tolerant work only)"""
+    clear: bool = False
+    """uncordon: the GPU was repaired or replaced, so its automatic state returns to healthy and its error
+    history is forgotten (without it, the evidence of the last days still decides)"""
+
+    def __post_init__(self) -> None:
+        if self.action is CordonAction.CORDON and self.state is HealthState.HEALTHY:
+            raise ValueError("a cordon pins `degraded` or `quarantined`; uncordon returns to the evidence")
+        if self.clear and self.action is not CordonAction.UNCORDON:
+            raise ValueError("`clear` belongs to an uncordon")
+
+
+class CordonReply(Reply, frozen=True, kw_only=True, tag="health.cordon.reply"):
+    """What the override did: the effective state before and after, and the audit record's fields."""
+
+    gpu_uuid: Name
+    action: CordonAction
+    previous: HealthState
+    current: HealthState
+    at: Timestamp
+    """when the service applied it (its clock)"""
+    by: str
+    reason: str
+    node: str = ""
+    changed: bool = False
+    """the effective state changed (a ``GpuStateChanged`` was published)"""
+    cleared: bool = False

@@ -56,11 +56,12 @@ from typing import Any
 
 import msgspec
 
+from gpuaware.schemas.alerts import ALERT_RAISED, ALERT_RESOLVED
 from gpuaware.schemas.binder import POD_BIND_FAILED, POD_BOUND, POD_FINISHED, POD_PREEMPTED
 from gpuaware.schemas.checkpoint import CHECKPOINT_ACKNOWLEDGED, CHECKPOINT_REQUESTED
 from gpuaware.schemas.deadletter import dead_letter_subject
 from gpuaware.schemas.forecast import GPU_UTIL_PREDICTED
-from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED
+from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED, HEALTH_CORDON
 from gpuaware.schemas.inventory import NODE_INVENTORY
 from gpuaware.schemas.placement import (
     PLACEMENT_DECIDED,
@@ -80,6 +81,7 @@ __all__ = [
     "BINDER_DURABLE",
     "BINDER_ID",
     "COLLECTOR_DURABLE",
+    "HEALTH_SCORING",
     "IDENTITIES",
     "LEASE_BUCKET",
     "OPERATIONAL_ENDPOINTS",
@@ -89,6 +91,7 @@ __all__ = [
     "TELEMETRY_COLLECTOR",
     "Permissions",
     "authorization",
+    "health_durable",
     "permissions_for",
     "placement_durable",
     "render_server_config",
@@ -99,14 +102,16 @@ TELEMETRY_AGENT = "telemetry-agent"
 TELEMETRY_COLLECTOR = "telemetry-collector"
 PLACEMENT_ID = "placement"
 BINDER_ID = "binder"
+HEALTH_SCORING = "health-scoring"
 #: the service identities (each is also the service's default ``service_name``, its micro name)
-SERVICE_IDENTITIES: tuple[str, ...] = (TELEMETRY_AGENT, TELEMETRY_COLLECTOR, PLACEMENT_ID, BINDER_ID)
+SERVICE_IDENTITIES: tuple[str, ...] = (TELEMETRY_AGENT, TELEMETRY_COLLECTOR, PLACEMENT_ID, BINDER_ID, HEALTH_SCORING)
 IDENTITIES: tuple[str, ...] = (ADMIN, *SERVICE_IDENTITIES)
 
 # Names the services choose in their settings (tests check these agree with the settings' defaults).
 #: request/reply endpoints services serve outside the contract's registry (operational introspection,
 #: not messages other services rely on; ``REQUESTS`` holds the contract's endpoints)
-OPERATIONAL_ENDPOINTS: dict[str, tuple[str, ...]] = {TELEMETRY_COLLECTOR: ("collector.stats",)}
+OPERATIONAL_ENDPOINTS: dict[str, tuple[str, ...]] = {TELEMETRY_COLLECTOR: ("collector.stats",),
+                                                    HEALTH_SCORING: ("health.stats",)}
 COLLECTOR_DURABLE = "telemetry-collector"
 BINDER_DURABLE = "binder"
 LEASE_BUCKET = "placement-leader"
@@ -118,6 +123,11 @@ ANY = ">"
 def placement_durable(cluster: str) -> str:
     """Placement's durable consumer of pending pods (``PlacementSettings.durable``)."""
     return f"placement-{cluster}"
+
+
+def health_durable(cluster: str) -> str:
+    """Health-scoring's durable consumer of telemetry (``HealthScoringSettings.durable``)."""
+    return f"health-scoring-{cluster}"
 
 
 class Permissions(msgspec.Struct, frozen=True, kw_only=True):
@@ -234,6 +244,16 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                *_durable(BINDER, f"{BINDER_DURABLE}-checkpoints"),
                *_dead_letters([*_event(PLACEMENT_DECIDED), *_event(CHECKPOINT_ACKNOWLEDGED), WORLD_SNAPSHOT])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, [WORLD_SNAPSHOT])]),
+                           allow_responses=True)
+    if identity == HEALTH_SCORING:
+        # consumes its cluster's telemetry (samples, or rollups) through a durable, follows inventories
+        # (models), publishes scores, state changes and alerts, answers health.cordon and health.stats
+        consumed = [s for f in (GPU_SAMPLED, GPU_ROLLED_UP, NODE_INVENTORY) for s in _event(f)]
+        endpoints = [HEALTH_CORDON, *OPERATIONAL_ENDPOINTS[identity]]
+        pub = [*(s for o in (GPU_SCORED, GPU_STATE_CHANGED, ALERT_RAISED, ALERT_RESOLVED) for s in _event(o)),
+               *_js_base(), *_durable(TELEMETRY, health_durable(cluster)), *_follow(TELEMETRY),
+               *_dead_letters([*consumed, *endpoints])]
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, endpoints)]),
                            allow_responses=True)
     raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
 

@@ -36,7 +36,15 @@ from gpuaware.schemas.checkpoint import (
     CheckpointRequested,
 )
 from gpuaware.schemas.forecast import DEMAND_PREDICTED, GPU_UTIL_PREDICTED, DemandPredicted, GpuUtilPredicted
-from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED, GpuScored, GpuStateChanged
+from gpuaware.schemas.health import (
+    GPU_SCORED,
+    GPU_STATE_CHANGED,
+    HEALTH_CORDON,
+    CordonReply,
+    CordonRequest,
+    GpuScored,
+    GpuStateChanged,
+)
 from gpuaware.schemas.inventory import NODE_INVENTORY, NodeInventory
 from gpuaware.schemas.placement import (
     PLACEMENT_DECIDED,
@@ -100,6 +108,7 @@ REQUESTS: dict[str, tuple[type[Request], type[Reply]]] = {
     QUOTA_ADMIT: (AdmitRequest, AdmitReply),
     PLACEMENT_EXPLAIN: (ExplainRequest, ExplainReply),
     WORLD_SNAPSHOT: (WorldSnapshotRequest, WorldSnapshotReply),
+    HEALTH_CORDON: (CordonRequest, CordonReply),
 }
 
 #: every event type, as one tagged union (decode with ``msgspec.json.decode(data, type=AnyEvent)``)

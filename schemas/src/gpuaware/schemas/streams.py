@@ -8,9 +8,10 @@ Rules the specs follow (and ``tests/schemas`` enforces):
 
 * every event subject is captured by exactly one stream (NATS rejects overlapping streams, and an
   uncaptured event would be lost while its consumer is down);
-* no stream captures a request/reply endpoint (``quota.admit``, ``placement.explain``): JetStream
-  would answer the request with a PubAck before the service could reply. That is why QUOTA takes
-  ``quota.usage.>`` and PLACEMENT ``placement.pod.>`` rather than ``quota.>``/``placement.>``;
+* no stream captures a request/reply endpoint (``quota.admit``, ``placement.explain``,
+  ``health.cordon``): JetStream would answer the request with a PubAck before the service could
+  reply. That is why QUOTA takes ``quota.usage.>``, PLACEMENT ``placement.pod.>`` and ALERTS
+  ``health.gpu.>`` rather than ``quota.>``/``placement.>``/``health.>``;
 * events that must not be lost (pending pods, decisions, bindings, preemptions, checkpoints,
   alerts) live in file-backed ``limits`` streams kept for days, read by durable consumers; the
   duplicate window (``Nats-Msg-Id`` dedupe) covers a publisher's retries after a timeout;
@@ -95,7 +96,7 @@ PLACEMENT = StreamSpec(
 )
 ALERTS = StreamSpec(
     name="ALERTS",
-    subjects=("alerts.>", "health.>"),
+    subjects=("alerts.>", "health.gpu.>"),
     max_age_s=30 * DAY,
     max_bytes=4 * GiB,
     duplicate_window_s=10 * MINUTE,

@@ -21,6 +21,20 @@ Typical service use::
 from gpuaware.tsdb.binary import SampleColumns, encode_copy_binary, encode_sample_columns
 from gpuaware.tsdb.capabilities import Backend, choose_backend, installed_backend, timescaledb_available
 from gpuaware.tsdb.errors import ChecksumMismatchError, MigrationError, TsdbError, is_transient
+from gpuaware.tsdb.health import (
+    HEALTH_RETENTION,
+    HealthAlertRow,
+    HealthCheckpoint,
+    HealthOverrideRow,
+    HealthScoreRow,
+    HealthTrackRow,
+    expire_health_async,
+    health_alerts_async,
+    health_overrides_async,
+    health_scores_async,
+    load_health_state_async,
+    save_health_checkpoint_async,
+)
 from gpuaware.tsdb.inventory import (
     fetch_roundtrip,
     fetch_roundtrip_async,
@@ -94,6 +108,7 @@ from gpuaware.tsdb.writer import (
 )
 
 __all__ = [
+    "HEALTH_RETENTION",
     "POD_USAGE_COLUMNS",
     "POD_USAGE_RETENTION",
     "RAW_RETENTION",
@@ -105,6 +120,11 @@ __all__ = [
     "SAMPLE_PG_TYPES",
     "Backend",
     "ChecksumMismatchError",
+    "HealthAlertRow",
+    "HealthCheckpoint",
+    "HealthOverrideRow",
+    "HealthScoreRow",
+    "HealthTrackRow",
     "InventoryGpu",
     "Migration",
     "MigrationError",
@@ -127,11 +147,15 @@ __all__ = [
     "encode_copy_binary",
     "encode_sample_columns",
     "ensure_partitions",
+    "expire_health_async",
     "expire_pod_usage_async",
     "expire_rollups",
     "expire_rollups_async",
     "fetch_roundtrip",
     "fetch_roundtrip_async",
+    "health_alerts_async",
+    "health_overrides_async",
+    "health_scores_async",
     "installed_backend",
     "is_transient",
     "latest_samples",
@@ -139,6 +163,7 @@ __all__ = [
     "list_inventory",
     "list_inventory_async",
     "list_partitions",
+    "load_health_state_async",
     "load_migrations",
     "maintain_partitions",
     "maintain_partitions_async",
@@ -151,6 +176,7 @@ __all__ = [
     "refresh_statements",
     "rollup_range",
     "rollup_range_async",
+    "save_health_checkpoint_async",
     "store_roundtrip",
     "store_roundtrip_async",
     "timescaledb_available",

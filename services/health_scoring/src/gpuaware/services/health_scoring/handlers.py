@@ -1,0 +1,286 @@
+"""Health-scoring handlers: decode (the bus), score (``state.View`` over gpuaware.health), publish,
+checkpoint (PostgreSQL), acknowledge.
+
+    reads / serves                                        does
+    durable <durable> on telemetry.gpu.sampled.v1.<c>.>   every GPU row of the batch -> HealthBook ->
+      (telemetry.gpu.rolledup.v1.<c>.> with INPUT=rolledup) publish -> checkpoint -> ack (pipelined)
+    follow telemetry.node.inventory.v1[.>] (last each)    the GPUs' node, index and model (slowdown
+                                                          temperature) before the first sample
+    every tick_s                                          stale telemetry: scored, alerted, state held
+    health.cordon (request/reply)                         cordon / uncordon, audited (who, when, why)
+    health.stats  (request/reply)                         counters: states, bad input, publications
+
+    publishes  health.gpu.scored.v1.<c>.<node>         once per GPU per score window, on a change
+               health.gpu.state_changed.v1.<c>.<node>  on every transition (placement follows it)
+               alerts.gpu.raised.v1.<c> / alerts.gpu.resolved.v1.<c>   AlertBook's decisions
+
+Why raw samples by default (``INPUT``): they carry what the score needs (cumulative ECC counters,
+corrected ones included, pending/failed row remaps, NVLink links, power limits, throttle reasons)
+within a second of the agent reading them; the collector's rollups lack most of that and arrive
+after its 90-s grace, too late to keep the next pods off a GPU that fell off the bus. The inventory
+is followed (every instance needs all of it, and the latest per node is the whole truth), not
+consumed.
+
+Dispositions (gpuaware.bus): an undecodable or schema-violating message is dead-lettered with the
+reason by the consumer; another cluster's message is acked untouched; a publish that fails, or a
+checkpoint that does not commit within ``hold_s``, is a ``TransientError`` (redelivered, then
+skipped as already applied and acked once stored: ``checkpoint.py``). Bad input inside a valid
+message (late, duplicated or missing samples, counter resets, unknown XIDs) is gpuaware.health's to
+refuse or repair; it never flips a state and is counted per kind in ``health.stats``.
+
+One instance per cluster: a GPU's history must be in one book. Replicas on the durable would split a
+GPU's samples between two books; high availability needs a leader lease (as placement's), not yet here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from gpuaware import bus, tsdb
+from gpuaware.runtime import ServiceContext
+from gpuaware.schemas import (
+    GPU_ROLLED_UP,
+    GPU_SAMPLED,
+    HEALTH_CORDON,
+    NODE_INVENTORY,
+    CordonReply,
+    CordonRequest,
+    GpuRolledUp,
+    GpuSampled,
+    NodeInventory,
+)
+from gpuaware.schemas.streams import TELEMETRY
+from gpuaware.services.health_scoring.checkpoint import Checkpointer, Outbox
+from gpuaware.services.health_scoring.settings import HealthScoringSettings
+from gpuaware.services.health_scoring.state import UnknownGpu, View, subject_token
+
+log = logging.getLogger(__name__)
+
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
+STATS_SUBJECT = "health.stats"
+
+
+def telemetry_channel(settings: HealthScoringSettings) -> bus.Channel[Any]:
+    """The durable's filter: this cluster's samples (or one-minute rollups), every node."""
+    token = subject_token(settings.cluster)
+    if settings.input == "rolledup":
+        return bus.Channel(f"{GPU_ROLLED_UP}.{token}.>", GpuRolledUp)
+    return bus.Channel(f"{GPU_SAMPLED}.{token}.>", GpuSampled)
+
+
+class StatsRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask a health-scoring instance for its counters (no fields)."""
+
+
+class HealthStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of one health-scoring instance since it started (states and bad input: since ever)."""
+
+    instance: str
+    cluster: str
+    gpus: int
+    states: dict[str, int]
+    """GPUs per effective state"""
+    open_alerts: int
+    counts: dict[str, int]
+    """observations, redelivered (skipped: already applied), refused, state_changes, cordons ..."""
+    issues: dict[str, int]
+    """bad input met since this instance started, by kind (out_of_order, duplicate, gap, counter_reset,
+    unknown_xid, stale)"""
+    inputs: dict[str, Any]
+    """the book's InputCounters summed over the GPUs (persisted with them: since the GPUs were first seen)"""
+    published: dict[str, int]
+    publish_duplicates: int
+    received: int
+    processed: int
+    decode_errors: int
+    dead_lettered: int
+    retried: int
+    checkpoints: int
+    checkpoint_failures: int
+    last_db_error: str
+    restored_gpus: int
+    restored_alerts: int
+
+
+class HealthService:
+    """The service's state and its handlers."""
+
+    def __init__(self, settings: HealthScoringSettings, js: Any, pool: Any, instance: str, *,
+                 clock: Any = time.time) -> None:
+        self.settings = settings
+        self.js = js
+        self.pool = pool
+        self.instance = instance
+        self.clock = clock
+        self.source = f"{settings.service_name}/{instance}"
+        self.view = View(settings.health_config(), cluster=settings.cluster, source=self.source,
+                         score_window_s=settings.score_window_s, score_delta=settings.score_delta,
+                         alert_resend_s=settings.alert_resend_s or None)
+        self.outbox = Outbox(js)
+        self.checkpointer = Checkpointer(self.view, self.outbox, pool, interval_s=settings.checkpoint_s,
+                                         hold_s=settings.hold_s)
+        self.consumer: bus.DurableConsumer[Any] | None = None
+        self.follower: bus.Follower | None = None
+        self.restored = (0, 0)
+        self.started = time.monotonic()
+        self._stop = asyncio.Event()
+        self._ticker: asyncio.Task[None] | None = None
+        self._last_maintenance = 0.0
+
+    # --- life ----------------------------------------------------------------------------------------
+    async def restore(self) -> None:
+        """The last checkpoint: every GPU's track and the open alerts (a restart flips and re-raises nothing)."""
+        async with self.pool.connection() as conn:
+            tracks, alerts = await tsdb.load_health_state_async(conn, self.settings.cluster)
+        self.view.restore(tracks, alerts)
+        self.checkpointer.committed = self.view.version
+        self.restored = (len(tracks), len(alerts))
+        if tracks or alerts:
+            log.info("restored %d GPUs and %d open alerts of cluster %s", len(tracks), len(alerts),
+                     self.settings.cluster)
+
+    async def start(self, ctx: ServiceContext) -> None:
+        s = self.settings
+        await self.restore()
+        self.checkpointer.start()
+        self.follower = await bus.follow(self.js, [INVENTORY], self._on_inventory, stream=TELEMETRY.name,
+                                         deliver="last_per_subject", with_suffixes=True, name="health-inventory")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.follower.caught_up.wait(), s.inventory_wait_s)
+        self.consumer = await bus.subscribe_pipelined(
+            self.js, telemetry_channel(s), s.durable_name(), self.on_telemetry, stream=TELEMETRY.name,
+            ack_wait=s.ack_wait_s, max_deliver=s.max_deliver, max_ack_pending=s.max_ack_pending,
+            batch=s.fetch_batch, poll=s.poll_s, retry=bus.RetryPolicy(base=1.0, cap=30.0))
+        self._ticker = asyncio.create_task(self._tick_loop(), name="health tick")
+
+    async def stop(self) -> None:
+        """After the consumer stopped (run_service stops it first): tick, follower, last checkpoint, pool."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        if self.follower is not None:
+            with contextlib.suppress(Exception):
+                await self.follower.stop()
+        await self.checkpointer.stop()
+        await self.pool.close()
+
+    # --- handlers ------------------------------------------------------------------------------------
+    def _on_inventory(self, inv: NodeInventory, _d: bus.FollowDelivery) -> None:
+        self.view.describe(inv)
+
+    async def on_telemetry(self, msg: GpuSampled | GpuRolledUp, delivery: bus.Delivery) -> Awaitable[None] | None:
+        """In stream order: score every row now (synchronously), then publish and wait for the checkpoint."""
+        if msg.cluster != self.settings.cluster:
+            self.view.counts["other_cluster"] += 1
+            return None
+        work = self.view.observe(msg, redelivered=delivery.redelivered, now=self.clock())
+        version = self.view.version
+        self.outbox.add(work.out)
+        if work.urgent:
+            self.checkpointer.urge()
+        return self._settle(version)
+
+    async def _settle(self, version: int) -> None:
+        await self.outbox.drain()
+        await self.checkpointer.durable(version)
+
+    async def _tick_loop(self) -> None:
+        s = self.settings
+        while not self._stop.is_set():
+            await asyncio.sleep(s.tick_s)
+            # after a restart the backlog is consumed before anything may count as stale
+            if time.monotonic() - self.started >= s.stale_after_s:
+                work = self.view.tick(self.clock())
+                if work.out:
+                    self.outbox.add(work.out)
+                    if work.urgent:
+                        self.checkpointer.urge()
+                    try:
+                        await self.outbox.drain()
+                    except bus.TransientError as exc:
+                        log.warning("stale-telemetry tick: %s (sent on the next pass)", exc.reason)
+            await self._maintain()
+
+    async def _maintain(self) -> None:
+        s = self.settings
+        if time.monotonic() - self._last_maintenance < s.maintenance_interval_s:
+            return
+        self._last_maintenance = time.monotonic()
+        try:
+            async with self.pool.connection() as conn:
+                await tsdb.expire_health_async(conn, datetime.now(UTC) - timedelta(days=s.retention_days))
+        except Exception as exc:
+            log.warning("health retention failed (%s: %s); next pass retries", type(exc).__name__, exc)
+
+    async def cordon(self, req: CordonRequest) -> CordonReply:
+        if req.cluster != self.settings.cluster:
+            raise bus.ServiceError(421, f"this health-scoring instance serves cluster {self.settings.cluster}, "
+                                        f"not {req.cluster}")
+        try:
+            work, reply = self.view.override(req, self.clock())
+        except UnknownGpu as exc:
+            raise bus.ServiceError(404, str(exc)) from None
+        except ValueError as exc:
+            raise bus.ServiceError(409, str(exc)) from None
+        version = self.view.version
+        self.outbox.add(work.out)
+        self.checkpointer.urge()
+        log.info("%s of GPU %s by %s: %s -> %s (%s)", req.action.value, req.gpu_uuid, reply.by,
+                 reply.previous.value, reply.current.value, req.reason)
+        await self._settle(version)  # published and audited in PostgreSQL before the reply
+        return reply
+
+    def stats(self) -> HealthStats:
+        c = self.consumer.stats if self.consumer is not None else None
+        cp = self.checkpointer.stats
+        return HealthStats(
+            instance=self.instance, cluster=self.settings.cluster, gpus=len(self.view.book.tracks),
+            states=self.view.states(), open_alerts=len(self.view.alerts.active), counts=dict(self.view.counts),
+            issues=dict(self.view.issues), inputs=self.view.book.counters().as_dict(),
+            published=dict(self.outbox.published), publish_duplicates=self.outbox.duplicates,
+            received=c.received if c else 0, processed=c.processed if c else 0,
+            decode_errors=c.decode_errors if c else 0, dead_lettered=c.dead_lettered if c else 0,
+            retried=c.retried if c else 0, checkpoints=cp.written, checkpoint_failures=cp.failures,
+            last_db_error=cp.last_error, restored_gpus=self.restored[0], restored_alerts=self.restored[1])
+
+
+async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endpoint[Any, Any]]:
+    settings: HealthScoringSettings = ctx.settings  # type: ignore[assignment]
+    if not settings.database_url:
+        raise SystemExit("health-scoring needs a database: set DATABASE_URL or GPUAWARE_HEALTH_SCORING_DATABASE_URL")
+    await asyncio.to_thread(tsdb.migrate, settings.database_url)
+    pool = await tsdb.open_async_pool(settings.database_url, application_name=settings.service_name,
+                                      min_size=1, max_size=settings.pool_size, timeout=settings.db_timeout_s,
+                                      wait=True)
+    service = HealthService(settings, ctx.js, pool, ctx.instance_id)
+    ctx.on_stop(service)  # stopped last: the consumer finishes its messages first
+    await service.start(ctx)
+    if service.consumer is not None:
+        ctx.on_stop(service.consumer)
+    if on_service is not None:
+        on_service(service)
+
+    async def stats(_req: StatsRequest) -> HealthStats:
+        return service.stats()
+
+    return [bus.Endpoint(name="cordon", subject=HEALTH_CORDON, request_type=CordonRequest, handler=service.cordon),
+            bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
+
+
+def mounter(on_service: Any) -> Any:
+    """``mount`` that also hands the running ``HealthService`` to ``on_service`` (tests)."""
+
+    async def _mount(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
+        return await mount(ctx, on_service=on_service)
+
+    return _mount

@@ -1,0 +1,191 @@
+"""Health-scoring service tests: a real nats-server per test, a fresh PostgreSQL database, the service
+in-process (or as a process, for a crash), telemetry published exactly as the agent publishes it,
+and a recorder of what the service publishes (scores, state changes, alerts)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuaware import bus
+from gpuaware.devstack import NatsProcess, start_nats
+from gpuaware.runtime import run_service
+from gpuaware.schemas import (
+    ALERT_RAISED,
+    ALERT_RESOLVED,
+    GPU_SAMPLED,
+    GPU_SCORED,
+    GPU_STATE_CHANGED,
+    NODE_INVENTORY,
+    STREAMS,
+    AlertRaised,
+    AlertResolved,
+    GpuInfo,
+    GpuSample,
+    GpuSampled,
+    GpuScored,
+    GpuStateChanged,
+    NodeInventory,
+)
+from gpuaware.services.health_scoring.handlers import (
+    STATS_SUBJECT,
+    HealthService,
+    HealthStats,
+    StatsRequest,
+    mounter,
+)
+from gpuaware.services.health_scoring.settings import HealthScoringSettings
+
+SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
+T0 = float(int(time.time()) - 3600)
+"""telemetry time of the tests' first sample (an hour ago: every window of a test is in the past)"""
+
+
+@pytest.fixture
+def nats_proc(tmp_path: Path) -> Iterator[NatsProcess]:
+    """A private server: streams and durables start empty for every test."""
+    proc = start_nats(tmp_path / "nats")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def cluster() -> str:
+    return f"h{uuid.uuid4().hex[:8]}"
+
+
+def gpu_uuid(node: str, i: int) -> str:
+    return f"GPU-{node}-{i}"
+
+
+def inventory(cluster: str, node: str, gpus: int = 2, model: str = "NVIDIA A100-SXM4-80GB") -> NodeInventory:
+    return NodeInventory(
+        source="test", emitted_at=time.time(), cluster=cluster, node=node, cpu_milli=96_000, memory_mib=786_432,
+        gpus=tuple(GpuInfo(uuid=gpu_uuid(node, i), index=i, model=model, memory_mib=81920,
+                           pci_bus_id=f"00000000:{i:02x}:00.0", tensor_cores=True) for i in range(gpus)))
+
+
+def row(node: str, i: int, **kw: Any) -> GpuSample:
+    """One GPU's healthy reading; keyword arguments override (``xid_last=79``, ``ecc_uncorrected_aggregate=3``)."""
+    base: dict[str, Any] = {"util_pct": 50.0, "temperature_c": 55.0, "power_w": 250.0, "power_limit_w": 400.0,
+                            "throttle_reasons": 0, "ecc_corrected_aggregate": 0, "ecc_uncorrected_aggregate": 0,
+                            "ecc_corrected_volatile": 0, "ecc_uncorrected_volatile": 0, "xid_last": 0,
+                            "pcie_replay": 0, "nvlink_up": 12}
+    base.update(kw)
+    return GpuSample(gpu_uuid=gpu_uuid(node, i), gpu_index=i, **base)
+
+
+def batch(cluster: str, node: str, at: float, rows: list[GpuSample], *, interval_s: float = 10.0,
+          seq: int = 0) -> GpuSampled:
+    return GpuSampled.from_samples(rows, source=f"agent/{node}", emitted_at=time.time(), cluster=cluster, node=node,
+                                   sampled_at=at, interval_s=interval_s, seq=seq)
+
+
+class Recorder:
+    """Publishes what the agents would, and records what health-scoring publishes (core subscriptions)."""
+
+    def __init__(self, nc: Any, cluster: str) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.cluster = cluster
+        self.scored: list[GpuScored] = []
+        self.changes: list[GpuStateChanged] = []
+        self.raised: list[AlertRaised] = []
+        self.resolved: list[AlertResolved] = []
+        self._subs: list[Any] = []
+
+    async def start(self) -> Recorder:
+        decoders = {GPU_SCORED: (GpuScored, self.scored), GPU_STATE_CHANGED: (GpuStateChanged, self.changes),
+                    ALERT_RAISED: (AlertRaised, self.raised), ALERT_RESOLVED: (AlertResolved, self.resolved)}
+        for subject, (typ, into) in decoders.items():
+            async def on(msg: Any, typ: Any = typ, into: list[Any] = into) -> None:
+                ev = msgspec.json.decode(msg.data, type=typ)
+                if ev.cluster == self.cluster:
+                    into.append(ev)
+
+            self._subs.append(await self.nc.subscribe(f"{subject}.>", cb=on))
+        await self.nc.flush()
+        return self
+
+    async def stop(self) -> None:
+        for s in self._subs:
+            with contextlib.suppress(Exception):
+                await s.unsubscribe()
+
+    async def nodes(self, names: list[str], **kw: Any) -> None:
+        for n in names:
+            await bus.publish(self.js, INVENTORY.at(self.cluster, n), inventory(self.cluster, n, **kw))
+
+    async def sample(self, node: str, at: float, rows: list[GpuSample], *, msg_id: str | None = None,
+                     **kw: Any) -> bus.PubAck:
+        return await bus.publish(self.js, SAMPLED.at(self.cluster, node), batch(self.cluster, node, at, rows, **kw),
+                                 msg_id=msg_id)
+
+    def states_of(self, gpu: str) -> list[str]:
+        return [c.current.value for c in self.changes if c.gpu_uuid == gpu]
+
+    def rules(self, kind: str, gpu: str) -> list[str]:
+        return [a.rule for a in (self.raised if kind == "raised" else self.resolved) if a.gpu_uuid == gpu]
+
+    async def wait(self, predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+        await eventually(predicate, timeout=timeout, what=what)
+
+
+async def eventually(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def settings(nats_url: str, database_url: str, cluster: str, **kw: Any) -> HealthScoringSettings:
+    base: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url, "cluster": cluster,
+                            "instance_id": "h1", "log_format": "console", "log_level": "WARNING",
+                            "checkpoint_s": 0.2, "tick_s": 0.2, "poll_s": 0.2, "inventory_wait_s": 2.0,
+                            "ack_wait_s": 5.0}
+    base.update(kw)
+    return msgspec.convert(base, HealthScoringSettings)
+
+
+@contextlib.asynccontextmanager
+async def health_scoring(nats_url: str, database_url: str, cluster: str, **kw: Any) -> AsyncIterator[HealthService]:
+    """A health-scoring instance in this process, stopped (drained, checkpointed) on exit."""
+    got: list[HealthService] = []
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_service(settings(nats_url, database_url, cluster, **kw), version="0.0.1",
+                                           mount=mounter(got.append), stop=stop, ready=ready))
+    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
+                                 return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()
+    assert got, "health-scoring did not start"
+    try:
+        yield got[0]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+async def stats(nc: Any, timeout: float = 5.0) -> HealthStats:
+    return await bus.request(nc, STATS_SUBJECT, StatsRequest(), HealthStats, timeout=timeout)
+
+
+@pytest.fixture
+async def recorder(nats_proc: NatsProcess, cluster: str) -> AsyncIterator[Recorder]:
+    async with bus.connected(nats_proc.url, name="recorder") as nc:
+        js = nc.jetstream()
+        for spec in STREAMS:  # the streams exist before anything is published (services declare them too)
+            await bus.ensure_stream(js, spec)
+        r = await Recorder(nc, cluster).start()
+        yield r
+        await r.stop()
