@@ -12,7 +12,9 @@ What it runs (all through gpuaware.sim, the same code as `gpuaware eval placemen
      ~70 % first (`p99_decision_ms_by_nodes`);
   6. the default profile (GpuAware) against ours alone when some GPUs are bad: 5 % of the GPUs
      DEGRADED and another 5 % running at 88 degC; where the work lands at 90 % arrived (room to choose)
-     and what the signals cost in allocation at 100 / 130 % (`--signals-only` re-runs just this).
+     and what the signals cost in allocation at 100 / 130 % (`--signals-only` re-runs just this);
+  7. the default profile against FGD (our run, same seeds) at every arrived level 90..130 % on every
+     public openb trace (`--every-level-only` re-runs just this).
 Writes bench/results/placement.json (machine noted) and prints a table.
 
 The traces are research-use-only and stay outside the repository: they are found through
@@ -203,6 +205,24 @@ def signals_scenario(data: Path, seeds: list[int], console: Console, bad_share: 
     return out
 
 
+def every_level(data: Path, seeds: list[int], jobs: int, inflation: float, console: Console) -> dict[str, Any]:
+    """Section 7: the default profile against our own FGD run on every public openb trace, at every
+    reported arrived level (90..130 %), same seeds: at or above FGD everywhere is the bar."""
+    traces = sorted(p.stem.removeprefix("openb_pod_list_") for p in (data / "openb").glob("openb_pod_list_*.csv"))
+    rows: dict[str, Any] = {}
+    for trace in traces:
+        summary, _, _ = run_trace(data, trace, ["FGD", DEFAULT_PROFILE], seeds, jobs, inflation, console)
+        fgd = summary["policies"]["FGD"]["alloc_pct_at"]
+        ours = summary["policies"][DEFAULT_PROFILE]["alloc_pct_at"]
+        levels = {x: {"ours": ours[x], "fgd": fgd[x], "diff_pp": round(ours[x] - fgd[x], 3)} for x in ours}
+        worst = min(levels, key=lambda x: levels[x]["diff_pp"])
+        rows[trace] = {"levels": levels, "at_or_above_fgd_everywhere": all(v["diff_pp"] >= 0 for v in levels.values()),
+                       "worst_level": worst, "worst_diff_pp": levels[worst]["diff_pp"]}
+        console.print(f"  {trace:12s} worst {worst}%: {levels[worst]['diff_pp']:+.2f} pp")
+    return {"profile": DEFAULT_PROFILE, "against": "FGD (our run, same seeds)", "seeds": seeds,
+            "traces": rows, "at_or_above_fgd_everywhere": all(r["at_or_above_fgd_everywhere"] for r in rows.values())}
+
+
 def latencies(report: dict[str, Any], data: Path, console: Console, *, skip_10k: bool) -> None:
     """Section 5: decision latency of the default profile, alone in this process; the p99 per cluster
     size goes to ``report["p99_decision_ms_by_nodes"]`` (bars: 5 ms at 1,213 nodes, 50 ms at 10,000)."""
@@ -232,6 +252,11 @@ def main() -> int:
     ap.add_argument("--signals-only", action="store_true",
                     help="only re-run section 6 (bad GPUs: GpuAware vs ours alone), updating an existing results file")
     ap.add_argument("--skip-signals", action="store_true", help="skip section 6")
+    ap.add_argument("--every-level-seeds", default="42-44",
+                    help="seeds of section 7 (default profile vs FGD at every arrived level on every trace)")
+    ap.add_argument("--skip-every-level", action="store_true", help="skip section 7")
+    ap.add_argument("--every-level-only", action="store_true",
+                    help="only re-run section 7, updating an existing results file")
     ap.add_argument("--latency-only", action="store_true",
                     help="only re-measure the single-process latencies, updating an existing results file")
     args = ap.parse_args()
@@ -247,6 +272,16 @@ def main() -> int:
         report = json.loads(args.out.read_text())
         console.print("[bold]bad GPUs[/bold]: GpuAware vs WasteGradient, seeds " + args.seeds)
         report["signals"] = signals_scenario(data, seeds, console)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        return 0
+
+    lo7, _, hi7 = args.every_level_seeds.partition("-")
+    seeds7 = list(range(int(lo7), int(hi7 or lo7) + 1))
+    if args.every_level_only:
+        report = json.loads(args.out.read_text())
+        console.print(f"[bold]every level[/bold]: {DEFAULT_PROFILE} vs FGD on every public trace, seeds "
+                      f"{args.every_level_seeds}")
+        report["every_level"] = every_level(data, seeds7, args.jobs, args.inflation, console)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         return 0
 
@@ -321,6 +356,11 @@ def main() -> int:
     if not args.skip_signals:
         console.print("[bold]bad GPUs[/bold]: GpuAware vs WasteGradient")
         report["signals"] = signals_scenario(data, seeds[:3], console)
+
+    if not args.skip_every_level:
+        console.print(f"[bold]every level[/bold]: {DEFAULT_PROFILE} vs FGD on every public trace, seeds "
+                      f"{args.every_level_seeds}")
+        report["every_level"] = every_level(data, seeds7, args.jobs, args.inflation, console)
 
     latencies(report, data, console, skip_10k=args.skip_10k)
 
