@@ -189,3 +189,40 @@ async def recorder(nats_proc: NatsProcess, cluster: str) -> AsyncIterator[Record
         r = await Recorder(nc, cluster).start()
         yield r
         await r.stop()
+
+
+# --- placement in this process (the placement service tests' approach, for the quarantine check) ------
+
+def placement_settings(url: str, cluster: str, **kw: Any) -> Any:
+    from gpuaware.services.placement.settings import PlacementSettings
+
+    base: dict[str, Any] = {"nats_url": url, "cluster": cluster, "instance_id": "p1", "log_format": "console",
+                            "log_level": "WARNING", "lease_ttl_s": 1.5, "lease_poll_s": 0.1,
+                            "pending_ack_wait_s": 1.0, "world_snapshot": False, "quota_recheck_s": 60.0}
+    base.update(kw)
+    return msgspec.convert(base, PlacementSettings)
+
+
+@contextlib.asynccontextmanager
+async def placement(url: str, cluster: str, **kw: Any) -> AsyncIterator[Any]:
+    """The real placement service in this process, leading, stopped on exit."""
+    from gpuaware.services.placement.handlers import mounter as placement_mounter
+
+    got: list[Any] = []
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_service(placement_settings(url, cluster, **kw), version="0.0.1",
+                                           mount=placement_mounter(got.append), stop=stop, ready=ready))
+    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
+                                 return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()
+    service = got[0]
+    deadline = time.monotonic() + 10
+    while service.consumer is None:
+        assert time.monotonic() < deadline, "placement never started leading"
+        await asyncio.sleep(0.02)
+    try:
+        yield service
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)

@@ -5,13 +5,23 @@ telemetry through gpuaware.health (the code the health-scoring service runs) and
 it reached against the peers' never-recover rule. It writes DIR/summary.json (the contract of issue
 13), DIR/detail.json (what was caught and how, the configuration), DIR/episodes.csv (one row per UE
 episode) and DIR/escalations.csv (every transition into degraded or quarantined).
+
+`cordon` / `uncordon` are the manual override: a `health.cordon` request to the running health-scoring
+service, which pins the GPU's state (or gives it back to the evidence), records who, when and why in
+PostgreSQL and publishes the state change with the same in its reasons. The NATS connection is
+`--nats-url` (or NATS_URL), as `NATS_USER` / `NATS_PASSWORD` when set (an operator's identity).
 """
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import dataclasses
+import getpass
 import json
+import os
+import socket
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -20,15 +30,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpuaware import bus
 from gpuaware.health import HbmFormatError, HealthConfig, evaluate_hbm, parse_hbm_csv
 from gpuaware.health.hbm import HbmEvaluation
+from gpuaware.schemas import HEALTH_CORDON, CordonAction, CordonReply, CordonRequest, HealthState
 
-app = typer.Typer(help="GPU health scoring: evaluate it on real fault data.", no_args_is_help=True)
+app = typer.Typer(help="GPU health scoring: evaluate it on real fault data, cordon and uncordon GPUs.",
+                  no_args_is_help=True)
 
 
 @app.callback()
 def _group() -> None:
-    """GPU health scoring (evaluate)."""
+    """GPU health scoring (evaluate, cordon, uncordon)."""
 
 
 def parse_lead_hours(text: str) -> list[int]:
@@ -111,3 +124,84 @@ def evaluate(
     console.print(f"server-hours: quarantined {s['quarantined_server_hours']:,.0f}, degraded "
                   f"{s['degraded_server_hours']:,.0f}; the never-recover rule withholds {base:,.0f}")
     console.print(f"wrote {out / 'summary.json'}, detail.json, episodes.csv, escalations.csv")
+
+
+# --- manual override -------------------------------------------------------------------------------------
+
+NatsUrl = Annotated[str, typer.Option("--nats-url", envvar="NATS_URL", help="NATS server(s) of the platform.")]
+Cluster = Annotated[str, typer.Option("--cluster", help="The cluster the GPU belongs to (the service's cluster).")]
+Reason = Annotated[str, typer.Option("--reason", help="Why (kept in the audit and the state change's reasons).")]
+By = Annotated[str, typer.Option("--by", help="Who asks (default: user@host).")]
+
+
+def _me() -> str:
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except Exception:  # no login name in a container
+        return f"uid{os.getuid()}@{socket.gethostname()}"
+
+
+async def request_override(req: CordonRequest, nats_url: str, *, timeout: float = 10.0) -> CordonReply:
+    """Send one ``health.cordon`` request (as NATS_USER when set) and return the service's reply."""
+    options: dict[str, str] = {}
+    if os.environ.get("NATS_USER"):
+        options = {"user": os.environ["NATS_USER"], "password": os.environ.get("NATS_PASSWORD", "")}
+    async with bus.connected(nats_url.split(","), name="gpuaware-health-cli", initial_timeout=timeout,
+                             **options) as nc:
+        return await bus.request(nc, HEALTH_CORDON, req, CordonReply, timeout=timeout)
+
+
+def _override(req: CordonRequest, nats_url: str) -> None:
+    console = Console()
+    if not req.reason.strip():
+        raise typer.BadParameter("--reason must say why (it is kept for the audit)")
+    try:
+        reply = asyncio.run(request_override(req, nats_url))
+    except bus.NoResponders:
+        console.print("[red]no health-scoring service answers health.cordon[/red] (is it running on this NATS?)")
+        raise typer.Exit(3) from None
+    except bus.RequestTimeout as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(3) from None
+    except bus.ServiceError as exc:
+        console.print(f"[red]refused ({exc.code}):[/red] {exc.description}")
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        console.print(f"[red]cannot reach NATS at {nats_url}:[/red] {exc}")
+        raise typer.Exit(3) from None
+    change = f"{reply.previous.value} -> {reply.current.value}" if reply.changed else f"stays {reply.current.value}"
+    console.print(f"{reply.action.value} GPU {reply.gpu_uuid}{f' on {reply.node}' if reply.node else ''}: {change}"
+                  f"{' (history cleared)' if reply.cleared else ''}; recorded: by {reply.by} at "
+                  f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(reply.at))}, reason: {reply.reason}")
+
+
+@app.command("cordon")
+def cordon(
+    gpu: Annotated[str, typer.Argument(help="GPU uuid (GPU-...).")],
+    reason: Reason,
+    by: By = "",
+    degraded: Annotated[bool, typer.Option("--degraded", help="Pin degraded (failure-tolerant work only) "
+                                                              "instead of quarantined (no work).")] = False,
+    cluster: Cluster = "default",
+    nats_url: NatsUrl = "nats://127.0.0.1:4222",
+) -> None:
+    """Take a GPU away from new work by hand, whatever its telemetry says (audited)."""
+    _override(CordonRequest(source="gpuaware-cli", emitted_at=time.time(), cluster=cluster, gpu_uuid=gpu,
+                            reason=reason, by=by or _me(), action=CordonAction.CORDON,
+                            state=HealthState.DEGRADED if degraded else HealthState.QUARANTINED), nats_url)
+
+
+@app.command("uncordon")
+def uncordon(
+    gpu: Annotated[str, typer.Argument(help="GPU uuid (GPU-...).")],
+    reason: Reason,
+    by: By = "",
+    clear: Annotated[bool, typer.Option("--clear", help="The GPU was repaired or replaced: forget its error "
+                                                        "history, back to healthy (else the evidence decides).")
+                     ] = False,
+    cluster: Cluster = "default",
+    nats_url: NatsUrl = "nats://127.0.0.1:4222",
+) -> None:
+    """Give a GPU back to its telemetry's verdict (with --clear: to healthy, history forgotten); audited."""
+    _override(CordonRequest(source="gpuaware-cli", emitted_at=time.time(), cluster=cluster, gpu_uuid=gpu,
+                            reason=reason, by=by or _me(), action=CordonAction.UNCORDON, clear=clear), nats_url)
