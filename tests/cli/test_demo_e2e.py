@@ -9,7 +9,9 @@ Invariants (the acceptance of the scheduling-loop issue):
 * both runs saw the identical workload (the same pod ids with the same requests);
 * gpuaware's time-weighted allocation beats the stock-Kubernetes baseline's;
 * pending, decided and bound messages crossed NATS in both runs, and every decision landed in
-  PostgreSQL (``placement_events``).
+  PostgreSQL (``placement_events``);
+* health-scoring (the gpuaware run) caught the three faults injected into the twin's GPUs, placement
+  put no pod on a GPU after its quarantine was published, and alerts were raised and resolved.
 """
 
 from __future__ import annotations
@@ -100,6 +102,17 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
         assert r["placement_events_rows"]["placement.pod.decided.v1"] == r["recorded"]["placement.pod.decided.v1"]
         assert r["placement_events_rows"]["binder.pod.bound.v1"] == r["messages"]["binder.pod.bound.v1"]
         assert all(code in (0, None) for code in r["exit_codes"].values()), r["exit_codes"]
+
+    # health-scoring graded the twin's GPUs in the gpuaware run: every injected fault caught, no pod placed
+    # on a quarantined GPU, alerts raised and resolved (the XID 79 GPU's after the operator's repair)
+    health = ours["health"]
+    assert len(health["faults"]) == 3 and health["all_faults_caught"], health["faults"]
+    assert health["decisions_on_quarantined_gpus"] == 0, health["violation_examples"]
+    assert health["decisions_checked"] == ours["recorded"]["placement.pod.decided.v1"]
+    assert sum(health["alerts"]["raised"].values()) > 0 and sum(health["alerts"]["resolved"].values()) > 0
+    assert health["repair"]["current"] == "healthy", health["repair"]
+    assert base["health"] == {"status": "not in this run"}
+    assert report["services"]["health_scoring"].startswith("took part")
 
     assert report["roundtrip"]["ok"] and report["ok"], report["invariants"]
     assert result.exit_code == 0, result.output

@@ -7,14 +7,17 @@ What it does, in order (every step is real: servers, processes, messages, rows):
    PostgreSQL, every message accounted for (``roundtrip.py``);
 3. the telemetry agent (simulated GPUs) and collector, when that service is built;
 4. run **gpuaware**: placement (our best policy) + binder (the twin replays the workload on an
-   accelerated clock) as processes; live progress; every event recorded to ``placement_events``;
+   accelerated clock) + health-scoring as processes; live progress; every event recorded to
+   ``placement_events``; three of the twin's GPUs develop faults (an uncorrectable-ECC storm, XID 79,
+   a thermal runaway: ``demo_run.plan_faults``) that health-scoring must catch and placement avoid;
 5. run the **baseline**: the identical workload (same trace, seed, nodes, virtual start) through the
    same services with placement set to stock-Kubernetes behaviour (``KubeDefault``: whole GPUs,
    first fit, FIFO, no preemption);
 6. the report: invariants, allocation / fragmentation over time, queue delay per class, JCT,
    inference SLO attainment, Jain's index per tenant, messages per subject (bus, stream, database),
-   which services took part - printed, and written to ``<out>/report.json``, PNG plots and a
-   self-contained ``<out>/report.html``.
+   the faults caught (when, the GPU's states after, alerts raised and resolved, no pod placed on a
+   quarantined GPU), which services took part - printed, and written to ``<out>/report.json``, PNG
+   plots and a self-contained ``<out>/report.html``.
 
 Services and the stack are stopped at the end (SIGTERM, then wait), also on Ctrl-C or failure; the
 stack stays up with ``--keep-running`` or when it was already running.
@@ -246,7 +249,12 @@ class LiveView:
         msgs.add_column("count", justify="right")
         for subject, n in sorted(self.counter.counts.items(), key=lambda kv: -kv[1])[:10]:
             msgs.add_row(subject, str(n))
-        return Group(head, ProgressBar(total=1.0, completed=frac, width=60), pods, msgs)
+        parts: list[Any] = [head, ProgressBar(total=1.0, completed=frac, width=60), pods]
+        if log.health_changes or log.alerts_raised:
+            parts.append(f"health: {len(log.quarantined_now())} GPUs quarantined now, "
+                         f"{sum(1 for c in log.health_changes if c.previous is not None)} state changes, "
+                         f"{len(log.alerts_raised)} alerts raised / {len(log.alerts_resolved)} resolved")
+        return Group(*parts, msgs)
 
     def __call__(self, spec: RunSpec, log: RunLog, virtual_s: float, wall_s: float) -> None:
         if self.live is not None:
@@ -393,6 +401,14 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
         "the bus → database round trip stored every message": bool(report["roundtrip"]["ok"]),
         "no pod bound twice": all(r["invariants"]["double_bound"] == 0 for r in runs.values()),
     }
+    hf = a.get("health") or {}
+    health_ran = hf.get("status") not in (None, "not in this run")
+    if health_ran:
+        invariants["no pod placed on a quarantined GPU (after its state change)"] = (
+            hf.get("decisions_on_quarantined_gpus") == 0)
+        if hf.get("faults"):
+            invariants["every GPU fault injected into the twin caught by health scoring"] = bool(
+                hf.get("all_faults_caught"))
     drill = a.get("failover")
     if cfg.kill_leader_at_s > 0:
         invariants["placement leader killed mid-run: another instance decided within 5 s"] = bool(
@@ -407,6 +423,15 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
             measured = [k for k in ("gpuaware", "baseline") if tel.get(k, {}).get("status") == "measured"]
             svc_status[name] = (f"took part ({' and '.join(measured)} runs: agent on the twin's GPUs, collector)"
                                 if measured else tel.get("status", "built"))
+        elif name == "health_scoring":
+            if health_ran:
+                al = hf.get("alerts", {})
+                svc_status[name] = (f"took part (gpuaware run: {hf.get('gpus_with_a_state', 0)} GPUs graded, "
+                                    f"{sum(hf.get('transitions', {}).values())} state changes, "
+                                    f"{sum(al.get('raised', {}).values())} alerts raised / "
+                                    f"{sum(al.get('resolved', {}).values())} resolved)")
+            else:
+                svc_status[name] = "built (not run: the demo's health run is off)"
         else:
             svc_status[name] = "took part (both runs)"
     summary = (f"{a['nodes']} nodes / {a['gpus']} GPUs, {cfg.trace} workload, {a['pods']['arrived']} pods over "
@@ -420,7 +445,13 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
                    "nodes": cfg.nodes, "load": cfg.load, "seed": cfg.seed, "max_pods": cfg.max_pods,
                    "slo_s": cfg.slo_s, "run_id": cfg.run_id},
         "invariants": invariants, "comparison": cmp_, "runs": runs, "services": svc_status,
-        "health": "health_scoring not built yet: no health events" if not services["health_scoring"] else "built",
+        "health": ("health_scoring not built yet: no health events" if not services["health_scoring"] else {
+            "faults_injected": len(hf.get("faults") or []),
+            "faults_caught": sum(1 for f in hf.get("faults") or [] if f.get("caught")),
+            "decisions_on_quarantined_gpus": hf.get("decisions_on_quarantined_gpus"),
+            "alerts_raised": sum((hf.get("alerts") or {}).get("raised", {}).values()),
+            "alerts_resolved": sum((hf.get("alerts") or {}).get("resolved", {}).values()),
+            "details": "runs.gpuaware.health"} if health_ran else hf.get("status", "not run")),
         "forecasting": ("forecasting not built yet: no forecast accuracy" if not services["forecasting"]
                         else "built"),
         "utilisation": ("allocation is what the pods asked for and hold (event-sourced, exact); utilisation is "
@@ -486,6 +517,32 @@ def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], 
     for s in sorted(set(a["messages"]) | set(b["messages"])):
         m.add_row(s, _msg(a, s), _msg(b, s))
     console.print(m)
+    hf = a.get("health") or {}
+    if hf.get("faults"):
+        h = Table(title="GPU health: faults injected into the twin's GPUs (gpuaware run; virtual hours)")
+        for col in ("fault", "starts", "caught", "first alert", "pods on it / placed there in quarantine",
+                    "its states"):
+            h.add_column(col, justify="right" if col == "starts" else "left")
+        for f in hf["faults"]:
+            caught = (f"[green]{f['caught_state']} at {f['caught_at_h']:.2f} h[/green], "
+                      f"{f['detected_after_virtual_min']:.0f} min after ({f['detected_after_wall_s']:.1f} s wall)"
+                      if f["caught"] else "[red]not caught[/red]")
+            first = f.get("first_alert")
+            h.add_row(f"{f['label']} ({f['node']} #{f['gpu_index']})", f"{f['at_h']:.2f}", caught,
+                      f"{first['rule']} {first['at_h']:.2f}" if first else "",
+                      f"{f.get('pods_running_when_caught', '')} / {f['decisions_on_it_while_quarantined']}",
+                      " → ".join(f"{t['to']} {t['at_h']:.2f}" for t in f["timeline"]))
+        console.print(h)
+        al = hf["alerts"]
+        console.print(f"health: {hf['decisions_checked']} decisions checked, {hf['decisions_on_quarantined_gpus']} on "
+                      f"a quarantined GPU ({hf['decisions_in_flight_at_a_quarantine']} in flight at a quarantine); "
+                      f"alerts raised {sum(al['raised'].values())} ("
+                      + ", ".join(f"{k} {v}" for k, v in sorted(al["raised"].items()))
+                      + f"), resolved {sum(al['resolved'].values())}, open at the end {al['open_at_end']}")
+        rep = hf.get("repair")
+        if rep:
+            console.print(f"operator: uncordon --clear {rep['gpu_uuid']} at {rep['virtual_h']:.2f} h ({rep['reason']}): "
+                          f"{rep.get('previous')} → {rep.get('current')}")
     inv = Table(title="invariants")
     inv.add_column("check")
     inv.add_column("")

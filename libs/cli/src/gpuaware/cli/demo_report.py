@@ -9,15 +9,16 @@ contract's ``PodPending`` does not carry).
 from __future__ import annotations
 
 import base64
+import bisect
 import html
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuaware.cli.demo_run import DemoConfig, RunResult
-from gpuaware.schemas import PodBound, PodFinished, PodPreempted
+from gpuaware.schemas import HealthState, PodBound, PodFinished, PodPreempted
 from gpuaware.sim.metrics import (
     PodRecord,
     delay_stats,
@@ -31,8 +32,8 @@ from gpuaware.sim.metrics import (
 )
 from gpuaware.sim.workload_gen import SimPod
 
-__all__ = ["analyse", "busiest_window", "compare", "pod_records", "rebuild_workload", "write_html", "write_plots", "write_pods_csv",
-           "write_typical_pods"]
+__all__ = ["analyse", "busiest_window", "compare", "health_figures", "pod_records", "rebuild_workload", "virtual_clock",
+           "write_html", "write_plots", "write_pods_csv", "write_typical_pods"]
 
 SLO_CLASS = "inference"
 
@@ -210,6 +211,7 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
                        "double_bound": len(run.log.double_bound), "double_bound_examples": run.log.double_bound[:5]},
         "preemption": _preemption(run),
         "failover": run.failover,
+        "health": health_figures(run),
         "workload_fingerprint": fp,
         "messages": dict(sorted(run.messages.items())),
         "recorded": dict(sorted(run.log.recorded.items())),
@@ -220,6 +222,132 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
                    "allocated": _downsample([round(s.allocated, 4) for s in samples]),
                    "occupied": _downsample([round(s.occupied, 4) for s in samples]),
                    "fragmentation": _downsample([round(s.fragmentation, 4) for s in samples])},
+    }
+
+
+IN_FLIGHT_S = 1.0
+"""a decision made within this long after a quarantine was published was already in flight (placement
+reads the state change from the stream); later ones would break the invariant"""
+
+
+def virtual_clock(clock: Sequence[tuple[float, float]]) -> tuple[Callable[[float], float], Callable[[float], float]]:
+    """(wall -> virtual, virtual -> wall), piecewise linear over the (wall, virtual) pairs a run saw (the
+    twin may jump when idle); identity when there are fewer than two."""
+    if len(clock) < 2:
+        return (lambda t: t), (lambda t: t)
+    walls = [w for w, _ in clock]
+    virt = [v for _, v in clock]
+
+    def interp(xs: list[float], ys: list[float], t: float) -> float:
+        i = min(max(bisect.bisect_right(xs, t), 1), len(xs) - 1)
+        (a, b), (x, y) = (xs[i - 1], xs[i]), (ys[i - 1], ys[i])
+        return x + (y - x) * (t - a) / (b - a) if b > a else y
+
+    return (lambda t: interp(walls, virt, t)), (lambda t: interp(virt, walls, t))
+
+
+def _quarantines(run: RunResult) -> dict[str, list[list[float | None]]]:
+    """Per GPU, [published, lifted] wall times of each quarantine (lifted None while it lasts)."""
+    out: dict[str, list[list[float | None]]] = {}
+    for c in run.log.health_changes:
+        spans = out.setdefault(c.gpu_uuid, [])
+        open_ = bool(spans) and spans[-1][1] is None
+        if c.current is HealthState.QUARANTINED and not open_:
+            spans.append([c.emitted_at, None])
+        elif c.current is not HealthState.QUARANTINED and open_:
+            spans[-1][1] = c.emitted_at
+    return out
+
+
+def _running_on(run: RunResult, gpu: str, at_virtual: float) -> int:
+    """Pods holding a slice of ``gpu`` at the twin's time ``at_virtual`` (from the binder's events)."""
+    holding: set[str] = set()
+    for ev in run.log.binder_events:
+        t = getattr(ev, "bound_at", None) or getattr(ev, "finished_at", None) or getattr(ev, "preempted_at", None)
+        if t is None:
+            continue
+        if t > at_virtual:
+            break
+        if isinstance(ev, PodBound) and any(s.gpu_uuid == gpu for s in ev.slices):
+            holding.add(ev.pod_uid)
+        elif isinstance(ev, PodFinished | PodPreempted):
+            holding.discard(ev.pod_uid)
+    return len(holding)
+
+
+def health_figures(run: RunResult) -> dict[str, Any]:
+    """What health-scoring saw and did in a run: each injected fault (caught when, its GPU's states after),
+    decisions checked against quarantines, alerts raised and resolved, the operator's repair."""
+    h = run.health
+    status = h.get("status", "not in this run")
+    if status == "not in this run":
+        return {"status": status}
+    virt, wall = virtual_clock(run.clock)
+    t0 = run.started_at
+
+    def vh(t_wall: float) -> float:
+        return round((virt(t_wall) - t0) / 3600, 3)
+
+    spans = _quarantines(run)
+    violations: list[str] = []
+    in_flight = 0
+    on_quarantined: Counter[str] = Counter()
+    for decided_at, gpus, uid in run.log.placements:
+        for g in gpus:
+            for a, b in spans.get(g, []):
+                if a is not None and decided_at >= a and (b is None or decided_at < b):
+                    if decided_at - a <= IN_FLIGHT_S:
+                        in_flight += 1
+                    else:
+                        on_quarantined[g] += 1
+                        violations.append(f"pod {uid} on {g} {decided_at - a:.1f}s after its quarantine")
+    changes = [c for c in run.log.health_changes if c.previous is not None]
+    faults = []
+    for f in h.get("faults", []):
+        gpu, start_v = f["gpu_uuid"], t0 + f["at_s"]
+        mine = [c for c in changes if c.gpu_uuid == gpu]
+        caught = next((c for c in mine if c.current is not HealthState.HEALTHY and virt(c.changed_at) >= start_v - 60),
+                      None)
+        entry: dict[str, Any] = {
+            **f, "at_h": round(f["at_s"] / 3600, 3), "caught": caught is not None,
+            "timeline": [{"at_h": vh(c.changed_at), "from": c.previous.value if c.previous else None,
+                          "to": c.current.value, "reasons": [r for r in c.reasons if r != "recovering"][:6]}
+                         for c in mine],
+            "first_alert": next(({"rule": a.rule, "at_h": vh(a.started_at)} for a in run.log.alerts_raised
+                                 if a.gpu_uuid == gpu and virt(a.started_at) >= start_v - 60), None),
+            "decisions_on_it_while_quarantined": on_quarantined.get(gpu, 0),
+            "decisions_on_it_after_fault": sum(1 for t, gs, _ in run.log.placements
+                                               if gpu in gs and virt(t) >= start_v)}
+        if caught is not None:
+            entry.update(caught_state=caught.current.value, caught_at_h=vh(caught.changed_at),
+                         detected_after_virtual_min=round((virt(caught.changed_at) - start_v) / 60, 1),
+                         detected_after_wall_s=round(caught.emitted_at - wall(start_v), 2),
+                         pods_running_when_caught=_running_on(run, gpu, virt(caught.changed_at)),
+                         caught_reasons=[r for r in caught.reasons if r != "recovering"][:8])
+        faults.append(entry)
+    resolved = {(a.fingerprint, a.started_at): a for a in run.log.alerts_resolved}
+    alerts = [{"rule": a.rule, "severity": a.severity.value, "gpu_uuid": a.gpu_uuid, "node": a.node,
+               "raised_at_h": vh(a.started_at),
+               "resolved_at_h": vh(resolved[(a.fingerprint, a.started_at)].resolved_at)
+               if (a.fingerprint, a.started_at) in resolved else None, "summary": a.summary}
+              for a in run.log.alerts_raised]
+    stats = h.get("stats") or {}
+    return {
+        "status": status,
+        "faults": faults,
+        "all_faults_caught": all(f["caught"] for f in faults) if faults else None,
+        "transitions": dict(Counter(f"{c.previous.value}->{c.current.value}" for c in changes if c.previous)),
+        "gpus_with_a_state": len({c.gpu_uuid for c in run.log.health_changes}),
+        "decisions_checked": len(run.log.placements),
+        "decisions_on_quarantined_gpus": len(violations),
+        "violation_examples": violations[:5],
+        "decisions_in_flight_at_a_quarantine": in_flight,
+        "alerts": {"raised": dict(Counter(a["rule"] for a in alerts)),
+                   "resolved": dict(Counter(a["rule"] for a in alerts if a["resolved_at_h"] is not None)),
+                   "open_at_end": sum(1 for a in alerts if a["resolved_at_h"] is None), "list": alerts},
+        "repair": h.get("repair"),
+        "service": {k: stats.get(k) for k in ("gpus", "states", "open_alerts", "counts", "issues", "published",
+                                              "checkpoints", "checkpoint_failures", "dead_lettered")} if stats else None,
     }
 
 
@@ -427,6 +555,34 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
                          f"SIGKILLed during the gpuaware run; another instance decided {took} "
                          f"({drill['decisions_before']} decisions before, {drill['decisions_after']} after; the "
                          f"killed instance decided {drill['decisions_by_killed_after_kill']} after it died).</p>")
+    hf = (a or {}).get("health") or {}
+    if hf.get("faults") is not None:
+        parts.append("<h2>GPU health: faults injected into the twin's GPUs (gpuaware run)</h2>")
+        frows = [(f["label"], f"{f['node']} #{f['gpu_index']}", f["at_h"],
+                  f"{f.get('caught_state')} at {f.get('caught_at_h')} h" if f["caught"] else "NOT CAUGHT",
+                  f.get("detected_after_virtual_min"), f.get("detected_after_wall_s"),
+                  f"{f['first_alert']['rule']} at {f['first_alert']['at_h']} h" if f.get("first_alert") else "",
+                  f.get("pods_running_when_caught"), f["decisions_on_it_while_quarantined"],
+                  " → ".join(f"{t['to']} ({t['at_h']} h)" for t in f["timeline"]))
+                 for f in hf["faults"]]
+        parts.append(_table(["fault", "GPU", "starts (virtual h)", "caught", "after (virtual min)", "after (wall s)",
+                             "first alert", "pods running on it then", "pods placed on it while quarantined",
+                             "its states"], frows))
+        parts.append(f"<p>{hf['decisions_checked']} decisions checked against {hf['gpus_with_a_state']} GPUs' "
+                     f"health states: {hf['decisions_on_quarantined_gpus']} on a quarantined GPU "
+                     f"({hf['decisions_in_flight_at_a_quarantine']} already in flight within {IN_FLIGHT_S:g} s of a "
+                     "quarantine's publication). Transitions: "
+                     + html.escape(", ".join(f"{k} ×{v}" for k, v in sorted(hf["transitions"].items()))) + ".</p>")
+        al = hf["alerts"]
+        parts.append("<h3>Alerts</h3>")
+        parts.append(_table(["rule", "severity", "GPU", "raised (virtual h)", "resolved (virtual h)", "summary"],
+                            [(x["rule"], x["severity"], x["gpu_uuid"], x["raised_at_h"], x["resolved_at_h"],
+                              x["summary"][:120]) for x in al["list"]]))
+        rep = hf.get("repair")
+        if rep:
+            parts.append(f"<p>Operator: {html.escape(str(rep.get('reason')))} — <code>gpuaware health uncordon "
+                         f"{html.escape(str(rep.get('gpu_uuid')))} --clear</code> at {rep.get('virtual_h')} h: "
+                         f"{html.escape(str(rep.get('previous')))} → {html.escape(str(rep.get('current')))}.</p>")
     parts.append("<h2>Plots</h2>")
     for p in plots:
         data = base64.b64encode(p.read_bytes()).decode()

@@ -13,6 +13,15 @@ published, never from inside them:
                     unschedulable}                            decided / unschedulable; answers explain
     messages per subject (JetStream's own counts)     telemetry agent + collector (when built)
     write each event to placement_events (PostgreSQL)
+    follow ALERTS   health.gpu.state_changed,         health-scoring (gpuaware run): scores the
+                    alerts.gpu.{raised,resolved}              agent's samples of the twin's GPUs
+
+Faults (the gpuaware run, when health-scoring is built): ``plan_faults`` picks three GPUs of busy
+nodes and the binder's fleet develops, at planned virtual times, an uncorrectable-ECC storm, an
+XID 79 (fallen off the bus) and a thermal runaway; some wall seconds after the XID the demo acts as
+the operator who rebooted that node (the catalogue's REBOOT_NODE) and uncordons the GPU with
+``clear`` through ``health.cordon``. Health-scoring judges the twin's GPUs in their own (virtual)
+time: ``TIME_SCALE`` is the twin's speed.
 
 Runs are isolated: before each run the BINDER and PLACEMENT streams are deleted (their services
 recreate them on start), so a decision id of the previous run (``<pod>/<attempt>``, the same pods
@@ -42,9 +51,13 @@ from typing import Any
 import msgspec
 
 from gpuaware import bus
-from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_command
+from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_built, service_command
 from gpuaware.devstack.ports import free_port
 from gpuaware.schemas import (
+    ALERT_RAISED,
+    ALERT_RESOLVED,
+    GPU_STATE_CHANGED,
+    HEALTH_CORDON,
     PLACEMENT_DECIDED,
     POD_BIND_FAILED,
     POD_BOUND,
@@ -53,6 +66,12 @@ from gpuaware.schemas import (
     POD_PREEMPTED,
     POD_UNSCHEDULABLE,
     WORLD_SNAPSHOT,
+    AlertRaised,
+    AlertResolved,
+    CordonAction,
+    CordonReply,
+    CordonRequest,
+    GpuStateChanged,
     PlacementDecided,
     PodBindFailed,
     PodBound,
@@ -63,12 +82,15 @@ from gpuaware.schemas import (
     WorldSnapshotReply,
     WorldSnapshotRequest,
 )
+from gpuaware.schemas.permissions import HEALTH_SCORING, OPERATIONAL_ENDPOINTS
 from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainReply, ExplainRequest
-from gpuaware.schemas.streams import BINDER, PLACEMENT, STREAMS
+from gpuaware.schemas.streams import ALERTS, BINDER, PLACEMENT, STREAMS
 from gpuaware.sim.metrics import GpuLedger
+from gpuaware.sim.twin import EccSpec, FaultSpec, ThermalSpec, XidSpec, encode_faults
 from gpuaware.tsdb.events import PlacementEvent, count_placement_events_async, write_placement_events_async
 
-__all__ = ["DemoConfig", "Interrupted", "RunLog", "RunResult", "RunSpec", "delete_loop_streams", "run_once", "subject_key"]
+__all__ = ["DemoConfig", "FaultPlan", "Interrupted", "RunLog", "RunResult", "RunSpec", "delete_loop_streams",
+           "plan_faults", "run_once", "subject_key"]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +132,8 @@ class DemoConfig:
     kill_leader_at_s: float = 0.0
     """fault drill: run a standby placement beside the leader and SIGKILL the leader this many wall
     seconds into the gpuaware run (0: no drill)"""
+    health: bool = True
+    """gpuaware run: health-scoring scores the twin's GPUs, and faults are injected into three of them"""
     """the workload's request mix (openb pod-list format) for placement's fragmentation-aware scores"""
 
     @property
@@ -127,6 +151,63 @@ class RunSpec:
     """``gpuaware`` or ``baseline``"""
     policy: str
     cluster: str
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """What the gpuaware run's twin GPUs go through, planned before the binder starts."""
+
+    specs: tuple[FaultSpec, ...]
+    labels: tuple[str, ...]
+    repair: int | None = None
+    """index of the fault whose GPU the operator repairs (reboots the node, then uncordons with clear)"""
+    repair_at_s: float = 0.0
+    """virtual seconds after the start from which the operator acts (once the GPU is quarantined)"""
+
+    def json(self) -> str:
+        return encode_faults(self.specs)
+
+
+def demo_nodes(cfg: DemoConfig) -> tuple[Any, ...]:
+    """The twin's nodes, built as the binder builds them."""
+    from gpuaware.sim.twin import default_cluster, openb_cluster, openb_node_list
+
+    if cfg.twin_nodes == "openb":
+        return openb_cluster(openb_node_list(Path(cfg.shared_data) if cfg.shared_data else None))
+    return default_cluster(cfg.node_count)
+
+
+def plan_faults(cfg: DemoConfig, nodes: Any) -> FaultPlan:
+    """Three faults on GPUs of the three most common GPU models (busy nodes), at a quarter, 40 % and
+    55 % of the window, sized in wall seconds so that each lasts long enough to be seen at any speed:
+
+    * an uncorrectable-ECC storm: one uncorrectable error every ~2 wall seconds (1,800 / speed per
+      virtual hour: 3 an hour at 576x) and 40x as many corrected ones, for the rest of the run;
+    * XID 79 three times (the GPU fell off the bus); the operator reboots the node and uncordons the
+      GPU with ``clear`` ``max(10 % of the window, 8 wall s)`` later;
+    * a thermal runaway (a cooling failure): +50 degC over 6 wall seconds, recovering after 10.
+    """
+    w, speed = cfg.window_s, cfg.speed
+    big = sorted((n for n in nodes if n.num_gpu >= 4), key=lambda n: n.name) or sorted(nodes, key=lambda n: n.name)
+    by_model: dict[str, list[Any]] = {}
+    for n in big:
+        by_model.setdefault(n.gpu_model, []).append(n)
+    models = sorted(by_model, key=lambda m: (-sum(x.num_gpu for x in by_model[m]), m))
+    picks = [by_model[m][0] for m in models[:3]]
+    picks += [n for n in big if n not in picks][: 3 - len(picks)]
+    while len(picks) < 3:
+        picks.append(big[0])
+    ecc, xid, heat = picks
+    ue_per_h = 1800.0 / speed
+    specs = (
+        EccSpec(node=ecc.name, gpu=2 % ecc.num_gpu, at_s=round(0.25 * w, 3), uncorrected_per_hour=ue_per_h,
+                corrected_per_hour=40 * ue_per_h),
+        XidSpec(node=xid.name, gpu=5 % xid.num_gpu, at_s=round(0.40 * w, 3), xid=79, count=3, interval_s=1.0),
+        ThermalSpec(node=heat.name, gpu=1 % heat.num_gpu, at_s=round(0.55 * w, 3),
+                    degrees_per_minute=50.0 / (6.0 * speed / 60.0), duration_s=10.0 * speed),
+    )
+    labels = ("uncorrectable ECC storm", "XID 79 (fallen off the bus)", "thermal runaway (cooling failure)")
+    return FaultPlan(specs, labels, repair=1, repair_at_s=0.40 * w + max(0.10 * w, 8.0 * speed))
 
 
 def subject_key(subject: str) -> str:
@@ -166,6 +247,28 @@ class RunLog:
     bound_by: dict[str, str] = field(default_factory=dict)
     planned_victims: int = 0
     """victims named in decisions' preemption plans"""
+    placements: list[tuple[float, tuple[str, ...], str]] = field(default_factory=list)
+    """(decided_at, GPU uuids, pod uid) of every decision: checked against the GPUs' health states"""
+    health_changes: list[GpuStateChanged] = field(default_factory=list)
+    alerts_raised: list[AlertRaised] = field(default_factory=list)
+    alerts_resolved: list[AlertResolved] = field(default_factory=list)
+
+    def on_health(self, ev: Any, _subject: str) -> None:
+        """health-scoring's state changes and alerts of this run's cluster."""
+        if getattr(ev, "cluster", None) != self.cluster:
+            return
+        if isinstance(ev, GpuStateChanged):
+            self.health_changes.append(ev)
+        elif isinstance(ev, AlertRaised):
+            self.alerts_raised.append(ev)
+        elif isinstance(ev, AlertResolved):
+            self.alerts_resolved.append(ev)
+
+    def quarantined_now(self) -> set[str]:
+        last: dict[str, str] = {}
+        for c in self.health_changes:
+            last[c.gpu_uuid] = c.current.value
+        return {g for g, st in last.items() if st == "quarantined"}
 
     def on_event(self, ev: Any, subject: str) -> None:
         if getattr(ev, "cluster", None) != self.cluster:
@@ -182,6 +285,7 @@ class RunLog:
             self.decided[uid] = ev
             self.policies[ev.policy] += 1
             self.decision_times.append((ev.decided_at, ev.source))
+            self.placements.append((ev.decided_at, tuple(sl.gpu_uuid for sl in ev.slices), uid))
             self.planned_victims += len(ev.preemptions)
             row = (ev.decision_id, ev.decided_at, ev.decision_id, ev.node, sum(s.gpu_milli for s in ev.slices),
                    ev.policy)
@@ -312,6 +416,9 @@ class RunResult:
     timestamps onto the virtual day"""
     telemetry: dict[str, Any] = field(default_factory=dict)
     """the run's telemetry agent: status, exporter URL"""
+    health: dict[str, Any] = field(default_factory=dict)
+    """health-scoring in this run: status, the faults injected (with their GPUs' uuids), the operator's
+    repair, the service's own counters at the end"""
 
 
 # --- messages per subject ------------------------------------------------------------------------------
@@ -356,6 +463,10 @@ BINDER_CHANNELS = [bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, 
                    bus.Channel(POD_FINISHED, PodFinished)]
 PLACEMENT_CHANNELS = [bus.Channel(PLACEMENT_DECIDED, PlacementDecided),
                       bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)]
+HEALTH_CHANNELS = [bus.Channel(GPU_STATE_CHANGED, GpuStateChanged), bus.Channel(ALERT_RAISED, AlertRaised),
+                   bus.Channel(ALERT_RESOLVED, AlertResolved)]
+HEALTH_STATS = OPERATIONAL_ENDPOINTS[HEALTH_SCORING][0]
+"""health-scoring's counters (an operational endpoint, outside the contract's registry)"""
 
 
 async def delete_loop_streams(js: bus.JetStream) -> None:
@@ -447,7 +558,7 @@ async def wait_for(check: Callable[[], Any], *, timeout: float, what: str, procs
 
 
 def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str,
-                exporter_port: int = 0) -> dict[str, dict[str, str]]:
+                exporter_port: int = 0, faults: str = "") -> dict[str, dict[str, str]]:
     """Each service's environment for one run (the prefixed settings they read once at start).
     With ``exporter_port`` the binder serves the twin's GPUs as dcgm-exporter text there, and the
     ``agent`` entry is the telemetry agent scraping it (its node list is added once known)."""
@@ -465,6 +576,18 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
     }
     if cfg.shared_data:
         binder["GPUAWARE_BINDER_SHARED_DATA"] = cfg.shared_data
+    if faults:
+        binder["GPUAWARE_BINDER_FAULTS"] = faults
+    health = {
+        **common, "GPUAWARE_HEALTH_SCORING_CLUSTER": spec.cluster,
+        "GPUAWARE_HEALTH_SCORING_INSTANCE_ID": f"health-{spec.label}",
+        # the twin's GPUs are judged in their own (virtual) time; clean periods of two virtual hours
+        # (a day in production) so that recoveries fit in the replayed day
+        "GPUAWARE_HEALTH_SCORING_TIME_SCALE": f"{cfg.speed:g}",
+        "GPUAWARE_HEALTH_SCORING_QUARANTINE_CLEAN_S": "7200", "GPUAWARE_HEALTH_SCORING_DEGRADED_CLEAN_S": "7200",
+        "GPUAWARE_HEALTH_SCORING_SCORE_WINDOW_S": "10", "GPUAWARE_HEALTH_SCORING_TICK_S": "2",
+        "GPUAWARE_HEALTH_SCORING_INVENTORY_WAIT_S": "3",
+    }
     placement = {
         **common, "GPUAWARE_PLACEMENT_CLUSTER": spec.cluster, "GPUAWARE_PLACEMENT_POLICY": spec.policy,
         "GPUAWARE_PLACEMENT_SEED": str(cfg.seed), "GPUAWARE_PLACEMENT_WORLD_RETRY_S": "0.25",
@@ -479,7 +602,7 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_TELEMETRY_AGENT_DCGM_URL": f"http://127.0.0.1:{exporter_port}/metrics/{{node}}",
         "GPUAWARE_TELEMETRY_AGENT_INSTANCE_ID": f"agent-{spec.label}",
     }
-    return {"binder": binder, "placement": placement, "agent": agent}
+    return {"binder": binder, "placement": placement, "agent": agent, "health": health}
 
 
 async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: str, database_url: str,
@@ -518,10 +641,17 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                                       name=f"demo-{spec.label}-binder"))
     followers.append(await bus.follow(js, PLACEMENT_CHANNELS, on_event, stream=PLACEMENT.name, with_suffixes=True,
                                       name=f"demo-{spec.label}-placement"))
+    health_on = cfg.health and spec.label == "gpuaware" and service_built("gpuaware.services.health_scoring")
+    plan = plan_faults(cfg, demo_nodes(cfg)) if health_on and cfg.telemetry else None
+    health: dict[str, Any] = {"status": "not in this run" if not health_on else "not started"}
+    if health_on:
+        followers.append(await bus.follow(js, HEALTH_CHANNELS, lambda ev, d: run_log.on_health(ev, d.subject),
+                                          stream=ALERTS.name, deliver="new", with_suffixes=True,
+                                          name=f"demo-{spec.label}-health"))
     writer_task = asyncio.create_task(writer(), name="demo placement_events writer")
     await counter.mark(js)
     exporter_port = free_port() if cfg.telemetry else 0
-    env = service_env(cfg, spec, nats_url, database_url, exporter_port)
+    env = service_env(cfg, spec, nats_url, database_url, exporter_port, plan.json() if plan else "")
     clock: list[tuple[float, float]] = []
     node_names: list[str] = []
     telemetry: dict[str, Any] = {"status": "off" if not cfg.telemetry else "not started"}
@@ -549,17 +679,29 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         binder = procs.start("binder", service_command("gpuaware.services.binder"), env["binder"],
                              logs / f"binder-{spec.label}.log")
         ours = [*placements.values(), binder]
+        if health_on:
+            ours.append(procs.start("health-scoring", service_command("gpuaware.services.health_scoring"),
+                                    env["health"], logs / f"health-scoring-{spec.label}.log"))
+            health["status"] = "running"
 
         async def world() -> list[WorldSnapshotReply]:
             return await world_snapshot(nc, spec.cluster, nodes=True, pods=False, timeout=1.0)
 
         pages = await wait_for(world, timeout=90.0, what="the binder's world.snapshot", procs=ours, stop=stop)
+        uuid_of: dict[tuple[str, int], str] = {}
         for page in pages:
             for node in page.nodes:
                 n_nodes += 1
                 node_names.append(node.name)
                 for g in node.gpus:
                     gpus[g.uuid] = g.memory_mib
+                    uuid_of[(node.name, g.index)] = g.uuid
+        if plan is not None:
+            health["faults"] = [
+                {"kind": f.__struct_config__.tag, "label": label, "node": f.node, "gpu_index": f.gpu,
+                 "gpu_uuid": uuid_of.get((f.node, f.gpu), ""), "at_s": f.at_s,
+                 "until_s": f.at_s + f.duration_s if isinstance(f, ThermalSpec) and f.duration_s else None}
+                for f, label in zip(plan.specs, plan.labels, strict=True)]
 
         if exporter_port and node_names:
             # the telemetry agent reads the twin's GPUs the way it reads a real node's: a dcgm-exporter
@@ -585,6 +727,13 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
             return True
 
         await wait_for(explains, timeout=90.0, what="placement.explain", procs=ours, stop=stop)
+        if health_on:
+            async def health_up() -> bool:
+                await bus.request(nc, HEALTH_STATS, {}, dict, timeout=1.0)
+                return True
+
+            await wait_for(health_up, timeout=90.0, what="health-scoring's health.stats", procs=ours, stop=stop)
+        repair = plan.specs[plan.repair] if plan is not None and plan.repair is not None else None
         end = VIRTUAL_EPOCH + cfg.window_s
         deadline = time.monotonic() + cfg.duration_s * 1.25 + 20.0
         last_count = 0.0
@@ -614,6 +763,11 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                 with contextlib.suppress(Exception):
                     await counter.since(js)
             progress(spec, run_log, virtual_now - VIRTUAL_EPOCH, time.monotonic() - wall0)
+            if repair is not None and plan is not None and virtual_now - VIRTUAL_EPOCH >= plan.repair_at_s:
+                gpu = uuid_of.get((repair.node, repair.gpu), "")
+                if gpu in run_log.quarantined_now():
+                    health["repair"] = await operator_repair(nc, spec.cluster, gpu, repair.node, virtual_now)
+                    repair = None
             if virtual_now >= end:
                 reached = True
                 break
@@ -628,6 +782,9 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
             final = await world_snapshot(nc, spec.cluster, nodes=False, pods=True, timeout=5.0)
             snap_bad, snap_pods = snapshot_violations(final, gpus)
         await explain_pending(nc, spec.cluster, run_log, cfg.explain_limit)
+        if health_on:
+            with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
+                health["stats"] = await bus.request(nc, HEALTH_STATS, {}, dict, timeout=5.0)
     except Interrupted:
         failure = "interrupted"
         raise
@@ -635,7 +792,8 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         failure = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        for name in [p.name for p in procs.processes if p.name.startswith(("placement", "telemetry-agent-"))]:
+        for name in [p.name for p in procs.processes
+                     if p.name.startswith(("placement", "telemetry-agent-", "health-scoring"))]:
             exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
         await asyncio.sleep(1.0)  # decisions already published reach the binder
         exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
@@ -661,7 +819,24 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                      messages=messages, db=db, snapshot_violations=snap_bad,
                      snapshot_pods=snap_pods, exit_codes=exit_codes,
                      services={"placement": spec.policy, "binder": "twin"}, failure=failure, failover=failover,
-                     node_names=node_names, clock=clock, telemetry=telemetry)
+                     node_names=node_names, clock=clock, telemetry=telemetry, health=health)
+
+
+async def operator_repair(nc: bus.Client, cluster: str, gpu: str, node: str, virtual_now: float) -> dict[str, Any]:
+    """What an operator does after the catalogue's REBOOT_NODE for XID 79: the node was rebooted and the
+    GPU re-validated, so it goes back to work with its error history cleared (``gpuaware health uncordon
+    GPU --clear``)."""
+    req = CordonRequest(source=SOURCE, emitted_at=time.time(), cluster=cluster, gpu_uuid=gpu,
+                        action=CordonAction.UNCORDON, clear=True, by="demo-operator",
+                        reason=f"node {node} rebooted after XID 79 (the catalogue's REBOOT_NODE); GPU re-validated")
+    out: dict[str, Any] = {"gpu_uuid": gpu, "node": node, "requested_at": req.emitted_at,
+                           "virtual_h": round((virtual_now - VIRTUAL_EPOCH) / 3600, 3), "reason": req.reason,
+                           "by": req.by}
+    try:
+        reply = await bus.request(nc, HEALTH_CORDON, req, CordonReply, timeout=5.0)
+    except (bus.RequestTimeout, bus.NoResponders, bus.ServiceError) as exc:
+        return {**out, "error": str(exc)}
+    return {**out, "previous": reply.previous.value, "current": reply.current.value, "changed": reply.changed}
 
 
 def failover_figures(drill: dict[str, Any], run_log: RunLog, exit_codes: dict[str, int | None]) -> dict[str, Any]:

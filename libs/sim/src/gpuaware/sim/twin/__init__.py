@@ -8,6 +8,7 @@
     twin.bind(uid, node, [Slice(gpu_uuid, 500, 8192)], decision_id="d-1")   # or raises Refused(reason)
     twin.evict(uid, checkpointed=True)
     twin.fleet                                        # the SimulatedFleet the telemetry agent samples
+    twin.fleet.inject(*to_faults(decode_faults(text), twin.start))   # faults planned as data (faults.py)
 
 ``world`` holds the truth and the event queue, ``cluster`` the node sets; the clock and the
 workload sources live beside this package (``gpuaware.sim.clock``, ``gpuaware.sim.workload_gen``).
@@ -20,6 +21,16 @@ from gpuaware.sim.twin.cluster import (
     gpu_memory_mib,
     openb_cluster,
     openb_node_list,
+)
+from gpuaware.sim.twin.faults import (
+    EccSpec,
+    FaultSpec,
+    PowerCapSpec,
+    ThermalSpec,
+    XidSpec,
+    decode_faults,
+    encode_faults,
+    to_faults,
 )
 from gpuaware.sim.twin.world import (
     Arrived,
@@ -41,18 +52,26 @@ __all__ = [
     "Arrived",
     "Binding",
     "CheckpointAnswered",
+    "EccSpec",
     "Eviction",
+    "FaultSpec",
     "Finished",
     "NodeKind",
     "PodState",
+    "PowerCapSpec",
     "Refusal",
     "Refused",
     "Slice",
+    "ThermalSpec",
     "Twin",
     "TwinEvent",
     "TwinGpu",
+    "XidSpec",
+    "decode_faults",
     "default_cluster",
+    "encode_faults",
     "gpu_memory_mib",
     "openb_cluster",
     "openb_node_list",
+    "to_faults",
 ]

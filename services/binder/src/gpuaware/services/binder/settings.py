@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+import msgspec
+
 from gpuaware.runtime import ServiceSettings, SettingsError
+from gpuaware.sim.twin import decode_faults
 
 
 class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
@@ -64,6 +67,9 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     """keep a simulated GPU fleet mirroring the bindings (for the telemetry agent)"""
     fleet_traces: Literal["auto", "synthetic"] = "synthetic"
     """utilisation traces of the fleet: ``auto`` reads GenTD26/Helios from shared data"""
+    faults: str = ""
+    """faults the fleet's GPUs develop, a JSON list (``gpuaware.sim.twin.faults``: ecc, xid, thermal,
+    power_cap; each names node, GPU index and ``at_s``, virtual seconds after the start); empty = none"""
 
     # --- the twin's GPUs as dcgm-exporter ---------------------------------------------------------
     exporter_port: int = 0
@@ -87,6 +93,12 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     publish_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
+        try:
+            decode_faults(self.faults)
+        except msgspec.ValidationError as exc:
+            raise SettingsError(f"GPUAWARE_BINDER_FAULTS is not a list of faults: {exc}") from None
+        if self.faults.strip() and not self.fleet:
+            raise SettingsError("GPUAWARE_BINDER_FAULTS needs the simulated fleet (GPUAWARE_BINDER_FLEET=true)")
         if not 0 <= self.exporter_port <= 65535:
             raise SettingsError("GPUAWARE_BINDER_EXPORTER_PORT must be 0 (off) or a TCP port, "
                                 f"got {self.exporter_port}")

@@ -56,9 +56,11 @@ from gpuaware.sim.twin import (
     Slice,
     Twin,
     TwinEvent,
+    decode_faults,
     default_cluster,
     openb_cluster,
     openb_node_list,
+    to_faults,
 )
 from gpuaware.sim.workload_gen import SimPod, from_openb, generate, load_philly, spec_for_cluster
 
@@ -325,9 +327,12 @@ def _workload(settings: BinderSettings, nodes: tuple[NodeSpec, ...]) -> tuple[Si
 def build_twin(settings: BinderSettings, *, start: float) -> Twin:
     """The twin the settings describe (reads the node list and the trace: the binder's start-up I/O)."""
     nodes = _nodes(settings)
-    return Twin(nodes, _workload(settings, nodes), start=start, seed=settings.seed, cluster=settings.cluster,
+    twin = Twin(nodes, _workload(settings, nodes), start=start, seed=settings.seed, cluster=settings.cluster,
                 checkpoint_delay_s=(settings.checkpoint_delay_min_s, settings.checkpoint_delay_max_s),
                 fleet=settings.fleet, traces=settings.fleet_traces)
+    if twin.fleet is not None and settings.faults.strip():
+        twin.fleet.inject(*to_faults(decode_faults(settings.faults), start))  # the GPUs' future, planned
+    return twin
 
 
 def build_world(settings: BinderSettings, *, source: str = "binder/twin") -> TwinWorld:
