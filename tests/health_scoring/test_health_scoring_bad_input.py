@@ -27,15 +27,15 @@ async def test_bad_input_is_counted_and_explained_and_never_flips_a_state(record
         # the driver reloaded: every volatile and aggregate counter went back to 0 (and the XID gauge moved
         # to a code nobody documented)
         await r.sample("n1", T0 + 20, [row("n1", 0, xid_last=999), row("n1", 1)], seq=4)
-        # 3 minutes of missing samples (10-s interval)
-        await r.sample("n1", T0 + 200, [row("n1", 0, xid_last=999), row("n1", 1)], seq=5)
+        # 3 minutes of missing samples (10-s interval, 30-s heartbeat), and 3 batches lost on the way
+        await r.sample("n1", T0 + 200, [row("n1", 0, xid_last=999), row("n1", 1)], seq=8)
         # garbage, and a sample whose column lengths disagree: dead letters, the consumer goes on
         subject = f"{GPU_SAMPLED}.{cluster}.n1"
         await r.js.publish(subject, b"not json")
         await r.js.publish(subject, b'{"kind": "telemetry.gpu.sampled.v1", "source": "a", "emitted_at": 1, '
                                     b'"node": "n1", "sampled_at": 1, "interval_s": 1, "gpu_uuid": ["G"], '
                                     b'"gpu_index": [0, 1]}')
-        await r.sample("n1", T0 + 210, [row("n1", 0, xid_last=999), row("n1", 1)], seq=6)
+        await r.sample("n1", T0 + 210, [row("n1", 0, xid_last=999), row("n1", 1)], seq=9)
         await r.wait(lambda: svc.view.book.tracks[g0].last_at == T0 + 210, what="the last sample")
         s = await stats(r.nc)
         assert s.dead_lettered == 2 and s.decode_errors == 2
@@ -43,9 +43,10 @@ async def test_bad_input_is_counted_and_explained_and_never_flips_a_state(record
     assert r.states_of(g0) == ["healthy"] and r.states_of(g1) == ["healthy"]  # never flipped
     assert s.issues == {"out_of_order": 2, "duplicate": 2, "counter_reset": 2, "unknown_xid": 1, "gap": 2}, s.issues
     assert s.counts["refused"] == 4  # the late and the duplicated batch, two GPUs each
+    assert s.counts["lost_batches"] == 3  # seq 5, 6 and 7 never came
     i = s.inputs
     assert (i["out_of_order"], i["duplicates"], i["counter_resets"], i["unknown_xids"], i["gaps"]) == (2, 2, 2, 1, 2)
-    assert i["unknown_xid_codes"] == {"999": 1} and i["missing_s"] == 2 * (180 - 10)  # T0+20 -> T0+200 where 10 s was expected
+    assert i["unknown_xid_codes"] == {"999": 1} and i["missing_s"] == 2 * (180 - 30)  # T0+20 -> T0+200 where a heartbeat (30 s) was due
     # each one explained on the GPU's track (what happened, what was done)
     kinds = [issue.kind.value for issue in svc.view.book.tracks[g0].issues]
     assert kinds == ["out_of_order", "duplicate", "counter_reset", "counter_reset", "unknown_xid", "gap"]

@@ -123,7 +123,8 @@ class HealthService:
         self.source = f"{settings.service_name}/{instance}"
         self.view = View(settings.health_config(), cluster=settings.cluster, source=self.source,
                          score_window_s=settings.score_window_s, score_delta=settings.score_delta,
-                         alert_resend_s=settings.alert_resend_s or None)
+                         alert_resend_s=settings.alert_resend_s or None,
+                         agent_heartbeat_s=settings.agent_heartbeat_s if settings.input == "sampled" else 0.0)
         self.outbox = Outbox(js)
         self.checkpointer = Checkpointer(self.view, self.outbox, pool, interval_s=settings.checkpoint_s,
                                          hold_s=settings.hold_s)

@@ -109,6 +109,10 @@ class HealthScoringSettings(ServiceSettings, frozen=True, kw_only=True):
     max_ack_pending: int = 4096
     inventory_wait_s: float = 10.0
     """at start, wait this long for the inventories (the GPUs' models) before consuming telemetry"""
+    agent_heartbeat_s: float = 30.0
+    """the agents' slowest heartbeat (``GPUAWARE_TELEMETRY_AGENT_SLOW_S``): with adaptive sampling a
+    stable GPU's row comes only this often, so a sample stands for at least this long and only a longer
+    silence counts as missing samples (lost batches are counted from the nodes' ``seq`` instead)"""
 
     # --- output --------------------------------------------------------------------------------------
     score_window_s: float = 60.0

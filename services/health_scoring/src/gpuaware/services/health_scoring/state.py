@@ -108,7 +108,8 @@ class View:
     """One cluster's GPUs: the book, the alerts, the publication policy, the pending checkpoint."""
 
     def __init__(self, config: HealthConfig, *, cluster: str, source: str, score_window_s: float = 60.0,
-                 score_delta: float = 10.0, alert_resend_s: float | None = None) -> None:
+                 score_delta: float = 10.0, alert_resend_s: float | None = None,
+                 agent_heartbeat_s: float = 0.0) -> None:
         self.config = config
         self.cluster = cluster
         self.source = source
@@ -122,6 +123,8 @@ class View:
         """observations, redelivered, refused, other_cluster, ignored_windows, published per subject ..."""
         self.issues: Counter[str] = Counter()
         """bad input met since start, by kind (the book's InputCounters hold the totals per GPU)"""
+        self.agent_heartbeat_s = agent_heartbeat_s
+        self._seq: dict[str, int] = {}
         self._token = subject_token(cluster)
         self._last_pub: dict[str, tuple[float, float]] = {}
         self._dirty: set[str] = set()
@@ -153,7 +156,10 @@ class View:
 
     def observations(self, msg: GpuSampled | GpuRolledUp) -> list[Observation]:
         if isinstance(msg, GpuSampled):
-            return from_sampled(msg)
+            obs = from_sampled(msg)
+            if msg.interval_s < self.agent_heartbeat_s:  # adaptive sampling: see the setting
+                obs = [msgspec.structs.replace(o, interval_s=self.agent_heartbeat_s) for o in obs]
+            return obs
         if msg.window is not RollupWindow.MINUTE:
             self.counts["ignored_windows"] += 1
             return []
@@ -165,6 +171,12 @@ class View:
         if msg.cluster != self.cluster:
             self.counts["other_cluster"] += 1
             return work
+        if isinstance(msg, GpuSampled) and not redelivered:
+            last = self._seq.get(msg.node)
+            if last is not None and msg.seq > last + 1:
+                self.counts["lost_batches"] += msg.seq - last - 1  # the agent sent them; they never came
+            if last is None or msg.seq > last or msg.seq == 0:  # 0: the agent restarted
+                self._seq[msg.node] = msg.seq
         for obs in self.observations(msg):
             track = self.book.tracks.get(obs.gpu_uuid)
             if redelivered and track is not None and track.last_at is not None and obs.at <= track.last_at:
