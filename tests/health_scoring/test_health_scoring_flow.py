@@ -64,3 +64,29 @@ async def test_xid_79_quarantines_then_a_clean_period_brings_the_gpu_back(record
         state = conn.execute("SELECT state FROM health_gpu_state WHERE cluster = %s AND gpu_uuid = %s",
                              (cluster, g0)).fetchone()
         assert state == ("healthy",)
+
+
+async def test_stale_telemetry_is_scored_and_alerted_by_the_tick_and_the_state_held(
+        recorder: Recorder, nats_proc, cluster: str, fresh_database_url: str) -> None:
+    import asyncio
+    import time
+
+    r = recorder
+    g0 = gpu_uuid("n1", 0)
+    await r.nodes(["n1"])
+    async with health_scoring(nats_proc.url, fresh_database_url, cluster, stale_after_s=1.0, tick_s=0.2):
+        now = time.time()
+        await r.sample("n1", now, [row("n1", 0, xid_last=0), row("n1", 1)])
+        await r.sample("n1", now + 0.1, [row("n1", 0, xid_last=79), row("n1", 1)])  # quarantined, then silence
+        await r.wait(lambda: r.states_of(g0) == ["healthy", "quarantined"], what="quarantined")
+        await r.wait(lambda: "gpu_telemetry_stale" in r.rules("raised", g0), what="stale alert")
+        stale = [x for x in r.scored if x.gpu_uuid == g0 and "stale_telemetry" in x.reasons]
+        assert stale and stale[-1].components["telemetry"] == 50.0
+        assert stale[-1].state is HealthState.QUARANTINED  # the state is held, not changed by silence
+        await asyncio.sleep(0.5)
+        assert r.rules("raised", g0).count("gpu_telemetry_stale") == 1  # raised once while it lasts
+        await r.sample("n1", time.time(), [row("n1", 0, xid_last=79), row("n1", 1)])
+        await r.wait(lambda: "gpu_telemetry_stale" in r.rules("resolved", g0), what="stale resolved")
+        assert r.states_of(g0) == ["healthy", "quarantined"]
+        s = await stats(r.nc)
+        assert s.issues.get("stale", 0) >= 1 and s.inputs["stale_periods"] >= 1

@@ -6,7 +6,7 @@ checkpoint; ``checkpoint.py`` writes what ``take_checkpoint`` hands it. Scoring 
 
 * what to publish for an assessment: ``GpuStateChanged`` on a transition; ``GpuScored`` once per
   GPU per ``score_window_s`` of the telemetry's time, at once on a transition, a cordon or an
-  uncordon, and when the score moved by ``score_delta``; the ``AlertRaised`` / ``AlertResolved``
+  uncordon, when the telemetry went stale, and when the score moved by ``score_delta``; the ``AlertRaised`` / ``AlertResolved``
   the AlertBook decides. Every message gets a message id derived from what it says (GPU, time,
   state, fingerprint), so the same assessment re-made after a crash is stored once by JetStream.
 * what a redelivered message is: a delivery the server marks as repeated whose observation is not
@@ -200,7 +200,8 @@ class View:
         for a in self.book.tick(now):
             for issue in a.issues:
                 self.issues[issue.kind.value] += 1
-            self._emit(work, a, now)
+            # the first tick of a stale period is news (placement prefers GPUs it can see): scored at once
+            self._emit(work, a, now, force=bool(a.issues))
         return work
 
     def override(self, req: CordonRequest, now: float) -> tuple[Work, CordonReply]:
