@@ -346,3 +346,16 @@ def test_a_plugins_memory_outlives_a_rebuilt_framework() -> None:
     again = REGISTRY.build_framework({"score": [{"name": "bestfit"}]}, default_post_filter=entry,
                                      clock=lambda: t[0], memory=memory)
     assert again.post_filters[0]._planned_at == {"p": 90.0}  # the cooldown is still running after a rebuild
+
+
+def test_every_waste_gradient_keyword_can_be_set_from_a_profile() -> None:
+    import inspect
+
+    from gpuaware.placement.args import WasteGradientArgs
+    from gpuaware.placement.waste import WasteGradientScore
+
+    keywords = [p for p in inspect.signature(WasteGradientScore).parameters if p != "typical"]
+    assert sorted(WasteGradientArgs.__struct_fields__) == sorted(keywords)
+    sched = REGISTRY.build({"score": [{"name": "waste-gradient", "args": {"reserve_cost": 1.5, "capability": 0}}],
+                            "gpu": "waste-gradient"}, typical=TypicalPods.from_counts({(1000, 1, 500, ""): 1.0}))
+    assert sched.scores[0].plugin.reserve_cost == 1.5

@@ -63,6 +63,14 @@ class WasteGradientArgs(PluginArgs, frozen=True):
     """weight of unfillable gaps (GPU fractions no typical pod fits)"""
     kappa: Annotated[float, Meta(gt=0)] = 30.0
     """scarcity of small pods when valuing gaps; very large = unlimited small pods"""
+    reserve: Annotated[float, Meta(ge=0)] = 2.0
+    """share of a GPU model kept for pods restricted to it: reserve x (their demand share + floor)"""
+    reserve_floor: Annotated[float, Meta(ge=0)] = 0.02
+    """demand share assumed for restricted pods too rare to be typical"""
+    reserve_cost: Annotated[float, Meta(ge=0)] = 2.5
+    """price per milli-GPU a pod with a choice pays on reserved GPUs"""
+    capability: Annotated[float, Meta(ge=0)] = 0.2
+    """price per milli-GPU per whole-node pod shape a node could hold (capable nodes used last)"""
 
 
 class SignalAwareArgs(PluginArgs, frozen=True):
