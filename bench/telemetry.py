@@ -457,7 +457,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         report["adaptive"] = adaptive_counts(args.adaptive_nodes, args.adaptive_seconds)
         report["ratio_e2e_to_raw_copy"] = report["saturated"]["rows_per_s"] / report["raw_copy"]["rows_per_s"]
         report["acceptance"] = acceptance(report)
-        report["parameters"] = vars(args) | {"out": str(args.out), "gpus_per_node": GPUS_PER_NODE,
+        out = Path(args.out).resolve()
+        shown = str(out.relative_to(REPO)) if out.is_relative_to(REPO) else out.name  # never a machine's path
+        report["parameters"] = vars(args) | {"out": shown, "gpus_per_node": GPUS_PER_NODE,
                                               "metrics_per_row": METRICS_PER_ROW}
     except BaseException:
         for name in ("collectors.log", "postgres/postgres.log"):
