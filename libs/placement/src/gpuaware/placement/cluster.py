@@ -98,6 +98,15 @@ class Snapshot:
         return len(self.node_names)
 
 
+def gpu_memory_held(pod: PodRequest, total: np.ndarray) -> np.ndarray:
+    """GPU memory `pod` holds on a GPU of `total` MiB (elementwise): what it asks, else its compute share,
+    rounded down (so proportional pods never run out where their compute fits); 0 where `total` is 0
+    (memory not accounted). The one rule: reservations, filters and preemption plans all use it."""
+    if pod.gpu_memory_mib:
+        return np.where(total > 0, pod.gpu_memory_mib, 0)
+    return total * pod.gpu_milli // MILLI
+
+
 def _catalogued(name: str) -> GpuModel:
     """The one catalog's record for a node's model name (an alias or NVML name too), under the node's
     own spelling; an unknown model is a bare record (no capabilities, memory undisclosed)."""
@@ -198,12 +207,7 @@ class Cluster:
     def gpu_memory_of(self, pod: PodRequest, node: int) -> int:
         """GPU memory `pod` holds on each of its GPUs on `node`, MiB: what it asks, else its compute share
         of the GPU's memory (rounded down); 0 where the GPU's memory is not accounted."""
-        if pod.num_gpu == 0:
-            return 0
-        total = int(self.gpu_mem_total[node, 0])
-        if total <= 0:
-            return 0
-        return pod.gpu_memory_mib if pod.gpu_memory_mib else total * pod.gpu_milli // MILLI
+        return 0 if pod.num_gpu == 0 else int(gpu_memory_held(pod, self.gpu_mem_total[node, 0]))
 
     def reserve(self, pod: PodRequest, node: int, gpus: Iterable[int] = (), gpu_mem: int | None = None,
                 *, check_memory: bool = True) -> Allocation:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from gpuaware.placement.cluster import DEGRADED, Snapshot
+from gpuaware.placement.cluster import DEGRADED, Snapshot, gpu_memory_held
 from gpuaware.placement.model import MILLI, PodRequest
 
 MIN_NODE_SCORE = 0
@@ -125,10 +125,7 @@ class ResourcesFit:
 def gpu_memory_need(pod: PodRequest, snap: Snapshot, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
     """[len(rows), G] GPU memory the pod would hold on each GPU of `rows`, MiB (`Cluster.gpu_memory_of`):
     what it asks, else its compute share of the GPU's memory, rounded down (0 where not accounted)."""
-    total = snap.gpu_mem_total[rows]
-    if pod.gpu_memory_mib:
-        return np.where(total > 0, pod.gpu_memory_mib, 0)
-    return total * pod.gpu_milli // MILLI
+    return gpu_memory_held(pod, snap.gpu_mem_total[rows])
 
 
 def usable_gpus(pod: PodRequest, snap: Snapshot, rows: np.ndarray | slice = slice(None)) -> np.ndarray:

@@ -31,7 +31,7 @@ it will be an action here once the forecasting service predicts durations; it is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +179,8 @@ class Session:
     exclude: Callable[[PodRequest], np.ndarray | None] | None = None
     stats: SessionStats = field(default_factory=SessionStats)
     _evicted: set[str] = field(default_factory=set)
+    _running: list[Victim] | None = None
+    """`running()` read once per session, on first need (nothing becomes running inside a session)"""
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.actions if a not in ACTIONS]
@@ -280,7 +282,7 @@ class Session:
             return None
         cycle = CycleState()
         snap = self.cluster.snapshot()
-        running = [v for v in self.running() if v.uid not in self._evicted]
+        running = _Candidates(self)  # read only if a plugin looks (most pods may evict nobody)
         for plugin in self.framework.post_filters:
             plan = plugin.post_filter(cycle, pod, snap, self.framework.scheduler.inner, running, self._exclude(pod))
             if plan is None:
@@ -293,6 +295,12 @@ class Session:
         return None
 
     # -- staging ----------------------------------------------------------------------------------------
+
+    def candidates(self) -> list[Victim]:
+        """The running pods a plan may still evict in this session (those not evicted by it yet)."""
+        if self._running is None:
+            self._running = list(self.running()) if self.running is not None else []
+        return [v for v in self._running if v.uid not in self._evicted]
 
     def _exclude(self, pod: PodRequest) -> np.ndarray | None:
         if self.exclude is None:
@@ -329,7 +337,7 @@ class Session:
                                verdict.retry_after_s)
             reclaim += verdict.reclaim
         if reclaim:
-            known = {v.uid: v for v in (self.running() if self.running is not None else ())}
+            known = {v.uid: v for v in self.candidates()}
             for uid in reclaim:
                 if uid in known and uid not in {v.uid for v in victims}:
                     stmt.evict(uid)
@@ -338,3 +346,16 @@ class Session:
             stmt.commit()
         self._evicted.update(v.uid for v in victims)
         return Placed(pod, decision, tuple(victims), plan)
+
+
+class _Candidates:
+    """`Session.candidates()`, read when iterated: a PostFilter that evicts nothing for this pod (a pod
+    of priority 0, a cooldown) costs no walk over the running pods."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __iter__(self) -> Iterator[Victim]:
+        return iter(self.session.candidates())
