@@ -123,13 +123,31 @@ def test_a_few_corrected_errors_do_not_degrade() -> None:
 
 
 def test_repeated_system_xids_raise_the_risk_until_it_degrades() -> None:
-    # XID 32 (system, weight 1/2) four times within 30 min: S_x ~ 2 -> 168 * 5e-3 * 2/24 = 0.07 -> 6.8 %
+    # XID 32 (system, weight 1) twice an hour apart: S_x ~ 1.96 -> 168 * 5e-3 * 1.96/24 = 0.069 -> 6.6 %;
+    # once alone: 168 * 5e-3 / 24 = 0.035 -> 3.4 %, under the 5 % that degrades
     b = book()
     b.observe(obs(0.0))
-    risks = [b.observe(obs(600.0 * i, xids=(32,))).risk for i in range(1, 5)]
-    assert risks == sorted(risks) and risks[0] < 0.05 <= risks[-1]
-    states = [b.observe(obs(600.0 * i)).state for i in range(5, 7)]
+    first = b.observe(obs(HOUR, xids=(32,))).risk
+    second = b.observe(obs(2 * HOUR, xids=(32,))).risk
+    assert first < 0.05 <= second
+    assert second == pytest.approx(0.066, abs=0.003)
+    states = [b.observe(obs(2 * HOUR + 60.0 * i)).state for i in range(1, 3)]
     assert states[-1] is HealthState.DEGRADED
+
+
+def test_a_quarantining_xid_is_counted_once_as_a_burst_not_in_the_xid_frequency() -> None:
+    # XID 79 (fallen off the bus) starts a burst: its recurrence risk is the aftershock term's alone,
+    # so with the aftershock switched off it adds nothing to the XID frequency; XID 13 (the
+    # application's fault) adds nothing either, however often
+    b = book(risk={"aftershock_k": 0.0})
+    b.observe(obs(0.0))
+    a = b.observe(obs(60.0, xids=(79,)))
+    assert a.risk == 0.0 and "xid_frequency" not in a.reasons and a.state is HealthState.QUARANTINED
+    c = book()
+    c.observe(obs(0.0))
+    for i in range(1, 20):
+        a = c.observe(obs(60.0 * i, xids=(13,)))
+    assert a.risk == 0.0 and a.state is HealthState.HEALTHY
 
 
 def test_thermal_drift_counts_only_near_the_slowdown_temperature() -> None:

@@ -109,7 +109,7 @@ class RiskModel:
     xid_tau_h: float = 24.0
     """time constant of the XID frequency"""
     xid_beta: float = 5e-3
-    """hazard per hour for each hardware XID per hour (system XIDs count half)"""
+    """hazard per hour for each non-quarantining system or hardware XID per hour"""
     thermal_fast_tau_h: float = 1.0
     thermal_slow_tau_h: float = 24.0
     thermal_drift_c: float = 5.0

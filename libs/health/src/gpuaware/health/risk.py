@@ -28,8 +28,11 @@ The arithmetic (times in hours, ``H`` the horizon, ``RiskModel`` holds every con
 
    e.g. one burst 100 h ago, K = 1.4, c = 1, H = 168: 1.4 * ln(269 / 101) = 1.37.
 
-3. XID frequency: ``r_x = S_x / tau_x`` with ``S_x`` an exponentially weighted count of hardware and
-   fatal XIDs (system XIDs count 1/2, application and unknown XIDs 0); ``lambda_xid = beta_xid * r_x``.
+3. XID frequency: ``r_x = S_x / tau_x`` with ``S_x`` an exponentially weighted count of the system
+   and hardware XIDs that do not quarantine by themselves (each 1; application and unknown XIDs 0;
+   a quarantining XID starts a burst and is counted by the aftershock term of (2), once);
+   ``lambda_xid = beta_xid * r_x``. E.g. two XID 32 an hour apart: S_x = 1.96, r_x = 0.082,
+   168 * 5e-3 * 0.082 = 0.069 expected, risk 0.066: degraded; one alone: 0.034, risk 0.034: not.
 
 4. Thermal drift: ``d`` = the short-term mean temperature minus the long-term one (time constants
    1 h and 24 h); ``lambda_thermal = beta_thermal * max(0, d - drift_c)``, counted only while the

@@ -60,7 +60,7 @@ from gpuaware.health.inputs import InputCounters, InputIssue, IssueKind
 from gpuaware.health.observation import THERMAL_BITS, Observation
 from gpuaware.health.risk import decay, estimate, spread
 from gpuaware.health.state import STATES, Machine, Override, OverrideRecord, step
-from gpuaware.health.xid import XidAction, XidClass, classify_xid
+from gpuaware.health.xid import XidAction, XidClass, XidInfo, classify_xid
 from gpuaware.schemas import GpuScored, GpuStateChanged, HealthState, ThrottleReason, find_gpu_model
 
 __all__ = ["COMPONENTS", "Assessment", "GpuTrack", "HealthBook", "score_stream"]
@@ -70,7 +70,21 @@ COMPONENTS = ("memory_errors", "row_remap", "xid", "thermal", "power", "pcie", "
 
 _POWER_BRAKE = ThrottleReason.HW_POWER_BRAKE_SLOWDOWN
 _XID_SCORE = {XidClass.APPLICATION: 95.0, XidClass.SYSTEM: 80.0, XidClass.HARDWARE: 40.0, XidClass.FATAL: 0.0}
-_XID_RISK_WEIGHT = {XidClass.APPLICATION: 0.0, XidClass.SYSTEM: 0.5, XidClass.HARDWARE: 1.0, XidClass.FATAL: 1.0}
+
+
+def _xid_risk_weight(info: XidInfo) -> float:
+    """What one XID adds to the XID frequency of the failure risk (see ``risk.py``, part 3).
+
+    A quarantining XID starts a burst of hard errors and is counted there, once, by the aftershock
+    term; counting it here too would make one fatal XID weigh as much as a run of system XIDs. The
+    frequency term is for the XIDs that do not quarantine by themselves: system and hardware XIDs
+    that keep the GPU working, each 1. Application XIDs are the workload's fault: 0.
+    """
+    if info.quarantines or info.xid_class is XidClass.APPLICATION:
+        return 0.0
+    return 1.0
+
+
 _CUMULATIVE = ("ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
                "ecc_uncorrected_aggregate", "retired_pages", "remapped_rows_correctable",
                "remapped_rows_uncorrectable", "pcie_replay", "nvlink_crc_errors")
@@ -370,7 +384,7 @@ class HealthBook:
                 issues.append(InputIssue(kind=IssueKind.UNKNOWN_XID, at=at, detail=(
                     f"XID {code} is not in the catalogue: scored as xid_unknown_{code}, no state change")))
             else:
-                xid_weight += _XID_RISK_WEIGHT[info.xid_class]
+                xid_weight += _xid_risk_weight(info)
                 hard_now = hard_now or info.quarantines
             t.recent_xids.append((at, code))
         horizon = at - rules.xid_hold_s
