@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from health_helpers import GPU, no_risk, obs
 
-from gpuaware.health import PodOnGpu, drain_order, recommend_drain
+from gpuaware.health import PodOnGpu, PodsOnGpus, drain_order, recommend_drain
 
 
 @pytest.mark.parametrize("pods, expected", [
@@ -47,3 +47,18 @@ def test_recommendation_follows_the_state() -> None:
     plan = recommend_drain(quarantined, PODS)
     assert plan is not None and (plan.gpu_uuid, plan.urgent, plan.uids) == (GPU, True, ["batch", "critical"])
     assert recommend_drain(quarantined, []) is None
+
+
+def test_pods_on_gpus_follows_placements_and_departures_in_any_order() -> None:
+    book = PodsOnGpus(forget_after=2)
+    assert book.place(PodOnGpu(uid="a"), ["G0", "G1"], started_at=100.0)
+    assert book.place(PodOnGpu(uid="b", checkpointable=True), ["G0"], started_at=150.0)
+    assert [(p.uid, p.running_s) for p in book.on("G0", 200.0)] == [("a", 100.0), ("b", 50.0)]
+    assert book.remove("a") and [p.uid for p in book.on("G1", 200.0)] == []
+    # gone before its decision was read (a replay across two streams): it stays gone
+    assert not book.remove("c")
+    assert not book.place(PodOnGpu(uid="c"), ["G0"], started_at=120.0)
+    assert [p.uid for p in book.on("G0", 200.0)] == ["b"] and len(book) == 1
+    # only the last forget_after departures are remembered
+    book.remove("d")
+    assert book.place(PodOnGpu(uid="a"), ["G2"], started_at=0.0)  # "a" was forgotten

@@ -1,6 +1,6 @@
 """Health-scoring service tests: a real nats-server per test, a fresh PostgreSQL database, the service
 in-process (or as a process, for a crash), telemetry published exactly as the agent publishes it,
-and a recorder of what the service publishes (scores, state changes, alerts)."""
+and a recorder of what the service publishes (scores, state changes, alerts, drain recommendations)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from gpuaware.runtime import run_service
 from gpuaware.schemas import (
     ALERT_RAISED,
     ALERT_RESOLVED,
+    DRAIN_RECOMMENDED,
     GPU_SAMPLED,
     GPU_SCORED,
     GPU_STATE_CHANGED,
@@ -28,6 +29,7 @@ from gpuaware.schemas import (
     STREAMS,
     AlertRaised,
     AlertResolved,
+    DrainRecommended,
     GpuInfo,
     GpuSample,
     GpuSampled,
@@ -101,11 +103,13 @@ class Recorder:
         self.changes: list[GpuStateChanged] = []
         self.raised: list[AlertRaised] = []
         self.resolved: list[AlertResolved] = []
+        self.drains: list[DrainRecommended] = []
         self._subs: list[Any] = []
 
     async def start(self) -> Recorder:
         decoders = {GPU_SCORED: (GpuScored, self.scored), GPU_STATE_CHANGED: (GpuStateChanged, self.changes),
-                    ALERT_RAISED: (AlertRaised, self.raised), ALERT_RESOLVED: (AlertResolved, self.resolved)}
+                    ALERT_RAISED: (AlertRaised, self.raised), ALERT_RESOLVED: (AlertResolved, self.resolved),
+                    DRAIN_RECOMMENDED: (DrainRecommended, self.drains)}
         for subject, (typ, into) in decoders.items():
             async def on(msg: Any, typ: Any = typ, into: list[Any] = into) -> None:
                 ev = msgspec.json.decode(msg.data, type=typ)

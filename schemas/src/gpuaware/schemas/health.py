@@ -10,6 +10,12 @@ transition, so consumers that care about state alone never read the scores.
 ``row_remap_pending``, ``stale_telemetry`` ...), an open set: a new code must not break readers, so it
 is a string, not an enum. ``components`` breaks the score into its named parts for dashboards.
 
+``DrainRecommended`` says which pods to move off a GPU that became degraded or quarantined, in what
+order (checkpointable first, then least work lost): ``urgent`` when the GPU is quarantined or its
+failure risk reached the quarantine level (move everything now); otherwise only the pods that do not
+tolerate failure are listed. It is advice for an operator or a tool (placement never sends new work
+there already); the pods a GPU holds are what placement decided and the binder has not reported gone.
+
 ``health.cordon`` (request/reply, served by health-scoring) is the manual override: an operator pins
 a GPU's state (``cordon``: quarantined, or degraded) or gives it back to the evidence (``uncordon``,
 with ``clear`` after a repair), always with a reason; the service records who, when and why, and
@@ -25,15 +31,18 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, GpuIndex, Name, Reply, Request, Score, Timestamp
+from gpuaware.schemas.base import Event, GpuIndex, Name, NonNegInt, Reply, Request, Score, Seconds, Timestamp
 
 __all__ = [
+    "DRAIN_RECOMMENDED",
     "GPU_SCORED",
     "GPU_STATE_CHANGED",
     "HEALTH_CORDON",
     "CordonAction",
     "CordonReply",
     "CordonRequest",
+    "DrainPod",
+    "DrainRecommended",
     "GpuScored",
     "GpuStateChanged",
     "HealthState",
@@ -42,6 +51,7 @@ __all__ = [
 GPU_SCORED = "health.gpu.scored.v1"
 GPU_STATE_CHANGED = "health.gpu.state_changed.v1"
 HEALTH_CORDON = "health.cordon"
+DRAIN_RECOMMENDED = "health.gpu.drain_recommended.v1"
 
 
 class HealthState(StrEnum):
@@ -81,6 +91,38 @@ class GpuStateChanged(Event, frozen=True, kw_only=True, tag=GPU_STATE_CHANGED):
     def __post_init__(self) -> None:
         if self.previous == self.current:
             raise ValueError(f"`previous` and `current` are both {self.current.value!r}: not a change")
+
+
+class DrainPod(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One pod to move, at its place in the order."""
+
+    pod_uid: Name
+    order: NonNegInt
+    """0 = move first"""
+    pod_name: str = ""
+    namespace: str = ""
+    checkpointable: bool = False
+    priority: int = 0
+    running_s: Seconds = 0.0
+    work_lost_s: Seconds = 0.0
+    """what moving it costs: 0 for a checkpointable pod, else how long it has run"""
+
+
+class DrainRecommended(Event, frozen=True, kw_only=True, tag=DRAIN_RECOMMENDED):
+    """Pods to move off one GPU, in order (published with the state change that calls for it)."""
+
+    node: Name
+    gpu_uuid: Name
+    gpu_index: GpuIndex
+    state: HealthState
+    risk: Annotated[float, Meta(ge=0.0, le=1.0)]
+    """the failure risk within the health model's horizon when it was recommended"""
+    urgent: bool
+    """quarantined or predicted to fail: every pod listed, move now; else only the pods that do not
+    tolerate failure"""
+    reason: str
+    recommended_at: Timestamp
+    pods: tuple[DrainPod, ...]
 
 
 class CordonAction(StrEnum):

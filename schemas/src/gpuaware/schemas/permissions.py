@@ -61,7 +61,7 @@ from gpuaware.schemas.binder import POD_BIND_FAILED, POD_BOUND, POD_FINISHED, PO
 from gpuaware.schemas.checkpoint import CHECKPOINT_ACKNOWLEDGED, CHECKPOINT_REQUESTED
 from gpuaware.schemas.deadletter import dead_letter_subject
 from gpuaware.schemas.forecast import GPU_UTIL_PREDICTED
-from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED, HEALTH_CORDON
+from gpuaware.schemas.health import DRAIN_RECOMMENDED, GPU_SCORED, GPU_STATE_CHANGED, HEALTH_CORDON
 from gpuaware.schemas.inventory import NODE_INVENTORY
 from gpuaware.schemas.placement import (
     PLACEMENT_DECIDED,
@@ -247,11 +247,15 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                            allow_responses=True)
     if identity == HEALTH_SCORING:
         # consumes its cluster's telemetry (samples, or rollups) through a durable, follows inventories
-        # (models), publishes scores, state changes and alerts, answers health.cordon and health.stats
-        consumed = [s for f in (GPU_SAMPLED, GPU_ROLLED_UP, NODE_INVENTORY) for s in _event(f)]
+        # (models) and which pods hold which GPUs (decisions, the binder's pod events), publishes scores,
+        # state changes, drain recommendations and alerts, answers health.cordon and health.stats
+        consumed = [s for f in (GPU_SAMPLED, GPU_ROLLED_UP, NODE_INVENTORY, PLACEMENT_DECIDED, POD_BIND_FAILED,
+                                POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
         endpoints = [HEALTH_CORDON, *OPERATIONAL_ENDPOINTS[identity]]
-        pub = [*(s for o in (GPU_SCORED, GPU_STATE_CHANGED, ALERT_RAISED, ALERT_RESOLVED) for s in _event(o)),
-               *_js_base(), *_durable(TELEMETRY, health_durable(cluster)), *_follow(TELEMETRY),
+        pub = [*(s for o in (GPU_SCORED, GPU_STATE_CHANGED, DRAIN_RECOMMENDED, ALERT_RAISED, ALERT_RESOLVED)
+                 for s in _event(o)),
+               *_js_base(), *_durable(TELEMETRY, health_durable(cluster)), *_follow(TELEMETRY), *_follow(PLACEMENT),
+               *_follow(BINDER),
                *_dead_letters([*consumed, *endpoints])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, endpoints)]),
                            allow_responses=True)

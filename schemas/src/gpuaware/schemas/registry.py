@@ -37,11 +37,13 @@ from gpuaware.schemas.checkpoint import (
 )
 from gpuaware.schemas.forecast import DEMAND_PREDICTED, GPU_UTIL_PREDICTED, DemandPredicted, GpuUtilPredicted
 from gpuaware.schemas.health import (
+    DRAIN_RECOMMENDED,
     GPU_SCORED,
     GPU_STATE_CHANGED,
     HEALTH_CORDON,
     CordonReply,
     CordonRequest,
+    DrainRecommended,
     GpuScored,
     GpuStateChanged,
 )
@@ -89,6 +91,7 @@ MESSAGES: dict[str, type[Event]] = {
     GPU_UTIL_PREDICTED: GpuUtilPredicted,
     GPU_SCORED: GpuScored,
     GPU_STATE_CHANGED: GpuStateChanged,
+    DRAIN_RECOMMENDED: DrainRecommended,
     ALERT_RAISED: AlertRaised,
     ALERT_RESOLVED: AlertResolved,
     POD_PENDING: PodPending,

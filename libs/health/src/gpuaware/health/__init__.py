@@ -25,7 +25,7 @@ from gpuaware.health.alerts import (
     decide_alerts,
 )
 from gpuaware.health.config import HealthConfig, RiskModel, ScoreRules, StateRules
-from gpuaware.health.drain import DrainPlan, DrainStep, PodOnGpu, drain_order, recommend_drain
+from gpuaware.health.drain import DrainPlan, DrainStep, PodOnGpu, PodsOnGpus, drain_order, recommend_drain
 from gpuaware.health.hbm import (
     HbmEvaluation,
     HbmEvent,
@@ -67,6 +67,7 @@ __all__ = [
     "Override",
     "OverrideRecord",
     "PodOnGpu",
+    "PodsOnGpus",
     "RiskEstimate",
     "RiskModel",
     "ScoreRules",

@@ -100,7 +100,8 @@ def step(m: Machine, *, at: float, hard: int, soft: int, rules: StateRules) -> s
             m.level, m.since = 1, at
             return "clean_period"
     elif m.level == 1:
-        last = max(m.last_degraded_evidence or m.since, m.since)
+        seen = m.last_degraded_evidence
+        last = m.since if seen is None else max(seen, m.since)
         if at - last >= rules.degraded_clean_s:
             m.level, m.since = 0, at
             return "clean_period"

@@ -6,6 +6,8 @@ checkpoint (PostgreSQL), acknowledge.
       (telemetry.gpu.rolledup.v1.<c>.> with INPUT=rolledup) publish -> checkpoint -> ack (pipelined)
     follow telemetry.node.inventory.v1[.>] (last each)    the GPUs' node, index and model (slowdown
                                                           temperature) before the first sample
+    follow placement.pod.decided.v1[.>] and binder.pod.   which pods hold which GPUs (for drain
+      {bind_failed,preempted,finished}.v1[.>] (all)       recommendations), rebuilt by replay on start
     every tick_s                                          stale telemetry: scored, alerted, state held
     health.cordon (request/reply)                         cordon / uncordon, audited (who, when, why)
     health.stats  (request/reply)                         counters: states, bad input, publications
@@ -13,6 +15,8 @@ checkpoint (PostgreSQL), acknowledge.
     publishes  health.gpu.scored.v1.<c>.<node>         once per GPU per score window, on a change
                health.gpu.state_changed.v1.<c>.<node>  on every transition (placement follows it)
                alerts.gpu.raised.v1.<c> / alerts.gpu.resolved.v1.<c>   AlertBook's decisions
+               health.gpu.drain_recommended.v1.<c>.<node>   with a transition into degraded or
+                                                            quarantined of a GPU holding pods
 
 Why raw samples by default (``INPUT``): they carry what the score needs (cumulative ECC counters,
 corrected ones included, pending/failed row remaps, NVLink links, power limits, throttle reasons)
@@ -51,13 +55,21 @@ from gpuaware.schemas import (
     GPU_SAMPLED,
     HEALTH_CORDON,
     NODE_INVENTORY,
+    PLACEMENT_DECIDED,
+    POD_BIND_FAILED,
+    POD_FINISHED,
+    POD_PREEMPTED,
     CordonReply,
     CordonRequest,
     GpuRolledUp,
     GpuSampled,
     NodeInventory,
+    PlacementDecided,
+    PodBindFailed,
+    PodFinished,
+    PodPreempted,
 )
-from gpuaware.schemas.streams import TELEMETRY
+from gpuaware.schemas.streams import BINDER, PLACEMENT, TELEMETRY
 from gpuaware.services.health_scoring.checkpoint import Checkpointer, Outbox
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 from gpuaware.services.health_scoring.state import UnknownGpu, View, subject_token
@@ -65,6 +77,9 @@ from gpuaware.services.health_scoring.state import UnknownGpu, View, subject_tok
 log = logging.getLogger(__name__)
 
 INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
+DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
+PODS_GONE = (bus.Channel(POD_BIND_FAILED, PodBindFailed), bus.Channel(POD_PREEMPTED, PodPreempted),
+             bus.Channel(POD_FINISHED, PodFinished))
 STATS_SUBJECT = "health.stats"
 
 
@@ -130,6 +145,7 @@ class HealthService:
                                          hold_s=settings.hold_s)
         self.consumer: bus.DurableConsumer[Any] | None = None
         self.follower: bus.Follower | None = None
+        self.pod_followers: list[bus.Follower] = []
         self.restored = (0, 0)
         self.started = time.monotonic()
         self._stop = asyncio.Event()
@@ -156,6 +172,11 @@ class HealthService:
                                          deliver="last_per_subject", with_suffixes=True, name="health-inventory")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.follower.caught_up.wait(), s.inventory_wait_s)
+        self.pod_followers = [
+            await bus.follow(self.js, [DECIDED], self._on_decided, stream=PLACEMENT.name, deliver="all",
+                             with_suffixes=True, name="health-decided"),
+            await bus.follow(self.js, list(PODS_GONE), self._on_pod_gone, stream=BINDER.name, deliver="all",
+                             with_suffixes=True, name="health-pods-gone")]
         self.consumer = await bus.subscribe_pipelined(
             self.js, telemetry_channel(s), s.durable_name(), self.on_telemetry, stream=TELEMETRY.name,
             ack_wait=s.ack_wait_s, max_deliver=s.max_deliver, max_ack_pending=s.max_ack_pending,
@@ -169,15 +190,22 @@ class HealthService:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        if self.follower is not None:
-            with contextlib.suppress(Exception):
-                await self.follower.stop()
+        for f in [self.follower, *self.pod_followers]:
+            if f is not None:
+                with contextlib.suppress(Exception):
+                    await f.stop()
         await self.checkpointer.stop()
         await self.pool.close()
 
     # --- handlers ------------------------------------------------------------------------------------
     def _on_inventory(self, inv: NodeInventory, _d: bus.FollowDelivery) -> None:
         self.view.describe(inv)
+
+    def _on_decided(self, d: PlacementDecided, _d: bus.FollowDelivery) -> None:
+        self.view.placed(d)
+
+    def _on_pod_gone(self, ev: PodBindFailed | PodPreempted | PodFinished, _d: bus.FollowDelivery) -> None:
+        self.view.gone(ev.cluster, ev.pod_uid)
 
     async def on_telemetry(self, msg: GpuSampled | GpuRolledUp, delivery: bus.Delivery) -> Awaitable[None] | None:
         """In stream order: score every row now (synchronously), then publish and wait for the checkpoint."""

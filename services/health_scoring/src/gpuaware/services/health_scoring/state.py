@@ -9,6 +9,9 @@ checkpoint; ``checkpoint.py`` writes what ``take_checkpoint`` hands it. Scoring 
   uncordon, when the telemetry went stale, and when the score moved by ``score_delta``; the ``AlertRaised`` / ``AlertResolved``
   the AlertBook decides. Every message gets a message id derived from what it says (GPU, time,
   state, fingerprint), so the same assessment re-made after a crash is stored once by JetStream.
+* a drain recommendation (``DrainRecommended``) with a transition into degraded or quarantined,
+  when the GPU holds pods (``PodsOnGpus``, fed by placement's decisions and the binder's pod
+  events): ``gpuaware.health.recommend_drain`` says which and in what order;
 * what a redelivered message is: a delivery the server marks as repeated whose observation is not
   newer than what the GPU's track already applied was handled before the crash (the checkpoint
   holds it), so it is skipped and counted as ``redelivered``, never as bad input;
@@ -39,12 +42,16 @@ from gpuaware.health import (
     HealthBook,
     HealthConfig,
     Observation,
+    PodOnGpu,
+    PodsOnGpus,
     from_rolledup,
     from_sampled,
+    recommend_drain,
 )
 from gpuaware.schemas import (
     ALERT_RAISED,
     ALERT_RESOLVED,
+    DRAIN_RECOMMENDED,
     GPU_SCORED,
     GPU_STATE_CHANGED,
     AlertRaised,
@@ -52,12 +59,15 @@ from gpuaware.schemas import (
     CordonAction,
     CordonReply,
     CordonRequest,
+    DrainPod,
+    DrainRecommended,
     GpuRolledUp,
     GpuSampled,
     GpuScored,
     GpuStateChanged,
     HealthState,
     NodeInventory,
+    PlacementDecided,
     RollupWindow,
 )
 from gpuaware.tsdb import HealthAlertRow, HealthCheckpoint, HealthOverrideRow, HealthScoreRow, HealthTrackRow
@@ -68,6 +78,8 @@ SCORED = bus.Channel(GPU_SCORED, GpuScored)
 STATE_CHANGED = bus.Channel(GPU_STATE_CHANGED, GpuStateChanged)
 RAISED = bus.Channel(ALERT_RAISED, AlertRaised)
 RESOLVED = bus.Channel(ALERT_RESOLVED, AlertResolved)
+DRAIN = bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)
+_WORSE = {HealthState.HEALTHY: 0, HealthState.DEGRADED: 1, HealthState.QUARANTINED: 2}
 _ENCODER = msgspec.json.Encoder()
 _REASON_MAX = 200
 
@@ -116,6 +128,8 @@ class View:
         self.score_window_s = score_window_s
         self.score_delta = score_delta
         self.book = HealthBook(config)
+        self.pods = PodsOnGpus()
+        """which pods hold which GPUs (for drain recommendations)"""
         self.alerts = AlertBook(source=source, cluster=cluster, config=config, resend_after_s=alert_resend_s)
         self.version = 0
         """+1 per change of the view; a checkpoint taken at version v holds every change up to v"""
@@ -153,6 +167,18 @@ class View:
                 self.book.describe(g.uuid, node=inv.node, gpu_index=g.index, model=g.model)
                 self._touch(g.uuid)
         return True
+
+    def placed(self, d: PlacementDecided) -> bool:
+        """Placement put a pod on GPUs (its checkpointability and priority matter to a drain's order)."""
+        if d.cluster != self.cluster or not d.slices:
+            return False
+        pod = PodOnGpu(uid=d.pod_uid, checkpointable=d.checkpointable, priority=d.priority, name=d.pod_name,
+                       namespace=d.namespace)
+        return self.pods.place(pod, (s.gpu_uuid for s in d.slices), d.decided_at)
+
+    def gone(self, cluster: str, pod_uid: str) -> bool:
+        """The binder says the pod left its GPUs (finished, preempted, or its binding failed)."""
+        return cluster == self.cluster and self.pods.remove(pod_uid)
 
     def observations(self, msg: GpuSampled | GpuRolledUp) -> list[Observation]:
         if isinstance(msg, GpuSampled):
@@ -262,6 +288,8 @@ class View:
                                      f"hc/{cluster}/{gpu}/{_t(a.at)}/{a.state.value}"))
             work.urgent = True
             self.counts["state_changes"] += 1
+            if a.previous is not None and _WORSE[a.state] > _WORSE[a.previous]:
+                self._recommend_drain(work, a, now, to)
         if force or change is not None or self._score_due(a):
             scored = a.to_scored(source=self.source, emitted_at=now, cluster=cluster,
                                  model_version=self.config.model_version)
@@ -292,6 +320,20 @@ class View:
                 fingerprint=r.fingerprint, started_at=r.started_at, rule=r.rule, severity=r.severity.value,
                 gpu_uuid=r.gpu_uuid, node=r.node, summary=r.summary, resolved_at=r.resolved_at))
             work.urgent = True
+
+    def _recommend_drain(self, work: Work, a: Assessment, now: float, to: tuple[str, str]) -> None:
+        plan = recommend_drain(a, self.pods.on(a.gpu_uuid, a.at), self.config)
+        if plan is None:
+            return
+        pods = tuple(DrainPod(pod_uid=st.pod.uid, order=st.order, pod_name=st.pod.name, namespace=st.pod.namespace,
+                              checkpointable=st.pod.checkpointable, priority=st.pod.priority,
+                              running_s=st.pod.running_s, work_lost_s=st.work_lost_s) for st in plan.steps)
+        msg = DrainRecommended(source=self.source, emitted_at=now, cluster=self.cluster, node=a.node,
+                               gpu_uuid=a.gpu_uuid, gpu_index=a.gpu_index, state=a.state, risk=min(1.0, a.risk),
+                               urgent=plan.urgent, reason=plan.reason[:_REASON_MAX * 5], recommended_at=a.at,
+                               pods=pods)
+        work.out.append(Outbound(DRAIN.at(*to), msg, f"hd/{self.cluster}/{a.gpu_uuid}/{_t(a.at)}/{a.state.value}"))
+        self.counts["drain_recommendations"] += 1
 
     # --- checkpoints ---------------------------------------------------------------------------------
     def take_checkpoint(self) -> tuple[HealthCheckpoint, int]:
