@@ -29,9 +29,9 @@ the above alone; the other section's figures are kept from the existing file):
      p10 lead, healthy GPUs ever quarantined / degraded (in all, and per kind of transient fault),
      transient faults recovered from, unhealthy GPU-hours; ours beside the peers'; acceptance with
      the service's default HealthConfig;
-  7. a tuning record (``--skip-tuning`` leaves it out): xid_beta 1e-2 and thermal_beta 1e-4, each
-     re-scoring only the GPUs whose stream it can change; why neither is the default is in
-     ``fleet.tuning.how``.
+  7. a tuning record (``--skip-tuning`` leaves it out): xid_beta 2.5e-3 and thermal_beta 1e-4, each
+     re-scoring only the GPUs whose stream it can change: what halving either weight costs
+     (``fleet.tuning.how``).
 
 Writes bench/results/health.json (machine noted, repository-relative paths only). The data stays in
 ../shared/data (GPUAWARE_SHARED_DATA). Run: `make bench-health` or `.venv/bin/python bench/health.py`.
@@ -355,7 +355,8 @@ def plan_summary(plan: FaultPlan) -> dict[str, Any]:
 
 
 VARIANTS = (
-    ("xid_beta 1e-2 (two system XIDs within hours degrade)", {"risk": {"xid_beta": 1e-2}}, "xid"),
+    ("xid_beta 2.5e-3 (it takes three or four system XIDs within hours to degrade)", {"risk": {"xid_beta": 2.5e-3}},
+     "xid"),
     ("thermal_beta 1e-4 (thermal drift alone cannot quarantine)", {"risk": {"thermal_beta": 1e-4}}, "thermal"),
 )
 
@@ -430,12 +431,10 @@ def fleet_section(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     "XID the risk's XID frequency counts; thermal variant: streams that come within headroom_ok_c "
                     "of 83 degC, the lowest slowdown of the fleet's models) and keeps the default run's timelines "
                     "for the rest, which is exact: without such an input the changed term is zero in both runs. "
-                    "Not adopted as defaults: xid_beta 1e-2 makes one XID 79 alone a 6.8 % risk, which breaks "
-                    "tests/health_scoring/test_health_scoring_flow.py (a single XID 79 must clear after short clean "
-                    "periods; that test would need xid_beta=0 as it sets aftershock_k=0), and one fatal XID and two "
-                    "system XIDs weigh the same in the XID sum, so no value flags the pair without the single one; "
-                    "thermal_beta is pinned by tests/health_scoring/test_health_scoring_units.py. Neither term is "
-                    "in the Calchas replay (no XIDs, no temperatures): section (a) does not depend on them."),
+                    "The defaults are not tuned on this fleet: xid_beta 5e-3 (two non-quarantining XIDs within "
+                    "hours degrade, one does not; a quarantining XID is counted once, by the aftershock term) and "
+                    "thermal_beta 2e-4 are priors; the variants show what halving the XID weight or the thermal "
+                    "weight costs. Neither term is ""in the Calchas replay (no XIDs, no temperatures): section (a) does not depend on them."),
             "variants": tuning_rows,
         },
         "config": dataclasses.asdict(config),

@@ -22,6 +22,8 @@ from gpuaware.cli.demo_run import (
 from gpuaware.schemas import (
     AlertRaised,
     AlertResolved,
+    DrainPod,
+    DrainRecommended,
     GpuSlice,
     GpuStateChanged,
     HealthState,
@@ -92,6 +94,10 @@ def test_health_figures_catch_faults_and_check_every_decision_against_quarantine
     log.on_health(AlertResolved(source="h", emitted_at=W0 + 90, cluster=C, fingerprint=fp, rule="gpu_xid_critical",
                                 severity=Severity.CRITICAL, started_at=W0 + 50, resolved_at=W0 + 90, gpu_uuid="g0"),
                   "alerts.gpu.resolved.v1")
+    log.on_health(DrainRecommended(source="h", emitted_at=W0 + 50.2, cluster=C, node="n1", gpu_uuid="g0", gpu_index=0,
+                                   state=HealthState.QUARANTINED, risk=0.9, urgent=True, reason="quarantined (xid_79)",
+                                   recommended_at=W0 + 50, pods=(DrainPod(pod_uid="a", order=0, checkpointable=True),)),
+                  "health.gpu.drain_recommended.v1")
     assert log.quarantined_now() == set()
     # decisions: before the quarantine (fine), in flight as it was published (counted apart), well after
     # it (a violation), after it was lifted (fine), and on the other GPU (fine)
@@ -120,6 +126,9 @@ def test_health_figures_catch_faults_and_check_every_decision_against_quarantine
     assert xid["pods_running_when_caught"] == 1 and xid["decisions_on_it_while_quarantined"] == 1
     assert [t["to"] for t in xid["timeline"]] == ["quarantined", "healthy"]
     assert xid["first_alert"] == {"rule": "gpu_xid_critical", "at_h": pytest.approx(1.389, abs=1e-3)}
+    assert xid["drain"] == {"at_h": pytest.approx(1.389, abs=1e-3), "urgent": True, "pods": 1, "checkpointable": 1,
+                            "order": ["a"], "reason": "quarantined (xid_79)"}
+    assert "drain" not in heat and h["drain_recommendations"] == {"published": 1, "pods_listed": 1, "urgent": 1}
     assert not heat["caught"] and h["all_faults_caught"] is False
     assert h["alerts"]["raised"] == {"gpu_xid_critical": 1} and h["alerts"]["resolved"] == {"gpu_xid_critical": 1}
     assert h["transitions"] == {"healthy->quarantined": 1, "quarantined->healthy": 1}

@@ -521,7 +521,7 @@ def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], 
     if hf.get("faults"):
         h = Table(title="GPU health: faults injected into the twin's GPUs (gpuaware run; virtual hours)")
         for col in ("fault", "starts", "caught", "first alert", "pods on it / placed there in quarantine",
-                    "its states"):
+                    "drain recommended", "its states"):
             h.add_column(col, justify="right" if col == "starts" else "left")
         for f in hf["faults"]:
             caught = (f"[green]{f['caught_state']} at {f['caught_at_h']:.2f} h[/green], "
@@ -531,6 +531,8 @@ def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], 
             h.add_row(f"{f['label']} ({f['node']} #{f['gpu_index']})", f"{f['at_h']:.2f}", caught,
                       f"{first['rule']} {first['at_h']:.2f}" if first else "",
                       f"{f.get('pods_running_when_caught', '')} / {f['decisions_on_it_while_quarantined']}",
+                      (f"{f['drain']['pods']} pods, {f['drain']['checkpointable']} checkpointable first"
+                       + (" (urgent)" if f["drain"]["urgent"] else "") if f.get("drain") else "-"),
                       " → ".join(f"{t['to']} {t['at_h']:.2f}" for t in f["timeline"]))
         console.print(h)
         al = hf["alerts"]
@@ -539,6 +541,10 @@ def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], 
                       f"alerts raised {sum(al['raised'].values())} ("
                       + ", ".join(f"{k} {v}" for k, v in sorted(al["raised"].items()))
                       + f"), resolved {sum(al['resolved'].values())}, open at the end {al['open_at_end']}")
+        dr = hf.get("drain_recommendations") or {}
+        if dr:
+            console.print(f"drain recommendations: {dr['published']} published ({dr['urgent']} urgent), "
+                          f"{dr['pods_listed']} pods listed to move")
         rep = hf.get("repair")
         if rep:
             console.print(f"operator: uncordon --clear {rep['gpu_uuid']} at {rep['virtual_h']:.2f} h ({rep['reason']}): "

@@ -324,6 +324,12 @@ def health_figures(run: RunResult) -> dict[str, Any]:
                          detected_after_wall_s=round(caught.emitted_at - wall(start_v), 2),
                          pods_running_when_caught=_running_on(run, gpu, virt(caught.changed_at)),
                          caught_reasons=[r for r in caught.reasons if r != "recovering"][:8])
+        drains = [d for d in run.log.drains if d.gpu_uuid == gpu and virt(d.recommended_at) >= start_v - 60]
+        if drains:
+            d = drains[0]
+            entry["drain"] = {"at_h": vh(d.recommended_at), "urgent": d.urgent, "pods": len(d.pods),
+                              "checkpointable": sum(p.checkpointable for p in d.pods),
+                              "order": [p.pod_uid for p in d.pods][:8], "reason": d.reason}
         faults.append(entry)
     resolved = {(a.fingerprint, a.started_at): a for a in run.log.alerts_resolved}
     alerts = [{"rule": a.rule, "severity": a.severity.value, "gpu_uuid": a.gpu_uuid, "node": a.node,
@@ -342,6 +348,9 @@ def health_figures(run: RunResult) -> dict[str, Any]:
         "decisions_on_quarantined_gpus": len(violations),
         "violation_examples": violations[:5],
         "decisions_in_flight_at_a_quarantine": in_flight,
+        "drain_recommendations": {"published": len(run.log.drains),
+                                  "pods_listed": sum(len(d.pods) for d in run.log.drains),
+                                  "urgent": sum(d.urgent for d in run.log.drains)},
         "alerts": {"raised": dict(Counter(a["rule"] for a in alerts)),
                    "resolved": dict(Counter(a["rule"] for a in alerts if a["resolved_at_h"] is not None)),
                    "open_at_end": sum(1 for a in alerts if a["resolved_at_h"] is None), "list": alerts},

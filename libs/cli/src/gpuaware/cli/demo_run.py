@@ -56,6 +56,7 @@ from gpuaware.devstack.ports import free_port
 from gpuaware.schemas import (
     ALERT_RAISED,
     ALERT_RESOLVED,
+    DRAIN_RECOMMENDED,
     GPU_STATE_CHANGED,
     HEALTH_CORDON,
     PLACEMENT_DECIDED,
@@ -71,6 +72,7 @@ from gpuaware.schemas import (
     CordonAction,
     CordonReply,
     CordonRequest,
+    DrainRecommended,
     GpuStateChanged,
     PlacementDecided,
     PodBindFailed,
@@ -252,6 +254,7 @@ class RunLog:
     health_changes: list[GpuStateChanged] = field(default_factory=list)
     alerts_raised: list[AlertRaised] = field(default_factory=list)
     alerts_resolved: list[AlertResolved] = field(default_factory=list)
+    drains: list[DrainRecommended] = field(default_factory=list)
 
     def on_health(self, ev: Any, _subject: str) -> None:
         """health-scoring's state changes and alerts of this run's cluster."""
@@ -263,6 +266,8 @@ class RunLog:
             self.alerts_raised.append(ev)
         elif isinstance(ev, AlertResolved):
             self.alerts_resolved.append(ev)
+        elif isinstance(ev, DrainRecommended):
+            self.drains.append(ev)
 
     def quarantined_now(self) -> set[str]:
         last: dict[str, str] = {}
@@ -464,7 +469,7 @@ BINDER_CHANNELS = [bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, 
 PLACEMENT_CHANNELS = [bus.Channel(PLACEMENT_DECIDED, PlacementDecided),
                       bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)]
 HEALTH_CHANNELS = [bus.Channel(GPU_STATE_CHANGED, GpuStateChanged), bus.Channel(ALERT_RAISED, AlertRaised),
-                   bus.Channel(ALERT_RESOLVED, AlertResolved)]
+                   bus.Channel(ALERT_RESOLVED, AlertResolved), bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)]
 HEALTH_STATS = OPERATIONAL_ENDPOINTS[HEALTH_SCORING][0]
 """health-scoring's counters (an operational endpoint, outside the contract's registry)"""
 
