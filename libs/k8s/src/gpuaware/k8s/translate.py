@@ -1,0 +1,415 @@
+"""Kubernetes objects -> the contract's events: a Pod becomes ``PodPending``, a Node ``NodeInventory``.
+
+Why here and nowhere else: from the binder on, no service looks at a Kubernetes object. Objects are
+taken as the API's JSON (plain dicts: what a watch with ``_preload_content=False``, the extender's
+``Pod`` and ``ApiClient.sanitize_for_serialization`` all give), so one translation serves the
+watcher, the extender and the tests' recorded payloads alike.
+
+Pods, in the order the request is read:
+
+- CPU and memory: the larger of the sum over containers and the largest init container (what the
+  kubelet admits), requests first, limits when a container gives only limits.
+- ``nvidia.com/gpu: N`` alone is N whole GPUs, nothing else asked (backward compatible, no annotation).
+- HAMi's resources (``nvidia.com/gpucores`` percent of one GPU's compute, ``nvidia.com/gpumem`` MiB
+  per GPU, ``nvidia.com/gpumem-percentage``) make a fraction of one GPU; HAMi's
+  ``nvidia.com/use-gputype`` annotation names the allowed models.
+- ``nvidia.com/mig-<profile>: 1`` (the device plugin's mixed strategy) asks for one MIG instance.
+- DRA: each ``spec.resourceClaims`` entry is resolved through ``claims`` (claim or template name ->
+  object); requests of the ``gpu.nvidia.com`` class count whole GPUs, of ``mig.nvidia.com`` one MIG
+  instance whose profile is read from the CEL selector (``...profile == '1g.10gb'``).
+- ``gpuaware.io/*`` annotations carry what Kubernetes has no field for (queue, gang, topology,
+  checkpointable, ...); each is checked, and a bad one is refused with its name and value.
+
+Nodes: allocatable CPU and memory; GPUs from HAMi's registration annotation when the node has one
+(real UUIDs, models, memory, NUMA), else from the GPU Feature Discovery labels and allocatable
+``nvidia.com/gpu`` (time-slicing replicas divided out; GPUs named ``<node>/gpu<i>`` until the
+telemetry agent's inventory, which carries NVML's UUIDs, describes the node).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+from kubernetes.utils.quantity import parse_quantity
+
+from gpuaware.schemas.inventory import GpuInfo, MigMode, NodeInventory
+from gpuaware.schemas.pods import GpuCapabilities, PodPending, QosClass, TopologyPreference
+
+__all__ = [
+    "ANNOTATION",
+    "GPU",
+    "SCHEDULER_NAME",
+    "TranslationError",
+    "gpu_resources",
+    "node_inventory",
+    "pod_pending",
+    "quantity",
+]
+
+SCHEDULER_NAME = "gpuaware"
+GPU = "nvidia.com/gpu"
+GPU_CORES = "nvidia.com/gpucores"
+GPU_MEM = "nvidia.com/gpumem"
+GPU_MEM_PCT = "nvidia.com/gpumem-percentage"
+MIG_PREFIX = "nvidia.com/mig-"
+HAMI_USE_TYPE = "nvidia.com/use-gputype"
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+DRA_GPU_CLASS = "gpu.nvidia.com"
+DRA_MIG_CLASS = "mig.nvidia.com"
+
+_P = "gpuaware.io/"
+
+
+class ANNOTATION:
+    """The pod annotations we read (prefix ``gpuaware.io/``)."""
+
+    QUEUE = _P + "queue"
+    GANG = _P + "gang"
+    GANG_MIN_MEMBERS = _P + "gang-min-members"
+    GPU_TYPES = _P + "gpu-types"
+    TOPOLOGY = _P + "topology"
+    CHECKPOINTABLE = _P + "checkpointable"
+    DEFERRABLE = _P + "deferrable"
+    EXPECTED_DURATION_S = _P + "expected-duration-s"
+    MIN_COMPUTE_CAPABILITY = _P + "min-compute-capability"
+    MIN_GPU_MEMORY_MIB = _P + "min-gpu-memory-mib"
+    CAPABILITIES = _P + "capabilities"
+    GPU_MILLI = _P + "gpu-milli"
+    GPU_MEMORY_MIB = _P + "gpu-memory-mib"
+
+
+_MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\.me)?$")
+_CEL_PROFILE = re.compile(r"""\.profile\s*==\s*['"]([^'"]+)['"]""")
+_QOS = {"Guaranteed": QosClass.GUARANTEED, "Burstable": QosClass.BURSTABLE, "BestEffort": QosClass.BEST_EFFORT}
+_TRUE = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+_CAPS = {"tensor-cores": "tensor_cores", "fp8": "fp8", "nvlink": "nvlink"}
+
+
+class TranslationError(ValueError):
+    """The object cannot become a contract event; the message names the field and the value."""
+
+
+def quantity(value: Any, what: str) -> Decimal:
+    try:
+        return parse_quantity(value)
+    except (ValueError, TypeError) as exc:
+        raise TranslationError(f"{what}: {value!r} is not a Kubernetes quantity") from exc
+
+
+def _ts(value: Any) -> float:
+    if not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise TranslationError(f"metadata.creationTimestamp: {value!r} is not RFC 3339") from exc
+
+
+def _container_resources(c: Mapping[str, Any]) -> dict[str, Any]:
+    """requests, with limits filling what requests leave out (extended resources give only limits)."""
+    res = c.get("resources") or {}
+    out = dict(res.get("limits") or {})
+    out.update(res.get("requests") or {})
+    return out
+
+
+def gpu_resources(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """The GPU-related resources the pod's containers ask for, summed over containers (init
+    containers run one at a time: the largest counts when it asks more)."""
+    spec = pod.get("spec") or {}
+    total: dict[str, Decimal] = {}
+    for c in spec.get("containers") or ():
+        for k, v in _container_resources(c).items():
+            if k.startswith("nvidia.com/"):
+                total[k] = total.get(k, Decimal(0)) + quantity(v, f"container {c.get('name')!r} {k}")
+    for c in spec.get("initContainers") or ():
+        for k, v in _container_resources(c).items():
+            if k.startswith("nvidia.com/"):
+                total[k] = max(total.get(k, Decimal(0)), quantity(v, f"init container {c.get('name')!r} {k}"))
+    return total
+
+
+def _cpu_mem(spec: Mapping[str, Any]) -> tuple[int, int]:
+    def of(cs: Any) -> list[tuple[int, int]]:
+        out = []
+        for c in cs or ():
+            r = _container_resources(c)
+            cpu = quantity(r.get("cpu", 0), f"container {c.get('name')!r} cpu")
+            mem = quantity(r.get("memory", 0), f"container {c.get('name')!r} memory")
+            out.append((int(cpu * 1000), int(mem / (1 << 20))))
+        return out
+
+    main = of(spec.get("containers"))
+    init = of(spec.get("initContainers"))
+    cpu = max(sum(c for c, _ in main), max((c for c, _ in init), default=0))
+    mem = max(sum(m for _, m in main), max((m for _, m in init), default=0))
+    return cpu, mem
+
+
+def _bool(ann: Mapping[str, str], key: str) -> bool:
+    raw = ann.get(key)
+    if raw is None:
+        return False
+    v = _TRUE.get(raw.strip().lower())
+    if v is None:
+        raise TranslationError(f"annotation {key}: {raw!r} is not true or false")
+    return v
+
+
+def _int(ann: Mapping[str, str], key: str, lo: int, hi: int | None = None) -> int | None:
+    raw = ann.get(key)
+    if raw is None:
+        return None
+    try:
+        v = int(raw)
+    except ValueError:
+        raise TranslationError(f"annotation {key}: {raw!r} is not an integer") from None
+    if v < lo or (hi is not None and v > hi):
+        raise TranslationError(f"annotation {key}: {v} is outside {lo}..{hi if hi is not None else 'inf'}")
+    return v
+
+
+def _dra(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) -> tuple[int, str | None]:
+    """(whole GPUs, MIG profile) asked through DRA ResourceClaims (v1 ``exactly`` or v1beta1 flat)."""
+    gpus, mig = 0, None
+    for ref in (pod.get("spec") or {}).get("resourceClaims") or ():
+        key = ref.get("resourceClaimName") or ref.get("resourceClaimTemplateName")
+        if not key:
+            continue
+        obj = claims.get(key)
+        if obj is None:
+            raise TranslationError(f"spec.resourceClaims {ref.get('name')!r}: claim {key!r} is not known (yet)")
+        spec = obj.get("spec") or {}
+        spec = spec.get("spec", spec)  # a template wraps the claim's spec
+        for req in (spec.get("devices") or {}).get("requests") or ():
+            one = req.get("exactly") or req
+            cls = one.get("deviceClassName")
+            count = int(one.get("count") or 1) if one.get("allocationMode", "ExactCount") == "ExactCount" else 0
+            if one.get("allocationMode") == "All":
+                raise TranslationError(f"claim {key!r} request {req.get('name')!r}: allocationMode All is not supported")
+            if cls == DRA_GPU_CLASS:
+                gpus += count
+            elif cls == DRA_MIG_CLASS:
+                found = [m.group(1) for s in one.get("selectors") or ()
+                         if (m := _CEL_PROFILE.search((s.get("cel") or {}).get("expression", "")))]
+                if not found or count != 1 or mig is not None:
+                    raise TranslationError(f"claim {key!r} request {req.get('name')!r}: one MIG device with a "
+                                           "profile selector (device.attributes[...].profile == '<profile>') is needed")
+                mig = found[0]
+    return gpus, mig
+
+
+def pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str = "default", emitted_at: float = 0.0,
+                claims: Mapping[str, Mapping[str, Any]] | None = None, attempt: int = 0) -> PodPending:
+    """The pending-pod event for a Pod (API JSON). Raises ``TranslationError`` naming what is wrong."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    ann: Mapping[str, str] = meta.get("annotations") or {}
+    for k in ("uid", "name"):
+        if not meta.get(k):
+            raise TranslationError(f"metadata.{k} is missing")
+    res = gpu_resources(pod)
+    num = int(res.get(GPU, 0))
+    if res.get(GPU, 0) != num:
+        raise TranslationError(f"{GPU}: {res[GPU]} is not a whole number of GPUs")
+    milli, gpu_mem, mig = 1000, 0, None
+    if GPU_CORES in res:
+        milli = int(res[GPU_CORES] * 10)
+        if not 0 < milli <= 1000:
+            raise TranslationError(f"{GPU_CORES}: {res[GPU_CORES]} is not a percentage in 1..100")
+    if GPU_MEM in res:
+        gpu_mem = int(res[GPU_MEM])
+    if GPU_MEM_PCT in res and GPU_CORES not in res and GPU_MEM not in res:
+        milli = int(res[GPU_MEM_PCT] * 10)  # memory share = compute share when only a share is asked
+    migs = {k[len(MIG_PREFIX):]: v for k, v in res.items() if k.startswith(MIG_PREFIX)}
+    if migs:
+        if len(migs) > 1 or next(iter(migs.values())) != 1 or num:
+            raise TranslationError(f"only one MIG instance per pod is supported, asked {dict(migs)} and {GPU}: {num}")
+        mig = next(iter(migs))
+        num = 1
+    if claims is not None or spec.get("resourceClaims"):
+        dra_gpus, dra_mig = _dra(pod, claims or {})
+        if dra_mig is not None:
+            if num or mig or dra_gpus:
+                raise TranslationError("a MIG device through DRA cannot be combined with other GPU requests")
+            num, mig = 1, dra_mig
+        num += dra_gpus
+    if mig is not None and not _MIG_PROFILE.match(mig):
+        raise TranslationError(f"MIG profile {mig!r} is not <g>g.<m>gb")
+    # gpuaware.io annotations override what resources said
+    m = _int(ann, ANNOTATION.GPU_MILLI, 1, 1000)
+    if m is not None:
+        milli = m
+    m = _int(ann, ANNOTATION.GPU_MEMORY_MIB, 0)
+    if m is not None:
+        gpu_mem = m
+    if num == 0 and (milli < 1000 or gpu_mem) and (GPU_CORES in res or GPU_MEM in res or GPU_MEM_PCT in res):
+        num = 1  # HAMi: a fraction without nvidia.com/gpu means one (shared) GPU
+    types: list[str] = []
+    for key in (ANNOTATION.GPU_TYPES, HAMI_USE_TYPE):
+        types += [t.strip() for t in (ann.get(key) or "").split(",") if t.strip()]
+    caps: dict[str, Any] = {}
+    for c in (ann.get(ANNOTATION.CAPABILITIES) or "").split(","):
+        c = c.strip()
+        if c:
+            if c not in _CAPS:
+                raise TranslationError(f"annotation {ANNOTATION.CAPABILITIES}: unknown capability {c!r} "
+                                       f"(known: {', '.join(_CAPS)})")
+            caps[_CAPS[c]] = True
+    if (mm := _int(ann, ANNOTATION.MIN_GPU_MEMORY_MIB, 0)) is not None:
+        caps["min_memory_mib"] = mm
+    if (cc := ann.get(ANNOTATION.MIN_COMPUTE_CAPABILITY)) is not None:
+        caps["min_compute_capability"] = cc
+    topo = ann.get(ANNOTATION.TOPOLOGY, TopologyPreference.NONE.value)
+    try:
+        topology = TopologyPreference(topo)
+    except ValueError:
+        raise TranslationError(f"annotation {ANNOTATION.TOPOLOGY}: {topo!r} is not one of "
+                               f"{', '.join(t.value for t in TopologyPreference)}") from None
+    gang = ann.get(ANNOTATION.GANG) or None
+    duration = ann.get(ANNOTATION.EXPECTED_DURATION_S)
+    cpu, mem = _cpu_mem(spec)
+    qos = (pod.get("status") or {}).get("qosClass")
+    try:
+        return msgspec.convert(dict(
+            source=source, emitted_at=emitted_at, cluster=cluster, pod_uid=meta["uid"], pod_name=meta["name"],
+            namespace=meta.get("namespace") or "default", submitted_at=_ts(meta.get("creationTimestamp")),
+            cpu_milli=cpu, memory_mib=mem, num_gpu=num, gpu_milli=milli if num else 1000, gpu_memory_mib=gpu_mem,
+            gpu_types=tuple(dict.fromkeys(types)), capabilities=msgspec.convert(caps, GpuCapabilities),
+            mig_profile=mig, gang_id=gang, gang_min_members=_int(ann, ANNOTATION.GANG_MIN_MEMBERS, 1) or 1,
+            topology=topology, queue=ann.get(ANNOTATION.QUEUE) or "default", priority=int(spec.get("priority") or 0),
+            priority_class=spec.get("priorityClassName") or "",
+            checkpointable=_bool(ann, ANNOTATION.CHECKPOINTABLE), deferrable=_bool(ann, ANNOTATION.DEFERRABLE),
+            qos=_QOS.get(qos, QosClass.BEST_EFFORT) if qos else _qos_of(spec),
+            expected_duration_s=float(duration) if duration is not None else None, attempt=attempt,
+        ), PodPending)
+    except (msgspec.ValidationError, ValueError) as exc:
+        if isinstance(exc, TranslationError):
+            raise
+        raise TranslationError(f"pod {meta.get('namespace')}/{meta['name']}: {exc}") from exc
+
+
+def _qos_of(spec: Mapping[str, Any]) -> QosClass:
+    """Kubernetes' rule for pods without status.qosClass yet (cpu and memory only)."""
+    containers = list(spec.get("containers") or ()) + list(spec.get("initContainers") or ())
+    any_set, guaranteed = False, True
+    for c in containers:
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        for r in ("cpu", "memory"):
+            if r in req or r in lim:
+                any_set = True
+            if r not in lim or (r in req and quantity(req[r], r) != quantity(lim[r], r)):
+                guaranteed = False
+    if not any_set:
+        return QosClass.BEST_EFFORT
+    return QosClass.GUARANTEED if guaranteed else QosClass.BURSTABLE
+
+
+# -- nodes ---------------------------------------------------------------------------------------
+
+
+def _label_int(labels: Mapping[str, str], key: str) -> int | None:
+    raw = labels.get(key)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        raise TranslationError(f"node label {key}: {raw!r} is not an integer") from None
+
+
+def _product_name(product: str) -> str:
+    """GFD's sanitised product (``NVIDIA-A100-SXM4-80GB[-SHARED]``) back to NVML's spelling."""
+    if product.endswith("-SHARED"):
+        product = product[: -len("-SHARED")]
+    for prefix in ("NVIDIA-", "Tesla-"):
+        if product.startswith(prefix):
+            return prefix[:-1] + " " + product[len(prefix):]
+    return product
+
+
+def hami_devices(raw: str) -> list[dict[str, Any]]:
+    """HAMi's node registration: the JSON array of today, or the older ``uuid,count,mem,core,type,numa,
+    health:`` text."""
+    raw = raw.strip()
+    if raw.startswith("["):
+        try:
+            devs = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TranslationError(f"annotation {HAMI_REGISTER}: not JSON ({exc})") from exc
+        if not isinstance(devs, list) or not all(isinstance(d, dict) and d.get("id") for d in devs):
+            raise TranslationError(f"annotation {HAMI_REGISTER}: expected a list of devices with an id")
+        return devs
+    out = []
+    for i, part in enumerate(p for p in raw.split(":") if p.strip()):
+        f = part.split(",")
+        if len(f) not in (7, 9):
+            raise TranslationError(f"annotation {HAMI_REGISTER}: device {i} has {len(f)} fields, expected 7 or 9")
+        try:
+            out.append({"id": f[0], "index": i, "count": int(f[1]), "devmem": int(f[2]), "devcore": int(f[3]),
+                        "type": f[4], "numa": int(f[5]), "health": f[6].strip().lower() == "true"})
+        except ValueError as exc:
+            raise TranslationError(f"annotation {HAMI_REGISTER}: device {i}: {exc}") from exc
+    return out
+
+
+def node_inventory(node: Mapping[str, Any], *, source: str, cluster: str = "default",
+                   emitted_at: float = 0.0) -> NodeInventory:
+    """The node's inventory event (API JSON). Raises ``TranslationError``."""
+    meta = node.get("metadata") or {}
+    name = meta.get("name")
+    if not name:
+        raise TranslationError("metadata.name is missing")
+    labels: dict[str, str] = dict(meta.get("labels") or {})
+    ann: Mapping[str, str] = meta.get("annotations") or {}
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    cpu = int(quantity(alloc.get("cpu", 0), "allocatable cpu") * 1000)
+    mem = int(quantity(alloc.get("memory", 0), "allocatable memory") / (1 << 20))
+    major, minor = _label_int(labels, "nvidia.com/gpu.compute.major"), _label_int(labels, "nvidia.com/gpu.compute.minor")
+    cc = f"{major}.{minor or 0}" if major is not None else "0.0"
+    strategy = labels.get("nvidia.com/mig.strategy")
+    mig_capable = labels.get("nvidia.com/mig.capable") == "true"
+    mig_mode = (MigMode.ENABLED if strategy in ("single", "mixed") else MigMode.DISABLED) if mig_capable \
+        else MigMode.UNSUPPORTED
+    gpus: list[GpuInfo] = []
+    if HAMI_REGISTER in ann:
+        for i, d in enumerate(hami_devices(ann[HAMI_REGISTER])):
+            if d.get("health") is False:
+                continue
+            gpus.append(GpuInfo(uuid=str(d["id"]), index=int(d.get("index", i)), model=str(d.get("type") or "unknown"),
+                                memory_mib=int(d.get("devmem") or 0), pci_bus_id="unknown", compute_capability=cc,
+                                numa_node=d.get("numa") if isinstance(d.get("numa"), int) and d["numa"] >= 0 else None,
+                                mig_mode=MigMode.ENABLED if d.get("mode") == "mig" else mig_mode))
+    else:
+        count = int(quantity(alloc.get(GPU, 0), f"allocatable {GPU}"))
+        replicas = _label_int(labels, "nvidia.com/gpu.replicas") or 1
+        if strategy == "single":  # MIG devices stand in for nvidia.com/gpu: the node's GPUs are not whole
+            count = 0
+        count //= max(1, replicas)
+        product = _product_name(labels.get("nvidia.com/gpu.product", "unknown"))
+        memory = _label_int(labels, "nvidia.com/gpu.memory") or 0
+        gpus = [GpuInfo(uuid=f"{name}/gpu{i}", index=i, model=product, memory_mib=memory, pci_bus_id="unknown",
+                        compute_capability=cc, mig_mode=mig_mode) for i in range(count)]
+    try:
+        return NodeInventory(
+            source=source, emitted_at=emitted_at, cluster=cluster, node=name, gpus=tuple(gpus),
+            rack=labels.get("topology.gpuaware.io/rack"), zone=labels.get("topology.kubernetes.io/zone"),
+            driver_version=labels.get("nvidia.com/cuda.driver-version.full"),
+            cuda_version=labels.get("nvidia.com/cuda.runtime-version.full"), cpu_milli=cpu, memory_mib=mem,
+            labels=labels)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise TranslationError(f"node {name}: {exc}") from exc
+
+
+def is_ours(pod: Mapping[str, Any], scheduler_name: str = SCHEDULER_NAME) -> bool:
+    """A pod this scheduler must place: ours by name, not yet bound, not finished or being deleted."""
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return (spec.get("schedulerName") == scheduler_name and not spec.get("nodeName")
+            and not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed"))
