@@ -7,7 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from conftest import load, shared
@@ -104,8 +104,8 @@ def test_bind_answers(rel: str, status: int, ok: bool, reason: str, node: str) -
 class _Replay(BaseHTTPRequestHandler):
     """Answers POSTs with the queued (status, body) and remembers what was sent."""
 
-    answers: list[tuple[int, bytes]] = []
-    seen: list[tuple[str, dict[str, Any]]] = []
+    answers: ClassVar[list[tuple[int, bytes]]] = []
+    seen: ClassVar[list[tuple[str, dict[str, Any]]]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
