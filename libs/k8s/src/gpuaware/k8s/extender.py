@@ -86,7 +86,7 @@ class HostPriority(_Wire):
 class BindingArgs(_Wire):
     pod_name: str
     pod_namespace: str
-    pod_uid: str
+    pod_uid: str = msgspec.field(name="PodUID")
     node: str
 
 

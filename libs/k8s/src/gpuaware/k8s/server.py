@@ -16,7 +16,7 @@ import logging
 import msgspec
 from aiohttp import web
 
-from gpuaware.k8s.extender import VERBS, BadRequest, Extender, FilterResult
+from gpuaware.k8s.extender import BadRequest, Extender, FilterResult
 
 __all__ = ["extender_app"]
 
@@ -58,5 +58,4 @@ def extender_app(extender: Extender, *, max_body: int = 1 << 20) -> web.Applicat
     app = web.Application(client_max_size=max_body, middlewares=[web.middleware(too_big)])
     app.router.add_get("/healthz", healthz)
     app.router.add_post("/{verb}", verb)
-    app["verbs"] = VERBS
     return app
