@@ -85,7 +85,25 @@ def test_cli_bad_input_names_file_and_line(inputs: tuple[Path, Path], tmp_path: 
     result = CliRunner().invoke(app, ["placement", "--nodes", str(nodes), "--trace", str(bad), "--seeds", "1",
                                       "--out", str(tmp_path / "o"), "--jobs", "1"])
     assert result.exit_code == 2
-    assert f"{bad}:3" in result.output.replace("\n", "") and "negative" in result.output
+    assert f"{bad}:3" in result.stderr.replace("\n", "") and "negative" in result.stderr
+    assert "negative" not in result.stdout  # errors go to standard error, after the bar is closed
+
+
+@pytest.mark.parametrize("command, value, bounds", [
+    ("placement", "inf", "(0, 10]"), ("placement", "nan", "(0, 10]"), ("placement", "0", "(0, 10]"),
+    ("placement", "11", "(0, 10]"), ("placement-online", "inf", "[0, 10]"), ("placement-online", "nan", "[0, 10]"),
+    ("placement-online", "-1", "[0, 10]")])
+def test_cli_refuses_non_finite_or_out_of_range_inflation(inputs: tuple[Path, Path], tmp_path: Path, command: str,
+                                                          value: str, bounds: str) -> None:
+    # --inflation inf once ran until 18 GB were taken; nan wrote bare NaN into summary.json
+    nodes, pods = inputs
+    out = tmp_path / "o"
+    result = CliRunner().invoke(app, [command, "--nodes", str(nodes), "--trace", str(pods), "--inflation", value,
+                                      "--out", str(out)])
+    assert result.exit_code == 2
+    said = " ".join(result.stderr.replace("│", " ").split())  # typer draws the error in a box
+    assert f"--inflation must be a finite number in {bounds}" in said
+    assert not out.exists()
 
 
 def test_cli_unknown_policy(inputs: tuple[Path, Path], tmp_path: Path) -> None:

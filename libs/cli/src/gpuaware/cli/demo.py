@@ -67,6 +67,7 @@ from gpuaware.cli.demo_run import (
     SubjectCounter,
     run_once,
 )
+from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.cli.roundtrip import run_roundtrip
 from gpuaware.devstack import StackError, stack_down, stack_up
@@ -91,20 +92,20 @@ def built_services() -> dict[str, bool]:
 
 
 def demo(
-    duration: Annotated[float, typer.Option(min=5.0, help="Wall seconds each run (gpuaware, then the baseline) "
+    duration: Annotated[float, typer.Option(callback=bounded(5.0, 86_400.0), help="Wall seconds each run (gpuaware, then the baseline) "
                                                          "replays.")] = DEFAULT_DURATION_S,
     trace: Annotated[str, typer.Option(help="Workload: generator | openb | philly.")] = "generator",
     nodes: Annotated[str, typer.Option(help="Cluster: default (built-in mixed) | openb | N (built-in, N nodes)."
                                        )] = "default",
-    speed: Annotated[float, typer.Option(min=0.0, help="Virtual seconds per wall second (0: replay "
+    speed: Annotated[float, typer.Option(callback=bounded(0.0, 1e6), help="Virtual seconds per wall second (0: replay "
                                                        "--window-h in --duration).")] = 0.0,
-    window_h: Annotated[float, typer.Option(min=0.01, help="Virtual hours replayed (ignored with --speed).")] = 24.0,
-    load: Annotated[float, typer.Option(min=0.05, help="Generator: offered GPU load as a fraction of the GPUs; the "
+    window_h: Annotated[float, typer.Option(callback=bounded(0.01, 8_760.0), help="Virtual hours replayed (ignored with --speed).")] = 24.0,
+    load: Annotated[float, typer.Option(callback=bounded(0.05, 100.0), help="Generator: offered GPU load as a fraction of the GPUs; the "
                                                        "default 1.8 is a shared cluster where teams queue (more "
                                                        "demand than GPUs), the case a scheduler is for.")] = 1.8,
     seed: Annotated[int, typer.Option(help="Workload and tie-break seed.")] = 7,
     max_pods: Annotated[int, typer.Option(min=0, help="Cap on the workload's pods (0: none).")] = 0,
-    slo_s: Annotated[float, typer.Option("--slo-s", help="Inference SLO: start within this many virtual "
+    slo_s: Annotated[float, typer.Option("--slo-s", callback=bounded(0.0, 1e7), help="Inference SLO: start within this many virtual "
                                                          "seconds.")] = 600.0,
     out: Annotated[Path, typer.Option(help="Folder for the report, plots and service logs.")] = Path("demo-out"),
     keep_running: Annotated[bool, typer.Option(help="Leave the stack running afterwards.")] = False,
@@ -112,7 +113,7 @@ def demo(
     nats_port: Annotated[int, typer.Option(help="NATS port when starting the stack (0: free).")] = DEFAULT_NATS_PORT,
     pg_port: Annotated[int, typer.Option(help="PostgreSQL port when starting the stack (0: free).")] = DEFAULT_PG_PORT,
     ticks: Annotated[int, typer.Option(min=0, hidden=True, help="Only the bus round trip (N nodes x ticks).")] = 0,
-    kill_leader_at: Annotated[float, typer.Option(min=0.0, help="Fault drill: run a standby placement and SIGKILL "
+    kill_leader_at: Annotated[float, typer.Option(callback=bounded(0.0, 86_400.0), help="Fault drill: run a standby placement and SIGKILL "
                                                                 "the leader this many seconds into the gpuaware "
                                                                 "run (0: no drill).")] = 0.0,
 ) -> None:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpuaware.cli.options import bounded, errors
 from gpuaware.placement import POLICIES, canonical_policy
 from gpuaware.sim.evaluator import REPORT_AT, RunResult, default_jobs, evaluate
 from gpuaware.sim.report import plot_alloc, summarize, write_assignments, write_per_seed, write_summary
@@ -76,7 +77,8 @@ def placement(
     ] = None,
     seeds: Annotated[str, typer.Option("--seeds", help="seeds, e.g. 42-51 or 42,43")] = "42-51",
     inflation: Annotated[
-        float, typer.Option("--inflation", help="tune the workload to this multiple of GPU capacity")
+        float, typer.Option("--inflation", help="tune the workload to this multiple of GPU capacity (0-10]",
+                            callback=bounded(0.0, 10.0, lo_open=True))
     ] = 1.3,
     out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("eval-placement"),
     assignments: Annotated[
@@ -91,31 +93,30 @@ def placement(
     console = Console(width=max(Console().width, 132))
     seed_list = parse_seeds(seeds)
     policy_list = parse_policies(policies)
-    if inflation <= 0:
-        raise typer.BadParameter("--inflation must be positive")
     out.mkdir(parents=True, exist_ok=True)
     total = len(seed_list) * len(policy_list)
     done: list[RunResult] = []
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
-        task = progress.add_task("evaluating", total=total)
+    try:  # the bar is closed before an error is printed (on standard error)
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            task = progress.add_task("evaluating", total=total)
 
-        def advance(r: RunResult) -> None:
-            done.append(r)
-            progress.update(task, advance=1, description=f"{r.policy} seed {r.seed}: {r.alloc_pct[100]:.2f}% @100")
+            def advance(r: RunResult) -> None:
+                done.append(r)
+                progress.update(task, advance=1,
+                                description=f"{r.policy} seed {r.seed}: {r.alloc_pct[100]:.2f}% @100")
 
-        try:
             runs = evaluate(nodes, trace, policy_list, seed_list, inflation, jobs=jobs,
                             record_assignments=assignments, max_pods=max_pods, on_result=advance)
-        except TraceError as exc:
-            console.print(f"[red]bad input:[/red] {exc}")
-            raise typer.Exit(2) from None
+    except TraceError as exc:
+        errors.print(f"[red]bad input:[/red] {exc}")
+        raise typer.Exit(2) from None
 
     summary = summarize(runs, str(trace), str(nodes), seed_list)
     write_summary(out / "summary.json", summary)
@@ -151,8 +152,10 @@ def placement_online(
     policies: Annotated[
         str | None, typer.Option("--policies", help="comma-separated policy names [default: FGD,BestFit,ours]")
     ] = None,
-    time_scale: Annotated[float, typer.Option("--time-scale", help="divide arrival times by this")] = 30_000.0,
-    inflation: Annotated[float, typer.Option("--inflation", help="draw extra pods up to this x capacity")] = 1.3,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="divide arrival times by this",
+                                              callback=bounded(0.0, 1e9, lo_open=True))] = 30_000.0,
+    inflation: Annotated[float, typer.Option("--inflation", help="draw extra pods up to this x capacity "
+                                             "(0: none, at most 10)", callback=bounded(0.0, 10.0))] = 1.3,
     seed: Annotated[int, typer.Option("--seed")] = 42,
     out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("eval-placement-online"),
 ) -> None:
@@ -166,7 +169,7 @@ def placement_online(
     try:
         node_list, pods = load_nodes(nodes), load_pods(trace)
     except TraceError as exc:
-        console.print(f"[red]bad input:[/red] {exc}")
+        errors.print(f"[red]bad input:[/red] {exc}")
         raise typer.Exit(2) from None
     out.mkdir(parents=True, exist_ok=True)
     results = []
