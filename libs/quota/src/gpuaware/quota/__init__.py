@@ -1,0 +1,58 @@
+"""gpuaware.quota: hierarchical queues, admission, fair share over time, reclaim, chargeback (pure).
+
+    tree = validate(load_config(path))           # QuotaConfigError lists every reason; old tree stays
+    ledger = QuotaLedger(tree)                   # one per cluster (the service, a bench, the twin)
+    ledger.bind(Allocation(...)); ledger.release(uid, now)
+    a = ledger.admit(queue, demand_of(...), now, node=...)   # Admission: admitted, reason, reclaim
+    ledger.order_key(queue, now)                 # decayed weighted DRF: who is served next
+    ledger.jain(demand_by_queue, now)            # Jain's index of held vs entitled
+    charge(intervals, since, until, by="tenant") # GPU-seconds, GPU-memory-seconds
+
+Modules: ``tree`` (the declarative file, the GPUQueue spec, the validator, time windows),
+``fairshare`` (decay, dominant shares, water-filling, Jain), ``ledger`` (admission, borrowing,
+reclaim plans, partitions), ``accounting`` (chargeback arithmetic).
+"""
+
+from gpuaware.quota.accounting import Interval, charge, rows_to_csv
+from gpuaware.quota.fairshare import DecayedUsage, dominant_share, jain_index, normalised_shares, water_fill
+from gpuaware.quota.ledger import Admission, Allocation, Demand, QuotaLedger, demand_of
+from gpuaware.quota.tree import (
+    ANY_TYPE,
+    RESOURCES,
+    Amounts,
+    Partition,
+    QueueSpec,
+    QueueTree,
+    QuotaConfig,
+    QuotaConfigError,
+    TimeWindow,
+    load_config,
+    validate,
+)
+
+__all__ = [
+    "ANY_TYPE",
+    "RESOURCES",
+    "Admission",
+    "Allocation",
+    "Amounts",
+    "DecayedUsage",
+    "Demand",
+    "Interval",
+    "Partition",
+    "QueueSpec",
+    "QueueTree",
+    "QuotaConfig",
+    "QuotaConfigError",
+    "QuotaLedger",
+    "TimeWindow",
+    "charge",
+    "demand_of",
+    "dominant_share",
+    "jain_index",
+    "load_config",
+    "normalised_shares",
+    "rows_to_csv",
+    "validate",
+    "water_fill",
+]
