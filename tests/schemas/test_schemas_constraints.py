@@ -30,7 +30,10 @@ CASES = [
     # gpu_milli is thousandths of one GPU: 1000 is a whole GPU, 1500 is not a fraction
     (PodPending, ["gpu_milli"], 1500, "Expected `int` <= 1000 - at `$.gpu_milli`"),
     (PodPending, ["gpu_milli"], 1000, None),
-    (PodPending, ["gpu_milli"], 0, None),
+    # a 1-GPU pod asking 0 thousandths passed the contract and was refused by the engine (issue 16)
+    (PodPending, ["gpu_milli"], 0, "`gpu_milli` 0 with `num_gpu` 1: a GPU pod asks 1..1000"),
+    (PodPending, ["priority_class"], "x" * 900_000, "Expected `str` of length <= 253 - at `$.priority_class`"),
+    (PodPending, ["gpu_types"], ["A100"] * 65, "Expected `array` of length <= 64 - at `$.gpu_types`"),
     (PodPending, ["memory_mib"], -1, "Expected `int` >= 0 - at `$.memory_mib`"),
     (PodPending, ["gpu_memory_mib"], -512, "at `$.gpu_memory_mib`"),
     (PodPending, ["num_gpu"], 2, "`gpu_milli` 500 < 1000 needs `num_gpu` == 1"),  # fractions are single-GPU

@@ -37,6 +37,7 @@ __all__ = [
     "EVENT_SUBJECT_RE",
     "Event",
     "GpuIndex",
+    "Label",
     "MiB",
     "Milli",
     "Name",
@@ -66,6 +67,8 @@ Percent = Annotated[float, Meta(ge=0, le=100, description="percent, 0..100")]
 Score = Annotated[float, Meta(ge=0, le=100, description="score, 0 (worst) .. 100 (best)")]
 GpuIndex = Annotated[int, Meta(ge=0, le=255, description="NVML index of the GPU on its node")]
 Name = Annotated[str, Meta(min_length=1, max_length=253)]
+Label = Annotated[str, Meta(max_length=253)]
+"""a short optional string (may be empty): bounded like a Kubernetes name, so a 900 KB value is refused"""
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=False):

@@ -22,7 +22,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, MiB, Milli, Name, NonNegInt, Seconds, Timestamp
+from gpuaware.schemas.base import Event, Label, MiB, Milli, Name, NonNegInt, Seconds, Timestamp
 
 __all__ = [
     "POD_PENDING",
@@ -75,16 +75,16 @@ class PodPending(Event, frozen=True, kw_only=True, tag=POD_PENDING):
     num_gpu: Annotated[int, Meta(ge=0, le=64)] = 0
     gpu_milli: Milli = 1000
     gpu_memory_mib: MiB = 0
-    gpu_types: tuple[str, ...] = ()
+    gpu_types: Annotated[tuple[Name, ...], Meta(max_length=64)] = ()
     """allowed GPU models (as inventory names them, or a short alias such as ``A100-80GB``); empty = any"""
     capabilities: GpuCapabilities = msgspec.field(default_factory=GpuCapabilities)
-    mig_profile: str | None = None
-    gang_id: str | None = None
+    mig_profile: Name | None = None
+    gang_id: Name | None = None
     gang_min_members: Annotated[int, Meta(ge=1)] = 1
     topology: TopologyPreference = TopologyPreference.NONE
     queue: Name = "default"
     priority: int = 0
-    priority_class: str = ""
+    priority_class: Label = ""
     checkpointable: bool = False
     deferrable: bool = False
     qos: QosClass = QosClass.BEST_EFFORT
@@ -94,6 +94,9 @@ class PodPending(Event, frozen=True, kw_only=True, tag=POD_PENDING):
     """how many times the pod was re-queued (bind failure, preemption, unschedulable retry)"""
 
     def __post_init__(self) -> None:
+        if self.num_gpu >= 1 and self.gpu_milli == 0 and self.mig_profile is None:
+            raise ValueError(f"`gpu_milli` 0 with `num_gpu` {self.num_gpu}: a GPU pod asks 1..1000 thousandths of "
+                             "a GPU (or a `mig_profile`)")
         if self.gpu_milli < 1000 and self.num_gpu != 1:
             raise ValueError(f"`gpu_milli` {self.gpu_milli} < 1000 needs `num_gpu` == 1, got {self.num_gpu}")
         if self.mig_profile is not None and self.num_gpu != 1:
