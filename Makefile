@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv demo test lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health clean up down
+.PHONY: venv demo test lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-extender clean up down
 
 venv: $(STAMP)
 
@@ -45,6 +45,9 @@ bench-loop: $(STAMP)
 
 bench-health: $(STAMP)
 	$(PY) bench/health.py
+
+bench-extender: $(STAMP)
+	$(PY) bench/extender.py
 
 up: $(STAMP)
 	$(VENV)/bin/gpuaware up

@@ -206,7 +206,7 @@ class Extender:
             if isinstance(nodes, dict):
                 items = _ci(nodes, ("items",)).get("items") or []
                 names = [(n.get("metadata") or {}).get("name") for n in items if isinstance(n, dict)]
-        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        if not isinstance(names, list):
             raise BadRequest(f"{verb}: neither NodeNames nor Nodes lists node names")
         return names
 
@@ -216,11 +216,12 @@ class Extender:
         cluster = self.planner.ledger.cluster
         assert cluster is not None
         index = cluster.index
-        unknown = [n for n in names if n not in index]
-        if unknown:
+        try:
+            return np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
+        except (KeyError, TypeError):
+            unknown = [str(n) for n in names if not isinstance(n, str) or n not in index]
             shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-            raise BadRequest(f"{verb}: node(s) not in the extender's cache: {shown}")
-        return np.fromiter((index[n] for n in names), dtype=np.int64, count=len(names))
+            raise BadRequest(f"{verb}: node(s) not in the extender's cache: {shown}") from None
 
     def _feasible(self, req: PodRequest) -> tuple[np.ndarray, np.ndarray, Any]:
         fw = self.planner.framework
@@ -242,16 +243,20 @@ class Extender:
         nodes, _totals, snap = self._feasible(req)
         ok = np.zeros(snap.num_nodes, dtype=bool)
         ok[nodes] = True
-        passed = [n for n, r in zip(names, rows, strict=True) if ok[r]]
+        passing = ok[rows]
+        passed = [names[i] for i in np.flatnonzero(passing).tolist()]
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         if len(passed) < len(names):
             reason, static = node_reasons(req, snap)
-            for n, r in zip(names, rows, strict=True):
-                if ok[r]:
-                    continue
+            messages: dict[str, str] = {}
+            for i in np.flatnonzero(~passing).tolist():
+                r = rows[i]
                 code = reason[r] or "rejected_by_policy"
-                (unresolvable if static[r] else failed)[n] = _message(code, req)
+                msg = messages.get(code)
+                if msg is None:
+                    msg = messages[code] = _message(code, req)
+                (unresolvable if static[r] else failed)[names[i]] = msg
         return FilterResult(node_names=passed, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
 
     def prioritize(self, args: Mapping[str, Any]) -> list[HostPriority]:
@@ -260,17 +265,13 @@ class Extender:
         rows = self._rows(names, "prioritize")
         if req.num_gpu == 0:
             return [HostPriority(host=n, score=0) for n in names]
-        nodes, totals, _snap = self._feasible(req)
+        nodes, totals, snap = self._feasible(req)
         fw = self.planner.framework
         assert fw is not None
-        weight = fw.scheduler.total_weight or 1
-        score = dict(zip(nodes.tolist(), (totals / weight).tolist(), strict=True))
-        out = []
-        for n, r in zip(names, rows, strict=True):
-            s = score.get(int(r))
-            ext = 0 if s is None else round(min(100.0, max(0.0, s)) * MAX_EXTENDER_PRIORITY / 100)
-            out.append(HostPriority(host=n, score=int(min(MAX_EXTENDER_PRIORITY, max(0, ext)))))
-        return out
+        per_node = np.zeros(snap.num_nodes, dtype=np.float64)  # infeasible nodes score 0
+        per_node[nodes] = totals / (fw.scheduler.total_weight or 1)
+        ext = np.rint(np.clip(per_node[rows], 0.0, 100.0) * (MAX_EXTENDER_PRIORITY / 100)).astype(np.int64)
+        return [HostPriority(host=n, score=s) for n, s in zip(names, ext.tolist(), strict=True)]
 
     def preempt(self, args: Mapping[str, Any]) -> PreemptionResult:
         _pod, req = self._pod(args, "preempt")
