@@ -29,8 +29,8 @@ the above alone; the other section's figures are kept from the existing file):
      p10 lead, healthy GPUs ever quarantined / degraded (in all, and per kind of transient fault),
      transient faults recovered from, unhealthy GPU-hours; ours beside the peers'; acceptance with
      the service's default HealthConfig;
-  7. a tuning record (``--skip-tuning`` leaves it out): xid_beta 2.5e-3 and thermal_beta 1e-4, each
-     re-scoring only the GPUs whose stream it can change: what halving either weight costs
+  7. a tuning record (``--skip-tuning`` leaves it out): xid_beta 2.5e-3 and thermal_beta 2e-4, each
+     re-scoring only the GPUs whose stream it can change: what either change costs
      (``fleet.tuning.how``).
 
 Writes bench/results/health.json (machine noted, repository-relative paths only). The data stays in
@@ -357,7 +357,8 @@ def plan_summary(plan: FaultPlan) -> dict[str, Any]:
 VARIANTS = (
     ("xid_beta 2.5e-3 (it takes three or four system XIDs within hours to degrade)", {"risk": {"xid_beta": 2.5e-3}},
      "xid"),
-    ("thermal_beta 1e-4 (thermal drift alone cannot quarantine)", {"risk": {"thermal_beta": 1e-4}}, "thermal"),
+    ("thermal_beta 2e-4 (the earlier prior: 26 degC of drift alone quarantines)", {"risk": {"thermal_beta": 2e-4}},
+     "thermal"),
 )
 
 
@@ -431,10 +432,15 @@ def fleet_section(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                     "XID the risk's XID frequency counts; thermal variant: streams that come within headroom_ok_c "
                     "of 83 degC, the lowest slowdown of the fleet's models) and keeps the default run's timelines "
                     "for the rest, which is exact: without such an input the changed term is zero in both runs. "
-                    "The defaults are not tuned on this fleet: xid_beta 5e-3 (two non-quarantining XIDs within "
-                    "hours degrade, one does not; a quarantining XID is counted once, by the aftershock term) and "
-                    "thermal_beta 2e-4 are priors; the variants show what halving the XID weight or the thermal "
-                    "weight costs. Neither term is ""in the Calchas replay (no XIDs, no temperatures): section (a) does not depend on them."),
+                    "Two defaults were changed after earlier runs of this fleet, and say so: the XID frequency now "
+                    "counts each non-quarantining system or hardware XID 1 (was: system 1/2, and quarantining XIDs "
+                    "counted again beside their burst), with xid_beta 5e-3 unchanged, so two such XIDs within hours "
+                    "degrade and one does not (the earlier weighting caught 47 % of the XID-burst precursors); "
+                    "thermal_beta went from 2e-4 to 1e-4 (drift alone degrades from about 8 degC past "
+                    "thermal_drift_c and cannot quarantine before the hardware slowdown rule acts; 2e-4 quarantined "
+                    "GPUs whose fans failed and caught no failure earlier). The variants show what halving the XID "
+                    "weight, or the earlier thermal weight, changes. Neither term is "
+                    "in the Calchas replay (no XIDs, no temperatures): section (a) does not depend on them."),
             "variants": tuning_rows,
         },
         "config": dataclasses.asdict(config),

@@ -54,9 +54,9 @@ def test_estimate_adds_the_drivers_and_names_them() -> None:
     assert est.expected["ce_rate"] == pytest.approx(0.07465, abs=1e-4)
     assert est.risk == pytest.approx(1 - math.exp(-(1.3714 + 0.07465)), abs=1e-3)
     assert est.drivers == ("ue_recurrence",)      # the CE part is under a tenth of the total
-    # thermal drift 12 degC: 168 * 2e-4 * (12 - 5) = 0.2352 -> 1 - e^-0.2352 = 0.2096
+    # thermal drift 12 degC: 168 * 1e-4 * (12 - 5) = 0.1176 -> 1 - e^-0.1176 = 0.1109
     hot = estimate(bursts_hours_since=[], ce_fast=0, ce_slow=0, xid_sum=0, drift_c=12.0, m=M)
-    assert hot.risk == pytest.approx(0.2096, abs=1e-4) and hot.drivers == ("thermal_drift",)
+    assert hot.risk == pytest.approx(0.1109, abs=1e-4) and hot.drivers == ("thermal_drift",)
     # three hardware XIDs just now: r_x = 3/24 -> 168 * 5e-3 * 0.125 = 0.105 -> risk 0.0997
     xid = estimate(bursts_hours_since=[], ce_fast=0, ce_slow=0, xid_sum=3.0, drift_c=0.0, m=M)
     assert xid.risk == pytest.approx(1 - math.exp(-0.105), abs=1e-4)

@@ -28,7 +28,7 @@ def test_every_health_knob_says_how_it_scales_with_time(group: type) -> None:
     ("states.xid_hold_s", "duration", 6.25),
     ("states.stale_after_s", "fixed", 300.0),  # the telemetry's arrival is wall-clock either way
     ("risk.horizon_h", "duration", 168 / 576),
-    ("risk.thermal_beta", "rate", 2e-4 * 576),
+    ("risk.thermal_beta", "rate", 1e-4 * 576),
     ("score.pcie_degrade_per_min", "rate", 8 * 576),
     ("risk.ce_beta", "fixed", 5e-5),
 ])

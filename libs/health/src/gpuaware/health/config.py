@@ -114,8 +114,11 @@ class RiskModel:
     thermal_slow_tau_h: float = 24.0
     thermal_drift_c: float = 5.0
     """a short-term mean temperature this far above the long-term one is drift"""
-    thermal_beta: float = 2e-4
-    """hazard per hour per degree of drift beyond ``thermal_drift_c``"""
+    thermal_beta: float = 1e-4
+    """hazard per hour per degree of drift beyond ``thermal_drift_c``: drift alone degrades (from about
+    8 degC beyond it) and cannot quarantine below about 46 degC beyond it, where the hardware slowdown
+    rule has long taken the GPU out anyway; 2e-4 quarantined 6 % of the simulated fleet's GPUs whose
+    fans failed (bench/results/health.json, ``fleet.tuning``), with no failure caught earlier"""
 
     def validate(self) -> None:
         for name in ("horizon_h", "aftershock_c_h", "ce_fast_tau_h", "ce_slow_tau_h", "xid_tau_h",

@@ -38,7 +38,7 @@ The arithmetic (times in hours, ``H`` the horizon, ``RiskModel`` holds every con
    1 h and 24 h); ``lambda_thermal = beta_thermal * max(0, d - drift_c)``, counted only while the
    GPU is within ``ScoreRules.headroom_ok_c`` of its slowdown temperature: a GPU warming from idle to
    full load far below it is working, not drifting. E.g. 12 degC of drift near the limit:
-   168 * 2e-4 * (12 - 5) = 0.235 expected, risk 0.21.
+   168 * 1e-4 * (12 - 5) = 0.118 expected, risk 0.11.
 
 The rates of 1, 3 and 4 are taken as constant over the horizon, so
 
