@@ -46,6 +46,9 @@ bench-loop: $(STAMP)
 bench-health: $(STAMP)
 	$(PY) bench/health.py
 
+bench-fairness: $(STAMP)
+	$(PY) bench/fairness.py
+
 bench-extender: $(STAMP)
 	$(PY) bench/extender.py
 
