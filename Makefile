@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv demo test lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-extender clean up down
+.PHONY: venv demo test lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-extender bench-fairness clean up down
 
 venv: $(STAMP)
 
