@@ -238,3 +238,39 @@ async def test_core_publish_reaches_core_subscribers(nc, names: Names) -> None:
     await bus.publish_core(nc, channel, Sample(id="c", gpu="g", util=3.0))
     await eventually(lambda: len(got) == 1, what="core message")
     assert got == [Sample(id="c", gpu="g", util=3.0)]
+
+
+async def test_another_version_of_the_subject_is_dead_lettered_with_the_reason_not_left_unread(
+        nc, js, names: Names) -> None:
+    # binder.pod.pending.v2 was stored and never consumed nor dead-lettered (issue 16): the durable of a
+    # v1 channel filters on every version of its subject, and a foreign version is a dead letter
+    family = f"test.{names.token}.pods"
+    v1 = bus.Channel(f"{family}.v1", Sample, id_of=lambda s: s.id)
+    await bus.ensure_stream(js, bus.SimpleStreamSpec(name=names.stream, subjects=(f"{family}.>",)))
+    try:
+        dead = await collect_dead_letters(nc, f"{family}.v2")
+        await js.publish(f"{family}.v2", b'{"id": "new", "gpu": "g", "util": 1.0}')
+        await bus.publish(js, v1, Sample(id="old", gpu="g", util=2.0))
+        handled: list[Sample] = []
+
+        async def handle(msg: Sample, ctx: bus.Delivery) -> None:
+            handled.append(msg)
+
+        async with await bus.subscribe_durable(js, v1, names.durable(), handle) as consumer:
+            await eventually(lambda: consumer.stats.processed == 1 and len(dead) == 1, what="1 handled, 1 dead")
+            info = await js.consumer_info(names.stream, names.durable())
+        assert [m.id for m in handled] == ["old"]
+        assert dead[0].headers[HEADER_REASON] == (f"decode error: version v2 of {family} is not supported here "
+                                                  "(this consumer reads v1)")
+        assert info.config.filter_subject == f"{family}.*" and info.num_pending == 0 and info.num_ack_pending == 0
+    finally:
+        await js.delete_stream(names.stream)
+
+
+def test_a_channel_filters_on_any_version_and_names_a_foreign_one() -> None:
+    ch = bus.Channel("telemetry.gpu.sampled.v1", Sample).at("c1", "node-a")
+    assert ch.any_version == "telemetry.gpu.sampled.*.c1.node-a"
+    assert ch.foreign_version("telemetry.gpu.sampled.v1.c1.node-a") is None
+    assert ch.foreign_version("telemetry.gpu.sampled.v3.c1.node-a") == (
+        "version v3 of telemetry.gpu.sampled is not supported here (this consumer reads v1)")
+    assert bus.Channel("quota.admit", Sample).any_version == "quota.admit"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -27,6 +28,7 @@ T = TypeVar("T")
 ENCODER = msgspec.json.Encoder()
 
 DecodeFailure = (msgspec.DecodeError, msgspec.ValidationError)
+_VERSION = re.compile(r"^v[0-9]+$")
 """What decoding raises for garbage bytes (DecodeError) or schema-violating JSON (ValidationError,
 a subclass of DecodeError, listed for clarity)."""
 
@@ -70,6 +72,30 @@ class Channel(Generic[T]):
             if not t or "." in t or " " in t:
                 raise ValueError(f"invalid subject token {t!r}")
         return Channel(".".join((self.subject, *tokens)), self.type, self.id_of)
+
+    @property
+    def any_version(self) -> str:
+        """The subject with its version token (``v1``) as a wildcard: what a durable consumer filters
+        on, so a message of another version reaches the consumer and is dead-lettered with the reason
+        instead of lying in the stream unread (no version token: the subject itself)."""
+        return ".".join("*" if _VERSION.match(t) else t for t in self.subject.split("."))
+
+    def foreign_version(self, subject: str) -> str | None:
+        """Why a message on ``subject`` is not this channel's version, or None when it is."""
+        mine = [(i, t) for i, t in enumerate(self.subject.split(".")) if _VERSION.match(t)]
+        theirs = subject.split(".")
+        for i, v in mine:
+            if i < len(theirs) and theirs[i] != v and theirs[i] != "*":
+                family = ".".join(theirs[:i])
+                return f"version {theirs[i]} of {family} is not supported here (this consumer reads {v})"
+        return None
+
+    def decode_on(self, subject: str, payload: bytes) -> T:
+        """``decode`` for a message received on ``subject``: another version raises ValidationError."""
+        why = self.foreign_version(subject)
+        if why is not None:
+            raise msgspec.ValidationError(why)
+        return self.decoder.decode(payload)
 
     def encode(self, msg: T) -> bytes:
         return ENCODER.encode(msg)

@@ -277,7 +277,7 @@ class DurableConsumer(Generic[T]):
             "messaging.nats.delivery_attempt": delivery.attempt,
         }) as span:
             try:
-                value = self.channel.decode(msg.data)
+                value = self.channel.decode_on(msg.subject, msg.data)
             except DecodeFailure as exc:
                 self.stats.decode_errors += 1
                 _fail(span, exc)
@@ -362,7 +362,8 @@ async def subscribe_durable(
     """Consume `channel` through the durable pull consumer `durable` and return it running.
 
     `stream` defaults to the stream capturing the channel's subject. With `manage` the consumer is
-    declared (created or updated, filtered on the channel's subject) from the keyword arguments;
+    declared (created or updated, filtered on the channel's subject in any version, so another
+    version is dead-lettered with the reason, not left unread) from the keyword arguments;
     without it an existing consumer is bound as is. `batch` messages are pulled at a time, waiting
     up to `poll` seconds; `concurrency` handlers run at once (1 keeps the stream's order).
     """
@@ -382,7 +383,7 @@ async def start_consumer(cls: Any, js: JetStreamContext, channel: Channel[Any], 
         raise ValueError("batch and concurrency must be >= 1 and poll > 0")
     if stream is None:
         stream = await js.find_stream_name_by_subject(channel.subject)
-    spec = ConsumerSpec(durable=durable, filter_subject=channel.subject, ack_wait=ack_wait,
+    spec = ConsumerSpec(durable=durable, filter_subject=channel.any_version, ack_wait=ack_wait,
                         max_deliver=max_deliver, backoff=tuple(backoff), max_ack_pending=max_ack_pending,
                         deliver_policy=deliver_policy)
     consumer = cls(js, channel, handler, stream=stream, spec=spec, manage=manage, batch=batch, poll=poll,

@@ -107,7 +107,7 @@ class PipelinedConsumer(DurableConsumer[T]):
             "messaging.nats.delivery_attempt": delivery.attempt,
         }) as span:
             try:
-                value = self.channel.decode(msg.data)
+                value = self.channel.decode_on(msg.subject, msg.data)
             except DecodeFailure as exc:
                 self.stats.decode_errors += 1
                 _fail(span, exc)
