@@ -5,20 +5,53 @@ Thin on purpose (the rules live in ``objects`` and ``watch``): Binding and Evict
 models cannot read (the Binding quirk, kubernetes-client/python #547 / #825: deserialising fails
 *after* the bind succeeded, and a retry would then get 409). Errors the client raises as
 ``ApiException`` are read by the same rules as a success.
+
+Every function declares the RBAC rules it needs (``@needs``; ``RULES`` maps function name -> rules):
+the chart's Role for a service must grant exactly the union over the functions the service calls,
+which tests/helm checks by reading the services' code.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from gpuaware.k8s.objects import BindOutcome, bind_outcome, binding, eviction
 
-__all__ = ["EvictOutcome", "bind", "core_api", "evict", "post_event"]
+__all__ = [
+    "RULES",
+    "EvictOutcome",
+    "Rule",
+    "bind",
+    "core_api",
+    "evict",
+    "lease_get",
+    "lease_write",
+    "needs",
+    "node_source",
+    "patch_pod_annotations",
+    "pod_source",
+    "post_event",
+    "read_claim",
+]
+
+Rule = tuple[str, str, str]
+"""(API group, resource[/subresource], verb)"""
+RULES: dict[str, tuple[Rule, ...]] = {}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def needs(*rules: Rule) -> Callable[[F], F]:
+    def mark(fn: F) -> F:
+        RULES[fn.__name__] = rules
+        return fn
+
+    return mark
 
 
 def core_api(kubeconfig: str | None = None, host: str | None = None) -> client.CoreV1Api:
@@ -35,6 +68,7 @@ def core_api(kubeconfig: str | None = None, host: str | None = None) -> client.C
     return client.CoreV1Api()
 
 
+@needs(("", "pods/binding", "create"))
 def bind(api: client.CoreV1Api, namespace: str, name: str, uid: str, node: str,
          annotations: Mapping[str, str] | None = None) -> BindOutcome:
     """Create the pod's Binding to `node` (see ``objects.bind_outcome`` for how answers read)."""
@@ -55,6 +89,7 @@ class EvictOutcome:
     FAILED = "failed"
 
 
+@needs(("", "pods/eviction", "create"))
 def evict(api: client.CoreV1Api, namespace: str, name: str, uid: str,
           grace_period_s: int | None = None) -> tuple[str, str]:
     """Evict through the Eviction API (PDBs respected by the apiserver). Returns (outcome, message)."""
@@ -77,5 +112,92 @@ def evict(api: client.CoreV1Api, namespace: str, name: str, uid: str,
     return EvictOutcome.FAILED, msg or f"HTTP {status}"
 
 
+@needs(("", "events", "create"))
 def post_event(api: client.CoreV1Api, body: Any) -> None:
     api.create_namespaced_event(body.metadata.namespace, body)
+
+
+@needs(("", "pods", "patch"))
+def patch_pod_annotations(api: client.CoreV1Api, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+    """Merge-patch the pod's annotations (None removes one): the checkpoint handshake."""
+    api.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": dict(annotations)}})
+
+
+def _source(list_call: Callable[..., Any], **selectors: Any) -> tuple[
+        Callable[[], tuple[list[dict[str, Any]], str]], Callable[[str], Iterator[dict[str, Any]]]]:
+    """(list_fn, watch_fn) for ``watch.run_watch``, reading raw JSON (no model round trip)."""
+
+    def list_fn() -> tuple[list[dict[str, Any]], str]:
+        items: list[dict[str, Any]] = []
+        cont = None
+        while True:
+            resp = list_call(limit=500, _continue=cont, _preload_content=False, **selectors)
+            data = json.loads(resp.data)
+            items += data.get("items") or []
+            cont = (data.get("metadata") or {}).get("continue")
+            if not cont:
+                return items, data["metadata"]["resourceVersion"]
+
+    def watch_fn(rv: str) -> Iterator[dict[str, Any]]:
+        resp = list_call(watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=300,
+                         _preload_content=False, **selectors)
+        try:
+            for line in iter_resp_lines(resp):
+                if line:
+                    yield json.loads(line)
+        finally:
+            resp.release_conn()
+
+    return list_fn, watch_fn
+
+
+@needs(("", "pods", "list"), ("", "pods", "watch"))
+def pod_source(api: client.CoreV1Api, scheduler_name: str) -> tuple[Any, Any]:
+    """Pods of our scheduler, in every namespace."""
+    return _source(api.list_pod_for_all_namespaces, field_selector=f"spec.schedulerName={scheduler_name}")
+
+
+@needs(("", "nodes", "list"), ("", "nodes", "watch"))
+def node_source(api: client.CoreV1Api) -> tuple[Any, Any]:
+    return _source(api.list_node)
+
+
+@needs(("resource.k8s.io", "resourceclaims", "get"), ("resource.k8s.io", "resourceclaimtemplates", "get"))
+def read_claim(namespace: str, name: str, *, template: bool, api: Any = None) -> dict[str, Any] | None:
+    """A DRA ResourceClaim (or template) as JSON, None when absent."""
+    api = api or client.ResourceV1Api()
+    call = api.read_namespaced_resource_claim_template if template else api.read_namespaced_resource_claim
+    try:
+        return json.loads(call(name, namespace, _preload_content=False).data)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+@needs(("coordination.k8s.io", "leases", "get"))
+def lease_get(namespace: str, name: str, api: Any = None) -> dict[str, Any] | None:
+    api = api or client.CoordinationV1Api()
+    try:
+        return json.loads(api.read_namespaced_lease(name, namespace, _preload_content=False).data)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+@needs(("coordination.k8s.io", "leases", "create"), ("coordination.k8s.io", "leases", "update"))
+def lease_write(step: Any, api: Any = None) -> bool:
+    """Carry out a ``leader.decide`` step; False when another candidate won the race (409)."""
+    api = api or client.CoordinationV1Api()
+    body = step.body
+    try:
+        if step.action == "create":
+            api.create_namespaced_lease(body.metadata.namespace, body)
+        elif step.action in ("renew", "take"):
+            api.replace_namespaced_lease(body.metadata.name, body.metadata.namespace, body)
+        return step.action != "wait"
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise

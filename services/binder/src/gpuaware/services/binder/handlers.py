@@ -107,6 +107,15 @@ class WorldLoop:
         await asyncio.wait([self._task])
 
 
+def _default_world(settings: BinderSettings, source: str) -> World:
+    if settings.world == "kubernetes":
+        from gpuaware.k8s.api import core_api
+        from gpuaware.services.binder.kube_world import KubeWorld
+
+        return KubeWorld(core_api(), cluster=settings.cluster, source=source)  # type: ignore[return-value]
+    return build_world(settings, source=source)
+
+
 def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = None,
                on_binder: Callable[[Binder], None] | None = None) -> Mount:
     """A ``mount`` for ``run_service``; tests pass their own world (and get the ``Binder`` back)."""
@@ -114,7 +123,7 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
     async def mount_binder(ctx: ServiceContext) -> list[bus.Endpoint]:
         settings: BinderSettings = ctx.settings  # type: ignore[assignment]
         source = f"{settings.service_name}/{ctx.instance_id}"
-        world = (world_factory or (lambda s, src: build_world(s, source=src)))(settings, source)
+        world = (world_factory or _default_world)(settings, source)
         binder = Binder(world, JetStreamOutbox(ctx.js, settings.publish_timeout_s), source=source,
                         checkpoint_deadline_s=settings.checkpoint_deadline_s,
                         checkpoint_min_wait_s=settings.checkpoint_min_wait_s,

@@ -20,8 +20,9 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     prefix: ClassVar[str] = "GPUAWARE_BINDER_"
 
     service_name: str = "binder"
-    world: Literal["twin"] = "twin"
-    """which world the decisions are applied to (the Kubernetes world arrives with its own issue)"""
+    world: Literal["twin", "kubernetes"] = "twin"
+    """which world the decisions are applied to: the digital twin, or a real cluster (``kube_world``:
+    in-cluster config in a pod, else ``KUBECONFIG``)"""
     durable: str = "binder"
     """durable consumer of placement decisions (its checkpoint-answer consumer is ``<durable>-checkpoints``)"""
 

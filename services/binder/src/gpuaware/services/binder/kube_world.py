@@ -1,0 +1,193 @@
+"""Kubernetes as the binder's world: two watches in, Binding / Eviction / annotations out.
+
+The rules live in ``gpuaware.k8s`` (translation, the watch state machine, the mirror that turns
+changes into exactly-once contract events, the Binding quirk); this module runs them:
+
+- ``run`` starts a pod watch (pods with our ``schedulerName``, every namespace) and a node watch, each
+  ``gpuaware.k8s.watch.run_watch`` in a thread (the official client is synchronous), hands their
+  changes to the event loop through a queue, feeds the mirror and publishes what it says (pending pods,
+  finished pods, checkpoint answers). A pod the translation refuses gets a Warning Event saying why.
+- ``bind`` creates the Binding with the GPU-assignment annotations (HAMi-core for fractions, MIG
+  resource names, device UUIDs) merged in the same write, and an Event (``Scheduled`` or
+  ``FailedScheduling`` with the reason).
+- ``evict`` uses the Eviction API: a PodDisruptionBudget that forbids it now is a transient refusal.
+- ``request_checkpoint`` writes the handshake annotations (request time, deadline); the victim answers
+  by setting ``gpuaware.io/checkpoint-completed`` and the pod watch brings the answer back.
+
+Selected with ``GPUAWARE_BINDER_WORLD=kubernetes`` (in-cluster config in a pod, else ``KUBECONFIG``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuaware.k8s import api
+from gpuaware.k8s.mirror import KubeMirror
+from gpuaware.k8s.objects import assignment_annotations, checkpoint_annotations, event
+from gpuaware.k8s.translate import SCHEDULER_NAME, is_ours
+from gpuaware.k8s.watch import Change, Watcher, run_watch
+from gpuaware.schemas import (
+    CheckpointRequested,
+    PlacementDecided,
+    PlannedPreemption,
+    PodBound,
+    PodPending,
+    PodPreempted,
+    WorldSnapshotReply,
+    WorldSnapshotRequest,
+)
+from gpuaware.services.binder.world import Emit, PodStateName, WorldRefused
+
+__all__ = ["KubeWorld"]
+
+log = logging.getLogger(__name__)
+
+
+def _ours_or_bound(pod: Any) -> bool:
+    """Track our pods through their whole life (pending, bound, finished), not only while pending."""
+    return (pod.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME or is_ours(pod)
+
+
+class KubeWorld:
+    kind = "kubernetes"
+
+    def __init__(self, core: Any, *, cluster: str, source: str = "binder/k8s", resync_s: float = 300.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.core = core
+        self.cluster = cluster
+        self.source = source
+        self.clock = clock
+        self.mirror = KubeMirror(cluster=cluster, source=source)
+        self.resync_s = resync_s
+        self._warned: set[tuple[str, str]] = set()
+
+    def now(self) -> float:
+        return self.clock()
+
+    def wall_seconds(self, world_seconds: float) -> float:
+        return world_seconds
+
+    # -- the watches -----------------------------------------------------------------------------
+
+    async def run(self, emit: Emit, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Change]] = asyncio.Queue()
+        halt = threading.Event()
+
+        def start(kind: str, source: tuple[Any, Any], keep: Callable[[Any], bool]) -> threading.Thread:
+            w = Watcher(keep=keep, resync_s=self.resync_s)
+
+            def handle(ch: Change) -> None:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, ch))
+
+            t = threading.Thread(target=run_watch, name=f"watch {kind}", daemon=True,
+                                 args=(w, source[0], source[1], handle, halt.is_set, self.clock,
+                                       lambda n: halt.wait(min(30.0, 0.5 * 2 ** n))))
+            t.start()
+            return t
+
+        start("node", api.node_source(self.core), lambda _n: True)
+        start("pod", api.pod_source(self.core, SCHEDULER_NAME), _ours_or_bound)
+        try:
+            while not stop.is_set():
+                try:
+                    kind, ch = await asyncio.wait_for(queue.get(), timeout=0.5)
+                except TimeoutError:
+                    continue
+                if kind == "node":
+                    self.mirror.on_node(ch)
+                    continue
+                for ev, msg_id in self.mirror.on_pod(ch, self.clock()):
+                    await emit(ev, msg_id)
+                reason = self.mirror.refused.get(ch.uid)
+                if reason is not None and (ch.uid, reason) not in self._warned:
+                    self._warned.add((ch.uid, reason))
+                    meta = ch.obj["metadata"]
+                    await self._event(meta.get("namespace") or "default", meta["name"], ch.uid, "InvalidGpuRequest",
+                                      reason, "Warning")
+        finally:
+            halt.set()
+
+    async def _event(self, namespace: str, name: str, uid: str, reason: str, message: str,
+                     type_: str = "Normal") -> None:
+        body = event(namespace=namespace, pod_name=name, pod_uid=uid, reason=reason, message=message,
+                     now=self.clock(), type_=type_, component="gpuaware-binder")
+        try:
+            await asyncio.to_thread(api.post_event, self.core, body)
+        except Exception as exc:  # an Event is advice: never fail a bind over it
+            log.warning("event %s for %s/%s not posted: %s", reason, namespace, name, exc)
+
+    # -- the world's questions -----------------------------------------------------------------
+
+    async def state(self, pod_uid: str) -> PodStateName:
+        return self.mirror.state(pod_uid)  # type: ignore[return-value]
+
+    async def bound(self, pod_uid: str) -> PodBound | None:
+        return self.mirror.bound(pod_uid)
+
+    async def checkpointable(self, pod_uid: str) -> bool:
+        p = self.mirror.pending_of_bound(pod_uid)
+        return bool(p and p.checkpointable)
+
+    async def snapshot(self, request: WorldSnapshotRequest) -> WorldSnapshotReply:
+        return self.mirror.snapshot(request, self.clock())
+
+    async def requeue(self, pod_uid: str) -> PodPending | None:
+        return self.mirror.requeue(pod_uid, self.clock())
+
+    # -- acting ----------------------------------------------------------------------------------
+
+    async def bind(self, decision: PlacementDecided) -> PodBound:
+        pod = self.mirror.pods.get(decision.pod_uid)
+        if pod is None:
+            raise WorldRefused("unknown_pod", f"pod {decision.namespace}/{decision.pod_name} is not known",
+                               transient=False)
+        ann = assignment_annotations(decision.node, decision.slices, pod=pod, decision_id=decision.decision_id,
+                                     now=self.clock())
+        out = await asyncio.to_thread(api.bind, self.core, decision.namespace, decision.pod_name, decision.pod_uid,
+                                      decision.node, ann)
+        if not out.ok:
+            await self._event(decision.namespace, decision.pod_name, decision.pod_uid, "FailedScheduling",
+                              f"binding to {decision.node} refused: {out.message or out.reason}", "Warning")
+            raise WorldRefused(out.reason, out.message, transient=out.transient)
+        gpus = ", ".join(s.gpu_uuid for s in decision.slices)
+        await self._event(decision.namespace, decision.pod_name, decision.pod_uid, "Scheduled",
+                          f"Successfully assigned {decision.namespace}/{decision.pod_name} to {decision.node}"
+                          + (f" (GPUs {gpus})" if gpus else ""))
+        now = self.clock()
+        return PodBound(source=self.source, emitted_at=now, cluster=self.cluster, pod_uid=decision.pod_uid,
+                        pod_name=decision.pod_name, namespace=decision.namespace, node=decision.node,
+                        slices=decision.slices, bound_at=now, decision_id=decision.decision_id, queue=decision.queue)
+
+    async def evict(self, victim: PlannedPreemption, *, checkpointed: bool,
+                    decision: PlacementDecided) -> tuple[PodPreempted, PodPending | None]:
+        b = self.mirror.bound(victim.pod_uid)
+        if b is None or b.node != victim.node:
+            raise WorldRefused("victim_moved", f"pod {victim.pod_uid} is not bound to {victim.node}", transient=False)
+        outcome, msg = await asyncio.to_thread(api.evict, self.core, victim.namespace, victim.pod_name,
+                                               victim.pod_uid, int(victim.grace_period_s))
+        if outcome == api.EvictOutcome.BLOCKED:
+            raise WorldRefused("disruption_budget", msg, transient=True)
+        if outcome == api.EvictOutcome.GONE:
+            raise WorldRefused("unknown_pod", msg, transient=False)
+        if outcome != api.EvictOutcome.EVICTED:
+            raise WorldRefused("eviction_failed", msg, transient=True)
+        await self._event(victim.namespace, victim.pod_name, victim.pod_uid, "Preempted",
+                          f"evicted for {decision.namespace}/{decision.pod_name} ({victim.reason})", "Warning")
+        now = self.clock()
+        return PodPreempted(source=self.source, emitted_at=now, cluster=self.cluster, pod_uid=victim.pod_uid,
+                            pod_name=victim.pod_name, namespace=victim.namespace, node=victim.node,
+                            reason=victim.reason, preempted_at=now, decision_id=decision.decision_id,
+                            preemptor_pod_uid=decision.pod_uid, checkpointed=checkpointed, requeued=False,
+                            slices=b.slices), None
+
+    async def request_checkpoint(self, request: CheckpointRequested) -> None:
+        self.mirror.pending_checkpoints[request.pod_uid] = request.request_id
+        now = self.clock()
+        await asyncio.to_thread(api.patch_pod_annotations, self.core, request.namespace, request.pod_name,
+                                checkpoint_annotations(now + request.deadline_s, now))

@@ -1,0 +1,209 @@
+"""The binder's Kubernetes world over HTTP: the official client lists and watches a loopback server
+that replays recorded objects, the mirror turns them into exactly-once contract events, and bind /
+evict / checkpoint requests go out as the apiserver expects them."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+from conftest import load, node
+
+from gpuaware.k8s import api
+from gpuaware.k8s.mirror import KubeMirror
+from gpuaware.k8s.objects import ASSIGNED
+from gpuaware.k8s.watch import Change
+from gpuaware.schemas import (
+    CheckpointAcknowledged,
+    CheckpointRequested,
+    GpuSlice,
+    PlacementDecided,
+    PlannedPreemption,
+    PodFinished,
+    PodPending,
+    WorldSnapshotRequest,
+)
+from gpuaware.services.binder.kube_world import KubeWorld
+from gpuaware.services.binder.world import WorldRefused
+
+
+def _pod(uid: str, rv: str = "1", **spec: Any) -> dict[str, Any]:
+    p = copy.deepcopy(load("extender/object-pod-pending.json"))
+    p["metadata"].update(uid=uid, name=f"p-{uid}", resourceVersion=rv)
+    p["spec"]["schedulerName"] = "gpuaware"
+    p["spec"].update(spec)
+    return p
+
+
+def test_mirror_announces_once_and_reports_finishes() -> None:
+    m = KubeMirror(cluster="c", source="t")
+    m.on_node(Change("added", node("gpu-node-07")))
+    out = m.on_pod(Change("added", _pod("a")), now=10.0)
+    assert [(type(e).__name__, i) for e, i in out] == [("PodPending", "c/pending/a/0")]
+    assert m.on_pod(Change("modified", _pod("a", "2")), now=11.0) == []  # same attempt: said once
+    re = m.requeue("a", now=12.0)
+    assert re is not None and re.attempt == 1
+    bound = _pod("a", "3", nodeName="gpu-node-07")
+    bound["metadata"]["annotations"][ASSIGNED.GPU_UUIDS] = "gpu-node-07/gpu0,gpu-node-07/gpu1"
+    bound["metadata"]["annotations"][ASSIGNED.DECISION] = "c/a/1"
+    m.on_pod(Change("modified", bound), now=13.0)
+    assert m.state("a") == "bound"
+    b = m.bound("a")
+    assert b is not None and [s.gpu_index for s in b.slices] == [0, 1] and b.decision_id == "c/a/1"
+    snap = m.snapshot(WorldSnapshotRequest(source="t", emitted_at=0.0), now=14.0)
+    assert [n.name for n in snap.nodes] == ["gpu-node-07"] and len(snap.nodes[0].gpus) == 8
+    assert [p.pod_uid for p in snap.pods] == ["a"] and snap.pods[0].cpu_milli == 16000
+    done = copy.deepcopy(bound)
+    done["status"]["phase"] = "Succeeded"
+    out = m.on_pod(Change("modified", done), now=15.0)
+    assert [(type(e).__name__, i) for e, i in out] == [("PodFinished", "c/finished/a")]
+    assert m.on_pod(Change("deleted", done), now=16.0) == []  # finished already said
+    assert m.state("a") == "finished"
+
+
+def test_mirror_refuses_bad_annotation_and_reads_checkpoint_answer() -> None:
+    m = KubeMirror(cluster="c", source="t")
+    bad = _pod("b")
+    bad["metadata"]["annotations"]["gpuaware.io/topology"] = "same-planet"
+    assert m.on_pod(Change("added", bad), now=1.0) == []
+    assert "same-planet" in m.refused["b"]
+    m.pending_checkpoints["v"] = "req-1"
+    victim = _pod("v", nodeName="gpu-node-07")
+    victim["metadata"]["annotations"][ASSIGNED.CHECKPOINT_DONE] = "true"
+    out = m.on_pod(Change("modified", victim), now=2.0)
+    assert len(out) == 1 and isinstance(out[0][0], CheckpointAcknowledged)
+    assert out[0][1] == "c/checkpoint-ack/req-1/completed"
+
+
+class _Api(BaseHTTPRequestHandler):
+    """A loopback apiserver for one test: LIST and WATCH replay recorded objects; POSTs are kept."""
+
+    pods: ClassVar[list[dict[str, Any]]] = []
+    nodes: ClassVar[list[dict[str, Any]]] = []
+    posts: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+    patches: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+    answers: ClassVar[dict[str, tuple[int, dict[str, Any]]]] = {}
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlparse(self.path)
+        q = urllib.parse.parse_qs(url.query)
+        items = type(self).pods if url.path == "/api/v1/pods" else type(self).nodes
+        if q.get("watch") == ["true"]:
+            lines = b"".join(json.dumps({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}})
+                             .encode() + b"\n" for _ in range(1))
+            return self._send(200, lines)
+        self._send(200, json.dumps({"kind": "List", "metadata": {"resourceVersion": "10"}, "items": items}).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        type(self).posts.append((self.path, body))
+        status, data = type(self).answers.get(self.path.rsplit("/", 1)[-1],
+                                              (201, {"kind": "Status", "status": "Success", "code": 201}))
+        self._send(status, json.dumps(data).encode())
+
+    def do_PATCH(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        type(self).patches.append((self.path, body))
+        self._send(200, json.dumps(_pod("v")).encode())
+
+    def log_message(self, *_a: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def kube() -> Iterator[Any]:
+    _Api.pods, _Api.nodes, _Api.posts, _Api.patches, _Api.answers = [], [], [], [], {}
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield api.core_api(host=f"http://127.0.0.1:{srv.server_address[1]}")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _decision(uid: str, node_name: str, victims: tuple[PlannedPreemption, ...] = ()) -> PlacementDecided:
+    return PlacementDecided(source="p", emitted_at=0.0, cluster="c", decision_id=f"c/{uid}/0", pod_uid=uid,
+                            pod_name=f"p-{uid}", namespace="ml-team-a", node=node_name,
+                            slices=(GpuSlice(gpu_uuid="GPU-x", gpu_index=0, gpu_milli=300, memory_mib=10000),),
+                            policy="GpuAware", score=50.0, decided_at=0.0, preemptions=victims)
+
+
+async def test_kube_world_watches_binds_evicts(kube: Any) -> None:
+    _Api.nodes = [node("gpu-node-07")]
+    frac = _pod("a")
+    res = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1", "nvidia.com/gpucores": "30",
+           "nvidia.com/gpumem": "10000"}
+    frac["spec"]["containers"][0]["resources"] = {"limits": res, "requests": res}
+    victim = _pod("v", nodeName="gpu-node-07")
+    victim["metadata"]["annotations"][ASSIGNED.GPU_UUIDS] = "gpu-node-07/gpu3"
+    _Api.pods = [frac, victim]
+    world = KubeWorld(kube, cluster="c", clock=lambda: 1000.0)
+    emitted: list[tuple[Any, str]] = []
+    stop = asyncio.Event()
+
+    async def emit(ev: Any, msg_id: str) -> None:
+        emitted.append((ev, msg_id))
+
+    async def stopper() -> None:  # both LISTs applied (each watch runs on its own thread)
+        while not (len(world.mirror.pods) == 2 and world.mirror.nodes and emitted):
+            await asyncio.sleep(0.02)
+        stop.set()
+
+    await asyncio.wait_for(asyncio.gather(world.run(emit, stop), stopper()), timeout=30)
+    assert [(type(e).__name__, i) for e, i in emitted] == [("PodPending", "c/pending/a/0")]
+    pending: PodPending = emitted[0][0]
+    assert (pending.gpu_milli, pending.gpu_memory_mib) == (300, 10000)
+    assert await world.state("a") == "pending" and await world.state("v") == "bound"
+
+    bound = await world.bind(_decision("a", "gpu-node-07"))
+    assert bound.node == "gpu-node-07" and bound.slices[0].gpu_milli == 300
+    path, body = next(p for p in _Api.posts if p[0].endswith("/binding"))
+    assert path == "/api/v1/namespaces/ml-team-a/pods/p-a/binding"
+    ann = body["metadata"]["annotations"]
+    assert ann[ASSIGNED.HAMI_DEVICES] == "GPU-x,NVIDIA,10000,30:;" and ann[ASSIGNED.DECISION] == "c/a/0"
+    assert any(p[0].endswith("/events") and p[1]["reason"] == "Scheduled" for p in _Api.posts)
+
+    _Api.answers["binding"] = (409, load("binding/binding-response-409-already-assigned.json"))
+    with pytest.raises(WorldRefused) as exc:
+        await world.bind(_decision("a", "gpu-node-07"))
+    assert exc.value.reason == "bound_elsewhere" and not exc.value.transient
+
+    plan = PlannedPreemption(pod_uid="v", pod_name="p-v", namespace="ml-team-a", node="gpu-node-07",
+                             reason="priority", grace_period_s=30.0)
+    _Api.answers["eviction"] = (429, {"kind": "Status", "code": 429, "message": "would violate the disruption budget"})
+    with pytest.raises(WorldRefused) as exc:
+        await world.evict(plan, checkpointed=False, decision=_decision("a", "gpu-node-07", (plan,)))
+    assert exc.value.reason == "disruption_budget" and exc.value.transient
+    _Api.answers.pop("eviction")
+    pre, again = await world.evict(plan, checkpointed=False, decision=_decision("a", "gpu-node-07", (plan,)))
+    assert pre.pod_uid == "v" and again is None and [s.gpu_uuid for s in pre.slices] == ["gpu-node-07/gpu3"]
+
+    await world.request_checkpoint(CheckpointRequested(
+        source="b", emitted_at=0.0, cluster="c", request_id="req-1", pod_uid="v", pod_name="p-v",
+        namespace="ml-team-a", node="gpu-node-07", reason="priority", deadline_s=30.0, requested_at=1000.0))
+    path, patch = _Api.patches[0]
+    assert path == "/api/v1/namespaces/ml-team-a/pods/p-v"
+    assert patch["metadata"]["annotations"][ASSIGNED.CHECKPOINT_DEADLINE] == "1970-01-01T00:17:10Z"  # 1030 s
+
+
+def test_finished_event_of_a_deleted_bound_pod() -> None:
+    m = KubeMirror(cluster="c", source="t")
+    p = _pod("d", nodeName="n1")
+    m.on_pod(Change("added", p), now=1.0)
+    out = m.on_pod(Change("deleted", p), now=2.0)
+    assert len(out) == 1 and isinstance(out[0][0], PodFinished) and out[0][0].outcome == "deleted"
