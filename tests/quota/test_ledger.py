@@ -105,3 +105,27 @@ queues:
     ledger.bind(Allocation("p", "q", Demand.of(gpus=2, gpu_milli=2000, gpu_type="A100"), started_at=0))
     assert "limit 2" in ledger.admit("q", Demand.of(gpus=1, gpu_milli=1000, gpu_type="A100"), 0).reason
     assert ledger.admit("q", Demand.of(gpus=1, gpu_milli=1000, gpu_type="T4"), 0).admitted
+
+
+def test_fair_reclaim_takes_from_the_queue_above_its_share_only_while_it_stays_better_served():
+    tree = validate("""
+capacity: {"*": {gpus: 8}}
+queues:
+  - {name: org}
+  - {name: a, parent: org}
+  - {name: b, parent: org}
+""")
+    ledger = QuotaLedger(tree)
+    for i in range(8):
+        ledger.bind(Allocation(f"a{i}", "a", gpus(1), started_at=float(i)))
+    # both ask 8: fair share 4 / 4; b holds 0 -> asks 2: after, b 2/4 = 0.5, a keeps 6/4 >= 0.5
+    plan = ledger.fair_reclaim_plan("b", gpus(2), {"a": 8000.0, "b": 8000.0}, now=100)
+    assert [v.uid for v in plan] == ["a7", "a6"]  # newest first (least progress at risk)
+    # a asking back while above its share gets nothing
+    assert ledger.fair_reclaim_plan("a", gpus(1), {"a": 8000.0, "b": 8000.0}, now=100) is None
+    # b at its share (4 of 4) does not reclaim further
+    for v in ("a7", "a6", "a5", "a4"):
+        ledger.release(v, 100)
+    for i in range(4):
+        ledger.bind(Allocation(f"b{i}", "b", gpus(1), started_at=100.0))
+    assert ledger.fair_reclaim_plan("b", gpus(1), {"a": 8000.0, "b": 8000.0}, now=200) is None

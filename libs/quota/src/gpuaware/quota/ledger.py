@@ -247,7 +247,7 @@ class QuotaLedger:
         for a in self.reclaim_order(cands, now):
             if self.room(d, freed):
                 break
-            if not self._borrowing(a.queue, taken, now):
+            if not self.borrowing(a.queue, taken, now):
                 continue
             victims.append(a)
             taken.add(a.uid)
@@ -256,7 +256,7 @@ class QuotaLedger:
             return victims, None
         return None, (min(waits) if waits else None)
 
-    def _borrowing(self, queue: str, taken: set[str], now: float) -> bool:
+    def borrowing(self, queue: str, taken: set[str], now: float) -> bool:
         """Does ``queue`` (after the pods already taken) hold more than its guarantee somewhere up its
         chain below the root? Only such pods are reclaimable."""
         chain = self.tree.ancestors(queue)
@@ -269,6 +269,40 @@ class QuotaLedger:
             if np.any((used > g) & guarded(g)):
                 return True
         return False
+
+    def fair_reclaim_plan(self, queue: str, d: Demand, demand: dict[str, float], now: float,
+                          exclude: set[str] | None = None) -> list[Allocation] | None:
+        """Above the guarantees, fairness by reclaim: a queue holding less than its water-filled fair
+        share (``fair_shares(demand)``, GPU milli) takes pods of queues above theirs, in reclaim
+        order, while the victim's queue stays at least as well served as the asker will be:
+        ``(held_v - pod) / share_v >= (held_q + asked) / share_q``. That inequality is what stops two
+        queues trading the same GPUs back and forth. None when no such plan frees enough room."""
+        exclude = exclude or set()
+        fs = self.fair_shares(demand, now)
+        mine = fs.get(queue, 0.0)
+        held = float(self.used(queue)[GPU_MILLI])
+        asked = float(d.vector[GPU_MILLI])
+        if mine <= 0 or held >= mine:
+            return None
+        after_q = (held + asked) / mine
+        taken: dict[str, float] = {}
+        victims: list[Allocation] = []
+        freed = np.zeros(len(RESOURCES), dtype=np.int64)
+        cands = [a for a in self.running.values() if a.uid not in exclude and a.queue != queue
+                 and now - a.started_at >= self.tree.specs[a.queue].min_runtime_s
+                 and (d.gpu_type == ANY_TYPE or a.demand.gpu_type == d.gpu_type)]
+        used_by = {q: float(self.used(q)[GPU_MILLI]) for q in {a.queue for a in cands}}
+        for a in self.reclaim_order(cands, now):
+            if self.room(d, freed):
+                break
+            share = fs.get(a.queue, 0.0)
+            left = used_by[a.queue] - taken.get(a.queue, 0.0) - float(a.demand.vector[GPU_MILLI])
+            if share > 0 and left / share < after_q:
+                continue
+            victims.append(a)
+            taken[a.queue] = taken.get(a.queue, 0.0) + float(a.demand.vector[GPU_MILLI])
+            freed += a.demand.vector
+        return victims if self.room(d, freed) else None
 
     # -- reporting ---------------------------------------------------------------------------
     def fair_shares(self, demand: dict[str, float], now: float | None = None) -> dict[str, float]:
