@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import msgspec
+import pytest
 from placement_service_helpers import inventory, pending
 
 from gpuaware.placement import POLICIES
@@ -74,10 +76,17 @@ def test_the_request_mix_is_learned_from_pending_pods() -> None:
     assert st.counters.scheduler_rebuilds >= 2
 
 
-def test_other_clusters_and_an_empty_view_are_not_decided() -> None:
+def test_other_clusters_and_an_empty_view_are_not_decided(caplog: pytest.LogCaptureFixture) -> None:
     st = PlacementState(cluster_name="c", source="placement/test", policy_name="DotProd",
                         policy_config=POLICIES["DotProd"])
-    assert st.on_pending(pending("other", "z")) == []
+    # a pod for a cluster this instance does not serve was acked with no word (issue 16): counted, and
+    # said once per cluster in the log
+    with caplog.at_level(logging.WARNING, logger="gpuaware.services.placement.state"):
+        assert st.on_pending(pending("other", "z")) == []
+        assert st.on_pending(pending("other", "y")) == []
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "is for cluster 'other'; this placement serves 'c'" in said[0]
+    assert st.counters.other_cluster == 2 and st.other_clusters == {"other"}
     try:
         st.on_pending(pending("c", "z"))
     except RuntimeError as exc:

@@ -16,6 +16,7 @@ snapshot described.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from gpuaware.schemas.pods import PodPending
 from gpuaware.schemas.telemetry import GpuRolledUp, RollupWindow
 from gpuaware.schemas.world import WorldSnapshotReply
 from gpuaware.services.placement import convert
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Decided", "Outcome", "PlacementState", "Rejected", "Unschedulable", "attempt_of", "decision_id"]
 
@@ -92,6 +95,8 @@ class PlacementState:
         self.capability: dict[str, tuple[int, int]] = {}
         self.forecasts: dict[str, GpuUtilPredicted] = {}
         self.world_nodes: set[str] = set()
+        self.other_clusters: set[str] = set()
+        """clusters whose pending pods arrived here (logged once each; counted in ``other_cluster``)"""
         self._slot: dict[tuple[str, str], int] = {}
 
     @property
@@ -336,6 +341,11 @@ class PlacementState:
         attempt, another cluster's pod). Raises RuntimeError when the cluster view is empty."""
         if p.cluster != self.cluster_name:
             self.counters.other_cluster += 1
+            if p.cluster not in self.other_clusters:  # said once per cluster: another instance may serve it
+                self.other_clusters.add(p.cluster)
+                log.warning("pending pod %s/%s is for cluster %r; this placement serves %r and leaves pods of "
+                            "that cluster to the placement serving it (is one running?)", p.namespace, p.pod_name,
+                            p.cluster[:64], self.cluster_name)
             return []
         self.counters.pending_seen += 1
         if self.planner.is_duplicate(p.pod_uid, p.attempt):
