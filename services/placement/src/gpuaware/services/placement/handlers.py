@@ -393,6 +393,13 @@ def mounter(hook: Callable[[PlacementService], None] | None = None):
         ctx.on_stop(service)
         if hook is not None:
             hook(service)
+        if settings.extender_port:
+            from gpuaware.services.placement.extender_http import ExtenderServer
+
+            ext = ExtenderServer(service.state, settings.extender_host, settings.extender_port,
+                                 bind=settings.extender_bind)
+            await ext.start()
+            ctx.on_stop(ext)
         explainer = Explainer(service)
         return [bus.Endpoint(name="explain", subject=PLACEMENT_EXPLAIN, request_type=ExplainRequest,
                              handler=explainer.explain)]

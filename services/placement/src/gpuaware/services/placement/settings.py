@@ -95,6 +95,12 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     """most pods one plan may evict"""
     checkpoint_grace_s: float = 60.0
     """how long (world time) a victim that can checkpoint is given to do so before it is evicted"""
+    extender_port: int = 0
+    """serve the kube-scheduler extender (filter, prioritize, preempt, bind) on this port; 0 = off
+    (`extender_http.py`)"""
+    extender_host: str = "0.0.0.0"
+    extender_bind: bool = False
+    """the extender's bind verb creates the Binding (needs `create` on `pods/binding` in the cluster)"""
     explain_publish: bool = True
     """publish each answered explanation on `placement.pod.explained.v1` (audit)"""
     max_tombstones: int = 200_000

@@ -1,0 +1,58 @@
+"""The kube-scheduler extender, served by the placement service from its own view.
+
+Why here: the issue asks the extender to answer from the same placement session the service uses,
+so a node it passes is a node this instance would consider, with the same profile and scores. Every
+instance (leader or standby) keeps the same hot view from the streams, so every replica can answer;
+kube-scheduler reaches them through one Service. Started when ``GPUAWARE_PLACEMENT_EXTENDER_PORT`` is
+set; the bind verb creates the Binding through ``gpuaware.k8s.api.bind`` (in-cluster credentials) when
+``GPUAWARE_PLACEMENT_EXTENDER_BIND`` is true. The wire, the answers and the HTTP rules are
+``gpuaware.k8s.extender`` / ``gpuaware.k8s.server``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from gpuaware.k8s.extender import Extender
+from gpuaware.k8s.objects import BindOutcome
+from gpuaware.k8s.server import extender_app
+from gpuaware.services.placement import convert
+from gpuaware.services.placement.state import PlacementState
+
+__all__ = ["ExtenderServer", "build_extender"]
+
+log = logging.getLogger(__name__)
+
+
+def build_extender(state: PlacementState, *, bind: bool = False, core: Any = None) -> Extender:
+    bind_fn = None
+    if bind:
+        from gpuaware.k8s import api
+
+        core = core or api.core_api()
+
+        def bind_fn(ns: str, name: str, uid: str, node: str, ann: Mapping[str, str]) -> BindOutcome:
+            return api.bind(core, ns, name, uid, node, ann)
+
+    return Extender(planner=state.planner, cluster=state.cluster_name, source=f"{state.source}/extender",
+                    request_of=lambda p: convert.pod_request(p, state.planner.models, state.capability),
+                    bind_fn=bind_fn, gpus_of=lambda n: state.gpus.get(n, ()))
+
+
+class ExtenderServer:
+    def __init__(self, state: PlacementState, host: str, port: int, *, bind: bool = False) -> None:
+        self.app = extender_app(build_extender(state, bind=bind))
+        self.runner = web.AppRunner(self.app, access_log=None)
+        self.host, self.port = host, port
+
+    async def start(self) -> None:
+        await self.runner.setup()
+        await web.TCPSite(self.runner, self.host, self.port).start()
+        log.info("kube-scheduler extender on http://%s:%d (filter, prioritize, preempt, bind)", self.host, self.port)
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
