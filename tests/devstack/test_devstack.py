@@ -42,3 +42,15 @@ def test_taken_port_is_a_clear_error(stack_dir: Path) -> None:
         port = sock.getsockname()[1]
         with pytest.raises(StackError, match=f"port {port} is already taken"):
             start_nats(stack_dir / "taken", port=port)
+
+
+def test_down_forgets_the_nats_credentials(stack_dir: Path) -> None:
+    # both credential files stayed on disk after `down` (issue 16): passwords must not outlive the stack
+    data = stack_dir / "auth-down"
+    stack = stack_up(data, nats_port=0, env={"DATABASE_URL": "postgresql://elsewhere/db"}, auth=True)
+    try:
+        assert stack.state.nats_auth
+        assert (data / "nats" / "credentials.json").exists() and (data / "nats" / "auth.conf").exists()
+    finally:
+        assert stack_down(data) == ["nats"]
+    assert not (data / "nats" / "credentials.json").exists() and not (data / "nats" / "auth.conf").exists()

@@ -96,5 +96,15 @@ def test_devstack_auth_writes_owner_only_credentials_and_keeps_them_across_resta
             assert b'"auth_required":true' in sock.recv(4096)
         proc = proc.restart()
         assert credentials(proc.data_dir) == creds
+        # the server's configuration holds bcrypt hashes only: no password in it, no warning in the log
+        conf = (proc.data_dir / "auth.conf").read_text()
+        assert not any(pw in conf for _, pw in creds.values()) and conf.count('"$2a$10$') == len(IDENTITIES)
+        assert "Plaintext passwords detected" not in (proc.data_dir / "nats-server.log").read_text()
     finally:
         proc.stop()
+    # a server started without auth in the same folder leaves no credentials of the earlier one behind
+    plain = start_nats(tmp_path / "nats")
+    try:
+        assert not (plain.data_dir / "credentials.json").exists() and not (plain.data_dir / "auth.conf").exists()
+    finally:
+        plain.stop()

@@ -2,10 +2,13 @@
 
 With `auth=True` the server requires a user per service, each with the least-privilege
 permissions of `gpuaware.schemas.permissions`: one random password per identity is drawn (Python
-`secrets`) the first time, written with the server's configuration (`auth.conf`) and for clients
-(`credentials.json`) into the data folder, both readable by their owner only (0600), and reused on
-every later start in that folder (a restart keeps the passwords). `credentials(data_dir)` reads
-them back. Without it (the default) the server is open, as it has always been for tests and demos.
+`secrets`) the first time; the server's configuration (`auth.conf`) holds only bcrypt hashes of
+them (nats-server warns about, and an onlooker could read, plain ones), and the clients' file
+(`credentials.json`) the passwords themselves; both are readable by their owner only (0600) and
+reused on every later start in that folder (a restart keeps the passwords, so running services
+reconnect). `credentials(data_dir)` reads them back; `forget_credentials(data_dir)` deletes both
+(the launcher's `down`, and a start without auth, so no credentials outlive the stack that used
+them). Without auth (the default) the server is open, as it has always been for tests and demos.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import bcrypt
+
 from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.ports import free_port, port_is_free, wait_for_listener
 from gpuaware.devstack.processes import pid_alive, terminate
@@ -26,6 +31,8 @@ from gpuaware.schemas.permissions import IDENTITIES, render_server_config
 
 AUTH_CONFIG = "auth.conf"
 CREDENTIALS = "credentials.json"
+BCRYPT_COST = 10
+"""the work factor of the hashes in auth.conf (nats-server checks one per connection: ~50 ms here)"""
 
 
 def nats_server_binary() -> Path:
@@ -117,8 +124,21 @@ def write_auth_config(data_dir: Path, *, cluster: str = "default") -> Path:
     _write_private(data_dir / CREDENTIALS, json.dumps(
         {identity: {"user": identity, "password": pw} for identity, pw in passwords.items()}, indent=2) + "\n")
     config = data_dir / AUTH_CONFIG
-    _write_private(config, render_server_config(passwords, cluster=cluster))
+    hashes = {identity: bcrypt.hashpw(pw.encode(), bcrypt.gensalt(BCRYPT_COST, prefix=b"2a")).decode()
+              for identity, pw in passwords.items()}
+    _write_private(config, render_server_config(hashes, cluster=cluster))
     return config
+
+
+def forget_credentials(data_dir: Path) -> list[str]:
+    """Delete the credential files `start_nats(auth=True)` wrote in `data_dir`; returns their names."""
+    gone = []
+    for name in (CREDENTIALS, AUTH_CONFIG):
+        path = Path(data_dir) / name
+        if path.exists():
+            path.unlink()
+            gone.append(name)
+    return gone
 
 
 def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_file: Path | None = None,
@@ -140,6 +160,8 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
     data_dir.mkdir(parents=True, exist_ok=True)
     if auth:
         config_file = write_auth_config(data_dir)
+    else:
+        forget_credentials(data_dir)  # a server without auth: no passwords of an earlier one stay behind
     args = [str(binary), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor_port), "-js",
             "-sd", str(data_dir / "jetstream")]
     if config_file is not None:

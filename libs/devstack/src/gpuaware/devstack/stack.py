@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpuaware.devstack.errors import StackError
-from gpuaware.devstack.nats import NatsProcess, credentials, start_nats
+from gpuaware.devstack.nats import NatsProcess, credentials, forget_credentials, start_nats
 from gpuaware.devstack.postgres import PostgresProcess, start_postgres
 from gpuaware.devstack.processes import pid_alive, terminate
 
@@ -135,5 +135,6 @@ def stack_down(data_dir: Path = DEFAULT_DATA_DIR) -> list[str]:
     if state.nats_pid is not None and pid_alive(state.nats_pid):
         terminate(state.nats_pid, None, 10.0)
         stopped.append("nats")
+    forget_credentials(data_dir / "nats")  # passwords do not outlive the stack that used them
     _state_file(data_dir).unlink(missing_ok=True)
     return stopped
