@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpuaware.devstack import StackError, stack_credentials, stack_down, stack_status, stack_up
+from gpuaware.devstack import StackError, stack_credentials, stack_down, stack_health, stack_up
 from gpuaware.devstack.stack import DEFAULT_DATA_DIR, DEFAULT_NATS_PORT, DEFAULT_PG_PORT
 from gpuaware.runtime import provision_streams
 from gpuaware.runtime.settings import redact_url
@@ -53,7 +53,8 @@ def up(
     if auth and not started.state.nats_auth:
         console.print("[yellow]NATS was already running without --auth (or is external): "
                       "run `gpuaware down` first to restart it with per-service users[/yellow]")
-    verb = "reusing" if started.reused else "started"
+    verb = ("reusing; started again: " + ", ".join(started.restarted) if started.restarted
+            else "reusing" if started.reused else "started")
     _print_state(started.state, title=f"gpuaware stack ({verb}; {len(applied)} migrations applied)")
 
 
@@ -64,10 +65,17 @@ def down(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
 
 
 def status(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """Show whether the embedded stack runs, and where."""
-    state = stack_status(data_dir)
-    if state is None:
+    """Show whether the embedded stack runs, and where (exit 1 unless all of it runs)."""
+    state, alive = stack_health(data_dir)
+    if state is None or (not any(alive.values()) and alive):
         console.print("the embedded stack is not running (start it with `gpuaware up`)")
+        raise typer.Exit(1)
+    down = [name for name, ok in alive.items() if not ok]
+    if down:
+        names = {"nats": "NATS", "postgres": "PostgreSQL"}
+        console.print(f"[yellow]the embedded stack is partly running: {', '.join(names[d] for d in down)} "
+                      "stopped; `gpuaware up` starts it again where it ran (data kept)[/yellow]")
+        _print_state(state, title="gpuaware stack (partly running)")
         raise typer.Exit(1)
     _print_state(state, title="gpuaware stack (running)")
 

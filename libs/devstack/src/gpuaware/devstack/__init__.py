@@ -10,7 +10,15 @@ from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.nats import NatsProcess, credentials, nats_server_binary, start_nats
 from gpuaware.devstack.ports import free_port, port_is_free
 from gpuaware.devstack.postgres import PostgresProcess, start_postgres
-from gpuaware.devstack.stack import Stack, StackState, stack_credentials, stack_down, stack_status, stack_up
+from gpuaware.devstack.stack import (
+    Stack,
+    StackState,
+    stack_credentials,
+    stack_down,
+    stack_health,
+    stack_status,
+    stack_up,
+)
 
 __all__ = [
     "NatsProcess",
@@ -24,6 +32,7 @@ __all__ = [
     "port_is_free",
     "stack_credentials",
     "stack_down",
+    "stack_health",
     "stack_status",
     "stack_up",
     "start_nats",

@@ -4,6 +4,11 @@ State lives in `<data>/stack.json` (ports, pids), so a second `up` finds the run
 instead of starting twins, and `down` stops exactly what `up` started. When `NATS_URL` or
 `DATABASE_URL` is set, that server is somebody else's: we neither start nor stop it.
 
+A stack half gone (nats-server killed, PostgreSQL still up, or the reverse) is *ours*, not a
+stranger on our port: `up` starts again only what died, on the same port and data folder
+(JetStream's streams and the database survive; running services reconnect), and `stack_health`
+says which part runs. The demo calls the same `stack_up` to bring a crashed server back.
+
 `auth=True` starts NATS with one least-privilege user per service (`start_nats(auth=True)`); the
 credentials stay in `<data>/nats/credentials.json` (0600), read with `stack_credentials`.
 """
@@ -12,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from gpuaware.devstack.errors import StackError
@@ -52,6 +57,8 @@ class StackState:
 class Stack:
     state: StackState
     reused: bool
+    restarted: tuple[str, ...] = ()
+    """servers of a half-running stack started again ("nats", "postgres")"""
 
 
 def _state_file(data_dir: Path) -> Path:
@@ -68,16 +75,30 @@ def _load(data_dir: Path) -> StackState | None:
         return None
 
 
+def _alive(state: StackState) -> dict[str, bool]:
+    """Our servers and whether each runs (external servers are not ours to judge: absent)."""
+    out = {}
+    if not state.nats_external:
+        out["nats"] = state.nats_pid is not None and pid_alive(state.nats_pid)
+    if not state.postgres_external:
+        out["postgres"] = state.postgres_pid is not None and pid_alive(state.postgres_pid)
+    return out
+
+
 def _running(state: StackState) -> bool:
-    nats_ok = state.nats_external or (state.nats_pid is not None and pid_alive(state.nats_pid))
-    pg_ok = state.postgres_external or (state.postgres_pid is not None and pid_alive(state.postgres_pid))
-    return nats_ok and pg_ok
+    return all(_alive(state).values())
 
 
 def stack_status(data_dir: Path = DEFAULT_DATA_DIR) -> StackState | None:
-    """The running stack's state, or None when nothing of ours runs."""
+    """The running stack's state, or None when not all of ours runs (see `stack_health`)."""
     state = _load(Path(data_dir))
     return state if state is not None and _running(state) else None
+
+
+def stack_health(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[StackState | None, dict[str, bool]]:
+    """The recorded state and, for each server we started, whether it runs (empty: nothing recorded)."""
+    state = _load(Path(data_dir).resolve())
+    return state, (_alive(state) if state is not None else {})
 
 
 def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS_PORT,
@@ -87,9 +108,13 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS
     `auth` starts NATS with per-service users (a running stack is reused as it is: see `state.nats_auth`)."""
     env = dict(os.environ if env is None else env)
     data_dir = Path(data_dir).resolve()
-    current = stack_status(data_dir)
-    if current is not None:
-        return Stack(state=current, reused=True)
+    recorded = _load(data_dir)
+    if recorded is not None:
+        alive = _alive(recorded)
+        if all(alive.values()):
+            return Stack(state=recorded, reused=True)
+        if any(alive.values()):
+            return _revive(data_dir, recorded, alive)
     data_dir.mkdir(parents=True, exist_ok=True)
     nats: NatsProcess | None = None
     pg: PostgresProcess | None = None
@@ -114,6 +139,22 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS
     )
     _state_file(data_dir).write_text(json.dumps(asdict(state), indent=2))
     return Stack(state=state, reused=False)
+
+
+def _revive(data_dir: Path, state: StackState, alive: dict[str, bool]) -> Stack:
+    """Start again, where they ran, the servers of ours that died while the others still run."""
+    restarted = []
+    if alive.get("nats") is False:
+        nats = start_nats(data_dir / "nats", port=state.nats_port or 0, monitor_port=state.nats_monitor_port or 0,
+                          detach=True, auth=state.nats_auth)
+        state = replace(state, nats_pid=nats.pid, nats_url=nats.url)
+        restarted.append("nats")
+    if alive.get("postgres") is False:
+        pg = start_postgres(data_dir / "postgres", port=state.postgres_port or 0)
+        state = replace(state, postgres_pid=pg.pid, database_url=pg.url)
+        restarted.append("postgres")
+    _state_file(data_dir).write_text(json.dumps(asdict(state), indent=2))
+    return Stack(state=state, reused=True, restarted=tuple(restarted))
 
 
 def stack_credentials(data_dir: Path = DEFAULT_DATA_DIR) -> dict[str, tuple[str, str]]:
