@@ -108,3 +108,8 @@ class QuotaUsageReported(Event, frozen=True, kw_only=True, tag=QUOTA_USAGE_REPOR
 
     as_of: Timestamp
     queues: tuple[QueueUsage, ...]
+    jain_index: Annotated[float, Meta(ge=0.0, le=1.0, title="Jain's index")] | None = None
+    """Jain's index over the leaf queues asking for GPUs, of held / water-filled fair share (1 = fair);
+    None when fewer than two queues ask"""
+    reclaims: NonNegInt = 0
+    """reclaim plans answered since the service started"""
