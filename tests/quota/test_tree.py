@@ -80,3 +80,13 @@ def test_load_config_round_trips_json(tmp_path):
     p = tmp_path / "q.json"
     p.write_text('{"queues": [{"name": "a", "weight": 2}]}')
     assert load_config(p).queues[0].weight == 2
+
+
+def test_open_queues_accept_any_name_unlimited():
+    from gpuaware.quota import Demand, QuotaLedger
+    tree = validate("open_queues: true\ndefault_queue: default\nqueues: [{name: default}]")
+    assert tree.resolve("team-x") == ("team-x", "")
+    ledger = QuotaLedger(tree)
+    a = ledger.admit("team-y", Demand.of(gpus=64, gpu_milli=64000), now=0)
+    assert a.admitted and tree.tenant["team-y"] == "team-y"
+    assert validate("queues: [{name: a}]").resolve("team-x")[0] is None

@@ -194,7 +194,8 @@ class QuotaLedger:
         if (over := self.over_limit(leaf, d, now)) is not None:
             return Admission(False, leaf, over + note)
         inside = self.within_guarantee(leaf, d, now)
-        label = "guaranteed" if inside else "borrowed"
+        label = "borrowed" if not inside else (
+            "guaranteed" if any(self.tree.has_guarantee(q, now) for q in self.tree.ancestors(leaf)) else "unlimited")
         room = self.room(d)
         if node is not None or room:
             return Admission(True, leaf, label + note, borrowed=not inside)

@@ -164,6 +164,9 @@ class QuotaConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """where a pod naming no queue (or ``default``) goes; None = such pods are refused"""
     half_life_s: Annotated[float, Meta(gt=0)] = 3600.0
     """usage history halves every this many seconds (fair share over time)"""
+    open_queues: bool = False
+    """a queue the file does not name is accepted as a new root queue with no guarantee and no limit
+    (the service's default when no file is configured: every queue unlimited, quota only accounts)"""
     capacity: PerType | None = None
     """the cluster's size; when given, the root's guarantees must fit in it and admission without a
     chosen node checks it"""
@@ -261,10 +264,20 @@ class QueueTree:
                 return None, "queue_unknown: the pod names no queue and no default_queue is configured"
             return d, f"defaulted: the pod names no queue, charged to {d!r}"
         if queue not in self.specs:
-            return None, f"queue_unknown: no queue named {queue!r}"
+            if not self.config.open_queues:
+                return None, f"queue_unknown: no queue named {queue!r}"
+            self._open(queue)
         if queue not in self.leaves:
             return None, f"queue_not_leaf: {queue!r} has child queues; pods go to a leaf queue"
         return queue, ""
+
+    def _open(self, name: str) -> None:
+        """Add an unlimited root leaf queue (``open_queues``)."""
+        self.specs[name] = QueueSpec(name=name)
+        self.parent[name] = None
+        self.children[name] = []
+        self.leaves = self.leaves | {name}
+        self.tenant[name] = name
 
     def allowed_on(self, queue: str, node: str | None) -> Partition | None:
         """The strict partition that keeps ``queue`` off ``node`` (None = allowed)."""
