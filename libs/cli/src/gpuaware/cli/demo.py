@@ -70,7 +70,7 @@ from gpuaware.cli.demo_run import (
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.cli.roundtrip import run_roundtrip
-from gpuaware.devstack import StackError, stack_down, stack_up
+from gpuaware.devstack import StackError, stack_down, stack_health, stack_up
 from gpuaware.devstack.stack import DEFAULT_DATA_DIR, DEFAULT_NATS_PORT, DEFAULT_PG_PORT
 from gpuaware.placement import DEFAULT_PROFILE
 from gpuaware.placement.stock import KUBE_DEFAULT
@@ -160,7 +160,7 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
                              speed=speed or window / duration, trace=trace, nodes=nodes,
                              default_nodes=16, load=load, seed=seed, max_pods=max_pods, slo_s=slo_s,
                              shared_data=os.environ.get("GPUAWARE_SHARED_DATA", ""),
-                             kill_leader_at_s=kill_leader_at)
+                             kill_leader_at_s=kill_leader_at, own_nats=not stack.state.nats_external)
             if trace != "generator":
                 with console.status(f"finding the busiest {window / 3600:.0f} h of the {trace} trace"):
                     whole = rebuild_workload(cfg, whole_trace=True)
@@ -170,7 +170,7 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
             typical = out / "typical-pods.csv"
             if write_typical_pods(typical, rebuild_workload(cfg)):
                 cfg = dataclasses.replace(cfg, typical_pods_file=str(typical.resolve()))
-            ok = asyncio.run(_demo(cfg, stack.state.nats_url, stack.state.database_url, started))
+            ok = asyncio.run(_demo(cfg, stack.state.nats_url, stack.state.database_url, started, data_dir=data_dir))
     except (KeyboardInterrupt, Interrupted):
         console.print("[yellow]interrupted: services stopped"
                       + ("" if keep_running or stack.reused else ", stopping the stack") + "[/yellow]")
@@ -313,7 +313,36 @@ async def _measured_utilisation(pool: Any, run: RunResult, cfg: DemoConfig) -> d
             "series": {"t_h": [round(t / 3600, 4) for t in starts], "utilisation": [round(m, 4) for m in means]}}
 
 
-async def _demo(cfg: DemoConfig, nats_url: str, database_url: str, started: float) -> bool:
+async def _keep_stack_up(data_dir: Path, every_s: float = 1.0) -> None:
+    """A server of the demo's own stack that dies (nats-server killed, PostgreSQL stopped) is started
+    again where it ran; the services and the demo's own connections reconnect by themselves."""
+    while True:
+        await asyncio.sleep(every_s)
+        _state, alive = await asyncio.to_thread(stack_health, data_dir)
+        down = [name for name, ok in alive.items() if not ok]
+        if not down:
+            continue
+        console.print(f"[yellow]{', '.join(down)} of the demo's stack stopped: starting it again[/yellow]")
+        try:
+            again = await asyncio.to_thread(stack_up, data_dir)
+            console.print(f"[green]started again: {', '.join(again.restarted) or 'nothing needed'}[/green]")
+        except StackError as exc:
+            console.print(f"[red]cannot start it again:[/red] {exc} (retrying)")
+
+
+async def _demo(cfg: DemoConfig, nats_url: str, database_url: str, started: float,
+                data_dir: Path | None = None) -> bool:
+    keeper = asyncio.create_task(_keep_stack_up(data_dir), name="stack keeper") if data_dir is not None else None
+    try:
+        return await _demo_runs(cfg, nats_url, database_url, started)
+    finally:
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+
+
+async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started: float) -> bool:
     services = built_services()
     missing = [s for s in ("placement", "binder") if not services[s]]
     if missing:

@@ -97,6 +97,8 @@ __all__ = ["DemoConfig", "FaultPlan", "Interrupted", "RunLog", "RunResult", "Run
 log = logging.getLogger(__name__)
 
 SOURCE = "gpuaware-demo"
+WRITER_DRAIN_S = 60.0
+"""how long the event writer keeps retrying after a run when the database is away"""
 VIRTUAL_EPOCH = 1_767_225_600.0
 """2026-01-01T00:00:00Z: both runs' twins start their virtual day here, so their times compare"""
 
@@ -136,6 +138,9 @@ class DemoConfig:
     seconds into the gpuaware run (0: no drill)"""
     health: bool = True
     """gpuaware run: health-scoring scores the twin's GPUs, and faults are injected into three of them"""
+    own_nats: bool = True
+    """the NATS server is the demo's embedded one (False: ``NATS_URL`` names somebody else's, whose
+    streams are never deleted)"""
     """the workload's request mix (openb pod-list format) for placement's fragmentation-aware scores"""
 
     @property
@@ -474,12 +479,33 @@ HEALTH_STATS = OPERATIONAL_ENDPOINTS[HEALTH_SCORING][0]
 """health-scoring's counters (an operational endpoint, outside the contract's registry)"""
 
 
-async def delete_loop_streams(js: bus.JetStream) -> None:
-    """Drop the BINDER and PLACEMENT streams (the previous run's events and duplicate windows)."""
+async def delete_loop_streams(js: bus.JetStream, *, ours: bool = True) -> None:
+    """Drop the BINDER and PLACEMENT streams (the previous run's events and duplicate windows) when
+    the server is the demo's own; on somebody else's (``NATS_URL``) they are only ensured: each run
+    has its own cluster name, so another run's events are never read as this one's."""
     for spec in (BINDER, PLACEMENT):
-        with contextlib.suppress(Exception):
-            await js.delete_stream(spec.name)
+        if ours:
+            with contextlib.suppress(Exception):
+                await js.delete_stream(spec.name)
         await bus.ensure_stream(js, spec)
+
+
+async def delete_run_consumers(js: bus.JetStream, cluster: str) -> list[str]:
+    """The durable consumers the run's services made (their names carry its cluster): deleted after
+    the run, so no consumer with pending messages is left on the server. Returns ``stream/name``."""
+    gone = []
+    for spec in STREAMS:
+        try:
+            infos = await js.consumers_info(spec.name)
+        except Exception:
+            continue
+        for info in infos:
+            name = info.name or ""
+            if cluster in name and info.config.durable_name:
+                with contextlib.suppress(Exception):
+                    await js.delete_consumer(spec.name, name)
+                    gone.append(f"{spec.name}/{name}")
+    return gone
 
 
 async def world_snapshot(nc: bus.Client, cluster: str, *, nodes: bool, pods: bool,
@@ -610,6 +636,55 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
     return {"binder": binder, "placement": placement, "agent": agent, "health": health}
 
 
+class EventWriter:
+    """Every half second, a run's recorded events into ``placement_events`` (first writer wins). A
+    batch that cannot be written (PostgreSQL stopped) is kept and written again, as the collector
+    does; after ``stop`` it is retried for up to ``drain_s`` before the invariant reports the rest."""
+
+    def __init__(self, pool: Any, run_log: RunLog, *, every_s: float = 0.5, drain_s: float = WRITER_DRAIN_S) -> None:
+        self.pool = pool
+        self.run_log = run_log
+        self.every_s = every_s
+        self.drain_s = drain_s
+        self.stop = asyncio.Event()
+        self.written = 0
+        self.failures = 0
+
+    async def run(self) -> None:
+        failing_since: float | None = None
+        deadline: float | None = None
+        while True:
+            stopping = self.stop.is_set()
+            if stopping and deadline is None:
+                deadline = time.monotonic() + self.drain_s
+            batch, self.run_log.rows = self.run_log.rows, []
+            if batch:
+                try:
+                    async with self.pool.connection() as conn:
+                        await write_placement_events_async(conn, batch)
+                    self.written += len(batch)
+                    if failing_since is not None:
+                        log.warning("placement_events: written again after %.1f s without the database",
+                                    time.monotonic() - failing_since)
+                        failing_since = None
+                except Exception as exc:
+                    self.failures += 1
+                    self.run_log.rows = batch + self.run_log.rows  # kept, in order, for the next pass
+                    if failing_since is None:
+                        failing_since = time.monotonic()
+                        log.warning("placement_events: %d rows kept for later (%s)", len(batch), exc)
+                    if stopping and deadline is not None and time.monotonic() < deadline:
+                        await asyncio.sleep(self.every_s)
+                        continue
+            if stopping:
+                if self.run_log.rows:
+                    log.error("placement_events: %d rows not written within %.0f s after the run",
+                              len(self.run_log.rows), self.drain_s)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), self.every_s)
+
+
 async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: str, database_url: str,
                    pool: Any, counter: SubjectCounter, procs: ProcessGroup,
                    progress: Callable[[RunSpec, RunLog, float, float], None],
@@ -618,26 +693,10 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
     Raises ``Interrupted`` soon after ``stop`` is set (the services are stopped first)."""
     stop = stop or asyncio.Event()
     js = nc.jetstream()
-    await delete_loop_streams(js)
+    await delete_loop_streams(js, ours=cfg.own_nats)
     run_log = RunLog(spec.cluster)
     followers: list[bus.Follower] = []
-    writer_stop = asyncio.Event()
-
-    async def writer() -> None:
-        """Every half second, the recorded events into placement_events (first writer wins)."""
-        while True:
-            stopping = writer_stop.is_set()
-            batch, run_log.rows = run_log.rows, []
-            if batch:
-                try:
-                    async with pool.connection() as conn:
-                        await write_placement_events_async(conn, batch)
-                except Exception as exc:  # the rows-vs-events invariant reports what is missing
-                    log.warning("placement_events: %d rows not written (%s)", len(batch), exc)
-            if stopping:
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(writer_stop.wait(), 0.5)
+    event_writer = EventWriter(pool, run_log)
 
     def on_event(ev: Any, d: bus.FollowDelivery) -> None:
         run_log.on_event(ev, d.subject)
@@ -653,7 +712,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         followers.append(await bus.follow(js, HEALTH_CHANNELS, lambda ev, d: run_log.on_health(ev, d.subject),
                                           stream=ALERTS.name, deliver="new", with_suffixes=True,
                                           name=f"demo-{spec.label}-health"))
-    writer_task = asyncio.create_task(writer(), name="demo placement_events writer")
+    writer_task = asyncio.create_task(event_writer.run(), name="demo placement_events writer")
     await counter.mark(js)
     exporter_port = free_port() if cfg.telemetry else 0
     env = service_env(cfg, spec, nats_url, database_url, exporter_port, plan.json() if plan else "")
@@ -808,9 +867,11 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         for f in followers:
             with contextlib.suppress(Exception):
                 await f.stop()
-        writer_stop.set()
+        event_writer.stop.set()
         with contextlib.suppress(Exception):
             await writer_task
+        with contextlib.suppress(Exception):
+            await delete_run_consumers(js, spec.cluster)
         if failure and failure != "interrupted":
             log.error("run %s failed: %s", spec.label, failure)
     messages = await counter.since(js)
