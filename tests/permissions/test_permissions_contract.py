@@ -31,6 +31,7 @@ from gpuaware.services.health_scoring.handlers import STATS_SUBJECT as HEALTH_ST
 from gpuaware.services.health_scoring.handlers import telemetry_channel
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 from gpuaware.services.placement.settings import PlacementSettings
+from gpuaware.services.quota.settings import QuotaSettings
 from gpuaware.services.telemetry.handlers import STATS_SUBJECT, TELEMETRY_IN
 from gpuaware.services.telemetry.settings import AgentSettings, CollectorSettings
 
@@ -50,7 +51,7 @@ def test_names_agree_with_the_services_defaults() -> None:
     assert TELEMETRY_IN.subject in [s for spec in STREAMS for s in spec.subjects]
     # each identity is its service's default name (its NATS micro name)
     assert {s().service_name for s in (PlacementSettings, BinderSettings, AgentSettings, CollectorSettings,
-                                       HealthScoringSettings)} == set(SERVICE_IDENTITIES)
+                                       HealthScoringSettings, QuotaSettings)} == set(SERVICE_IDENTITIES)
 
 
 @pytest.mark.parametrize("identity", SERVICE_IDENTITIES)
@@ -79,7 +80,7 @@ def test_admin_may_do_anything_and_the_config_renders_every_user() -> None:
     with pytest.raises(ValueError, match="empty password"):
         authorization({ADMIN: ""})
     with pytest.raises(KeyError, match="unknown identity"):
-        permissions_for("quota")
+        permissions_for("no-such-service")
 
 
 def test_devstack_auth_writes_owner_only_credentials_and_keeps_them_across_restarts(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ from gpuaware.schemas.placement import (
     POD_UNSCHEDULABLE,
 )
 from gpuaware.schemas.pods import POD_PENDING
-from gpuaware.schemas.quota import QUOTA_ADMIT
+from gpuaware.schemas.quota import QUOTA_ADMIT, QUOTA_USAGE_REPORTED
 from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, STREAMS, TELEMETRY, StreamSpec
 from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GPU_SAMPLED
 from gpuaware.schemas.usage import POD_USAGE_REPORTED
@@ -86,6 +86,7 @@ __all__ = [
     "LEASE_BUCKET",
     "OPERATIONAL_ENDPOINTS",
     "PLACEMENT_ID",
+    "QUOTA_ID",
     "SERVICE_IDENTITIES",
     "TELEMETRY_AGENT",
     "TELEMETRY_COLLECTOR",
@@ -103,8 +104,10 @@ TELEMETRY_COLLECTOR = "telemetry-collector"
 PLACEMENT_ID = "placement"
 BINDER_ID = "binder"
 HEALTH_SCORING = "health-scoring"
+QUOTA_ID = "quota"
 #: the service identities (each is also the service's default ``service_name``, its micro name)
-SERVICE_IDENTITIES: tuple[str, ...] = (TELEMETRY_AGENT, TELEMETRY_COLLECTOR, PLACEMENT_ID, BINDER_ID, HEALTH_SCORING)
+SERVICE_IDENTITIES: tuple[str, ...] = (TELEMETRY_AGENT, TELEMETRY_COLLECTOR, PLACEMENT_ID, BINDER_ID, HEALTH_SCORING,
+                                       QUOTA_ID)
 IDENTITIES: tuple[str, ...] = (ADMIN, *SERVICE_IDENTITIES)
 
 # Names the services choose in their settings (tests check these agree with the settings' defaults).
@@ -258,6 +261,14 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                *_follow(BINDER),
                *_dead_letters([*consumed, *endpoints])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, endpoints)]),
+                           allow_responses=True)
+    if identity == QUOTA_ID:
+        # follows the binder's pod events (what runs: the ledger, chargeback), answers quota.admit,
+        # publishes usage snapshots
+        consumed = [s for f in (POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
+        pub = [*_event(QUOTA_USAGE_REPORTED), *_js_base(), *_follow(BINDER),
+               *_dead_letters([*consumed, QUOTA_ADMIT])]
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, [QUOTA_ADMIT])]),
                            allow_responses=True)
     raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
 
