@@ -30,6 +30,7 @@ from gpuaware.schemas.base import (
     Request,
     Score,
     Seconds,
+    Text,
     Timestamp,
 )
 from gpuaware.schemas.binder import (
@@ -109,6 +110,7 @@ from gpuaware.schemas.permissions import (
     LEASE_BUCKET,
     OPERATIONAL_ENDPOINTS,
     PLACEMENT_ID,
+    QUOTA_ID,
     SERVICE_IDENTITIES,
     TELEMETRY_AGENT,
     TELEMETRY_COLLECTOR,
@@ -246,6 +248,7 @@ __all__ = [
     "POD_USAGE_REPORTED",
     "QUOTA",
     "QUOTA_ADMIT",
+    "QUOTA_ID",
     "QUOTA_USAGE_REPORTED",
     "REQUESTS",
     "SERVICE_IDENTITIES",
@@ -327,6 +330,7 @@ __all__ = [
     "Severity",
     "Stats",
     "StreamSpec",
+    "Text",
     "ThrottleReason",
     "Timestamp",
     "TopologyPreference",
