@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import node
+from k8s_payloads import node
 
 from gpuaware.k8s.extender import Extender
 from gpuaware.k8s.objects import BindOutcome

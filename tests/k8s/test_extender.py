@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from conftest import load, shared
 from extender_world import extender, state
+from k8s_payloads import load, shared
 
 from gpuaware.k8s.extender import BadRequest, FilterResult, decode_args
 from gpuaware.k8s.objects import ASSIGNED, BindOutcome

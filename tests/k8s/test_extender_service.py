@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from aiohttp import ClientSession
-from conftest import shared
 from extender_world import state
+from k8s_payloads import shared
 
 from gpuaware.services.placement.extender_http import ExtenderServer
 from gpuaware.services.placement.settings import PlacementSettings

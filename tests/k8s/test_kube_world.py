@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import pytest
-from conftest import load, node
+from k8s_payloads import load, node
 
 from gpuaware.k8s import api
 from gpuaware.k8s.mirror import KubeMirror

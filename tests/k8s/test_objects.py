@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import pytest
-from conftest import load, shared
+from k8s_payloads import load, shared
 from kubernetes import client
 
 from gpuaware.k8s import api

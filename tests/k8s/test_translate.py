@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import yaml
-from conftest import load, node, pod, shared
+from k8s_payloads import load, node, pod, shared
 
 from gpuaware.k8s.translate import (
     ANNOTATION,

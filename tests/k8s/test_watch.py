@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from conftest import load
+from k8s_payloads import load
 
 from gpuaware.k8s.translate import is_ours
 from gpuaware.k8s.watch import Change, Relist, Watcher, WatchFailed, run_watch

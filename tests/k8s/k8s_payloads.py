@@ -1,4 +1,4 @@
-"""The real payloads in ../shared/k8s (found through GPUAWARE_SHARED_K8S, default ../shared/k8s);
+"""Helpers: the real payloads in ../shared/k8s (found through GPUAWARE_SHARED_K8S, default ../shared/k8s);
 tests that read them skip with a clear message when they are absent."""
 
 from __future__ import annotations

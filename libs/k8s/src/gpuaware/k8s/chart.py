@@ -1,0 +1,46 @@
+"""The chart's generated files: CRDs (``crds.py``) and the NATS permissions (``schemas.permissions``).
+
+Why generated, not templated: Helm cannot run Python, and both are defined once in Python (the
+Structs behind the CRDs, the per-service subject permissions). ``python -m gpuaware.k8s.chart``
+writes ``helm/gpuaware/crds/*.yaml`` and ``helm/gpuaware/files/nats-permissions.json``; the chart's
+template renders nats-server's ``authorization`` block from that file with each user's password taken
+from the environment (``$NATS_PASSWORD_<IDENTITY>``, from a Secret); tests/helm checks the files are
+what this module generates now. Cluster-specific subjects (durables named after the cluster) carry
+the placeholder ``__CLUSTER__``, which the template replaces with ``.Values.cluster``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuaware.k8s import crds
+
+__all__ = ["CLUSTER_PLACEHOLDER", "generate", "nats_permissions"]
+
+CLUSTER_PLACEHOLDER = "__CLUSTER__"
+
+
+def nats_permissions() -> dict[str, Any]:
+    from gpuaware.schemas import permissions as p
+
+    return {i: p.permissions_for(i, cluster=CLUSTER_PLACEHOLDER).as_nats() for i in p.IDENTITIES}
+
+
+def render_permissions() -> str:
+    return json.dumps(nats_permissions(), indent=1, sort_keys=True) + "\n"
+
+
+def generate(chart: Path) -> list[Path]:
+    out = crds.write(chart / "crds")
+    f = chart / "files" / "nats-permissions.json"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(render_permissions())
+    return [*out, f]
+
+
+if __name__ == "__main__":
+    for p in generate(Path(sys.argv[1] if len(sys.argv) > 1 else "helm/gpuaware")):
+        print(p)

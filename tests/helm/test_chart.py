@@ -1,0 +1,257 @@
+"""The chart, rendered by the real Helm engine (helm-python-sdk's libhelm), for the default values and
+each documented profile: every manifest and CRD validates with kubernetes-validate; the generated
+files are current; the NATS authorization block is one nats-server accepts and grants exactly
+schemas.permissions; each service's RBAC is exactly what its code calls; values.schema.json refuses
+bad values; the KubeSchedulerConfiguration obeys kube-scheduler's own validation rules."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from chart_helpers import CHART, K8S_VERSION, PROFILES, REPO, render
+from helm_python import Chart
+from helm_python.errors import HelmError
+
+from gpuaware.k8s import api as k8s_api
+from gpuaware.k8s import chart as gen
+from gpuaware.k8s.crds import all_crds
+from gpuaware.k8s.extender import VERBS
+from gpuaware.schemas import permissions
+
+
+@pytest.fixture(scope="module", params=PROFILES)
+def manifests(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    yield request.param, render(profile=request.param)
+
+
+def test_documented_profiles_exist() -> None:
+    assert set(PROFILES) >= {"default", "extender", "bundled", "dcgm"}
+    readme = (REPO / "README.md").read_text() + (REPO / "helm" / "README.md").read_text()
+    for p in PROFILES[1:]:
+        assert f"ci/{p}-values.yaml" in readme, f"profile {p} is not documented"
+
+
+def test_every_manifest_validates(manifests: tuple[str, list[dict[str, Any]]]) -> None:
+    profile, docs = manifests
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "DaemonSet", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy"} <= kinds, profile
+    for d in docs:
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+    for d in docs:
+        for c in (d.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or ()):
+            sc = c.get("securityContext") or {}
+            if d["metadata"]["name"].endswith(("-postgres",)):
+                continue
+            assert sc.get("readOnlyRootFilesystem") and sc.get("allowPrivilegeEscalation") is False, d["metadata"]
+
+
+def test_crds_validate_and_are_current() -> None:
+    assert len(Chart.load(CHART).crds) == 3  # Helm sees them as the chart's CRDs (installed first)
+    files = {p.name: yaml.safe_load(p.read_text()) for p in sorted((CHART / "crds").glob("*.yaml"))}
+    generated = json.loads(json.dumps({f"{c['metadata']['name']}.yaml": c for c in all_crds()}))  # tuples -> lists
+    assert files == generated, "helm/gpuaware/crds is stale: run `python -m gpuaware.k8s.chart helm/gpuaware`"
+    for crd in files.values():
+        kubernetes_validate.validate(crd, K8S_VERSION, strict=True)
+        version = crd["spec"]["versions"][0]
+        assert version["subresources"] == {"status": {}}
+        _assert_structural(version["schema"]["openAPIV3Schema"], crd["metadata"]["name"])
+    perms = json.loads((CHART / "files" / "nats-permissions.json").read_text())
+    assert perms == json.loads(gen.render_permissions()), "files/nats-permissions.json is stale"
+
+
+def _assert_structural(s: dict[str, Any], where: str) -> None:
+    """Kubernetes' structural-schema rules we can break: a type everywhere (or preserve-unknown-fields),
+    no $ref / anyOf at the top of a node, properties and additionalProperties never together."""
+    assert "$ref" not in s and "anyOf" not in s and "$defs" not in s, where
+    assert "type" in s or s.get("x-kubernetes-preserve-unknown-fields"), where
+    assert not ("properties" in s and "additionalProperties" in s), where
+    for k, v in (s.get("properties") or {}).items():
+        _assert_structural(v, f"{where}.{k}")
+    if isinstance(s.get("additionalProperties"), dict):
+        _assert_structural(s["additionalProperties"], f"{where}.*")
+    if "items" in s:
+        _assert_structural(s["items"], f"{where}[]")
+
+
+def _openapi_to_jsonschema(s: Any) -> Any:
+    """OpenAPI v3.0 (nullable, boolean exclusiveMinimum) as draft-4 JSON Schema, to check sample objects."""
+    if isinstance(s, list):
+        return [_openapi_to_jsonschema(x) for x in s]
+    if not isinstance(s, dict):
+        return s
+    out = {k: _openapi_to_jsonschema(v) for k, v in s.items() if not k.startswith("x-kubernetes")}
+    if s.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    out.pop("nullable", None)
+    return out
+
+
+@pytest.mark.parametrize(("kind", "obj", "error"), [
+    ("gpuqueues", {"name": "team-a", "parent": "root", "guaranteed": {"A100": {"gpus": 8}}, "weight": 2.0}, None),
+    ("gpuqueues", {"name": "team-a", "guaranteed": {"A100": {"gpus": -1}}}, "-1 is less than the minimum of 0"),
+    ("gpuqueues", {"name": "team-a", "weight": 0}, "less than or equal to the minimum of 0"),
+    ("gpuqueues", {"parent": "root"}, "'name' is a required property"),
+    ("gpupolicies", {"score": [{"name": "waste-gradient", "weight": 1000}], "gpu": "fgd"}, None),
+    ("gpupolicies", {"gpu": "fgd"}, "'score' is a required property"),
+    ("gpugangs", {"minMember": 4, "topology": "same-nvlink-island"}, None),
+    ("gpugangs", {"minMember": 0}, "0 is less than the minimum of 1"),
+])
+def test_crd_schema_accepts_and_refuses_with_the_reason(kind: str, obj: dict[str, Any], error: str | None) -> None:
+    crd = yaml.safe_load((CHART / "crds" / f"{kind}.gpuaware.io.yaml").read_text())
+    schema = _openapi_to_jsonschema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    doc = {"apiVersion": "gpuaware.io/v1alpha1", "kind": crd["spec"]["names"]["kind"], "metadata": {"name": "x"},
+           "spec": obj}
+    errors = sorted(e.message for e in jsonschema.Draft4Validator(schema).iter_errors(doc))
+    if error is None:
+        assert errors == []
+    else:
+        assert any(error in e for e in errors), errors
+
+
+def test_values_schema_refuses_bad_values_with_the_path() -> None:
+    for bad, path in [({"telemetryAgent": {"enabled": True, "backend": "magic"}}, "/telemetryAgent/backend"),
+                      ({"extender": {"enabled": True, "weight": 0}}, "/extender/weight"),
+                      ({"cluster": "Not A DNS Name"}, "/cluster"),
+                      ({"placement": {"enabled": True, "replicas": 2, "colour": "blue"}}, "colour")]:
+        with pytest.raises(HelmError, match=re.escape(path)):
+            render(bad)
+
+
+def test_nats_authorization_is_accepted_by_nats_server_and_grants_exactly_the_contract() -> None:
+    from gpuaware.devstack.nats import nats_server_binary
+
+    docs = render({"cluster": "east-1"})
+    conf = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("nats-authorization"))
+    text = conf["data"]["auth.conf"]
+    users = dict(re.findall(r'\{user: "([^"]+)", password: \$NATS_PASSWORD_\w+, permissions: (\{.*\})\}', text))
+    assert set(users) == set(permissions.IDENTITIES)
+    for identity, perms in users.items():
+        assert json.loads(perms) == permissions.permissions_for(identity, cluster="east-1").as_nats(), identity
+    assert "\\u003e" not in text  # Go's HTML escaping would not be read back by nats-server
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpuaware-auth-{os.getpid()}.conf"
+    path.write_text(text)
+    try:
+        env = {**os.environ, **{"NATS_PASSWORD_" + i.upper().replace("-", "_"): "pw" for i in permissions.IDENTITIES}}
+        ok = subprocess.run([str(nats_server_binary()), "-c", str(path), "-t"], capture_output=True, text=True, env=env)
+        assert ok.returncode == 0, ok.stderr
+        env.pop("NATS_PASSWORD_BINDER")
+        missing = subprocess.run([str(nats_server_binary()), "-c", str(path), "-t"], capture_output=True, text=True,
+                                 env=env)
+        assert missing.returncode != 0  # the password really comes from the environment
+    finally:
+        path.unlink()
+    secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("nats-credentials"))
+    assert set(secret["data"]) == set(permissions.IDENTITIES)
+
+
+# -- RBAC: exactly what each service's code calls ------------------------------------------------
+
+
+def _api_calls(package: Path) -> set[str]:
+    """Names of gpuaware.k8s.api functions a service's source calls (``api.fn(...)``, ``from ... import``)."""
+    used: set[str] = set()
+    for f in package.rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "gpuaware.k8s"
+                   for a in n.names if a.name == "api"}
+        direct = {a.asname or a.name: a.name for n in ast.walk(tree)
+                  if isinstance(n, ast.ImportFrom) and n.module == "gpuaware.k8s.api" for a in n.names}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases:
+                used.add(n.attr)
+            if isinstance(n, ast.Name) and n.id in direct:
+                used.add(direct[n.id])
+    return {u for u in used if u in k8s_api.RULES}
+
+
+def _expand(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+SERVICES = {"placement": "placement", "binder": "binder", "telemetry-collector": "telemetry",
+            "telemetry-agent": "telemetry", "health-scoring": "health_scoring"}
+
+
+@pytest.mark.parametrize("profile", ["default", "extender"])
+def test_each_service_rbac_is_what_its_code_calls(profile: str) -> None:
+    docs = render(profile=profile)
+    roles = {d["metadata"]["name"].removeprefix("gpuaware-"): _expand(d["rules"]) for d in docs
+             if d["kind"] == "ClusterRole"}
+    for account, pkg in SERVICES.items():
+        calls = _api_calls(REPO / "services" / pkg / "src")
+        if account == "placement" and profile == "default":
+            calls = set()  # the extender (the only API caller in placement) is off
+        if account in ("telemetry-collector", "telemetry-agent") or account == "health-scoring":
+            assert calls == set(), account
+        need = {r for c in calls for r in k8s_api.RULES[c]}
+        assert roles.get(account, set()) == need, (account, profile, calls)
+    assert _api_calls(REPO / "services" / "binder" / "src") >= {"bind", "evict", "pod_source", "node_source"}
+    bound = {d["subjects"][0]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"}
+    for account in roles:
+        assert f"gpuaware-{account}" in bound
+
+
+def test_service_accounts_mount_tokens_only_where_the_api_is_called() -> None:
+    for profile in ("default", "extender"):
+        for d in render(profile=profile):
+            if d["kind"] in ("Deployment", "DaemonSet") and d["metadata"]["name"] != "gpuaware-kube-scheduler":
+                pod = d["spec"]["template"]["spec"]
+                name = d["metadata"]["name"].removeprefix("gpuaware-")
+                calls = name == "binder" or (name == "placement" and profile == "extender")
+                assert pod.get("automountServiceAccountToken") is calls, (profile, name)
+
+
+# -- the kube-scheduler configuration ----------------------------------------------------------------
+
+_EXTENDED = re.compile(r"^(?!kubernetes\.io/|requests\.)[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _check_scheduler_config(cfg: dict[str, Any]) -> None:
+    """kube-scheduler's validateExtenders (extender-protocol.md section 3) and our server's verbs."""
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
+    exts = cfg["extenders"]
+    assert sum(1 for e in exts if e.get("bindVerb")) <= 1
+    names: list[str] = []
+    for e in exts:
+        if e.get("prioritizeVerb"):
+            assert e.get("weight", 0) > 0
+        for verb in ("filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"):
+            if e.get(verb):
+                assert e[verb] in VERBS
+        assert e["nodeCacheCapable"] is True
+        names += [m["name"] for m in e.get("managedResources") or ()]
+    assert len(names) == len(set(names)) and all(_EXTENDED.match(n) for n in names), names
+    assert "nvidia.com/gpu" in names
+
+
+def test_kube_scheduler_configuration_in_chart_and_deploy() -> None:
+    docs = render(profile="extender")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpuaware-kube-scheduler")
+    cfg = yaml.safe_load(cm["data"]["config.yaml"])
+    _check_scheduler_config(cfg)
+    svc = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "gpuaware-extender")
+    assert cfg["extenders"][0]["urlPrefix"] == f"http://gpuaware-extender.gpuaware-system.svc:{svc['spec']['ports'][0]['port']}"
+    placement = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpuaware-placement")
+    env = {e["name"]: e.get("value") for e in placement["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPUAWARE_PLACEMENT_EXTENDER_PORT"] == "8888" and env["GPUAWARE_PLACEMENT_EXTENDER_BIND"] == "true"
+    deploy = yaml.safe_load((REPO / "deploy" / "kube-scheduler" / "gpuaware-extender.yaml").read_text())
+    _check_scheduler_config(deploy)
+    assert deploy["extenders"][0]["managedResources"] == cfg["extenders"][0]["managedResources"]
+
+
+def test_bad_scheduler_config_is_caught() -> None:
+    cfg = yaml.safe_load((REPO / "deploy" / "kube-scheduler" / "gpuaware-extender.yaml").read_text())
+    cfg["extenders"][0]["weight"] = 0
+    with pytest.raises(AssertionError):
+        _check_scheduler_config(cfg)
