@@ -77,6 +77,14 @@ def test_annotations_read_and_checked() -> None:
             pod_pending(q, source="t")
 
 
+def test_pod_group_label_is_a_gang() -> None:
+    p = pod(**{"nvidia.com/gpu": "8"})
+    p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = "llm-train"
+    p["metadata"]["annotations"][ANNOTATION.GANG_MIN_MEMBERS] = "4"
+    e = pod_pending(p, source="t")
+    assert (e.gang_id, e.gang_min_members) == ("llm-train", 4)
+
+
 def test_bad_quantities_and_fraction_of_many_gpus_are_refused() -> None:
     with pytest.raises(TranslationError, match="not a Kubernetes quantity"):
         pod_pending(pod(**{"nvidia.com/gpu": "two"}), source="t")

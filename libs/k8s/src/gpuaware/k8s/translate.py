@@ -18,7 +18,8 @@ Pods, in the order the request is read:
   object); requests of the ``gpu.nvidia.com`` class count whole GPUs, of ``mig.nvidia.com`` one MIG
   instance whose profile is read from the CEL selector (``...profile == '1g.10gb'``).
 - ``gpuaware.io/*`` annotations carry what Kubernetes has no field for (queue, gang, topology,
-  checkpointable, ...); each is checked, and a bad one is refused with its name and value.
+  checkpointable, ...); each is checked, and a bad one is refused with its name and value. A pod
+  labelled ``scheduling.x-k8s.io/pod-group`` (scheduler-plugins' coscheduling) joins that gang.
 
 Nodes: allocatable CPU and memory; GPUs from HAMi's registration annotation when the node has one
 (real UUIDs, models, memory, NUMA), else from the GPU Feature Discovery labels and allocatable
@@ -62,6 +63,7 @@ HAMI_USE_TYPE = "nvidia.com/use-gputype"
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 DRA_GPU_CLASS = "gpu.nvidia.com"
 DRA_MIG_CLASS = "mig.nvidia.com"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 _P = "gpuaware.io/"
 
@@ -272,7 +274,8 @@ def pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str = "default"
     except ValueError:
         raise TranslationError(f"annotation {ANNOTATION.TOPOLOGY}: {topo!r} is not one of "
                                f"{', '.join(t.value for t in TopologyPreference)}") from None
-    gang = ann.get(ANNOTATION.GANG) or None
+    # PodGroup compatibility: scheduler-plugins' coscheduling label names the gang as well
+    gang = ann.get(ANNOTATION.GANG) or (meta.get("labels") or {}).get(POD_GROUP_LABEL) or None
     duration = ann.get(ANNOTATION.EXPECTED_DURATION_S)
     cpu, mem = _cpu_mem(spec)
     qos = (pod.get("status") or {}).get("qosClass")
