@@ -1,0 +1,165 @@
+"""Quota handlers: decode (the bus), decide (``state.QuotaView`` over gpuaware.quota), publish, store.
+
+    reads / serves                                           does
+    quota.admit (request/reply)                              admit / refuse with the reason / admit
+                                                             with a reclaim plan; reserves what it admits
+    follow binder.pod.{bound,bind_failed,preempted,finished}.v1[.>] (all, replayed on start)
+                                                             the ledger (what runs, where, for whom);
+                                                             chargeback intervals opened and closed
+    every report_interval_s                                  QuotaUsageReported (per queue: guaranteed,
+                                                             limit, used, fair share; Jain's index) ->
+                                                             quota.usage.reported.v1.<cluster>, and
+                                                             quota_usage rows
+
+Why follow from the stream's start: the binder's events are the truth of what ran; replaying them
+rebuilds the ledger exactly (each event carries its own time), and the interval writes are
+idempotent, so a restart neither forgets a running pod nor bills a second twice. ``quota.admit`` is
+answered only once the replay caught up (before that, a request waits for it, up to ``catch_up_s``),
+so a restarted quota cannot admit over a limit it has not re-read yet.
+
+Errors: a request for another cluster is a 421 service error; an undecodable request is the bus's
+400. A bound/finished event that cannot be decoded is dead-lettered by the follower. The database
+being away delays the bill, never an answer (``store.Writer`` retries in order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from gpuaware import bus, tsdb
+from gpuaware.runtime import ServiceContext
+from gpuaware.schemas import (
+    POD_BIND_FAILED,
+    POD_BOUND,
+    POD_FINISHED,
+    POD_PREEMPTED,
+    QUOTA_ADMIT,
+    QUOTA_USAGE_REPORTED,
+    AdmitReply,
+    AdmitRequest,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPreempted,
+    QuotaUsageReported,
+)
+from gpuaware.schemas.streams import BINDER
+from gpuaware.services.quota.settings import QuotaSettings
+from gpuaware.services.quota.state import QuotaView
+from gpuaware.services.quota.store import Writer
+
+log = logging.getLogger(__name__)
+
+POD_EVENTS = (bus.Channel(POD_BOUND, PodBound), bus.Channel(POD_BIND_FAILED, PodBindFailed),
+              bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_FINISHED, PodFinished))
+REPORTED = bus.Channel(QUOTA_USAGE_REPORTED, QuotaUsageReported)
+CATCH_UP_S = 30.0
+
+
+def subject_token(name: str) -> str:
+    return name.replace(".", "_")
+
+
+class QuotaService:
+    def __init__(self, settings: QuotaSettings, js: Any, pool: Any, instance: str, *, clock: Any = time.time) -> None:
+        self.settings = settings
+        self.js = js
+        self.pool = pool
+        self.clock = clock
+        self.source = f"{settings.service_name}/{instance}"
+        self.view = QuotaView(settings.queue_tree(), cluster=settings.cluster, source=self.source,
+                              reservation_ttl_s=settings.reservation_ttl_s, pending_ttl_s=settings.pending_ttl_s)
+        self.writer = Writer(pool, settings.cluster)
+        self.follower: bus.Follower | None = None
+        self.reports = 0
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        self.writer.start()
+        self.follower = await bus.follow(self.js, list(POD_EVENTS), self._on_pod, stream=BINDER.name, deliver="all",
+                                         with_suffixes=True, name="quota-pods")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.follower.caught_up.wait(), CATCH_UP_S)
+        self._task = asyncio.create_task(self._report_loop(), name="quota report")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.follower is not None:
+            with contextlib.suppress(Exception):
+                await self.follower.stop()
+        await self.writer.stop()
+        await self.pool.close()
+
+    # --- handlers -----------------------------------------------------------------------------------
+    def _on_pod(self, ev: PodBound | PodBindFailed | PodPreempted | PodFinished, _d: bus.FollowDelivery) -> None:
+        if ev.cluster != self.settings.cluster:
+            return
+        if isinstance(ev, PodBound):
+            iv = self.view.bound(ev, ev.bound_at)
+            self.writer.opened(iv, ev.namespace, ev.pod_name, ev.node)
+            return
+        at = {PodFinished: "finished_at", PodPreempted: "preempted_at", PodBindFailed: "failed_at"}[type(ev)]
+        ended = self.view.gone(ev, getattr(ev, at))
+        if ended is not None:
+            self.writer.closed(ended)
+
+    async def admit(self, req: AdmitRequest) -> AdmitReply:
+        if req.cluster != self.settings.cluster:
+            raise bus.ServiceError(421, f"this quota instance serves cluster {self.settings.cluster}, not {req.cluster}")
+        if self.follower is not None and not self.follower.caught_up.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.follower.caught_up.wait(), CATCH_UP_S)
+        reply = self.view.admit(req, self.clock())
+        if not reply.admitted or reply.would_reclaim:
+            log.info("quota.admit %s/%s queue %s: %s%s", req.pod.namespace, req.pod.pod_name, reply.queue,
+                     "admitted " if reply.admitted else "refused ", reply.reason)
+        return reply
+
+    async def report(self) -> QuotaUsageReported:
+        r = self.view.report(self.clock())
+        await bus.publish(self.js, REPORTED.at(subject_token(self.settings.cluster)), r,
+                          msg_id=f"quota-{self.settings.cluster}-{r.as_of:.3f}")
+        self.writer.usage(r)
+        self.reports += 1
+        return r
+
+    async def _report_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.report_interval_s)
+            try:
+                await self.report()
+            except Exception as exc:
+                log.warning("quota report failed (%s: %s); next interval retries", type(exc).__name__, exc)
+
+
+async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endpoint[Any, Any]]:
+    settings: QuotaSettings = ctx.settings  # type: ignore[assignment]
+    if not settings.database_url:
+        raise SystemExit("quota needs a database: set DATABASE_URL or GPUAWARE_QUOTA_DATABASE_URL")
+    await asyncio.to_thread(tsdb.migrate, settings.database_url)
+    pool = await tsdb.open_async_pool(settings.database_url, application_name=settings.service_name,
+                                      min_size=1, max_size=settings.pool_size, timeout=settings.db_timeout_s,
+                                      wait=True)
+    service = QuotaService(settings, ctx.js, pool, ctx.instance_id)
+    ctx.on_stop(service)
+    await service.start()
+    if on_service is not None:
+        on_service(service)
+    return [bus.Endpoint(name="admit", subject=QUOTA_ADMIT, request_type=AdmitRequest, handler=service.admit)]
+
+
+def mounter(on_service: Any) -> Any:
+    """``mount`` that also hands the running ``QuotaService`` to ``on_service`` (tests)."""
+
+    async def _mount(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
+        return await mount(ctx, on_service=on_service)
+
+    return _mount

@@ -1,0 +1,61 @@
+"""The quota service's one frozen settings object, read once from ``GPUAWARE_QUOTA_*``.
+
+``TREE`` names the queue tree file (YAML or JSON, ``gpuaware.quota.QuotaConfig``). Without one every
+queue a pod names is accepted with no guarantee and no limit (``open_queues``): quota then only
+accounts and reports, and placement decides exactly as it would without it. A tree that does not
+validate stops the service at start with every reason (``SettingsError``); nothing half-applies.
+
+Sample::
+
+    GPUAWARE_QUOTA_TREE=deploy/quota/queues.yaml
+    GPUAWARE_QUOTA_REPORT_INTERVAL_S=10
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from gpuaware.quota import QueueTree, QuotaConfigError, validate
+from gpuaware.runtime import ServiceSettings, SettingsError
+from gpuaware.schemas.permissions import QUOTA_ID
+
+__all__ = ["OPEN_TREE", "QuotaSettings"]
+
+OPEN_TREE = {"open_queues": True, "default_queue": "default", "queues": [{"name": "default"}]}
+"""the tree without a file: any queue, unlimited"""
+
+
+class QuotaSettings(ServiceSettings, frozen=True, kw_only=True):
+    prefix: ClassVar[str] = "GPUAWARE_QUOTA_"
+
+    service_name: str = QUOTA_ID
+
+    tree: str = ""
+    """the queue tree file (YAML/JSON); empty = every queue unlimited (quota accounts only)"""
+    report_interval_s: float = 10.0
+    """how often ``QuotaUsageReported`` is published and stored"""
+    reservation_ttl_s: float = 60.0
+    """an admitted pod counts against its queue until it is bound, at most this long"""
+    pending_ttl_s: float = 300.0
+    """a refused pod counts as its queue's demand (fair shares, Jain's index) this long after it asked"""
+    pool_size: int = 2
+    db_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("report_interval_s", "reservation_ttl_s", "pending_ttl_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"GPUAWARE_QUOTA_{name.upper()} must be positive")
+        self.queue_tree()
+
+    def queue_tree(self) -> QueueTree:
+        """The validated tree (``SettingsError`` with every reason when it does not validate)."""
+        try:
+            if not self.tree:
+                return validate(OPEN_TREE)
+            path = Path(self.tree)
+            if not path.is_file():
+                raise SettingsError(f"GPUAWARE_QUOTA_TREE: no file {self.tree}")
+            return validate(path)
+        except QuotaConfigError as exc:
+            raise SettingsError(f"GPUAWARE_QUOTA_TREE {self.tree}: {exc}") from None

@@ -1,0 +1,189 @@
+"""Quota service tests: a real nats-server per test, a fresh PostgreSQL database, the service in this
+process, the binder's pod events published as the binder publishes them, ``quota.admit`` asked as
+placement asks it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuaware import bus
+from gpuaware.devstack import NatsProcess, start_nats
+from gpuaware.runtime import run_service
+from gpuaware.schemas import (
+    POD_BOUND,
+    POD_FINISHED,
+    POD_PREEMPTED,
+    QUOTA_ADMIT,
+    QUOTA_USAGE_REPORTED,
+    STREAMS,
+    AdmitReply,
+    AdmitRequest,
+    GpuSlice,
+    PodBound,
+    PodFinished,
+    PodOutcome,
+    PodPending,
+    PodPreempted,
+    QuotaUsageReported,
+)
+from gpuaware.services.quota.handlers import QuotaService, mounter
+from gpuaware.services.quota.settings import QuotaSettings
+
+BOUND = bus.Channel(POD_BOUND, PodBound)
+FINISHED = bus.Channel(POD_FINISHED, PodFinished)
+PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
+T0 = float(int(time.time()) - 7200)
+
+
+@pytest.fixture
+def nats_proc(tmp_path: Path) -> Iterator[NatsProcess]:
+    proc = start_nats(tmp_path / "nats")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def cluster() -> str:
+    return f"q{uuid.uuid4().hex[:8]}"
+
+
+def pending(cluster: str, uid: str, queue: str, gpus: int = 1, milli: int = 1000, **kw: Any) -> PodPending:
+    return PodPending(source="test", emitted_at=time.time(), cluster=cluster, pod_uid=uid, pod_name=uid,
+                      namespace="ns", submitted_at=time.time(), num_gpu=gpus, gpu_milli=milli,
+                      gpu_memory_mib=kw.pop("gpu_memory_mib", 8192), queue=queue, **kw)
+
+
+def slices(node: str, gpus: int, milli: int = 1000, memory_mib: int = 8192) -> tuple[GpuSlice, ...]:
+    return tuple(GpuSlice(gpu_uuid=f"GPU-{node}-{i}", gpu_index=i, gpu_milli=milli, memory_mib=memory_mib)
+                 for i in range(gpus))
+
+
+class World:
+    """Publishes the binder's events, asks quota.admit, records usage reports."""
+
+    def __init__(self, nc: Any, cluster: str) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.cluster = cluster
+        self.reports: list[QuotaUsageReported] = []
+
+    async def start(self) -> World:
+        async def on(msg: Any) -> None:
+            r = msgspec.json.decode(msg.data, type=QuotaUsageReported)
+            if r.cluster == self.cluster:
+                self.reports.append(r)
+
+        await self.nc.subscribe(f"{QUOTA_USAGE_REPORTED}.>", cb=on)
+        await self.nc.flush()
+        return self
+
+    async def admit(self, pod: PodPending, node: str | None = None, **kw: Any) -> AdmitReply:
+        req = AdmitRequest(source="placement/test", emitted_at=time.time(), cluster=self.cluster, pod=pod, node=node,
+                           **kw)
+        return await bus.request(self.nc, QUOTA_ADMIT, req, AdmitReply, timeout=5.0)
+
+    async def bound(self, uid: str, queue: str, node: str, gpus: int, at: float, milli: int = 1000,
+                    memory_mib: int = 8192, msg_id: str | None = None) -> None:
+        ev = PodBound(source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid, pod_name=uid,
+                      namespace="ns", node=node, slices=slices(node, gpus, milli, memory_mib), bound_at=at, queue=queue)
+        await bus.publish(self.js, BOUND.at(self.cluster, node), ev, msg_id=msg_id)
+
+    async def finished(self, uid: str, node: str, at: float, started: float, msg_id: str | None = None) -> None:
+        ev = PodFinished(source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid, pod_name=uid,
+                         namespace="ns", outcome=PodOutcome.SUCCEEDED, finished_at=at, node=node, started_at=started)
+        await bus.publish(self.js, FINISHED.at(self.cluster, node), ev, msg_id=msg_id)
+
+    async def preempted(self, uid: str, node: str, at: float) -> None:
+        ev = PodPreempted(source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid,
+                          pod_name=uid, namespace="ns", node=node, reason="reclaim", preempted_at=at)
+        await bus.publish(self.js, PREEMPTED.at(self.cluster, node), ev)
+
+
+async def eventually(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def settings(nats_url: str, database_url: str, cluster: str, **kw: Any) -> QuotaSettings:
+    base: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url, "cluster": cluster,
+                            "instance_id": "q1", "log_format": "console", "log_level": "WARNING",
+                            "report_interval_s": 0.2}
+    base.update(kw)
+    return msgspec.convert(base, QuotaSettings)
+
+
+@contextlib.asynccontextmanager
+async def quota(nats_url: str, database_url: str, cluster: str, **kw: Any) -> AsyncIterator[QuotaService]:
+    """A quota instance in this process, stopped (its writes flushed) on exit."""
+    got: list[QuotaService] = []
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_service(settings(nats_url, database_url, cluster, **kw), version="0.0.1",
+                                           mount=mounter(got.append), stop=stop, ready=ready))
+    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
+                                 return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()
+    assert got, "quota did not start"
+    try:
+        yield got[0]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+@pytest.fixture
+async def world(nats_proc: NatsProcess, cluster: str) -> AsyncIterator[World]:
+    async with bus.connected(nats_proc.url, name="world") as nc:
+        js = nc.jetstream()
+        for spec in STREAMS:
+            await bus.ensure_stream(js, spec)
+        yield await World(nc, cluster).start()
+
+
+# --- placement in this process (as the health-scoring tests run it) ---------------------------------
+
+def placement_settings(url: str, cluster: str, **kw: Any) -> Any:
+    from gpuaware.services.placement.settings import PlacementSettings
+
+    base: dict[str, Any] = {"nats_url": url, "cluster": cluster, "instance_id": "p1", "log_format": "console",
+                            "log_level": "WARNING", "lease_ttl_s": 1.5, "lease_poll_s": 0.1,
+                            "pending_ack_wait_s": 1.0, "world_snapshot": False, "quota_recheck_s": 60.0,
+                            "quota_timeout_s": 2.0}
+    base.update(kw)
+    return msgspec.convert(base, PlacementSettings)
+
+
+@contextlib.asynccontextmanager
+async def placement(url: str, cluster: str, **kw: Any) -> AsyncIterator[Any]:
+    from gpuaware.services.placement.handlers import mounter as placement_mounter
+
+    got: list[Any] = []
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_service(placement_settings(url, cluster, **kw), version="0.0.1",
+                                           mount=placement_mounter(got.append), stop=stop, ready=ready))
+    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
+                                 return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()
+    service = got[0]
+    deadline = time.monotonic() + 10
+    while service.consumer is None:
+        assert time.monotonic() < deadline, "placement never started leading"
+        await asyncio.sleep(0.02)
+    try:
+        yield service
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
