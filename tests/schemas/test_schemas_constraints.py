@@ -107,3 +107,37 @@ def test_fingerprint_is_order_independent(rule: str, labels: dict, same_as: tupl
     assert fingerprint(rule, labels) == fingerprint(*same_as)
     assert fingerprint(rule, labels) != fingerprint(rule, {**labels, "c": "3"})
     assert len(fingerprint(rule, labels)) == 16
+
+
+def _unbounded_strings(t, path: str, seen: set) -> list[str]:
+    from msgspec import inspect as mi
+
+    if isinstance(t, mi.StructType):
+        if t.cls in seen:
+            return []
+        seen.add(t.cls)
+        return [p for f in t.fields for p in _unbounded_strings(f.type, f"{t.cls.__name__}.{f.name}", seen)]
+    if isinstance(t, mi.StrType):
+        return [path] if t.max_length is None and t.pattern is None else []
+    if isinstance(t, mi.ListType | mi.TupleType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+        items = t.item_types if isinstance(t, mi.TupleType) else (t.item_type,)
+        return [p for x in items for p in _unbounded_strings(x, path + "[]", seen)]
+    if isinstance(t, mi.DictType):
+        return _unbounded_strings(t.key_type, path + "{key}", seen) + _unbounded_strings(t.value_type, path, seen)
+    if isinstance(t, mi.UnionType):
+        return [p for x in t.types for p in _unbounded_strings(x, path, seen)]
+    if isinstance(t, mi.Metadata):
+        return _unbounded_strings(t.type, path, seen)
+    return []
+
+
+def test_every_string_of_the_contract_is_bounded() -> None:
+    # a 900 KB priority_class was decided (issue 16): every string a message carries has a maximum
+    from msgspec import inspect as mi
+
+    from gpuaware.schemas.registry import MESSAGES, REQUESTS
+
+    seen: set = set()
+    types = [*MESSAGES.values(), *(t for pair in REQUESTS.values() for t in pair)]
+    unbounded = [p for t in types for p in _unbounded_strings(mi.type_info(t), t.__name__, seen)]
+    assert unbounded == []

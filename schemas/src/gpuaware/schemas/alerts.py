@@ -18,7 +18,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, Name, Timestamp
+from gpuaware.schemas.base import Event, Label, Name, Text, Timestamp
 
 __all__ = ["ALERT_RAISED", "ALERT_RESOLVED", "AlertRaised", "AlertResolved", "Severity", "fingerprint"]
 
@@ -47,15 +47,15 @@ class AlertRaised(Event, frozen=True, kw_only=True, tag=ALERT_RAISED):
     rule: Name
     """e.g. ``gpu_xid_critical``, ``gpu_temperature_high``"""
     severity: Severity
-    summary: str
+    summary: Text
     started_at: Timestamp
-    node: str | None = None
-    gpu_uuid: str | None = None
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    node: Label | None = None
+    gpu_uuid: Label | None = None
+    labels: dict[Label, Label] = msgspec.field(default_factory=dict)
     value: float | None = None
     """the observed value that tripped the rule"""
     threshold: float | None = None
-    runbook_url: str | None = None
+    runbook_url: Text | None = None
 
 
 class AlertResolved(Event, frozen=True, kw_only=True, tag=ALERT_RESOLVED):
@@ -66,9 +66,9 @@ class AlertResolved(Event, frozen=True, kw_only=True, tag=ALERT_RESOLVED):
     severity: Severity
     started_at: Timestamp
     resolved_at: Timestamp
-    node: str | None = None
-    gpu_uuid: str | None = None
-    summary: str = ""
+    node: Label | None = None
+    gpu_uuid: Label | None = None
+    summary: Text = ""
 
     def __post_init__(self) -> None:
         if self.resolved_at < self.started_at:

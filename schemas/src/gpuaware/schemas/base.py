@@ -48,6 +48,7 @@ __all__ = [
     "Request",
     "Score",
     "Seconds",
+    "Text",
     "Timestamp",
 ]
 
@@ -69,6 +70,9 @@ GpuIndex = Annotated[int, Meta(ge=0, le=255, description="NVML index of the GPU 
 Name = Annotated[str, Meta(min_length=1, max_length=253)]
 Label = Annotated[str, Meta(max_length=253)]
 """a short optional string (may be empty): bounded like a Kubernetes name, so a 900 KB value is refused"""
+Text = Annotated[str, Meta(max_length=4096)]
+"""words for people (a reason, a message, a summary): bounded too; every string of the contract is
+(tests/schemas checks it), so a message cannot smuggle megabytes into a decision or a database row"""
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=False):

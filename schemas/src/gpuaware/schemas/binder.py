@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from gpuaware.schemas.base import Event, Name, NonNegInt, Timestamp
+from gpuaware.schemas.base import Event, Label, Name, NonNegInt, Text, Timestamp
 from gpuaware.schemas.placement import GpuSlice
 
 __all__ = [
@@ -52,7 +52,7 @@ class PodBound(Event, frozen=True, kw_only=True, tag=POD_BOUND):
     node: Name
     slices: tuple[GpuSlice, ...]
     bound_at: Timestamp
-    decision_id: str | None = None
+    decision_id: Label | None = None
     """None when the binding was observed, not made (kube-scheduler extender mode, restart resync)"""
     queue: Name = "default"
 
@@ -65,7 +65,7 @@ class PodBindFailed(Event, frozen=True, kw_only=True, tag=POD_BIND_FAILED):
     namespace: Name
     node: Name
     decision_id: Name
-    reason: str
+    reason: Text
     transient: bool
     """True: re-queued, placement decides again; False: dropped (see module docstring)"""
     failed_at: Timestamp
@@ -79,12 +79,12 @@ class PodPreempted(Event, frozen=True, kw_only=True, tag=POD_PREEMPTED):
     pod_name: Name
     namespace: Name
     node: Name
-    reason: str
+    reason: Text
     """as planned: ``priority``, ``reclaim``, ``defragment``, ``gang``"""
     preempted_at: Timestamp
-    decision_id: str | None = None
+    decision_id: Label | None = None
     """the decision that planned this preemption"""
-    preemptor_pod_uid: str | None = None
+    preemptor_pod_uid: Label | None = None
     checkpointed: bool = False
     requeued: bool = False
     """True when the pod was checkpointable and goes back to pending"""
@@ -100,11 +100,11 @@ class PodFinished(Event, frozen=True, kw_only=True, tag=POD_FINISHED):
     namespace: Name
     outcome: PodOutcome
     finished_at: Timestamp
-    node: str | None = None
+    node: Label | None = None
     """None when it never ran (deleted while pending)"""
     started_at: Timestamp | None = None
     exit_code: int | None = None
-    message: str = ""
+    message: Text = ""
     slices: tuple[GpuSlice, ...] = ()
     """what it released"""
 

@@ -14,7 +14,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, Name, Timestamp
+from gpuaware.schemas.base import Event, Label, Name, Text, Timestamp
 
 __all__ = [
     "CHECKPOINT_ACKNOWLEDGED",
@@ -43,12 +43,12 @@ class CheckpointRequested(Event, frozen=True, kw_only=True, tag=CHECKPOINT_REQUE
     pod_name: Name
     namespace: Name
     node: Name
-    reason: str
+    reason: Text
     """``preemption``, ``drain``, ``migration``"""
     deadline_s: Annotated[float, Meta(gt=0)]
     """seconds from ``requested_at`` after which the binder evicts regardless"""
     requested_at: Timestamp
-    decision_id: str | None = None
+    decision_id: Label | None = None
 
 
 class CheckpointAcknowledged(Event, frozen=True, kw_only=True, tag=CHECKPOINT_ACKNOWLEDGED):
@@ -59,6 +59,6 @@ class CheckpointAcknowledged(Event, frozen=True, kw_only=True, tag=CHECKPOINT_AC
     namespace: Name
     status: CheckpointStatus
     acknowledged_at: Timestamp
-    checkpoint_uri: str | None = None
+    checkpoint_uri: Text | None = None
     """where the state went (object store URL, PVC path) when ``completed``"""
-    message: str = ""
+    message: Text = ""

@@ -24,7 +24,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, Name, Timestamp
+from gpuaware.schemas.base import Event, Label, Name, Timestamp
 
 __all__ = [
     "DEMAND_PREDICTED",
@@ -54,7 +54,7 @@ class DemandSeries(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     metric: Name
     """e.g. ``gpu_milli_requested``, ``gpus_busy``, ``pods_pending``"""
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    labels: dict[Label, Label] = msgspec.field(default_factory=dict)
     """what the series is scoped to, e.g. ``{"queue": "team-a", "gpu_model": "A100-80GB"}``"""
     values: Values
     """``values[q][k]``: quantile ``q`` at step ``k``"""

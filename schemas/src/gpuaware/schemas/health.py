@@ -31,7 +31,19 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, GpuIndex, Name, NonNegInt, Reply, Request, Score, Seconds, Timestamp
+from gpuaware.schemas.base import (
+    Event,
+    GpuIndex,
+    Label,
+    Name,
+    NonNegInt,
+    Reply,
+    Request,
+    Score,
+    Seconds,
+    Text,
+    Timestamp,
+)
 
 __all__ = [
     "DRAIN_RECOMMENDED",
@@ -69,10 +81,10 @@ class GpuScored(Event, frozen=True, kw_only=True, tag=GPU_SCORED):
     score: Score
     state: HealthState
     scored_at: Timestamp
-    reasons: tuple[str, ...] = ()
-    components: dict[str, Score] = msgspec.field(default_factory=dict)
+    reasons: tuple[Label, ...] = ()
+    components: dict[Label, Score] = msgspec.field(default_factory=dict)
     """e.g. ``{"thermal": 92, "memory_errors": 100, "xid": 40}``"""
-    model_version: str = "rules-v1"
+    model_version: Label = "rules-v1"
 
 
 class GpuStateChanged(Event, frozen=True, kw_only=True, tag=GPU_STATE_CHANGED):
@@ -86,7 +98,7 @@ class GpuStateChanged(Event, frozen=True, kw_only=True, tag=GPU_STATE_CHANGED):
     changed_at: Timestamp
     previous: HealthState | None = None
     """None: the first state of a GPU never seen before"""
-    reasons: tuple[str, ...] = ()
+    reasons: tuple[Label, ...] = ()
 
     def __post_init__(self) -> None:
         if self.previous == self.current:
@@ -99,8 +111,8 @@ class DrainPod(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     pod_uid: Name
     order: NonNegInt
     """0 = move first"""
-    pod_name: str = ""
-    namespace: str = ""
+    pod_name: Label = ""
+    namespace: Label = ""
     checkpointable: bool = False
     priority: int = 0
     running_s: Seconds = 0.0
@@ -120,7 +132,7 @@ class DrainRecommended(Event, frozen=True, kw_only=True, tag=DRAIN_RECOMMENDED):
     urgent: bool
     """quarantined or predicted to fail: every pod listed, move now; else only the pods that do not
     tolerate failure"""
-    reason: str
+    reason: Text
     recommended_at: Timestamp
     pods: tuple[DrainPod, ...]
 
@@ -141,7 +153,7 @@ class CordonRequest(Request, frozen=True, kw_only=True, tag="health.cordon.reque
     gpu_uuid: Name
     reason: Reason
     action: CordonAction = CordonAction.CORDON
-    by: str = ""
+    by: Label = ""
     """who asks (a person, a ticket bot); empty = the request's ``source``"""
     state: HealthState = HealthState.QUARANTINED
     """cordon: the state pinned, ``quarantined`` (no work) or ``degraded`` (failure-tolerant work only)"""
@@ -165,9 +177,9 @@ class CordonReply(Reply, frozen=True, kw_only=True, tag="health.cordon.reply"):
     current: HealthState
     at: Timestamp
     """when the service applied it (its clock)"""
-    by: str
-    reason: str
-    node: str = ""
+    by: Label
+    reason: Text
+    node: Label = ""
     changed: bool = False
     """the effective state changed (a ``GpuStateChanged`` was published)"""
     cleared: bool = False

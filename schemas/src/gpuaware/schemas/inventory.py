@@ -19,7 +19,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, GpuIndex, MiB, Name, NonNegInt
+from gpuaware.schemas.base import Event, GpuIndex, Label, MiB, Name, NonNegInt
 
 __all__ = ["NODE_INVENTORY", "GpuInfo", "MigInstance", "MigMode", "MigProfile", "NodeInventory"]
 
@@ -74,7 +74,7 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     fp8: bool = False
     nvlink_links: Annotated[int, Meta(ge=0, le=36)] = 0
     """active NVLink links; 0 = PCIe only"""
-    nvlink_island: str | None = None
+    nvlink_island: Label | None = None
     """GPUs with the same id talk over NVLink; None = no NVLink peers"""
     numa_node: NonNegInt | None = None
     mig_mode: MigMode = MigMode.UNSUPPORTED
@@ -89,13 +89,13 @@ class NodeInventory(Event, frozen=True, kw_only=True, tag=NODE_INVENTORY):
 
     node: Name
     gpus: tuple[GpuInfo, ...]
-    rack: str | None = None
-    zone: str | None = None
-    driver_version: str | None = None
-    cuda_version: str | None = None
+    rack: Label | None = None
+    zone: Label | None = None
+    driver_version: Label | None = None
+    cuda_version: Label | None = None
     cpu_milli: NonNegInt = 0
     memory_mib: MiB = 0
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    labels: dict[Label, Label] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         uuids = {g.uuid for g in self.gpus}

@@ -26,6 +26,7 @@ from msgspec import Meta
 from gpuaware.schemas.base import (
     Event,
     GpuIndex,
+    Label,
     MiB,
     Milli,
     Name,
@@ -34,6 +35,7 @@ from gpuaware.schemas.base import (
     Request,
     Score,
     Seconds,
+    Text,
     Timestamp,
 )
 from gpuaware.schemas.pods import PodPending
@@ -91,8 +93,8 @@ class GpuSlice(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     gpu_index: GpuIndex
     gpu_milli: Milli
     memory_mib: MiB
-    mig_profile: str | None = None
-    mig_instance_uuid: str | None = None
+    mig_profile: Label | None = None
+    mig_instance_uuid: Label | None = None
     """set when an existing MIG instance is assigned; None with a profile = create one"""
 
 
@@ -103,7 +105,7 @@ class PlannedPreemption(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     pod_name: Name
     namespace: Name
     node: Name
-    reason: str
+    reason: Text
     """``priority``, ``reclaim`` (quota), ``defragment``, ``gang``"""
     checkpoint_first: bool = False
     """ask the pod to checkpoint (``binder.checkpoint.requested.v1``) and wait before evicting"""
@@ -125,7 +127,7 @@ class PlacementDecided(Event, frozen=True, kw_only=True, tag=PLACEMENT_DECIDED):
     score: Score
     decided_at: Timestamp
     preemptions: tuple[PlannedPreemption, ...] = ()
-    gang_id: str | None = None
+    gang_id: Label | None = None
     queue: Name = "default"
     attempt: NonNegInt = 0
     cpu_milli: NonNegInt = 0
@@ -150,9 +152,9 @@ class NodeClassVerdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """e.g. ``8xA100-SXM4-80GB/nvswitch``"""
     nodes: NonNegInt
     feasible: NonNegInt = 0
-    rejected: dict[str, NonNegInt] = msgspec.field(default_factory=dict)
+    rejected: dict[Label, NonNegInt] = msgspec.field(default_factory=dict)
     """reason code -> nodes rejected for it"""
-    best_node: str | None = None
+    best_node: Label | None = None
     best_score: Score | None = None
 
     def __post_init__(self) -> None:
@@ -167,14 +169,14 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Placement's reasoning for one pod against one snapshot."""
 
     schedulable: bool
-    summary: str
+    summary: Text
     """one line for humans, e.g. ``0/12 nodes: 8 insufficient_gpu, 4 no_matching_gpu_type``"""
     node_classes: tuple[NodeClassVerdict, ...] = ()
-    best_node: str | None = None
+    best_node: Label | None = None
     best_score: Score | None = None
     quota_admitted: bool | None = None
     """None: quota was not asked"""
-    quota_reason: str = ""
+    quota_reason: Text = ""
 
 
 class PodUnschedulable(Event, frozen=True, kw_only=True, tag=POD_UNSCHEDULABLE):
@@ -185,7 +187,7 @@ class PodUnschedulable(Event, frozen=True, kw_only=True, tag=POD_UNSCHEDULABLE):
     namespace: Name
     reason: Name
     """a code, see ``UnschedulableReason``"""
-    message: str = ""
+    message: Text = ""
     node_classes: tuple[NodeClassVerdict, ...] = ()
     retry_after_s: Seconds | None = None
     """when placement will try again on its own, if it knows; None = on the next relevant event"""
@@ -197,7 +199,7 @@ class PodUnschedulable(Event, frozen=True, kw_only=True, tag=POD_UNSCHEDULABLE):
 class ExplainRequest(Request, frozen=True, kw_only=True, tag="placement.explain.request"):
     """Explain the placement of a pending pod (``pod_uid``) or a hypothetical one (``pod``)."""
 
-    pod_uid: str | None = None
+    pod_uid: Label | None = None
     """a pending pod placement already knows"""
     pod: PodPending | None = None
     """or a hypothetical pod to evaluate as if it were pending"""

@@ -18,7 +18,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, MiB, Name, NonNegInt, Reply, Request, Seconds, Timestamp
+from gpuaware.schemas.base import Event, Label, MiB, Name, NonNegInt, Reply, Request, Seconds, Text, Timestamp
 from gpuaware.schemas.pods import PodPending
 
 __all__ = [
@@ -50,7 +50,7 @@ class AdmitRequest(Request, frozen=True, kw_only=True, tag="quota.admit.request"
     """May this pod run now? Asked by placement before it commits a decision."""
 
     pod: PodPending
-    node: str | None = None
+    node: Label | None = None
     """the node placement chose, when it has chosen (quota may be per node pool)"""
     gpu_milli: NonNegInt | None = None
     """GPU compute the decision really takes, if it differs from the pod's request (MIG rounding)"""
@@ -67,7 +67,7 @@ class ReclaimCandidate(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     queue: Name
     node: Name
     frees: Resources
-    reason: str = "reclaim"
+    reason: Text = "reclaim"
 
 
 class AdmitReply(Reply, frozen=True, kw_only=True, tag="quota.admit.reply"):
@@ -77,7 +77,7 @@ class AdmitReply(Reply, frozen=True, kw_only=True, tag="quota.admit.reply"):
     admitted: bool
     queue: Name
     """the queue charged (after defaulting and hierarchy resolution)"""
-    reason: str = ""
+    reason: Text = ""
     """why not (``over_limit``, ``over_fair_share``, ``queue_unknown`` ...), or how (``borrowed``)"""
     would_reclaim: tuple[ReclaimCandidate, ...] = ()
     retry_after_s: Seconds | None = None
@@ -92,7 +92,7 @@ class QueueUsage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One tenant queue: its share parameters and current use."""
 
     queue: Name
-    parent: str | None = None
+    parent: Label | None = None
     weight: Annotated[float, Meta(gt=0)] = 1.0
     guaranteed: Resources = msgspec.field(default_factory=Resources)
     limit: Resources | None = None

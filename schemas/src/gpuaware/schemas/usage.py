@@ -21,7 +21,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, Milli, Name, NonNegFloat, Percent, Seconds, Timestamp
+from gpuaware.schemas.base import Event, Label, Milli, Name, NonNegFloat, Percent, Seconds, Timestamp
 
 __all__ = ["POD_USAGE_REPORTED", "PodGpuUsage", "PodUsageReported"]
 
@@ -49,8 +49,8 @@ class PodGpuUsage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     util_pct_max: Percent
     mem_used_mib_avg: NonNegFloat
     mem_used_mib_max: NonNegFloat
-    pod_uid: str | None = None
-    attribution: str = "share"
+    pod_uid: Label | None = None
+    attribution: Label = "share"
 
 
 class PodUsageReported(Event, frozen=True, kw_only=True, tag=POD_USAGE_REPORTED):

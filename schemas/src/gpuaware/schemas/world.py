@@ -23,7 +23,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import GpuIndex, MiB, Name, NonNegInt, Reply, Request, Timestamp
+from gpuaware.schemas.base import GpuIndex, Label, MiB, Name, NonNegInt, Reply, Request, Timestamp
 from gpuaware.schemas.placement import GpuSlice
 
 __all__ = [
@@ -47,7 +47,7 @@ class WorldGpu(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """as placement's catalog names it (``A100``, ``T4``, openb's ``G2``), not NVML's long name"""
     memory_mib: MiB = 0
     """0 = undisclosed (placement does not account memory on such GPUs)"""
-    nvlink_island: str | None = None
+    nvlink_island: Label | None = None
     numa_node: NonNegInt | None = None
 
 
@@ -57,11 +57,11 @@ class WorldNode(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     name: Name
     cpu_milli: NonNegInt
     memory_mib: MiB
-    gpu_model: str = ""
+    gpu_model: Label = ""
     gpus: tuple[WorldGpu, ...] = ()
-    rack: str | None = None
-    zone: str | None = None
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    rack: Label | None = None
+    zone: Label | None = None
+    labels: dict[Label, Label] = msgspec.field(default_factory=dict)
 
 
 class WorldPod(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -73,14 +73,14 @@ class WorldPod(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     node: Name
     slices: tuple[GpuSlice, ...]
     bound_at: Timestamp
-    decision_id: str | None = None
+    decision_id: Label | None = None
     """the decision that bound it; None when the binding was observed, not made"""
     queue: Name = "default"
     priority: int = 0
     cpu_milli: NonNegInt = 0
     memory_mib: MiB = 0
     checkpointable: bool = False
-    gang_id: str | None = None
+    gang_id: Label | None = None
 
 
 class WorldSnapshotRequest(Request, frozen=True, kw_only=True, tag="world.snapshot.request"):
