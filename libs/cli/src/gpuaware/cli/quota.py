@@ -1,0 +1,106 @@
+"""`gpuaware quota`: chargeback from the command line.
+
+`report` reads the quota service's chargeback intervals (PostgreSQL, migration 0011_quota) that
+overlap `[--since, --until)` and charges each the overlap: GPU-seconds (a 500-milli pod for an hour
+is 1,800) and GPU-memory GiB-seconds, by tenant, queue or pod -- the arithmetic is
+gpuaware.quota.charge, the same the tests check. It prints a table and writes a CSV (`--csv`).
+Times are ISO 8601 (`2026-11-23T08:00`, UTC unless an offset is given) or relative (`24h`, `7d`,
+`90m` ago). The database is `--database-url` (or DATABASE_URL), else the running `gpuaware up` stack.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpuaware import tsdb
+from gpuaware.quota import Interval, charge, rows_to_csv
+
+app = typer.Typer(help="Quota: chargeback reports of GPU-seconds per tenant, queue or pod.", no_args_is_help=True)
+
+RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+SELECT = """SELECT pod_uid, queue, tenant, gpu_milli, gpu_memory_mib,
+                   extract(epoch FROM started_at), extract(epoch FROM ended_at), outcome
+            FROM quota_intervals
+            WHERE cluster = %s AND started_at < %s AND (ended_at IS NULL OR ended_at > %s)"""
+
+
+@app.callback()
+def _group() -> None:
+    """Quota chargeback (report)."""
+
+
+def parse_when(text: str, now: float) -> float:
+    """An ISO time (UTC unless it says otherwise) or a duration ago (``24h``) -> epoch seconds."""
+    m = RELATIVE.match(text.strip())
+    if m:
+        return now - float(m.group(1)) * UNITS[m.group(2)]
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected an ISO time (2026-11-23T08:00) or a duration ago (24h, 7d); "
+                                 f"got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _database_url(given: str) -> str:
+    if given:
+        return given
+    from gpuaware.devstack import stack_status
+
+    state = stack_status()
+    if state is None:
+        raise typer.BadParameter("no database: pass --database-url (or DATABASE_URL), or start `gpuaware up`")
+    return state.database_url
+
+
+def load_intervals(database_url: str, cluster: str, since: float, until: float) -> list[Interval]:
+    with tsdb.connect(database_url, application_name="gpuaware-quota-report") as conn:
+        rows = conn.execute(SELECT, (cluster, datetime.fromtimestamp(until, UTC),
+                                     datetime.fromtimestamp(since, UTC))).fetchall()
+    return [Interval(r[0], r[1], r[2], int(r[3]), int(r[4]), float(r[5]), None if r[6] is None else float(r[6]), r[7])
+            for r in rows]
+
+
+@app.command("report")
+def report(
+    since: Annotated[str, typer.Option("--since", help="Start: ISO time or a duration ago (24h, 7d).")] = "24h",
+    until: Annotated[str, typer.Option("--until", help="End: ISO time, a duration ago, or 'now'.")] = "now",
+    by: Annotated[str, typer.Option("--by", help="tenant | queue | pod")] = "tenant",
+    csv_path: Annotated[Path, typer.Option("--csv", help="Where to write the CSV.")] = Path("quota-report.csv"),
+    cluster: Annotated[str, typer.Option("--cluster", help="The cluster the quota service serves.")] = "default",
+    database_url: Annotated[str, typer.Option("--database-url", envvar="DATABASE_URL",
+                                              help="PostgreSQL of the platform.")] = "",
+) -> None:
+    """GPU-seconds and GPU-memory GiB-seconds per tenant, queue or pod over a window (table + CSV)."""
+    if by not in ("tenant", "queue", "pod"):
+        raise typer.BadParameter(f"--by must be tenant, queue or pod; got {by!r}")
+    now = time.time()
+    start = parse_when(since, now)
+    end = now if until.strip() == "now" else parse_when(until, now)
+    if end <= start:
+        raise typer.BadParameter(f"--until ({until}) must be after --since ({since})")
+    rows = charge(load_intervals(_database_url(database_url), cluster, start, end), start, end, by=by)
+    fmt = "%Y-%m-%d %H:%M:%S"
+    table = Table(title=f"GPU chargeback by {by}, {datetime.fromtimestamp(start, UTC).strftime(fmt)} .. "
+                        f"{datetime.fromtimestamp(end, UTC).strftime(fmt)} UTC ({timedelta(seconds=round(end - start))})")
+    for col in (by, "pods", "GPU-hours", "GPU-seconds", "GPU-memory GiB-hours"):
+        table.add_column(col, justify="left" if col == by else "right")
+    for r in rows:
+        table.add_row(str(r[by]), str(r["pods"]), f"{r['gpu_seconds'] / 3600:.3f}", f"{r['gpu_seconds']:.1f}",
+                      f"{r['gpu_memory_gib_seconds'] / 3600:.3f}")
+    console = Console()
+    console.print(table if rows else f"no GPU time charged in the window (cluster {cluster})")
+    csv_path.write_text(rows_to_csv(rows) or f"{by},pods,gpu_seconds,gpu_memory_gib_seconds\n")
+    console.print(f"wrote {csv_path}")
