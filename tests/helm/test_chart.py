@@ -255,3 +255,33 @@ def test_bad_scheduler_config_is_caught() -> None:
     cfg["extenders"][0]["weight"] = 0
     with pytest.raises(AssertionError):
         _check_scheduler_config(cfg)
+
+
+def test_webhooks_are_served_by_the_binder_with_a_certificate_the_ca_bundle_trusts(tmp_path: Path) -> None:
+    import base64
+    import shutil
+
+    docs = render()
+    mutating = next(d for d in docs if d["kind"] == "MutatingWebhookConfiguration")
+    validating = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
+    secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "gpuaware-webhook-tls")
+    svc = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "gpuaware-webhook")
+    binder = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpuaware-binder")
+    c = binder["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["GPUAWARE_BINDER_WEBHOOK_PORT"] == str(c["ports"][0]["containerPort"])
+    assert svc["spec"]["selector"] == binder["spec"]["selector"]["matchLabels"]
+    hooks = mutating["webhooks"] + validating["webhooks"]
+    assert {h["clientConfig"]["service"]["path"] for h in hooks} == {"/mutate", "/validate"}
+    assert all(h["clientConfig"]["caBundle"] == secret["data"]["ca.crt"] for h in hooks)
+    assert mutating["webhooks"][0]["namespaceSelector"] == {"matchLabels": {"gpuaware.io/scheduling": "enabled"}}
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to check the certificate chain")
+    for k in ("ca.crt", "tls.crt"):
+        (tmp_path / k).write_bytes(base64.b64decode(secret["data"][k]))
+    ok = subprocess.run(["openssl", "verify", "-CAfile", str(tmp_path / "ca.crt"), str(tmp_path / "tls.crt")],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    text = subprocess.run(["openssl", "x509", "-noout", "-text", "-in", str(tmp_path / "tls.crt")],
+                          capture_output=True, text=True, check=True).stdout
+    assert "DNS:gpuaware-webhook.gpuaware-system.svc" in text

@@ -59,3 +59,28 @@ def extender_app(extender: Extender, *, max_body: int = 1 << 20) -> web.Applicat
     app.router.add_get("/healthz", healthz)
     app.router.add_post("/{verb}", verb)
     return app
+
+
+def admission_app(*, default_queue: str = "default", max_body: int = 3 << 20) -> web.Application:
+    """``POST /mutate`` and ``POST /validate`` (AdmissionReview v1 in and out; ``gpuaware.k8s.admission``).
+    A review we cannot read is a 400 with ``{"error": ...}``; the apiserver then applies the webhook's
+    failurePolicy."""
+    from gpuaware.k8s.admission import BadReview, mutate, validate
+
+    def handler(fn):  # type: ignore[no-untyped-def]
+        async def run(request: web.Request) -> web.Response:
+            try:
+                review = msgspec.json.decode(await request.read())
+                return _json(fn(review))
+            except (msgspec.DecodeError, BadReview) as exc:
+                return _json({"error": f"{request.path}: {exc}"}, 400)
+        return run
+
+    app = web.Application(client_max_size=max_body)
+    app.router.add_post("/mutate", handler(lambda r: mutate(r, default_queue=default_queue)))
+    app.router.add_post("/validate", handler(validate))
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app.router.add_get("/healthz", healthz)
+    return app

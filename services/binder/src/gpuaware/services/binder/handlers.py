@@ -132,6 +132,13 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
         if on_binder is not None:
             on_binder(binder)
         exporter = await start_exporter(world, settings)
+        if settings.webhook_port:
+            from gpuaware.services.binder.webhook import WebhookServer
+
+            hooks = WebhookServer(settings.webhook_port, settings.webhook_cert_dir,
+                                  default_queue=settings.webhook_default_queue)
+            await hooks.start()
+            ctx.on_stop(hooks)
         if exporter is not None:
             ctx.on_stop(exporter)
 

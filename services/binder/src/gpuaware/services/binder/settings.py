@@ -23,6 +23,12 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     world: Literal["twin", "kubernetes"] = "twin"
     """which world the decisions are applied to: the digital twin, or a real cluster (``kube_world``:
     in-cluster config in a pod, else ``KUBECONFIG``)"""
+    webhook_port: int = 0
+    """serve the admission webhooks (``webhook.py``) on this port; 0 = off"""
+    webhook_cert_dir: str = ""
+    """``tls.crt`` and ``tls.key`` for the webhooks (the apiserver calls them over HTTPS only)"""
+    webhook_default_queue: str = "default"
+    """the queue the mutating webhook writes on a GPU pod that names none"""
     durable: str = "binder"
     """durable consumer of placement decisions (its checkpoint-answer consumer is ``<durable>-checkpoints``)"""
 
