@@ -17,6 +17,10 @@ idempotent, so a restart neither forgets a running pod nor bills a second twice.
 answered only once the replay caught up (before that, a request waits for it, up to ``catch_up_s``),
 so a restarted quota cannot admit over a limit it has not re-read yet.
 
+The tree file is re-read when it changes (checked every report interval): a tree that does not
+validate -- cyclic, over-committed, negative amounts, unknown queues -- is refused with every reason
+and the running tree stays in force.
+
 Errors: a request for another cluster is a 421 service error; an undecodable request is the bus's
 400. A bound/finished event that cannot be decoded is dead-lettered by the follower. The database
 being away delays the bill, never an answer (``store.Writer`` retries in order).
@@ -28,9 +32,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from gpuaware import bus, tsdb
+from gpuaware.quota import QuotaConfigError, validate
 from gpuaware.runtime import ServiceContext
 from gpuaware.schemas import (
     POD_BIND_FAILED,
@@ -76,6 +82,8 @@ class QuotaService:
         self.writer = Writer(pool, settings.cluster)
         self.follower: bus.Follower | None = None
         self.reports = 0
+        self.last_tree_error = ""
+        self._tree_mtime = Path(settings.tree).stat().st_mtime_ns if settings.tree else None
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
@@ -131,9 +139,40 @@ class QuotaService:
         self.reports += 1
         return r
 
+    def reload(self) -> bool:
+        """Re-read the tree file if it changed. A tree that does not validate is refused with every
+        reason (logged, ``last_tree_error``) and the running one stays; True when a new one is in force."""
+        path = Path(self.settings.tree) if self.settings.tree else None
+        if path is None:
+            return False
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError as exc:
+            mtime = None
+            reason = f"cannot read {path}: {exc}"
+        if mtime is not None and mtime == self._tree_mtime:
+            return False
+        self._tree_mtime = mtime
+        if mtime is not None:
+            try:
+                tree = validate(path)
+            except QuotaConfigError as exc:
+                reason = str(exc)
+            else:
+                lost = self.view.replace_tree(tree)
+                self.last_tree_error = ""
+                log.info("quota tree %s reloaded (%d queues; %d running pods lost their queue)", path,
+                         len(tree.specs), lost)
+                return True
+        self.view.counts["tree_rejected"] += 1
+        self.last_tree_error = reason
+        log.error("quota tree %s refused, the running tree stays: %s", path, reason)
+        return False
+
     async def _report_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.report_interval_s)
+            self.reload()
             try:
                 await self.report()
             except Exception as exc:

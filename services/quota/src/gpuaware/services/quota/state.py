@@ -74,6 +74,23 @@ class QuotaView:
         self.counts: Counter[str] = Counter()
         self.reclaims = 0
 
+    def replace_tree(self, tree: QueueTree) -> int:
+        """Swap in a validated tree; running pods keep counting under their queue if it still exists
+        (the decayed usage history carries over). Returns how many pods lost their queue (they stay
+        billed, no longer counted against a queue)."""
+        ledger = QuotaLedger(tree, usage=self.ledger.usage)
+        lost = 0
+        for uid, a in self.ledger.running.items():
+            if a.queue in tree.specs:
+                ledger.running[uid] = a
+            else:
+                lost += 1
+                self.reserved.pop(uid, None)
+        self.tree, self.ledger = tree, ledger
+        self.waiting = {u: w for u, w in self.waiting.items() if w[0] in tree.specs}
+        self.counts["tree_replaced"] += 1
+        return lost
+
     @staticmethod
     def gpu_type(pod: PodPending) -> str:
         return pod.gpu_types[0] if len(pod.gpu_types) == 1 else ANY_TYPE
