@@ -9,6 +9,7 @@ The traces are research-use-only data and stay outside the repository: callers p
 from __future__ import annotations
 
 import csv
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -52,6 +53,12 @@ def shared_data_dir(repo_root: Path | None = None) -> Path:
     return root.parent / "shared" / "data"
 
 
+def _unreadable(exc: Exception) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start} of the chunk read)"
+    return f"not CSV: {exc}"
+
+
 def _open_rows(path: Path, required: Iterable[str]) -> tuple[list[str], Iterable[tuple[int, dict[str, str]]]]:
     path = Path(path)
     if not path.is_file():
@@ -63,6 +70,9 @@ def _open_rows(path: Path, required: Iterable[str]) -> tuple[list[str], Iterable
     except StopIteration:
         handle.close()
         raise TraceError(path, 1, "empty file (no header)") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        handle.close()
+        raise TraceError(path, 1, _unreadable(exc)) from None
     missing = [c for c in required if c not in header]
     if missing:
         handle.close()
@@ -70,7 +80,13 @@ def _open_rows(path: Path, required: Iterable[str]) -> tuple[list[str], Iterable
 
     def rows() -> Iterable[tuple[int, dict[str, str]]]:
         with handle:
-            for fields in reader:
+            while True:
+                try:
+                    fields = next(reader)
+                except StopIteration:
+                    return
+                except (UnicodeDecodeError, csv.Error) as exc:
+                    raise TraceError(path, reader.line_num + 1, _unreadable(exc)) from None
                 if not fields or all(not f.strip() for f in fields):
                     continue
                 if len(fields) != len(header):
@@ -86,7 +102,7 @@ def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
         value = float(text)
     except ValueError:
         raise TraceError(path, line, f"{column}={text!r} is not a number") from None
-    if value != value or value != int(value):
+    if not math.isfinite(value) or value != int(value):
         raise TraceError(path, line, f"{column}={text!r} is not an integer")
     if value < 0:
         raise TraceError(path, line, f"{column}={text!r} is negative")
@@ -98,9 +114,12 @@ def _time(path: Path, line: int, row: dict[str, str], column: str) -> float | No
     if text in ("", "nan", "NaN"):
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise TraceError(path, line, f"{column}={text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise TraceError(path, line, f"{column}={text!r} is not a finite time")
+    return value
 
 
 def load_nodes(path: Path | str, known_models: Iterable[str] | None = None) -> list[NodeSpec]:
