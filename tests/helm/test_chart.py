@@ -158,21 +158,41 @@ def test_nats_authorization_is_accepted_by_nats_server_and_grants_exactly_the_co
 # -- RBAC: exactly what each service's code calls ------------------------------------------------
 
 
-def _api_calls(package: Path) -> set[str]:
-    """Names of gpuaware.k8s.api functions a service's source calls (``api.fn(...)``, ``from ... import``)."""
+def _calls_in(files: list[Path]) -> tuple[set[str], set[str]]:
+    """(gpuaware.k8s.api functions called, other gpuaware.k8s modules imported) in these sources."""
     used: set[str] = set()
-    for f in package.rglob("*.py"):
+    modules: set[str] = set()
+    for f in files:
         tree = ast.parse(f.read_text())
-        aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "gpuaware.k8s"
-                   for a in n.names if a.name == "api"}
-        direct = {a.asname or a.name: a.name for n in ast.walk(tree)
-                  if isinstance(n, ast.ImportFrom) and n.module == "gpuaware.k8s.api" for a in n.names}
+        aliases = {"api"} if f.parent.name == "k8s" else set()
+        direct: dict[str, str] = {}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module == "gpuaware.k8s":
+                aliases |= {a.asname or a.name for a in n.names if a.name == "api"}
+                modules |= {a.name for a in n.names if a.name != "api"}
+            elif isinstance(n, ast.ImportFrom) and n.module == "gpuaware.k8s.api":
+                direct |= {a.asname or a.name: a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("gpuaware.k8s."):
+                modules.add(n.module.split(".")[2])
         for n in ast.walk(tree):
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases:
                 used.add(n.attr)
             if isinstance(n, ast.Name) and n.id in direct:
                 used.add(direct[n.id])
-    return {u for u in used if u in k8s_api.RULES}
+    return {u for u in used if u in k8s_api.RULES}, modules
+
+
+def _api_calls(package: Path, skip: tuple[str, ...] = ()) -> set[str]:
+    """The gpuaware.k8s.api functions a service's code calls, directly or through a gpuaware.k8s module
+    it imports (e.g. election -> lease_get / lease_write); files named in `skip` are left out (code
+    paths the profile turns off)."""
+    files = [f for f in package.rglob("*.py") if f.name not in skip]
+    used, modules = _calls_in(files)
+    lib = REPO / "libs" / "k8s" / "src" / "gpuaware" / "k8s"
+    for m in modules - {"api"}:
+        if (lib / f"{m}.py").is_file():
+            used |= _calls_in([lib / f"{m}.py"])[0]
+    return used
 
 
 def _expand(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
@@ -183,23 +203,38 @@ SERVICES = {"placement": "placement", "binder": "binder", "telemetry-collector":
             "telemetry-agent": "telemetry", "health-scoring": "health_scoring"}
 
 
-@pytest.mark.parametrize("profile", ["default", "extender"])
-def test_each_service_rbac_is_what_its_code_calls(profile: str) -> None:
-    docs = render(profile=profile)
-    roles = {d["metadata"]["name"].removeprefix("gpuaware-"): _expand(d["rules"]) for d in docs
-             if d["kind"] == "ClusterRole"}
+def _granted(docs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str]]]:
+    """Rules each ServiceAccount is granted, through (Cluster)RoleBindings."""
+    roles = {(d["kind"], d["metadata"]["name"]): _expand(d["rules"]) for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    out: dict[str, set[tuple[str, str, str]]] = {}
+    for d in docs:
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            rules = roles.get((d["roleRef"]["kind"], d["roleRef"]["name"]))
+            if rules is None:  # a built-in role (the kube-scheduler's)
+                continue
+            for sub in d["subjects"]:
+                out.setdefault(sub["name"].removeprefix("gpuaware-"), set()).update(rules)
+    return out
+
+
+@pytest.mark.parametrize(("profile", "values"), [("default", {}), ("extender", {}),
+                                                 ("default", {"placement": {"leaderElection": "nats"}})])
+def test_each_service_rbac_is_what_its_code_calls(profile: str, values: dict[str, Any]) -> None:
+    docs = render(values, profile=profile)
+    granted = _granted(docs)
+    k8s_election = values.get("placement", {}).get("leaderElection", "kubernetes") == "kubernetes"
     for account, pkg in SERVICES.items():
-        calls = _api_calls(REPO / "services" / pkg / "src")
-        if account == "placement" and profile == "default":
-            calls = set()  # the extender (the only API caller in placement) is off
-        if account in ("telemetry-collector", "telemetry-agent") or account == "health-scoring":
+        skip: tuple[str, ...] = ()
+        if account == "placement":  # config-dependent code paths of placement
+            skip = (*(() if profile == "extender" else ("extender_http.py",)),
+                    *(() if k8s_election else ("handlers.py",)))
+        calls = _api_calls(REPO / "services" / pkg / "src", skip)
+        if account in ("telemetry-collector", "telemetry-agent", "health-scoring"):
             assert calls == set(), account
         need = {r for c in calls for r in k8s_api.RULES[c]}
-        assert roles.get(account, set()) == need, (account, profile, calls)
+        assert granted.get(account, set()) == need, (account, profile, values, calls)
     assert _api_calls(REPO / "services" / "binder" / "src") >= {"bind", "evict", "pod_source", "node_source"}
-    bound = {d["subjects"][0]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"}
-    for account in roles:
-        assert f"gpuaware-{account}" in bound
+    assert _api_calls(REPO / "services" / "placement" / "src") >= {"bind", "lease_get", "lease_write"}
 
 
 def test_service_accounts_mount_tokens_only_where_the_api_is_called() -> None:
@@ -208,7 +243,7 @@ def test_service_accounts_mount_tokens_only_where_the_api_is_called() -> None:
             if d["kind"] in ("Deployment", "DaemonSet") and d["metadata"]["name"] != "gpuaware-kube-scheduler":
                 pod = d["spec"]["template"]["spec"]
                 name = d["metadata"]["name"].removeprefix("gpuaware-")
-                calls = name == "binder" or (name == "placement" and profile == "extender")
+                calls = name in ("binder", "placement")  # placement: its Lease (and the extender's bind)
                 assert pod.get("automountServiceAccountToken") is calls, (profile, name)
 
 

@@ -33,3 +33,11 @@ def test_extender_settings_from_env(monkeypatch) -> None:
     monkeypatch.setenv("GPUAWARE_PLACEMENT_EXTENDER_BIND", "true")
     s = PlacementSettings.from_env()
     assert (s.extender_port, s.extender_bind) == (8888, True)
+
+
+def test_leader_election_settings(monkeypatch) -> None:
+    monkeypatch.setenv("GPUAWARE_PLACEMENT_LEADER_ELECTION", "kubernetes")
+    monkeypatch.setenv("GPUAWARE_PLACEMENT_LEASE_NAMESPACE", "gpuaware-system")
+    s = PlacementSettings.from_env()
+    assert (s.leader_election, s.lease_k8s_namespace(), s.lease_k8s_duration_s) == ("kubernetes", "gpuaware-system", 15)
+    assert PlacementSettings().leader_election == "nats"  # the embedded setup keeps the NATS KV lease

@@ -79,7 +79,7 @@ class PlacementService:
             preemption_cooldown_s=s.preemption_cooldown_s, max_victims=s.max_victims,
             checkpoint_grace_s=s.checkpoint_grace_s)
         self.followers: list[bus.Follower] = []
-        self.lease: bus.LeaderLease | None = None
+        self.lease: bus.LeaderLease | None = None  # or gpuaware.k8s.election.KubeLeaderLease (same interface)
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None
         self._lead_task: asyncio.Task[None] | None = None
         self._retry_task: asyncio.Task[None] | None = None
@@ -118,8 +118,15 @@ class PlacementService:
             await bus.follow(self.js, [DECIDED, UNSCHEDULABLE], self._on_placement, stream=PLACEMENT.name,
                              with_suffixes=True, name="placement-decisions", skip=self._mine.__contains__),
         ]
-        self.lease = bus.LeaderLease(self.js, s.lease_bucket, s.cluster, self.ctx.instance_id,
-                                     ttl_s=s.lease_ttl_s, poll_s=s.lease_poll_s, on_change=self._on_lease)
+        if s.leader_election == "kubernetes":  # cluster mode: a coordination.k8s.io Lease
+            from gpuaware.k8s.election import KubeLeaderLease
+
+            self.lease = KubeLeaderLease(s.lease_k8s_namespace(), f"gpuaware-placement-{s.cluster}",  # type: ignore[assignment]
+                                         self.ctx.instance_id, duration_s=s.lease_k8s_duration_s,
+                                         on_change=self._on_lease)
+        else:
+            self.lease = bus.LeaderLease(self.js, s.lease_bucket, s.cluster, self.ctx.instance_id,
+                                         ttl_s=s.lease_ttl_s, poll_s=s.lease_poll_s, on_change=self._on_lease)
         await self.lease.start()
         self._report_task = asyncio.create_task(self._report(), name="placement report")
 

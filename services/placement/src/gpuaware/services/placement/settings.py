@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from gpuaware.placement import DEFAULT_PROFILE, REGISTRY, ProfileError
 from gpuaware.runtime import ServiceSettings, SettingsError
@@ -44,6 +45,13 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     quota_timeout_s: float = 0.5
     quota_recheck_s: float = 10.0
 
+    leader_election: Literal["nats", "kubernetes"] = "nats"
+    """who elects the leader: the NATS KV lease (embedded setup) or a coordination.k8s.io Lease
+    `gpuaware-placement-<cluster>` (cluster mode, the chart's default; `gpuaware.k8s.election`)"""
+    lease_namespace: str = ""
+    """kubernetes election: the Lease's namespace; empty = the pod's own (service-account file), else `default`"""
+    lease_k8s_duration_s: int = 15
+    """kubernetes election: leaseDurationSeconds (client-go's default)"""
     lease_bucket: str = "placement-leader"
     """NATS KV bucket of the leader lease; the key is the cluster name"""
     lease_ttl_s: float = 3.0
@@ -144,3 +152,9 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     @property
     def durable(self) -> str:
         return self.pending_durable or f"placement-{self.cluster}"
+
+    def lease_k8s_namespace(self) -> str:
+        if self.lease_namespace:
+            return self.lease_namespace
+        sa = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        return sa.read_text().strip() if sa.is_file() else "default"
