@@ -174,3 +174,28 @@ def test_the_health_role_writes_only_health_scorings_tables(migrated_url: str) -
             assert not can("gpuaware_health", table, "INSERT") and not can("gpuaware_health", table, "SELECT")
         assert conn.execute("SELECT has_function_privilege('gpuaware_health', "
                             "'gpuaware_expire_health(timestamptz)', 'EXECUTE')").fetchone() == (True,)
+
+
+# which role may change which table: anything else writable by a service's role is a finding
+WRITERS = {
+    "gpuaware_collector": {"bus_roundtrip", "gpu_inventory", "gpu_pod_usage", "gpu_samples", "placement_events"},
+    "gpuaware_health": {"health_alerts", "health_gpu_state", "health_overrides", "health_scores"},
+    "gpuaware_quota": {"quota_intervals", "quota_usage"},
+    "gpuaware_reader": set(),
+}
+
+
+def test_each_service_role_can_change_only_its_own_tables(migrated_url: str) -> None:
+    # least privilege, as a matrix over every table and every role (the collector cannot write quota
+    # tables, quota cannot touch telemetry, nobody but the owner writes health's audit); a new role or
+    # table must be placed here on purpose
+    with psycopg.connect(migrated_url) as conn:
+        roles = {r for (r,) in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE 'gpuaware\\_%' "
+                                            "AND NOT rolcanlogin")}
+        tables = [t for (t,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                                             "AND tablename <> 'schema_migrations'")]
+        writable = {role: {t for t in tables if any(
+            conn.execute("SELECT has_table_privilege(%s, %s, %s)", (role, t, p)).fetchone()[0]
+            for p in ("INSERT", "UPDATE", "DELETE", "TRUNCATE"))} for role in roles}
+    assert set(WRITERS) == roles
+    assert writable == WRITERS
