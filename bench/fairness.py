@@ -26,6 +26,13 @@ subject here, and placement's packing is measured by bench-placement):
     (``QuotaLedger.order_key``, half-life 1 h), FIFO within a tenant; a high-class job that does not fit
     reclaims low-class work, a tenant inside its guarantee reclaims from borrowers
     (``QuotaLedger.reclaim_plan``: lower priority first, checkpointable first, least progress at risk).
+Tried and left out: time-slicing by owed service (a tenant short of its water-filled share lately
+takes GPUs from tenants served beyond theirs, victims kept at least one checkpoint interval): at 1.0x
+on Pollux it made things worse -- Jain (contended hours) 0.834 instead of 0.888, 647 preemptions
+instead of 242, average JCT 2.79 h instead of 2.18 h -- the lost work and restarts cost more than the
+turn-taking gave. The tenants left below their share are those whose every waiting job is wider than
+that share (imagenet's 16-32-GPU jobs against a 13-GPU share), which no reclaim rule that keeps
+victims at least as well served can start.
 Why not ``gpuaware.sim.online.run_online``: its pending order is fixed (QoS, arrival) and it has no
 preemption, which are exactly what is compared here; the loop below is the smallest one that has both.
 
