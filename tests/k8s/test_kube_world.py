@@ -28,8 +28,10 @@ from gpuaware.schemas import (
     PlannedPreemption,
     PodFinished,
     PodPending,
+    PodUnschedulable,
     WorldSnapshotRequest,
 )
+from gpuaware.schemas.placement import NodeClassVerdict
 from gpuaware.services.binder.kube_world import KubeWorld
 from gpuaware.services.binder.world import WorldRefused
 
@@ -169,6 +171,18 @@ async def test_kube_world_watches_binds_evicts(kube: Any) -> None:
     pending: PodPending = emitted[0][0]
     assert (pending.gpu_milli, pending.gpu_memory_mib) == (300, 10000)
     assert await world.state("a") == "pending" and await world.state("v") == "bound"
+
+    # placement's "why pending" as a Warning Event, once per attempt and reason
+    why = PodUnschedulable(source="p", emitted_at=0.0, cluster="c", pod_uid="a", pod_name="p-a", namespace="ml-team-a",
+                           reason="insufficient_gpu", message="0/1 nodes fit now",
+                           node_classes=(NodeClassVerdict(node_class="8xA100/nvlink", nodes=1, feasible=0,
+                                                          rejected={"insufficient_gpu": 1}),))
+    await world.unschedulable(why)
+    await world.unschedulable(why)
+    failed = [p[1] for p in _Api.posts if p[0].endswith("/events") and p[1]["reason"] == "FailedScheduling"]
+    assert len(failed) == 1 and failed[0]["type"] == "Warning"
+    assert failed[0]["message"] == ("insufficient_gpu: 0/1 nodes fit now; "
+                                    "8xA100/nvlink: 0/1 feasible (1 insufficient_gpu)")
 
     bound = await world.bind(_decision("a", "gpu-node-07"))
     assert bound.node == "gpu-node-07" and bound.slices[0].gpu_milli == 300

@@ -215,3 +215,15 @@ def checkpoint_annotations(deadline: float, now: float) -> dict[str, str]:
     answers by setting ``gpuaware.io/checkpoint-completed`` (read by the watcher)."""
     return {ASSIGNED.CHECKPOINT_REQUESTED: _now(now).isoformat().replace("+00:00", "Z"),
             ASSIGNED.CHECKPOINT_DEADLINE: _now(deadline).isoformat().replace("+00:00", "Z")}
+
+
+def why_pending(reason: str, message: str, node_classes: Sequence[Any] = (), *, limit: int = 5) -> str:
+    """The "why pending" explanation placement computed, as an Event message (kube-scheduler's
+    ``0/N nodes are available: ...`` answered per node class): the headline, then the classes."""
+    parts = [f"{reason}: {message}" if message else reason]
+    for c in list(node_classes)[:limit]:
+        rejected = ", ".join(f"{n} {r}" for r, n in sorted(c.rejected.items(), key=lambda kv: -kv[1]))
+        parts.append(f"{c.node_class}: {c.feasible}/{c.nodes} feasible" + (f" ({rejected})" if rejected else ""))
+    if len(node_classes) > limit:
+        parts.append(f"and {len(node_classes) - limit} more node classes")
+    return "; ".join(parts)

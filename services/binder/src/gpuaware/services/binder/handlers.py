@@ -35,6 +35,7 @@ from gpuaware.schemas import (
     POD_FINISHED,
     POD_PENDING,
     POD_PREEMPTED,
+    POD_UNSCHEDULABLE,
     WORLD_SNAPSHOT,
     CheckpointAcknowledged,
     CheckpointRequested,
@@ -45,8 +46,10 @@ from gpuaware.schemas import (
     PodFinished,
     PodPending,
     PodPreempted,
+    PodUnschedulable,
     WorldSnapshotRequest,
 )
+from gpuaware.schemas.streams import PLACEMENT
 from gpuaware.services.binder.binder import Binder
 from gpuaware.services.binder.exporter import start_exporter
 from gpuaware.services.binder.settings import BinderSettings
@@ -59,6 +62,7 @@ log = logging.getLogger(__name__)
 
 DECISIONS = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
 ANSWERS = bus.Channel(CHECKPOINT_ACKNOWLEDGED, CheckpointAcknowledged)
+UNSCHEDULABLE = bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)
 OUT: dict[type, bus.Channel[Any]] = {
     PodPending: bus.Channel(POD_PENDING, PodPending),
     PodBound: bus.Channel(POD_BOUND, PodBound),
@@ -158,6 +162,13 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
             ctx.js, DECISIONS, settings.durable, on_decision, ack_wait=settings.ack_wait_s,
             max_deliver=settings.max_deliver, poll=settings.poll_s))
         ctx.on_stop(WorldLoop(world, binder))
+        explain = getattr(world, "unschedulable", None)
+        if explain is not None:  # Kubernetes: placement's "why pending" becomes an Event on the pod
+            async def on_unschedulable(ev: PodUnschedulable, _delivery: bus.FollowDelivery) -> None:
+                await explain(ev)
+
+            ctx.on_stop(await bus.follow(ctx.js, [UNSCHEDULABLE], on_unschedulable, stream=PLACEMENT.name,
+                                         deliver="new", with_suffixes=True, name="binder-unschedulable"))
         log.info("binder: %s world, cluster %s", world.kind, world.cluster)
         return [bus.Endpoint(name="snapshot", subject=WORLD_SNAPSHOT, request_type=WorldSnapshotRequest,
                              handler=binder.snapshot)]

@@ -11,6 +11,7 @@ changes into exactly-once contract events, the Binding quirk); this module runs 
   resource names, device UUIDs) merged in the same write, and an Event (``Scheduled`` or
   ``FailedScheduling`` with the reason).
 - ``evict`` uses the Eviction API: a PodDisruptionBudget that forbids it now is a transient refusal.
+- ``unschedulable`` posts placement's "why pending" explanation as a ``FailedScheduling`` Event.
 - ``request_checkpoint`` writes the handshake annotations (request time, deadline); the victim answers
   by setting ``gpuaware.io/checkpoint-completed`` and the pod watch brings the answer back.
 
@@ -28,7 +29,7 @@ from typing import Any
 
 from gpuaware.k8s import api
 from gpuaware.k8s.mirror import KubeMirror
-from gpuaware.k8s.objects import assignment_annotations, checkpoint_annotations, event
+from gpuaware.k8s.objects import assignment_annotations, checkpoint_annotations, event, why_pending
 from gpuaware.k8s.translate import SCHEDULER_NAME, is_ours
 from gpuaware.k8s.watch import Change, Watcher, run_watch
 from gpuaware.schemas import (
@@ -38,6 +39,7 @@ from gpuaware.schemas import (
     PodBound,
     PodPending,
     PodPreempted,
+    PodUnschedulable,
     WorldSnapshotReply,
     WorldSnapshotRequest,
 )
@@ -121,6 +123,15 @@ class KubeWorld:
             await asyncio.to_thread(api.post_event, self.core, body)
         except Exception as exc:  # an Event is advice: never fail a bind over it
             log.warning("event %s for %s/%s not posted: %s", reason, namespace, name, exc)
+
+    async def unschedulable(self, ev: PodUnschedulable) -> None:
+        """Placement's "why pending" as a Warning Event on the pod, once per attempt and reason."""
+        key = (ev.pod_uid, f"{ev.attempt}/{ev.reason}")
+        if ev.cluster != self.cluster or key in self._warned or self.mirror.state(ev.pod_uid) != "pending":
+            return
+        self._warned.add(key)
+        await self._event(ev.namespace, ev.pod_name, ev.pod_uid, "FailedScheduling",
+                          why_pending(ev.reason, ev.message, ev.node_classes), "Warning")
 
     # -- the world's questions -----------------------------------------------------------------
 
