@@ -393,7 +393,7 @@ def write_csv(path: Path, jobs: list[Job]) -> None:
 
 
 def run_source(source: str, workloads: list[tuple[str, list[Job]]], load: float, seed: int,
-               half_life_s: float = HALF_LIFE_S) -> dict:
+               half_life_s: float = HALF_LIFE_S, out_dir: Path = OUT) -> dict:
     """Every policy over every workload of one load; metrics averaged over workloads."""
     per_policy: dict[str, list[dict]] = {p: [] for p in POLICIES}
     rows: dict[str, list[Job]] = {p: [] for p in POLICIES}
@@ -409,10 +409,18 @@ def run_source(source: str, workloads: list[tuple[str, list[Job]]], load: float,
             rows[p] += done
     out = {}
     for p in POLICIES:
-        path = OUT / f"fairness-{source}-{p}-{load:.1f}x.csv"
+        path = out_dir / f"fairness-{source}-{p}-{load:.1f}x.csv"
         write_csv(path, rows[p])
-        out[p] = {**_mean_metrics(per_policy[p]), "csv": str(path.relative_to(ROOT))}
+        out[p] = {**_mean_metrics(per_policy[p]), "csv": _shown(path)}
     return out
+
+
+def _shown(path: Path) -> str:
+    """Repository-relative when inside the repository (results files hold no machine paths)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return path.name
 
 
 def _mean_metrics(ms: list[dict]) -> dict:
@@ -444,17 +452,18 @@ def main(argv: list[str] | None = None) -> int:
     if not philly.is_file():
         console.print(f"[red]{philly} not found[/red]: set GPUAWARE_SHARED_DATA to the shared/data folder")
         return 2
-    OUT.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     report: dict = {"sources": {"philly": {}, "pollux": {}}}
     for load in LOADS:
         jobs, too_wide = load_philly_jobs(philly, load, args.seed)
-        r = run_source("philly", [("philly", jobs)], load, args.seed, args.half_life_s)
+        r = run_source("philly", [("philly", jobs)], load, args.seed, args.half_life_s, args.out.parent)
         r["dropped_wider_than_cluster_in_week"] = too_wide
         report["sources"]["philly"][f"{load:.1f}x"] = r
         folder = shared / "pollux" / ("workloads" if load == 1.0 else f"workloads-{load:.1f}")
         report["sources"]["pollux"][f"{load:.1f}x"] = run_source(
-            "pollux", load_pollux_jobs(folder, shared / "pollux" / "results-jobload", load), load, args.seed, args.half_life_s)
+            "pollux", load_pollux_jobs(folder, shared / "pollux" / "results-jobload", load), load, args.seed, args.half_life_s,
+            args.out.parent)
         console.print(f"load {load:.1f}x done ({time.perf_counter() - t0:.0f} s)")
     report["published"] = {
         "tiresias_tj": {f"{k:.1f}x": {"avg_jct_h": v[0], "makespan_h": v[1]} for k, v in TIRESIAS.items()},
