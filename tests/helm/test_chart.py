@@ -67,7 +67,8 @@ def test_crds_validate_and_are_current() -> None:
         assert version["subresources"] == {"status": {}}
         _assert_structural(version["schema"]["openAPIV3Schema"], crd["metadata"]["name"])
     perms = json.loads((CHART / "files" / "nats-permissions.json").read_text())
-    assert perms == json.loads(gen.render_permissions()), "files/nats-permissions.json is stale"
+    assert perms == json.loads(gen.render_permissions()), \
+        "helm/gpuaware/files/nats-permissions.json is stale: run `python -m gpuaware.k8s.chart helm/gpuaware`"
 
 
 def _assert_structural(s: dict[str, Any], where: str) -> None:

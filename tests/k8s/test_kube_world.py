@@ -92,6 +92,7 @@ class _Api(BaseHTTPRequestHandler):
     posts: ClassVar[list[tuple[str, dict[str, Any]]]] = []
     patches: ClassVar[list[tuple[str, dict[str, Any]]]] = []
     answers: ClassVar[dict[str, tuple[int, dict[str, Any]]]] = {}
+    claims: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def _send(self, status: int, body: bytes) -> None:
         self.send_response(status)
@@ -103,6 +104,10 @@ class _Api(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urllib.parse.urlparse(self.path)
         q = urllib.parse.parse_qs(url.query)
+        if url.path.startswith("/apis/resource.k8s.io/v1/"):
+            name = url.path.rsplit("/", 1)[1]
+            obj = type(self).claims.get(name)
+            return self._send(200 if obj else 404, json.dumps(obj or {"kind": "Status", "code": 404}).encode())
         items = type(self).pods if url.path == "/api/v1/pods" else type(self).nodes
         if q.get("watch") == ["true"]:
             lines = b"".join(json.dumps({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}})
@@ -128,7 +133,7 @@ class _Api(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def kube() -> Iterator[Any]:
-    _Api.pods, _Api.nodes, _Api.posts, _Api.patches, _Api.answers = [], [], [], [], {}
+    _Api.pods, _Api.nodes, _Api.posts, _Api.patches, _Api.answers, _Api.claims = [], [], [], [], {}, {}
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
@@ -221,3 +226,26 @@ def test_finished_event_of_a_deleted_bound_pod() -> None:
     m.on_pod(Change("added", p), now=1.0)
     out = m.on_pod(Change("deleted", p), now=2.0)
     assert len(out) == 1 and isinstance(out[0][0], PodFinished) and out[0][0].outcome == "deleted"
+
+
+async def test_dra_claim_templates_are_read_before_translation(kube: Any) -> None:
+    import yaml
+    from k8s_payloads import shared
+
+    docs = [d for d in yaml.safe_load_all(shared("gpu-sharing/dra-nvidia-gpu-examples.yaml").read_text()) if d]
+    _Api.claims = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ResourceClaimTemplate"}
+    dra = copy.deepcopy(next(d for d in docs if d["kind"] == "Pod" and d["metadata"]["name"] == "pod1"))
+    dra["metadata"].update(uid="dra-1", resourceVersion="1")
+    dra["spec"]["schedulerName"] = "gpuaware"
+    _Api.pods = [dra]
+    world = KubeWorld(kube, cluster="c", clock=lambda: 1000.0)
+    emitted: list[tuple[Any, str]] = []
+    stop = asyncio.Event()
+
+    async def emit(ev: Any, msg_id: str) -> None:
+        emitted.append((ev, msg_id))
+        stop.set()
+
+    await asyncio.wait_for(world.run(emit, stop), timeout=30)
+    assert emitted[0][1] == "c/pending/dra-1/0" and emitted[0][0].num_gpu == 1  # one gpu.nvidia.com device
+    assert "gpu-test1/single-gpu" in world.mirror.claims and not world.mirror.refused

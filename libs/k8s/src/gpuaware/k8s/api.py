@@ -163,9 +163,10 @@ def node_source(api: client.CoreV1Api) -> tuple[Any, Any]:
 
 
 @needs(("resource.k8s.io", "resourceclaims", "get"), ("resource.k8s.io", "resourceclaimtemplates", "get"))
-def read_claim(namespace: str, name: str, *, template: bool, api: Any = None) -> dict[str, Any] | None:
-    """A DRA ResourceClaim (or template) as JSON, None when absent."""
-    api = api or client.ResourceV1Api()
+def read_claim(namespace: str, name: str, *, template: bool, core: Any = None) -> dict[str, Any] | None:
+    """A DRA ResourceClaim (or template) as JSON, None when absent (`core`: a CoreV1Api whose
+    connection to reuse)."""
+    api = client.ResourceV1Api(core.api_client if core is not None else None)
     call = api.read_namespaced_resource_claim_template if template else api.read_namespaced_resource_claim
     try:
         return json.loads(call(name, namespace, _preload_content=False).data)

@@ -56,7 +56,7 @@ class KubeMirror:
     cluster: str
     source: str
     claims: dict[str, Mapping[str, Any]] = field(default_factory=dict)
-    """DRA claims and templates by name (the shell reads them when a pod names one)"""
+    """DRA claims and templates by ``<namespace>/<name>`` (the shell reads them when a pod names one)"""
     pods: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     nodes: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
@@ -116,12 +116,29 @@ class KubeMirror:
             return None
         try:
             ev = pod_pending(pod, source=self.source, cluster=self.cluster, emitted_at=now,
-                             claims=self.claims, attempt=self.attempts.get(uid, 0))
+                             claims=self._claims_of(pod), attempt=self.attempts.get(uid, 0))
         except TranslationError as exc:
             self.refused[uid] = str(exc)
             return None
         self.refused.pop(uid, None)
         return ev
+
+    def _claims_of(self, pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        ns = (pod.get("metadata") or {}).get("namespace") or "default"
+        return {k.split("/", 1)[1]: v for k, v in self.claims.items() if k.startswith(ns + "/")}
+
+    def missing_claims(self, uid: str) -> list[tuple[str, str, bool]]:
+        """(namespace, name, is_template) of the DRA claims the pod names that are not read yet."""
+        pod = self.pods.get(uid)
+        if pod is None:
+            return []
+        ns = pod["metadata"].get("namespace") or "default"
+        out = []
+        for ref in (pod.get("spec") or {}).get("resourceClaims") or ():
+            name = ref.get("resourceClaimName") or ref.get("resourceClaimTemplateName")
+            if name and f"{ns}/{name}" not in self.claims:
+                out.append((ns, name, "resourceClaimTemplateName" in ref))
+        return out
 
     def requeue(self, uid: str, now: float) -> PodPending | None:
         if self.state(uid) != "pending":
@@ -233,6 +250,6 @@ class KubeMirror:
         if pod is None:
             return None
         try:
-            return pod_pending(pod, source=self.source, cluster=self.cluster, claims=self.claims)
+            return pod_pending(pod, source=self.source, cluster=self.cluster, claims=self._claims_of(pod))
         except TranslationError:
             return None

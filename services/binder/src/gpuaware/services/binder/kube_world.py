@@ -6,7 +6,8 @@ changes into exactly-once contract events, the Binding quirk); this module runs 
 - ``run`` starts a pod watch (pods with our ``schedulerName``, every namespace) and a node watch, each
   ``gpuaware.k8s.watch.run_watch`` in a thread (the official client is synchronous), hands their
   changes to the event loop through a queue, feeds the mirror and publishes what it says (pending pods,
-  finished pods, checkpoint answers). A pod the translation refuses gets a Warning Event saying why.
+  finished pods, checkpoint answers). The DRA ResourceClaims (or templates) a pod names are read once
+  each before it is translated. A pod the translation refuses gets a Warning Event saying why.
 - ``bind`` creates the Binding with the GPU-assignment annotations (HAMi-core for fractions, MIG
   resource names, device UUIDs) merged in the same write, and an Event (``Scheduled`` or
   ``FailedScheduling`` with the reason).
@@ -104,6 +105,8 @@ class KubeWorld:
                 if kind == "node":
                     self.mirror.on_node(ch)
                     continue
+                if ch.kind != "deleted" and await self._read_claims(ch):
+                    self.mirror.refused.pop(ch.uid, None)
                 for ev, msg_id in self.mirror.on_pod(ch, self.clock()):
                     await emit(ev, msg_id)
                 reason = self.mirror.refused.get(ch.uid)
@@ -114,6 +117,21 @@ class KubeWorld:
                                       reason, "Warning")
         finally:
             halt.set()
+
+    async def _read_claims(self, ch: Change) -> bool:
+        """Read the DRA ResourceClaims (or templates) a pod names, once each. True when some were read."""
+        self.mirror.pods.setdefault(ch.uid, ch.obj)
+        read = False
+        for ns, name, template in self.mirror.missing_claims(ch.uid):
+            try:
+                obj = await asyncio.to_thread(api.read_claim, ns, name, template=template, core=self.core)
+            except Exception as exc:
+                log.warning("DRA claim %s/%s not read: %s", ns, name, exc)
+                continue
+            if obj is not None:
+                self.mirror.claims[f"{ns}/{name}"] = obj
+                read = True
+        return read
 
     async def _event(self, namespace: str, name: str, uid: str, reason: str, message: str,
                      type_: str = "Normal") -> None:
