@@ -104,3 +104,92 @@ def report(
     console.print(table if rows else f"no GPU time charged in the window (cluster {cluster})")
     csv_path.write_text(rows_to_csv(rows) or f"{by},pods,gpu_seconds,gpu_memory_gib_seconds\n")
     console.print(f"wrote {csv_path}")
+
+
+# --- the demo's quota part (called from demo_run / demo; kept here so the demo files stay small) ----
+
+DEMO_TEAMS = ("team-vision", "team-nlp")
+DEMO_BORROWER = "research"
+
+
+def demo_tree(gpus: int) -> str:
+    """The demo's queue tree for a cluster of ``gpus`` GPUs: two teams with equal weight, each
+    guaranteed 30 % of the GPUs; ``research`` guaranteed nothing (everything it runs is borrowed and
+    reclaimable); every other queue (team-recsys, Philly's virtual clusters) open and unlimited.
+    No strict partition: placement has no partition filter yet, so a node reserved by quota alone
+    would only see pods refused and parked there again and again."""
+    g = max(1, int(gpus * 0.3))
+    return "\n".join([
+        "open_queues: true",
+        "default_queue: default",
+        f"half_life_s: {3600}",
+        "queues:",
+        f"  - {{name: org, guaranteed: {{'*': {{gpus: {2 * g}}}}}}}",
+        *(f"  - {{name: {t}, parent: org, weight: 1, guaranteed: {{'*': {{gpus: {g}}}}}}}" for t in DEMO_TEAMS),
+        f"  - {{name: {DEMO_BORROWER}, parent: org, weight: 1}}",
+        "  - {name: default}",
+        "",
+    ])
+
+
+async def demo_summary(pool: object, cluster: str) -> dict:
+    """What quota saw in a demo run: per queue, used against guaranteed and fair share over time (from
+    its QuotaUsageReported snapshots), Jain's index over time, and the chargeback table (intervals)."""
+    async with pool.connection() as conn:  # type: ignore[attr-defined]
+        cur = await conn.execute(
+            "SELECT extract(epoch FROM ts), queue, used_gpu_milli, guaranteed_gpu_milli, fair_share_gpu_milli, "
+            "jain_index FROM quota_usage WHERE cluster = %s ORDER BY ts", (cluster,))
+        usage = await cur.fetchall()
+        cur = await conn.execute(
+            "SELECT pod_uid, queue, tenant, gpu_milli, gpu_memory_mib, extract(epoch FROM started_at), "
+            "extract(epoch FROM ended_at), outcome FROM quota_intervals WHERE cluster = %s", (cluster,))
+        rows = await cur.fetchall()
+    intervals = [Interval(r[0], r[1], r[2], int(r[3]), int(r[4]), float(r[5]), None if r[6] is None else float(r[6]),
+                          r[7]) for r in rows]
+    if not usage and not intervals:
+        return {"status": "no quota data"}
+    # two clocks: snapshots carry the service's (wall) time, intervals the binder's (the twin's virtual time)
+    t0 = min((float(u[0]) for u in usage), default=0.0)
+    c0 = min((iv.started_at for iv in intervals), default=0.0)
+    c1 = max((iv.ended_at or iv.started_at for iv in intervals), default=0.0)
+    queues: dict[str, dict] = {}
+    jain: list[tuple[float, float]] = []
+    for ts_, q, used, guar, fair, j in usage:
+        s = queues.setdefault(q, {"t": [], "used_gpus": [], "guaranteed_gpus": 0.0, "fair_share_gpus": []})
+        s["t"].append(round(float(ts_) - t0, 1))
+        s["used_gpus"].append(used / 1000)
+        s["fair_share_gpus"].append(fair / 1000)
+        s["guaranteed_gpus"] = guar / 1000
+        if j is not None and (not jain or jain[-1][0] != float(ts_)):
+            jain.append((float(ts_), float(j)))
+    for s in queues.values():
+        s["mean_used_gpus"] = round(sum(s["used_gpus"]) / max(len(s["used_gpus"]), 1), 3)
+        s["mean_fair_share_gpus"] = round(sum(s["fair_share_gpus"]) / max(len(s["fair_share_gpus"]), 1), 3)
+    js = [j for _, j in jain]
+    return {
+        "status": "took part",
+        "queues": {q: {k: v for k, v in s.items() if k in ("guaranteed_gpus", "mean_used_gpus", "mean_fair_share_gpus")}
+                   for q, s in queues.items()},
+        "series": {q: {"t_s": s["t"], "used_gpus": s["used_gpus"], "fair_share_gpus": s["fair_share_gpus"]}
+                   for q, s in queues.items()},
+        "jain": {"mean": round(sum(js) / len(js), 4) if js else None, "min": round(min(js), 4) if js else None,
+                 "reports": len(js)},
+        "chargeback_by_queue": charge(intervals, c0, c1, by="queue"),
+        "chargeback_by_tenant": charge(intervals, c0, c1, by="tenant"),
+        "preempted_intervals": sum(1 for iv in intervals if iv.outcome.startswith("preempted")),
+    }
+
+
+def demo_table(summary: dict) -> Table | str:
+    """The demo report's quota table: per queue, guaranteed, mean used and fair share, GPU-hours billed."""
+    if summary.get("status") != "took part":
+        return f"quota: {summary.get('status', 'not run')}"
+    billed = {r["queue"]: r["gpu_seconds"] for r in summary["chargeback_by_queue"]}
+    j = summary["jain"]
+    t = Table(title=f"quota (gpuaware run): Jain's index mean {j['mean']} (min {j['min']}, {j['reports']} reports)")
+    for col in ("queue", "guaranteed GPUs", "mean used GPUs", "mean fair share GPUs", "GPU-hours billed"):
+        t.add_column(col, justify="left" if col == "queue" else "right")
+    for q, s in sorted(summary["queues"].items(), key=lambda kv: -billed.get(kv[0], 0.0)):
+        t.add_row(q, f"{s['guaranteed_gpus']:g}", f"{s['mean_used_gpus']:.2f}", f"{s['mean_fair_share_gpus']:.2f}",
+                  f"{billed.get(q, 0.0) / 3600:.3f}")
+    return t
