@@ -95,6 +95,16 @@ def test_bind_recorded_request_binds_with_assignment_annotations() -> None:
     assert len(ann[ASSIGNED.GPU_UUIDS].split(",")) == 2  # two whole GPUs of gpu-node-07, by id
 
 
+def test_bind_commits_to_the_view_through_on_bound() -> None:
+    st = state()
+    ext = extender(st, [])
+    got: list[Any] = []
+    ext.on_bound = lambda b, slices, decision: got.append((b.node, len(slices), decision))
+    _answer(ext, "filter", load("extender/filter-request.json"))
+    _answer(ext, "bind", load("extender/bind-request.json"))
+    assert got == [("gpu-node-07", 2, "c/3f1c9a52-6d0e-4b8a-9b7e-2a51c0d4e8f1/extender")]
+
+
 def test_bind_refused_by_the_apiserver_is_an_error_answer() -> None:
     err = load("extender/bind-response-error.json")["Error"]
     ext = extender(state(), outcome=BindOutcome(False, "bound_elsewhere", err))

@@ -249,3 +249,16 @@ async def test_dra_claim_templates_are_read_before_translation(kube: Any) -> Non
     await asyncio.wait_for(world.run(emit, stop), timeout=30)
     assert emitted[0][1] == "c/pending/dra-1/0" and emitted[0][0].num_gpu == 1  # one gpu.nvidia.com device
     assert "gpu-test1/single-gpu" in world.mirror.claims and not world.mirror.refused
+
+
+def test_extender_pods_are_reported_bound_once_never_pending() -> None:
+    m = KubeMirror(cluster="c", source="t")
+    m.on_node(Change("added", node("gpu-node-07")))
+    p = _pod("x", schedulerName="gpuaware-extender")
+    assert m.on_pod(Change("added", p), now=1.0) == []  # kube-scheduler's to place
+    b = _pod("x", "2", schedulerName="gpuaware-extender", nodeName="gpu-node-07")
+    b["metadata"]["annotations"].update({ASSIGNED.GPU_UUIDS: "gpu-node-07/gpu0", ASSIGNED.DECISION: "c/x/extender"})
+    out = m.on_pod(Change("modified", b), now=2.0)
+    assert [(type(e).__name__, i) for e, i in out] == [("PodBound", "c/bound/c/x/extender")]
+    assert out[0][0].slices[0].gpu_uuid == "gpu-node-07/gpu0"
+    assert m.on_pod(Change("modified", b), now=3.0) == []

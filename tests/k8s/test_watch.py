@@ -82,3 +82,23 @@ def test_run_watch_relists_after_410_and_resyncs() -> None:
     run_watch(w, lambda: next(lists), watch_fn, lambda c: seen.append((c.kind, c.uid)), stop, clock=lambda: 0.0)
     assert watched_from == ["1", "5"]  # the second watch starts from the relist's version
     assert seen == [("added", "a"), ("added", "c"), ("added", "b"), ("deleted", "a"), ("deleted", "c")]
+
+
+def test_run_watch_survives_a_connection_failure() -> None:
+    w = Watcher(keep=is_ours)
+    calls = {"list": 0}
+    backoffs: list[int] = []
+
+    def list_fn() -> tuple[list[Mapping[str, Any]], str]:
+        calls["list"] += 1
+        if calls["list"] == 1:
+            raise ConnectionError("apiserver unreachable")
+        return [_pod("a", "1")], "1"
+
+    def watch_fn(rv: str) -> Iterator[Mapping[str, Any]]:
+        yield from ()
+
+    seen: list[str] = []
+    run_watch(w, list_fn, watch_fn, lambda c: seen.append(c.uid), lambda: bool(seen), clock=lambda: 0.0,
+              backoff=backoffs.append)
+    assert backoffs == [1] and seen == ["a"]

@@ -19,7 +19,9 @@ would consider, with the same scores:
 - **preempt**: the scheduler's candidate victims are kept on nodes that could ever hold the pod and
   vetoed (omitted) on nodes that never could; answered in the Meta form (UIDs) always.
 - **bind**: creates the Binding (through the caller's ``bind`` function, ``api.bind`` in a cluster)
-  with the GPU-assignment annotations of the decision the session makes for that node.
+  with the GPU-assignment annotations of the decision the session makes for that node, and tells the
+  caller (``on_bound``) so the service's view holds those GPUs before the next filter; the binder's
+  watch of the extender's pods reports the binding (and later the pod's end) to every replica.
 
 Bad input is the caller's fault and says so: malformed JSON, a missing ``Pod``, a pod the translation
 refuses, or node names the cache does not know raise ``BadRequest`` (HTTP 400 in the server), never an
@@ -35,7 +37,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from gpuaware.k8s.objects import BindOutcome, assignment_annotations
+from gpuaware.k8s.objects import ASSIGNED, BindOutcome, assignment_annotations
 from gpuaware.k8s.translate import TranslationError, pod_pending
 from gpuaware.placement import PodRequest
 from gpuaware.placement.explain import node_reasons
@@ -165,6 +167,8 @@ class Extender:
     source: str = "extender"
     pods: dict[str, Mapping[str, Any]] | None = None
     """pods seen at filter time, by UID, for bind (which names the pod only)"""
+    on_bound: Callable[[BindingArgs, tuple[GpuSlice, ...], str], None] | None = None
+    """called after a successful bind (the service commits it to its view at once)"""
 
     def __post_init__(self) -> None:
         if self.pods is None:
@@ -307,17 +311,22 @@ class Extender:
         assert self.pods is not None
         pod = self.pods.pop(b.pod_uid, None)
         annotations: dict[str, str] = {}
+        slices: tuple[GpuSlice, ...] = ()
         if pod is not None:
-            annotations = self.assignment(pod, b.node)
+            slices, annotations = self.assignment(pod, b.node)
         outcome = self.bind_fn(b.pod_namespace, b.pod_name, b.pod_uid, b.node, annotations)
+        if outcome.ok and self.on_bound is not None:
+            self.on_bound(b, slices, annotations.get(ASSIGNED.DECISION, ""))
         return BindingResult(error="" if outcome.ok else outcome.message or outcome.reason)
 
-    def assignment(self, pod: Mapping[str, Any], node: str) -> dict[str, str]:
-        """The GPU-assignment annotations for `pod` on `node`: the GPUs the profile's selector picks."""
+    def assignment(self, pod: Mapping[str, Any], node: str) -> tuple[tuple[GpuSlice, ...], dict[str, str]]:
+        """The GPUs the profile's selector picks for `pod` on `node`, and their assignment annotations
+        (with the decision id ``<cluster>/<uid>/extender`` the binder's watch reports the binding under)."""
         pending = pod_pending(pod, source=self.source, cluster=self.cluster)
         req = self.request_of(pending)
+        decision = {ASSIGNED.DECISION: f"{self.cluster}/{pending.pod_uid}/extender"}
         if req.num_gpu == 0 or self.gpus_of is None:
-            return {}
+            return (), decision
         fw = self.planner.framework
         cluster = self.planner.ledger.cluster
         assert fw is not None and cluster is not None
@@ -327,7 +336,7 @@ class Extender:
         exclude[r] = False
         d = fw.scheduler.schedule(req, snap, exclude)
         if not hasattr(d, "gpus"):
-            return {}
+            return (), decision
         gpus = self.gpus_of(node)
         sl = []
         for slot in d.gpus:
@@ -335,7 +344,7 @@ class Extender:
             mem = req.gpu_memory_mib or g.memory_mib * req.gpu_milli // 1000
             sl.append(GpuSlice(gpu_uuid=g.uuid, gpu_index=g.index, gpu_milli=req.gpu_milli,
                                memory_mib=min(mem, g.memory_mib), mig_profile=pending.mig_profile))
-        return assignment_annotations(node, sl, pod=pod)
+        return tuple(sl), assignment_annotations(node, sl, pod=pod, decision_id=decision[ASSIGNED.DECISION])
 
 
 _MESSAGES = {

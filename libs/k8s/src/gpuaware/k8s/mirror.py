@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from gpuaware.k8s.objects import ASSIGNED
-from gpuaware.k8s.translate import TranslationError, node_inventory, pod_pending
+from gpuaware.k8s.translate import EXTENDER_SCHEDULER_NAME, TranslationError, node_inventory, pod_pending
 from gpuaware.k8s.watch import Change
 from gpuaware.schemas import (
     CheckpointAcknowledged,
@@ -63,6 +65,11 @@ class KubeMirror:
     announced: set[tuple[str, int]] = field(default_factory=set)
     finished: set[str] = field(default_factory=set)
     refused: dict[str, str] = field(default_factory=dict)
+    extender_scheduler: str = EXTENDER_SCHEDULER_NAME
+    """pods of this scheduler were placed by kube-scheduler with our extender: never announced as
+    pending; their binding is reported (``<cluster>/bound/<decision>``) so every placement replica holds
+    their GPUs, and their end like any pod's"""
+    reported_bound: set[str] = field(default_factory=set)
     pending_checkpoints: dict[str, str] = field(default_factory=dict)
     """pod uid -> checkpoint request id we are waiting on"""
 
@@ -92,6 +99,13 @@ class KubeMirror:
         phase = (pod.get("status") or {}).get("phase")
         if phase in _FINISHED and uid not in self.finished:
             out.append(self._finished(pod, _FINISHED[phase], now))
+        elif spec.get("schedulerName") == self.extender_scheduler:
+            if spec.get("nodeName") and uid not in self.reported_bound:
+                b = self.bound(uid, pod)
+                if b is not None and b.slices:
+                    self.reported_bound.add(uid)
+                    b = msgspec.structs.replace(b, emitted_at=now, bound_at=b.bound_at or now)
+                    out.append((b, f"{self.cluster}/bound/{b.decision_id or uid}"))
         elif not spec.get("nodeName") and phase in (None, "Pending"):
             ev = self.pending(uid, now)
             if ev is not None and (uid, ev.attempt) not in self.announced:

@@ -44,6 +44,7 @@ from gpuaware.schemas.pods import GpuCapabilities, PodPending, QosClass, Topolog
 
 __all__ = [
     "ANNOTATION",
+    "EXTENDER_SCHEDULER_NAME",
     "GPU",
     "SCHEDULER_NAME",
     "TranslationError",
@@ -54,6 +55,8 @@ __all__ = [
 ]
 
 SCHEDULER_NAME = "gpuaware"
+EXTENDER_SCHEDULER_NAME = "gpuaware-extender"
+"""the second kube-scheduler's name in extender mode (the chart's extender.kubeScheduler.schedulerName)"""
 GPU = "nvidia.com/gpu"
 GPU_CORES = "nvidia.com/gpucores"
 GPU_MEM = "nvidia.com/gpumem"

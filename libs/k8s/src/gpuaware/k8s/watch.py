@@ -9,7 +9,7 @@ tested from a recorded sequence with no cluster:
 - BOOKMARK carries only a newer ``resourceVersion`` (sent when ``allowWatchBookmarks=true``);
 - ERROR with code 410 (Gone: our version was compacted away) means relist; the relist is diffed
   against what we knew, so objects that vanished meanwhile come out as deletions and nothing is lost;
-- any other ERROR is given back to the loop to back off and re-watch from the same version;
+- any other ERROR (and a connection failure) makes the loop back off and re-watch from the same version;
 - a periodic resync re-lists on a schedule (cheap insurance against a silently stuck watch).
 
 ``Watcher`` keeps the objects by UID and turns every input into ``Change``s; the loop in
@@ -166,4 +166,8 @@ def run_watch(watcher: Watcher, list_fn: Callable[[], tuple[list[Mapping[str, An
         except WatchFailed as exc:
             failures += 1
             log.warning("watch: %s; retrying from %s", exc, watcher.resource_version)
+            backoff(failures)
+        except Exception as exc:  # the apiserver unreachable, a stream cut: back off, carry on
+            failures += 1
+            log.warning("watch: %s: %s; retrying from %s", type(exc).__name__, exc, watcher.resource_version)
             backoff(failures)

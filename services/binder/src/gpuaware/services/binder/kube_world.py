@@ -31,7 +31,7 @@ from typing import Any
 from gpuaware.k8s import api
 from gpuaware.k8s.mirror import KubeMirror
 from gpuaware.k8s.objects import assignment_annotations, checkpoint_annotations, event, why_pending
-from gpuaware.k8s.translate import SCHEDULER_NAME, is_ours
+from gpuaware.k8s.translate import EXTENDER_SCHEDULER_NAME, SCHEDULER_NAME, is_ours
 from gpuaware.k8s.watch import Change, Watcher, run_watch
 from gpuaware.schemas import (
     CheckpointRequested,
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 def _ours_or_bound(pod: Any) -> bool:
     """Track our pods through their whole life (pending, bound, finished), not only while pending."""
-    return (pod.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME or is_ours(pod)
+    return (pod.get("spec") or {}).get("schedulerName") in (SCHEDULER_NAME, EXTENDER_SCHEDULER_NAME) or is_ours(pod)
 
 
 class KubeWorld:
@@ -96,6 +96,8 @@ class KubeWorld:
 
         start("node", api.node_source(self.core), lambda _n: True)
         start("pod", api.pod_source(self.core, SCHEDULER_NAME), _ours_or_bound)
+        # extender mode: kube-scheduler's pods that our extender bound (reported bound, then finished)
+        start("pod", api.pod_source(self.core, EXTENDER_SCHEDULER_NAME), _ours_or_bound)
         try:
             while not stop.is_set():
                 try:

@@ -12,14 +12,17 @@ set; the bind verb creates the Binding through ``gpuaware.k8s.api.bind`` (in-clu
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
-from gpuaware.k8s.extender import Extender
+from gpuaware.k8s.extender import BindingArgs, Extender
 from gpuaware.k8s.objects import BindOutcome
 from gpuaware.k8s.server import extender_app
+from gpuaware.schemas.binder import PodBound
+from gpuaware.schemas.placement import GpuSlice
 from gpuaware.services.placement import convert
 from gpuaware.services.placement.state import PlacementState
 
@@ -38,9 +41,17 @@ def build_extender(state: PlacementState, *, bind: bool = False, core: Any = Non
         def bind_fn(ns: str, name: str, uid: str, node: str, ann: Mapping[str, str]) -> BindOutcome:
             return api.bind(core, ns, name, uid, node, ann)
 
+    def on_bound(b: BindingArgs, slices: tuple[GpuSlice, ...], decision: str) -> None:
+        """The binding the extender just made holds its GPUs in this view at once (the next filter sees
+        it); the binder's watch reports it to the other replicas through the stream."""
+        now = time.time()
+        state.apply_bound(PodBound(source=f"{state.source}/extender", emitted_at=now, cluster=state.cluster_name,
+                                   pod_uid=b.pod_uid, pod_name=b.pod_name, namespace=b.pod_namespace, node=b.node,
+                                   slices=slices, bound_at=now, decision_id=decision or None))
+
     return Extender(planner=state.planner, cluster=state.cluster_name, source=f"{state.source}/extender",
                     request_of=lambda p: convert.pod_request(p, state.planner.models, state.capability),
-                    bind_fn=bind_fn, gpus_of=lambda n: state.gpus.get(n, ()))
+                    bind_fn=bind_fn, gpus_of=lambda n: state.gpus.get(n, ()), on_bound=on_bound)
 
 
 class ExtenderServer:
