@@ -11,6 +11,7 @@ the client's request times out: that is what the refusal tests assert (plus the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -393,3 +394,25 @@ async def test_run_service_connects_as_its_user_and_never_logs_the_password(
     err = capfd.readouterr().err
     assert '"nats_password": "***"' in err
     assert password not in err
+
+
+# -- inboxes ------------------------------------------------------------------------------------------
+
+
+async def test_each_identity_reads_only_its_own_inbox(connect_as: Connect) -> None:
+    # a shared _INBOX.> let any service read the replies meant for another (issue 16): each user now
+    # has its own prefix, set by bus.connect, and may subscribe only there
+    from gpuaware.schemas.permissions import inbox_prefix
+
+    async with connect_as(TELEMETRY_AGENT) as agent, connect_as(PLACEMENT_ID) as placement:
+        assert agent.new_inbox().startswith(inbox_prefix(TELEMETRY_AGENT) + ".")
+        spy = f"{inbox_prefix(PLACEMENT_ID)}.>"
+        await agent.subscribe(spy)
+        with contextlib.suppress(Exception):
+            await agent.flush(timeout=2)
+        await eventually(lambda: agent.last_error is not None, what="the server's refusal")
+        text = str(agent.last_error).lower()
+        assert "permissions violation" in text and spy.lower() in text, text
+        # its own inbox works: a JetStream API request (reply on the agent's inbox) is answered
+        info = await placement.jetstream().stream_info(BINDER.name)
+        assert info.config.name == BINDER.name

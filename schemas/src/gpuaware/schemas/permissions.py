@@ -27,7 +27,9 @@ How each list is derived: from what the service's code actually does on the bus 
 * NATS micro: every service registers one, so it subscribes to ``$SRV.PING|INFO|STATS`` (all,
   by name, by name and id) and its endpoints' subjects, and answers with ``allow_responses``
   (reply subjects only, once each) instead of a publish right on ``_INBOX.>``;
-* replies to its own requests and JetStream API calls arrive on ``_INBOX.>``.
+* replies to its own requests and JetStream API calls arrive on its own inbox prefix,
+  ``_INBOX_<identity>.>`` (``inbox_prefix``; ``gpuaware.bus.connect`` sets it for a user), so no
+  identity can read the replies meant for another.
 
 ``admin`` (``gpuaware up``, provisioning, operators' tools) may do anything.
 
@@ -51,6 +53,7 @@ Sample (the devstack writes this to ``<data>/nats/auth.conf`` with random passwo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -93,6 +96,7 @@ __all__ = [
     "Permissions",
     "authorization",
     "health_durable",
+    "inbox_prefix",
     "permissions_for",
     "placement_durable",
     "render_server_config",
@@ -195,7 +199,13 @@ def _micro(service: str, endpoints: Iterable[str] = ()) -> list[str]:
     return ["$SRV.*", f"$SRV.*.{service}", f"$SRV.*.{service}.*", *endpoints]
 
 
-INBOX = "_INBOX.>"
+def inbox_prefix(identity: str) -> str:
+    """The inbox prefix of a user: replies to its requests arrive on ``<prefix>.<random>``."""
+    return "_INBOX_" + re.sub(r"[^A-Za-z0-9_-]", "_", identity)
+
+
+def _inbox(identity: str) -> str:
+    return f"{inbox_prefix(identity)}.>"
 
 
 def _dedupe(items: Iterable[str]) -> tuple[str, ...]:
@@ -217,14 +227,14 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                f"{JS_API}.CONSUMER.DURABLE.CREATE.{BINDER.name}.*", f"{JS_API}.CONSUMER.INFO.{BINDER.name}.*",
                f"{JS_API}.CONSUMER.MSG.NEXT.{BINDER.name}.*", f"{JS_API}.CONSUMER.DELETE.{BINDER.name}.*",
                f"$JS.ACK.{BINDER.name}.{ANY}", *_dead_letters([binder_pods])]
-        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity)]),
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity)]),
                            allow_responses=True)
     if identity == TELEMETRY_COLLECTOR:
         # consumes telemetry.> (durable), publishes rollups, answers collector.stats
         pub = [*_event(GPU_ROLLED_UP), *_js_base(), *_durable(TELEMETRY, COLLECTOR_DURABLE),
                *_dead_letters([*TELEMETRY.subjects, *OPERATIONAL_ENDPOINTS[identity]])]
         return Permissions(publish=_dedupe(pub),
-                           subscribe=_dedupe([INBOX, *_micro(identity, OPERATIONAL_ENDPOINTS[identity])]),
+                           subscribe=_dedupe([_inbox(identity), *_micro(identity, OPERATIONAL_ENDPOINTS[identity])]),
                            allow_responses=True)
     if identity == PLACEMENT_ID:
         followed = [NODE_INVENTORY, GPU_ROLLED_UP, GPU_STATE_CHANGED, GPU_SCORED, GPU_UTIL_PREDICTED, POD_BOUND,
@@ -236,7 +246,7 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                *(api for s in (TELEMETRY, ALERTS, FORECAST, BINDER, PLACEMENT) for api in _follow(s)),
                f"{JS_API}.STREAM.MSG.GET.{PLACEMENT.name}",  # reading back a previous leader's decision
                *_kv(lease_bucket), *_dead_letters([*consumed, PLACEMENT_EXPLAIN])]
-        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, [PLACEMENT_EXPLAIN])]),
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [PLACEMENT_EXPLAIN])]),
                            allow_responses=True)
     if identity == BINDER_ID:
         # consumes decisions and checkpoint answers (durables), publishes the world's events, serves the
@@ -247,7 +257,7 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         pub = [*(s for o in out for s in _event(o)), *_js_base(), *_durable(PLACEMENT, BINDER_DURABLE),
                *_durable(BINDER, f"{BINDER_DURABLE}-checkpoints"), *_follow(PLACEMENT),
                *_dead_letters([*_event(PLACEMENT_DECIDED), *_event(CHECKPOINT_ACKNOWLEDGED), WORLD_SNAPSHOT])]
-        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, [WORLD_SNAPSHOT])]),
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [WORLD_SNAPSHOT])]),
                            allow_responses=True)
     if identity == HEALTH_SCORING:
         # consumes its cluster's telemetry (samples, or rollups) through a durable, follows inventories
@@ -261,7 +271,7 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                *_js_base(), *_durable(TELEMETRY, health_durable(cluster)), *_follow(TELEMETRY), *_follow(PLACEMENT),
                *_follow(BINDER),
                *_dead_letters([*consumed, *endpoints])]
-        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, endpoints)]),
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, endpoints)]),
                            allow_responses=True)
     if identity == QUOTA_ID:
         # follows the binder's pod events (what runs: the ledger, chargeback), answers quota.admit,
@@ -269,7 +279,7 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         consumed = [s for f in (POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
         pub = [*_event(QUOTA_USAGE_REPORTED), *_js_base(), *_follow(BINDER),
                *_dead_letters([*consumed, QUOTA_ADMIT])]
-        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([INBOX, *_micro(identity, [QUOTA_ADMIT])]),
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [QUOTA_ADMIT])]),
                            allow_responses=True)
     raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
 

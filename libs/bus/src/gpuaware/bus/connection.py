@@ -22,6 +22,8 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from gpuaware.schemas.permissions import inbox_prefix
+
 log = logging.getLogger(__name__)
 
 __all__ = ["Client", "ReconnectPolicy", "connect", "connected", "reconnect_delay"]
@@ -52,7 +54,10 @@ def reconnect_delay(attempt: int, policy: ReconnectPolicy, rng: random.Random | 
 
 async def connect(url: str | Sequence[str], *, name: str, policy: ReconnectPolicy | None = None,
                   initial_timeout: float | None = None, **options: Any) -> Client:
-    """A connected client that reconnects forever; extra `options` go to `nats.connect`."""
+    """A connected client that reconnects forever; extra `options` go to `nats.connect`.
+
+    A client connecting as a ``user`` gets that user's own inbox prefix (``_INBOX_<user>``, see
+    ``gpuaware.schemas.permissions``): the server lets each identity read only its own replies."""
     policy = policy or ReconnectPolicy()
     servers = [url] if isinstance(url, str) else list(url)
 
@@ -92,6 +97,8 @@ async def connect(url: str | Sequence[str], *, name: str, policy: ReconnectPolic
         "reconnected_cb": on_reconnect,
         "closed_cb": on_closed,
     }
+    if options.get("user") and "inbox_prefix" not in options:
+        opts["inbox_prefix"] = inbox_prefix(str(options["user"]))
     opts.update(options)
     try:
         await asyncio.wait_for(nc.connect(**opts), timeout=initial_timeout)
