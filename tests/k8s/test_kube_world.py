@@ -262,3 +262,38 @@ def test_extender_pods_are_reported_bound_once_never_pending() -> None:
     assert [(type(e).__name__, i) for e, i in out] == [("PodBound", "c/bound/c/x/extender")]
     assert out[0][0].slices[0].gpu_uuid == "gpu-node-07/gpu0"
     assert m.on_pod(Change("modified", b), now=3.0) == []
+
+
+class _Lease:
+    """The KubeLeaderLease interface (tested in test_election.py), switched by hand."""
+
+    def __init__(self) -> None:
+        self.leading = False
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self, release: bool = True) -> None:
+        pass
+
+
+async def test_standby_holds_events_until_it_leads(kube: Any) -> None:
+    _Api.nodes = [node("gpu-node-07")]
+    _Api.pods = [_pod("s1")]
+    lease = _Lease()
+    world = KubeWorld(kube, cluster="c", clock=lambda: 1000.0, lease=lease)
+    emitted: list[str] = []
+    stop = asyncio.Event()
+
+    async def emit(_ev: Any, msg_id: str) -> None:
+        emitted.append(msg_id)
+        stop.set()
+
+    async def promote() -> None:
+        while "s1" not in world.mirror.pods:
+            await asyncio.sleep(0.02)
+        assert emitted == []  # a standby says nothing
+        lease.leading = True
+
+    await asyncio.wait_for(asyncio.gather(world.run(emit, stop), promote()), timeout=30)
+    assert emitted == ["c/pending/s1/0"]  # said by the new leader, under the same id

@@ -41,5 +41,8 @@ async def test_webhook_over_tls(tmp_path: Path) -> None:
 def test_webhook_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUAWARE_BINDER_WEBHOOK_PORT", "9443")
     monkeypatch.setenv("GPUAWARE_BINDER_WEBHOOK_CERT_DIR", "/etc/gpuaware/webhook")
+    monkeypatch.setenv("GPUAWARE_BINDER_LEADER_ELECTION", "kubernetes")
+    monkeypatch.setenv("GPUAWARE_BINDER_LEASE_NAMESPACE", "gpuaware-system")
     s = BinderSettings.from_env()
     assert (s.webhook_port, s.webhook_cert_dir, s.webhook_default_queue) == (9443, "/etc/gpuaware/webhook", "default")
+    assert (s.leader_election, s.lease_k8s_namespace()) == ("kubernetes", "gpuaware-system")

@@ -116,7 +116,13 @@ def _default_world(settings: BinderSettings, source: str) -> World:
         from gpuaware.k8s.api import core_api
         from gpuaware.services.binder.kube_world import KubeWorld
 
-        return KubeWorld(core_api(), cluster=settings.cluster, source=source)  # type: ignore[return-value]
+        lease = None
+        if settings.leader_election == "kubernetes":
+            from gpuaware.k8s.election import KubeLeaderLease
+
+            lease = KubeLeaderLease(settings.lease_k8s_namespace(), f"gpuaware-binder-{settings.cluster}",
+                                    source.rsplit("/", 1)[-1])
+        return KubeWorld(core_api(), cluster=settings.cluster, source=source, lease=lease)  # type: ignore[return-value]
     return build_world(settings, source=source)
 
 

@@ -16,12 +16,18 @@ changes into exactly-once contract events, the Binding quirk); this module runs 
 - ``request_checkpoint`` writes the handshake annotations (request time, deadline); the victim answers
   by setting ``gpuaware.io/checkpoint-completed`` and the pod watch brings the answer back.
 
+With several replicas (the chart runs two) a coordination.k8s.io Lease (``gpuaware.k8s.election``)
+picks the one that reports what the watches see; every replica keeps the cache warm and applies the
+decisions it is handed (binding is idempotent: 409 to the same node is success), and a standby keeps
+the latest events so a new leader says them again under the same de-duplication ids.
+
 Selected with ``GPUAWARE_BINDER_WORLD=kubernetes`` (in-cluster config in a pod, else ``KUBECONFIG``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -60,8 +66,12 @@ class KubeWorld:
     kind = "kubernetes"
 
     def __init__(self, core: Any, *, cluster: str, source: str = "binder/k8s", resync_s: float = 300.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, lease: Any = None, buffer: int = 10_000) -> None:
         self.core = core
+        self.lease = lease
+        """a ``KubeLeaderLease``: with several replicas only the leader reports the watches' events (all
+        keep a hot cache and apply decisions); None = report always"""
+        self._held: collections.deque[tuple[Any, str]] = collections.deque(maxlen=buffer)
         self.cluster = cluster
         self.source = source
         self.clock = clock
@@ -98,11 +108,17 @@ class KubeWorld:
         start("pod", api.pod_source(self.core, SCHEDULER_NAME), _ours_or_bound)
         # extender mode: kube-scheduler's pods that our extender bound (reported bound, then finished)
         start("pod", api.pod_source(self.core, EXTENDER_SCHEDULER_NAME), _ours_or_bound)
+        if self.lease is not None:
+            await self.lease.start()
         try:
             while not stop.is_set():
                 try:
                     kind, ch = await asyncio.wait_for(queue.get(), timeout=0.5)
                 except TimeoutError:
+                    if self.reporting and self._held:  # became leader while the watches were quiet
+                        while self._held:
+                            await emit(*self._held[0])
+                            self._held.popleft()
                     continue
                 if kind == "node":
                     self.mirror.on_node(ch)
@@ -110,7 +126,13 @@ class KubeWorld:
                 if ch.kind != "deleted" and await self._read_claims(ch):
                     self.mirror.refused.pop(ch.uid, None)
                 for ev, msg_id in self.mirror.on_pod(ch, self.clock()):
+                    self._held.append((ev, msg_id))
+                if not self.reporting:
+                    continue  # a standby keeps the latest events: a new leader says them again (same ids)
+                while self._held:
+                    ev, msg_id = self._held[0]
                     await emit(ev, msg_id)
+                    self._held.popleft()
                 reason = self.mirror.refused.get(ch.uid)
                 if reason is not None and (ch.uid, reason) not in self._warned:
                     self._warned.add((ch.uid, reason))
@@ -119,6 +141,12 @@ class KubeWorld:
                                       reason, "Warning")
         finally:
             halt.set()
+            if self.lease is not None:
+                await self.lease.stop(release=True)
+
+    @property
+    def reporting(self) -> bool:
+        return self.lease is None or self.lease.leading
 
     async def _read_claims(self, ch: Change) -> bool:
         """Read the DRA ResourceClaims (or templates) a pod names, once each. True when some were read."""
@@ -147,7 +175,7 @@ class KubeWorld:
     async def unschedulable(self, ev: PodUnschedulable) -> None:
         """Placement's "why pending" as a Warning Event on the pod, once per attempt and reason."""
         key = (ev.pod_uid, f"{ev.attempt}/{ev.reason}")
-        if ev.cluster != self.cluster or key in self._warned or self.mirror.state(ev.pod_uid) != "pending":
+        if not self.reporting or ev.cluster != self.cluster or key in self._warned or self.mirror.state(ev.pod_uid) != "pending":
             return
         self._warned.add(key)
         await self._event(ev.namespace, ev.pod_name, ev.pod_uid, "FailedScheduling",

@@ -8,6 +8,7 @@ telemetry agents in other processes). Each field says what its default means.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar, Literal
 
 import msgspec
@@ -23,6 +24,11 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     world: Literal["twin", "kubernetes"] = "twin"
     """which world the decisions are applied to: the digital twin, or a real cluster (``kube_world``:
     in-cluster config in a pod, else ``KUBECONFIG``)"""
+    leader_election: Literal["none", "kubernetes"] = "none"
+    """kubernetes world with several replicas: a coordination.k8s.io Lease picks the one that reports
+    the watches' events (``kube_world``); none = this replica reports"""
+    lease_namespace: str = ""
+    """the Lease's namespace; empty = the pod's own (service-account file), else ``default``"""
     webhook_port: int = 0
     """serve the admission webhooks (``webhook.py``) on this port; 0 = off"""
     webhook_cert_dir: str = ""
@@ -109,3 +115,9 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
         if not 0 <= self.exporter_port <= 65535:
             raise SettingsError("GPUAWARE_BINDER_EXPORTER_PORT must be 0 (off) or a TCP port, "
                                 f"got {self.exporter_port}")
+
+    def lease_k8s_namespace(self) -> str:
+        if self.lease_namespace:
+            return self.lease_namespace
+        sa = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        return sa.read_text().strip() if sa.is_file() else "default"
