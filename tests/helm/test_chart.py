@@ -321,3 +321,17 @@ def test_webhooks_are_served_by_the_binder_with_a_certificate_the_ca_bundle_trus
     text = subprocess.run(["openssl", "x509", "-noout", "-text", "-in", str(tmp_path / "tls.crt")],
                           capture_output=True, text=True, check=True).stdout
     assert "DNS:gpuaware-webhook.gpuaware-system.svc" in text
+
+
+def test_recorded_scheduler_configurations_pass_the_same_checks() -> None:
+    """The checks above accept the recorded upstream examples (so they encode kube-scheduler's rules,
+    not only our file's)."""
+    shared = Path(os.environ.get("GPUAWARE_SHARED_K8S", REPO.parent / "shared" / "k8s"))
+    found = [p for p in (shared / "extender" / "kube-scheduler-config.yaml",
+                         shared / "hami" / "hami-kube-scheduler-config.yaml") if p.is_file()]
+    if not found:
+        pytest.skip(f"recorded scheduler configurations absent under {shared} (set GPUAWARE_SHARED_K8S)")
+    for p in found:
+        docs = [d for d in yaml.safe_load_all(p.read_text()) if d and d.get("kind") == "KubeSchedulerConfiguration"]
+        assert docs, p
+        _check_scheduler_config(docs[0])
