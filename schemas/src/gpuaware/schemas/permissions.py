@@ -276,7 +276,7 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
     if identity == QUOTA_ID:
         # follows the binder's pod events (what runs: the ledger, chargeback), answers quota.admit,
         # publishes usage snapshots
-        consumed = [s for f in (POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
+        consumed = [s for f in (POD_PENDING, POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
         pub = [*_event(QUOTA_USAGE_REPORTED), *_js_base(), *_follow(BINDER),
                *_dead_letters([*consumed, QUOTA_ADMIT])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [QUOTA_ADMIT])]),

@@ -3,8 +3,9 @@
     reads / serves                                           does
     quota.admit (request/reply)                              admit / refuse with the reason / admit
                                                              with a reclaim plan; reserves what it admits
-    follow binder.pod.{bound,bind_failed,preempted,finished}.v1[.>] (all, replayed on start)
-                                                             the ledger (what runs, where, for whom);
+    follow binder.pod.{pending,bound,bind_failed,preempted,finished}.v1[.>] (all, replayed on start)
+                                                             the ledger (what runs, where, for whom;
+                                                             what waits: each queue's demand);
                                                              chargeback intervals opened and closed
     every report_interval_s                                  QuotaUsageReported (per queue: guaranteed,
                                                              limit, used, fair share; Jain's index) ->
@@ -42,6 +43,7 @@ from gpuaware.schemas import (
     POD_BIND_FAILED,
     POD_BOUND,
     POD_FINISHED,
+    POD_PENDING,
     POD_PREEMPTED,
     QUOTA_ADMIT,
     QUOTA_USAGE_REPORTED,
@@ -50,6 +52,7 @@ from gpuaware.schemas import (
     PodBindFailed,
     PodBound,
     PodFinished,
+    PodPending,
     PodPreempted,
     QuotaUsageReported,
 )
@@ -60,7 +63,7 @@ from gpuaware.services.quota.store import Writer
 
 log = logging.getLogger(__name__)
 
-POD_EVENTS = (bus.Channel(POD_BOUND, PodBound), bus.Channel(POD_BIND_FAILED, PodBindFailed),
+POD_EVENTS = (bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBound), bus.Channel(POD_BIND_FAILED, PodBindFailed),
               bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_FINISHED, PodFinished))
 REPORTED = bus.Channel(QUOTA_USAGE_REPORTED, QuotaUsageReported)
 CATCH_UP_S = 30.0
@@ -107,8 +110,12 @@ class QuotaService:
         await self.pool.close()
 
     # --- handlers -----------------------------------------------------------------------------------
-    def _on_pod(self, ev: PodBound | PodBindFailed | PodPreempted | PodFinished, _d: bus.FollowDelivery) -> None:
+    def _on_pod(self, ev: PodPending | PodBound | PodBindFailed | PodPreempted | PodFinished,
+                _d: bus.FollowDelivery) -> None:
         if ev.cluster != self.settings.cluster:
+            return
+        if isinstance(ev, PodPending):
+            self.view.announced(ev)
             return
         if isinstance(ev, PodBound):
             iv = self.view.bound(ev, ev.bound_at)

@@ -70,7 +70,9 @@ class QuotaView:
         """pod uid -> when its reservation lapses"""
         self.asked: dict[str, PodPending] = {}
         self.waiting: dict[str, tuple[str, int, float]] = {}
-        """pod uid -> (queue, GPU milli asked, when)"""
+        """pod uid -> (queue, GPU milli asked, when): refused by quota.admit (lapses after pending_ttl_s)"""
+        self.pending: dict[str, tuple[str, int]] = {}
+        """pod uid -> (queue, GPU milli asked): announced pending by the binder, not bound or gone yet"""
         self.counts: Counter[str] = Counter()
         self.reclaims = 0
 
@@ -134,6 +136,13 @@ class QuotaView:
                           admitted=admitted, queue=queue or "default", reason=reason[:1000], **kw)  # type: ignore[arg-type]
 
     # --- the binder's events ------------------------------------------------------------------------
+    def announced(self, pod: PodPending) -> None:
+        """A pod waits for placement: its queue's demand grows until it is bound or gone."""
+        leaf, _ = self.tree.resolve(pod.queue)
+        if leaf is not None and pod.pod_uid not in self.ledger.running:
+            self.pending[pod.pod_uid] = (leaf, pod.gpu_milli_total)
+        self.counts["pending"] += 1
+
     def bound(self, ev: PodBound, now: float) -> Interval:
         """Count the pod as running (its reservation becomes its allocation); the interval to store."""
         pod = self.asked.get(ev.pod_uid)
@@ -142,6 +151,7 @@ class QuotaView:
         mem = sum(s.memory_mib for s in ev.slices)
         self.reserved.pop(ev.pod_uid, None)
         self.waiting.pop(ev.pod_uid, None)
+        self.pending.pop(ev.pod_uid, None)
         if leaf is not None:
             held = self.ledger.running.get(ev.pod_uid)
             if held is not None:  # from the reservation: now it really runs, and there
@@ -163,6 +173,8 @@ class QuotaView:
         """Stop counting the pod; the interval end to store (None when it never ran)."""
         self.reserved.pop(ev.pod_uid, None)
         self.asked.pop(ev.pod_uid, None)
+        if not (isinstance(ev, PodBindFailed) and ev.transient) and not (isinstance(ev, PodPreempted) and ev.requeued):
+            self.pending.pop(ev.pod_uid, None)
         self.ledger.release(ev.pod_uid, now)
         if isinstance(ev, PodFinished):
             self.counts["finished"] += 1
@@ -194,7 +206,10 @@ class QuotaView:
         for a in self.ledger.running.values():
             asked[a.queue] = asked.get(a.queue, 0.0) + float(a.demand.vector[GPU_MILLI])
             running[a.queue] += 1
-        for q, milli, _ in self.waiting.values():
+        waiting = {**{u: (q, m) for u, (q, m, _) in self.waiting.items()}, **self.pending}
+        for uid, (q, milli) in waiting.items():
+            if uid in self.ledger.running:
+                continue
             asked[q] = asked.get(q, 0.0) + milli
             pending[q] += 1
         leaves_asking = {q: v for q, v in asked.items() if v > 0}
