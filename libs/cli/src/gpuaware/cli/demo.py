@@ -462,6 +462,11 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
                                     f"{sum(al.get('resolved', {}).values())} resolved)")
             else:
                 svc_status[name] = "built (not run: the demo's health run is off)"
+        elif name == "quota":
+            qf = a.get("quota") or {}
+            svc_status[name] = (f"took part (gpuaware run: {len(qf.get('queues', {}))} queues reported, Jain's index "
+                                f"mean {qf.get('jain', {}).get('mean')}, {len(qf.get('chargeback_by_queue', []))} "
+                                "queues billed)" if qf.get("status") == "took part" else qf.get("status", "built"))
         else:
             svc_status[name] = "took part (both runs)"
     summary = (f"{a['nodes']} nodes / {a['gpus']} GPUs, {cfg.trace} workload, {a['pods']['arrived']} pods over "
@@ -579,6 +584,9 @@ def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], 
         if rep:
             console.print(f"operator: uncordon --clear {rep['gpu_uuid']} at {rep['virtual_h']:.2f} h ({rep['reason']}): "
                           f"{rep.get('previous')} → {rep.get('current')}")
+    if (a.get("quota") or {}).get("status") == "took part":
+        from gpuaware.cli.quota import demo_table
+        console.print(demo_table(a["quota"]))
     inv = Table(title="invariants")
     inv.add_column("check")
     inv.add_column("")

@@ -212,6 +212,7 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
         "preemption": _preemption(run),
         "failover": run.failover,
         "health": health_figures(run),
+        "quota": run.quota or {"status": "not in this run"},
         "workload_fingerprint": fp,
         "messages": dict(sorted(run.messages.items())),
         "recorded": dict(sorted(run.log.recorded.items())),

@@ -429,6 +429,8 @@ class RunResult:
     health: dict[str, Any] = field(default_factory=dict)
     """health-scoring in this run: status, the faults injected (with their GPUs' uuids), the operator's
     repair, the service's own counters at the end"""
+    quota: dict[str, Any] = field(default_factory=dict)
+    """the quota service in this run (gpuaware.cli.quota.demo_summary), empty when it did not run"""
 
 
 # --- messages per subject ------------------------------------------------------------------------------
@@ -633,7 +635,10 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_TELEMETRY_AGENT_DCGM_URL": f"http://127.0.0.1:{exporter_port}/metrics/{{node}}",
         "GPUAWARE_TELEMETRY_AGENT_INSTANCE_ID": f"agent-{spec.label}",
     }
-    return {"binder": binder, "placement": placement, "agent": agent, "health": health}
+    quota = {**common, "GPUAWARE_QUOTA_CLUSTER": spec.cluster, "GPUAWARE_QUOTA_INSTANCE_ID": f"quota-{spec.label}",
+             "GPUAWARE_QUOTA_TREE": str(cfg.out / f"quota-queues-{spec.label}.yaml"),
+             "GPUAWARE_QUOTA_REPORT_INTERVAL_S": "2"}
+    return {"binder": binder, "placement": placement, "agent": agent, "health": health, "quota": quota}
 
 
 class EventWriter:
@@ -760,6 +765,12 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                 for g in node.gpus:
                     gpus[g.uuid] = g.memory_mib
                     uuid_of[(node.name, g.index)] = g.uuid
+        quota_on = spec.label == "gpuaware" and service_built("gpuaware.services.quota")
+        if quota_on:  # quota (gpuaware run): its tree sized to the cluster the binder announced
+            from gpuaware.cli.quota import demo_tree
+            Path(env["quota"]["GPUAWARE_QUOTA_TREE"]).write_text(demo_tree(len(gpus)))
+            ours.append(procs.start("quota", service_command("gpuaware.services.quota"), env["quota"],
+                                    logs / f"quota-{spec.label}.log"))
         if plan is not None:
             health["faults"] = [
                 {"kind": f.__struct_config__.tag, "label": label, "node": f.node, "gpu_index": f.gpu,
@@ -797,6 +808,12 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                 return True
 
             await wait_for(health_up, timeout=90.0, what="health-scoring's health.stats", procs=ours, stop=stop)
+        if quota_on:
+            async def quota_up() -> bool:
+                await bus.request(nc, "$SRV.PING.quota", {}, dict, timeout=1.0)
+                return True
+
+            await wait_for(quota_up, timeout=90.0, what="the quota service", procs=ours, stop=stop)
         repair = plan.specs[plan.repair] if plan is not None and plan.repair is not None else None
         end = VIRTUAL_EPOCH + cfg.window_s
         deadline = time.monotonic() + cfg.duration_s * 1.25 + 20.0
@@ -857,7 +874,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         raise
     finally:
         for name in [p.name for p in procs.processes
-                     if p.name.startswith(("placement", "telemetry-agent-", "health-scoring"))]:
+                     if p.name.startswith(("placement", "telemetry-agent-", "health-scoring", "quota"))]:
             exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
         await asyncio.sleep(1.0)  # decisions already published reach the binder
         exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
@@ -880,12 +897,20 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
     progress(spec, run_log, virtual_now - VIRTUAL_EPOCH, time.monotonic() - wall0)
     if failover is not None:
         failover = failover_figures(failover, run_log, exit_codes)
+    quota: dict[str, Any] = {}
+    if spec.label == "gpuaware" and service_built("gpuaware.services.quota"):
+        from gpuaware.cli.quota import demo_summary
+        try:
+            quota = await demo_summary(pool, spec.cluster)
+        except Exception as exc:  # the report says what failed; the run's other figures stand
+            quota = {"status": f"no summary: {type(exc).__name__}: {exc}"}
     return RunResult(spec=spec, log=run_log, gpus=gpus, nodes=n_nodes, started_at=VIRTUAL_EPOCH,
                      virtual_end=virtual_now, wall_s=time.monotonic() - wall0, reached_end=reached,
                      messages=messages, db=db, snapshot_violations=snap_bad,
                      snapshot_pods=snap_pods, exit_codes=exit_codes,
                      services={"placement": spec.policy, "binder": "twin"}, failure=failure, failover=failover,
-                     node_names=node_names, clock=clock, telemetry=telemetry, health=health)
+                     node_names=node_names, clock=clock, telemetry=telemetry, health=health,
+                     quota=quota)
 
 
 async def operator_repair(nc: bus.Client, cluster: str, gpu: str, node: str, virtual_now: float) -> dict[str, Any]:

@@ -121,6 +121,7 @@ def demo_tree(gpus: int) -> str:
     g = max(1, int(gpus * 0.3))
     return "\n".join([
         "open_queues: true",
+        f"capacity: {{'*': {{gpus: {gpus}}}}}",
         "default_queue: default",
         f"half_life_s: {3600}",
         "queues:",
