@@ -142,6 +142,7 @@ def test_unknown_nodes_and_bad_pods_are_bad_requests() -> None:
     req = load("extender/filter-request.json")
     for part in ("limits", "requests"):
         req["Pod"]["spec"]["containers"][0]["resources"][part]["nvidia.com/gpu"] = "lots"
+    req["Pod"]["metadata"]["resourceVersion"] = "48213978"  # a changed pod has a new version
     with pytest.raises(BadRequest, match="not a Kubernetes quantity"):
         _answer(ext, "filter", req)
     b = load("extender/bind-request.json")

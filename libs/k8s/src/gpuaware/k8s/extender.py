@@ -31,7 +31,7 @@ internal error. A logical "no" (no node fits) is HTTP 200 with the verdicts, as 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -170,6 +170,9 @@ class Extender:
     on_bound: Callable[[BindingArgs, tuple[GpuSlice, ...], str], None] | None = None
     """called after a successful bind (the service commits it to its view at once)"""
 
+    _translated: dict[tuple[Any, Any], PodPending] = field(default_factory=dict)
+    """pods translated, by (uid, resourceVersion): kube-scheduler sends the same object to every verb"""
+
     def __post_init__(self) -> None:
         if self.pods is None:
             self.pods = {}
@@ -191,10 +194,18 @@ class Extender:
         pod = args.get("Pod")
         if not isinstance(pod, dict):
             raise BadRequest(f"{verb}: no Pod in the request")
-        try:
-            pending = pod_pending(pod, source=self.source, cluster=self.cluster)
-        except TranslationError as exc:
-            raise BadRequest(f"{verb}: {exc}") from None
+        meta = pod.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("resourceVersion"))
+        pending = self._translated.get(key) if key[1] else None  # filter then prioritize: the same pod object
+        if pending is None:
+            try:
+                pending = pod_pending(pod, source=self.source, cluster=self.cluster)
+            except TranslationError as exc:
+                raise BadRequest(f"{verb}: {exc}") from None
+            if key[1]:
+                if len(self._translated) >= 4096:
+                    self._translated.pop(next(iter(self._translated)))
+                self._translated[key] = pending
         try:
             req = self.request_of(pending)
         except ValueError as exc:
