@@ -1,13 +1,13 @@
 """The `gpuaware` command: one entry point for the embedded stack, the demo and the evaluators.
 
-Sub-commands live in their own modules (`stack`, `demo`, `evaluate`, `health`, `quota`); this file only assembles them.
+Sub-commands live in their own modules (`stack`, `demo`, `evaluate`, `health`, `forecast`, `quota`); this file only assembles them.
 """
 
 from __future__ import annotations
 
 import typer
 
-from gpuaware.cli import demo, evaluate, health, quota, stack
+from gpuaware.cli import demo, evaluate, forecast, health, quota, stack
 
 app = typer.Typer(
     name="gpuaware",
@@ -22,6 +22,7 @@ app.command("status")(stack.status)
 app.command("demo")(demo.demo)
 app.add_typer(evaluate.app, name="eval")
 app.add_typer(health.app, name="health")
+app.add_typer(forecast.app, name="forecast")
 app.add_typer(quota.app, name="quota")
 
 if __name__ == "__main__":  # pragma: no cover

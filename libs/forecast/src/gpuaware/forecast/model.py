@@ -23,6 +23,7 @@ import dataclasses
 import io
 import json
 import time
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -242,10 +243,13 @@ def export_onnx(result: TrainResult, meta: dict | None = None) -> bytes:
     args = (torch.zeros(n, len(FEATURES)), torch.zeros(model.layers, n, model.hidden),
             torch.zeros(model.layers, n, model.hidden))
     buf = io.BytesIO()
-    torch.onnx.export(_Step(model), args, buf, dynamo=False, opset_version=17,
-                      input_names=["x", "h", "c"], output_names=["y", "h_out", "c_out"],
-                      dynamic_axes={"x": {0: "series"}, "h": {1: "series"}, "c": {1: "series"},
-                                    "y": {0: "series"}, "h_out": {1: "series"}, "c_out": {1: "series"}})
+    with warnings.catch_warnings():
+        # the exporter warns about batch sizes with LSTMs; h and c are explicit inputs, which is its own advice
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Step(model), args, buf, dynamo=False, opset_version=17,
+                          input_names=["x", "h", "c"], output_names=["y", "h_out", "c_out"],
+                          dynamic_axes={"x": {0: "series"}, "h": {1: "series"}, "c": {1: "series"},
+                                        "y": {0: "series"}, "h_out": {1: "series"}, "c_out": {1: "series"}})
     proto = onnx.load_from_string(buf.getvalue())
     recipe = {"format": FORMAT, "features": list(FEATURES), **dataclasses.asdict(result.features),
               "horizons_steps": result.horizons, "quantiles": model.quantiles, "hidden": model.hidden,

@@ -1,0 +1,200 @@
+"""`gpuaware forecast`: evaluate and train the demand forecasters on trace files.
+
+`evaluate` holds out the test range (the published Philly split, or the last `--test-days`), runs
+every baseline (persistence, seasonal naive, EWMA, ETS) and the LSTM side by side at each horizon
+and writes DIR/summary.json (the contract other tools read: {"series": [...], "models": {NAME:
+{"rmse_at": {...}, "smape_at": {...}}}}), DIR/detail.json (per series, the splits, the fallbacks) and,
+with `--plot`, one forecast-vs-actual PNG per series. Without `--model` it first trains on the
+series' training ranges only (validation picks the checkpoint) and keeps the model as DIR/model.onnx;
+with `--model PATH` it serves that file; `--model latest` reads the newest model of the registry
+(DATABASE_URL). The LSTM's figures are what the service would publish: the ONNX graph stepped once per
+sample, fallback rows (too little history, constant, gaps) served by persistence.
+
+`train` fits the same model and writes the ONNX file `--model` accepts (and the service's registry).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+if TYPE_CHECKING:  # gpuaware.forecast imports torch: loaded only when a forecast command runs
+    from gpuaware.forecast.experiment import Prepared
+    from gpuaware.forecast.runtime import StreamingModel
+
+app = typer.Typer(help="Demand forecasting: evaluate baselines and the LSTM on traces, train models.",
+                  no_args_is_help=True)
+console = Console()
+
+
+@app.callback()
+def _group() -> None:
+    """Demand forecasting (evaluate, train)."""
+
+
+def parse_horizons(text: str) -> list[int]:
+    try:
+        hs = sorted({int(p) for p in text.split(",") if p.strip()})
+    except ValueError:
+        raise typer.BadParameter(f"horizons must look like 10,30,60 (minutes); got {text!r}") from None
+    if not hs or hs[0] < 1:
+        raise typer.BadParameter(f"horizons must be positive minutes; got {text!r}")
+    return hs
+
+
+Series_ = Annotated[list[Path], typer.Option("--series", help="trace file or folder (repeatable)")]
+Format = Annotated[str, typer.Option("--format", help="helios | philly | gentd26")]
+TestDays = Annotated[float | None, typer.Option("--test-days", help="hold out the last N days (default 7; "
+                                                "Philly defaults to its published split)")]
+Split = Annotated[str | None, typer.Option("--split", help="'philly': train Oct, validate Nov, test Dec 1-14")]
+Horizons = Annotated[str, typer.Option("--horizons", help="minutes ahead, comma-separated")]
+Iters = Annotated[int, typer.Option("--iters", help="training iterations at most")]
+Seconds = Annotated[float, typer.Option("--max-seconds", help="training time at most")]
+
+
+def _prepare(series: list[Path], fmt: str, test_days: float | None, split: str | None) -> list[Prepared]:
+    from gpuaware.forecast.experiment import prepare
+    from gpuaware.forecast.series import SeriesError
+
+    try:
+        return prepare(series, fmt, test_days, split)
+    except SeriesError as exc:
+        console.print(f"[red]bad input:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+def _train(prepared: list[Prepared], horizons: list[int], iters: int, seconds: float) -> bytes:
+    from gpuaware.forecast.experiment import config_for, fit
+    from gpuaware.forecast.series import SeriesError
+
+    config = config_for(prepared[0].series.step_s, horizons, max_iters=iters, max_seconds=seconds)
+    with Progress(TextColumn("[bold]training LSTM"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("loss {task.fields[loss]:.4f}  valid {task.fields[valid]}"), console=console) as bar:
+        task = bar.add_task("train", total=iters, loss=float("nan"), valid="-")
+
+        def progress(it: int, total: int, loss: float, valid: float) -> None:
+            fields = {"loss": loss} | ({"valid": f"{valid:.4f}"} if np.isfinite(valid) else {})
+            bar.update(task, completed=it, **fields)
+
+        try:
+            result, blob = fit(prepared, config, progress)
+        except (ValueError, SeriesError) as exc:
+            console.print(f"[red]cannot train:[/red] {exc}")
+            raise typer.Exit(2) from None
+    console.print(f"trained {result.iters} iterations in {result.seconds:.1f} s, best validation pinball "
+                  f"{result.best_valid_loss:.4f}")
+    return blob
+
+
+def _load_model(spec: str) -> tuple[StreamingModel, str]:
+    from gpuaware.forecast.runtime import ModelError, StreamingModel
+
+    if spec == "latest":
+        from gpuaware.cli.forecast_registry import latest_model_bytes
+
+        blob, name = latest_model_bytes(os.environ.get("DATABASE_URL", ""))
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            console.print(f"[red]model not found:[/red] {path}")
+            raise typer.Exit(2)
+        blob, name = path.read_bytes(), str(path)
+    try:
+        return StreamingModel.load(blob), name
+    except ModelError as exc:
+        console.print(f"[red]unusable model[/red] {name}: {exc}")
+        raise typer.Exit(2) from None
+
+
+def _plot(out: Path, prepared: list[Prepared], ev, horizons: list[int]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for p, res in zip(prepared, ev.results, strict=True):
+        fig, axes = plt.subplots(len(horizons), 1, figsize=(12, 2.6 * len(horizons)), sharex=True, squeeze=False)
+        t = (p.series.times[res.test[0]:res.test[1]] - p.series.times[res.test[0]]) / 3600.0
+        for ax, h in zip(axes[:, 0], horizons, strict=True):
+            ax.plot(t, res.actual, color="black", lw=0.8, label="actual")
+            for name, color in (("persistence", "tab:gray"), ("ewma", "tab:green"), ("lstm", "tab:red")):
+                if name in res.forecasts:
+                    ax.plot(t, res.forecasts[name][h], lw=0.7, color=color, label=name)
+            ax.set_ylabel(f"+{h} min")
+        axes[0, 0].legend(loc="upper right", fontsize=8)
+        axes[-1, 0].set_xlabel("hours into the test range")
+        fig.suptitle(f"{p.series.name}: forecast vs actual")
+        path = out / f"{p.series.name}.png"
+        fig.savefig(path, dpi=90, bbox_inches="tight")
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+@app.command()
+def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("forecast-eval"),
+             test_days: TestDays = None, split: Split = None, horizons: Horizons = "10,30,60",
+             model: Annotated[str | None, typer.Option("--model", help="'latest' (the registry) or an ONNX file; "
+                                                       "absent: train on the training range")] = None,
+             plot: Annotated[bool, typer.Option("--plot", help="write forecast-vs-actual PNGs")] = False,
+             iters: Iters = 1500, max_seconds: Seconds = 240.0) -> None:
+    """Baselines and the LSTM side by side on held-out data; writes DIR/summary.json."""
+    from gpuaware.forecast.experiment import run
+    from gpuaware.forecast.runtime import StreamingModel
+    from gpuaware.forecast.series import SeriesError
+
+    hs = parse_horizons(horizons)
+    prepared = _prepare(series, fmt, test_days, split)
+    out.mkdir(parents=True, exist_ok=True)
+    if model is None:
+        blob = _train(prepared, hs, iters, max_seconds)
+        (out / "model.onnx").write_bytes(blob)
+        served, model_name = StreamingModel.load(blob), str(out / "model.onnx")
+    else:
+        served, model_name = _load_model(model)
+    try:
+        ev = run(prepared, hs, served)
+    except SeriesError as exc:
+        console.print(f"[red]bad input:[/red] {exc}")
+        raise typer.Exit(2) from None
+    summary = ev.summary()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    detail = {"model": model_name, "model_meta": served.meta, "horizons_min": hs,
+              "relative_rmse_lstm": ev.relative_rmse("lstm"),
+              "series": [{"name": p.series.name, "split": p.split.describe(p.series), "notes": list(p.series.notes),
+                          "metrics": r.metrics()} for p, r in zip(prepared, ev.results, strict=True)]}
+    (out / "detail.json").write_text(json.dumps(detail, indent=2) + "\n")
+    table = Table(title=f"{len(prepared)} series, test ranges only ({prepared[0].split.describe(prepared[0].series)['test']}"
+                        f"{' ...' if len(prepared) > 1 else ''})")
+    table.add_column("model")
+    for h in hs:
+        table.add_column(f"RMSE @{h}", justify="right")
+        table.add_column(f"sMAPE @{h}", justify="right")
+    for name, m in summary["models"].items():
+        table.add_row(name, *[x for h in hs for x in (f"{m['rmse_at'][str(h)]:.3f}", f"{m['smape_at'][str(h)]:.2f}%")])
+    console.print(table)
+    if plot:
+        _plot(out, prepared, ev, hs)
+    console.print(f"wrote {out / 'summary.json'}, detail.json{' and PNGs' if plot else ''}")
+
+
+@app.command()
+def train(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--out", help="MODEL.onnx to write")],
+          test_days: TestDays = None, split: Split = None, horizons: Horizons = "10,30,60",
+          iters: Iters = 1500, max_seconds: Seconds = 240.0) -> None:
+    """Train the LSTM on the training ranges and write the streaming ONNX model."""
+    hs = parse_horizons(horizons)
+    prepared = _prepare(series, fmt, test_days, split)
+    blob = _train(prepared, hs, iters, max_seconds)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(blob)
+    console.print(f"wrote {out} ({len(blob):,} bytes)")

@@ -1,0 +1,78 @@
+"""The model registry's SQL (migration 0012): publish a version, read the newest, store forecasts.
+
+Only gpuaware.tsdb imports psycopg, so these functions take a connection the caller opened through
+``gpuaware.tsdb`` (a psycopg Connection or AsyncConnection: the ``_async`` variants await) and never
+import the driver. The ONNX bytes are validated (``runtime.StreamingModel.load``) before a version is
+published, so the registry never holds a model the service would refuse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+__all__ = ["RegistryEntry", "latest", "latest_async", "latest_version_async", "publish"]
+
+_COLUMNS = "version, name, created_at, step_s, data_window, metrics, meta, sha256, onnx"
+_LATEST = f"SELECT {_COLUMNS} FROM forecast_models WHERE (%(name)s::text IS NULL OR name = %(name)s) ORDER BY version DESC LIMIT 1"
+_LATEST_VERSION = "SELECT max(version) FROM forecast_models WHERE (%(name)s::text IS NULL OR name = %(name)s)"
+_PUBLISH = ("INSERT INTO forecast_models (name, step_s, data_window, metrics, meta, sha256, onnx) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING version")
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistryEntry:
+    version: int
+    name: str
+    created_at: Any
+    step_s: float
+    data_window: dict
+    metrics: dict
+    meta: dict
+    sha256: str
+    onnx: bytes
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+def _entry(row: tuple | None) -> RegistryEntry | None:
+    if row is None:
+        return None
+    v = list(row)
+    for i in (4, 5, 6):
+        if isinstance(v[i], str):
+            v[i] = json.loads(v[i])
+    v[8] = bytes(v[8])
+    return RegistryEntry(*v)
+
+
+def publish(conn: Any, name: str, onnx: bytes, metrics: dict | None = None) -> int:
+    """Validate ``onnx`` and store it as the next version of ``name``; returns the version."""
+    from gpuaware.forecast.runtime import StreamingModel
+
+    model = StreamingModel.load(onnx)  # ModelError: nothing is stored
+    row = conn.execute(_PUBLISH, (name, model.features.step_s, json.dumps(model.meta.get("data_window", {})),
+                                  json.dumps(metrics or {}), json.dumps(model.meta),
+                                  hashlib.sha256(onnx).hexdigest(), onnx)).fetchone()
+    conn.commit()
+    return int(row[0])
+
+
+def latest(conn: Any, name: str | None = None) -> RegistryEntry | None:
+    return _entry(conn.execute(_LATEST, {"name": name}).fetchone())
+
+
+async def latest_async(conn: Any, name: str | None = None) -> RegistryEntry | None:
+    cur = await conn.execute(_LATEST, {"name": name})
+    return _entry(await cur.fetchone())
+
+
+async def latest_version_async(conn: Any, name: str | None = None) -> int | None:
+    """The cheap poll behind hot reload: the newest version number only."""
+    cur = await conn.execute(_LATEST_VERSION, {"name": name})
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
