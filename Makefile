@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv demo test fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-extender bench-fairness clean up down
+.PHONY: venv demo test fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-extender bench-fairness clean up down
 
 venv: $(STAMP)
 
@@ -49,6 +49,9 @@ bench-loop: $(STAMP)
 
 bench-health: $(STAMP)
 	$(PY) bench/health.py
+
+bench-forecast: $(STAMP)
+	$(PY) bench/forecast.py
 
 bench-fairness: $(STAMP)
 	$(PY) bench/fairness.py

@@ -1,0 +1,181 @@
+"""Forecast benchmark: issue 11's acceptance figures, through the library the CLI and the service use.
+
+What it runs (gpuaware.forecast.experiment: the same prepare / fit / run as `gpuaware forecast evaluate`):
+  1. Philly node sequence, the published split (10-minute max; train Oct, validate Nov, test Dec 1-14):
+     every baseline and the LSTM (trained on October, checkpoint picked on November) at 10/30/60 min;
+     persistence at 10 min checked against the independently computed 10.33.
+  2. Every Helios VC in shared/data, the last 7 days held out (the day before them validates): one
+     global LSTM trained on every VC's training range; every model, horizon and series reported.
+  3. The acceptance comparison: LSTM RMSE against the best baseline at 30 and 60 min, pooled over
+     series (and the per-series geometric mean of ratios beside it), and per series where it wins.
+  4. Streaming inference: 10,000 series stepped through runtime.Streams (onnxruntime, the Helios
+     model, 2 x 64) once per update: p50/p99 of the onnxruntime call alone and of the whole step
+     (features, fallback checks, the call), after a warm-up.
+  5. Training time on one Helios VC with the default TrainConfig (1,500 iterations or 5 minutes).
+
+The LSTM's figures are those of the ONNX graph stepped once per sample (what the service serves),
+fallback rows (too little history, constant, gaps) served by persistence.
+Writes bench/results/forecast.json (machine and load noted, repository-relative paths only). The data
+stays in ../shared/data (GPUAWARE_SHARED_DATA). Run: `make bench-forecast` or `.venv/bin/python bench/forecast.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from machine_info import load_average, machine
+from rich.console import Console
+
+from gpuaware.forecast.baselines import BASELINES
+from gpuaware.forecast.experiment import config_for, fit, prepare, run
+from gpuaware.forecast.runtime import StreamingModel, Streams
+from gpuaware.sim import shared_data_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "forecast.json"
+HORIZONS = [10, 30, 60]
+PHILLY_PERSISTENCE_10 = 10.33
+console = Console()
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT.parent))
+    except ValueError:
+        return path.name
+
+
+def section(name: str, paths: list[Path], fmt: str, iters: int, seconds: float, **split) -> dict:
+    prepared = prepare(paths, fmt, **split)
+    config = config_for(prepared[0].series.step_s, HORIZONS, max_iters=iters, max_seconds=seconds)
+    console.print(f"[bold]{name}[/bold]: {len(prepared)} series, training up to {iters} iterations / {seconds:.0f} s")
+    result, blob = fit(prepared, config)
+    model = StreamingModel.load(blob)
+    t0 = time.perf_counter()
+    ev = run(prepared, HORIZONS, model)
+    agg = ev.aggregate()
+    comparison = {}
+    for h in HORIZONS:
+        best = ev.best_baseline(h)
+        lstm, base = agg["lstm"]["rmse_at"][str(h)], agg[best]["rmse_at"][str(h)]
+        wins = [r.name for r in ev.results if r.metrics()["lstm"]["rmse_at"][str(h)]
+                <= 0.9 * r.metrics()[ev.best_baseline(h, r)]["rmse_at"][str(h)]]
+        comparison[str(h)] = {"best_baseline": best, "best_baseline_rmse": base, "lstm_rmse": lstm,
+                              "improvement_pct": 100.0 * (1 - lstm / base),
+                              "meets_10pct": bool(lstm <= 0.9 * base),
+                              "series_where_lstm_beats_its_best_baseline_by_10pct": wins}
+    for h, c in comparison.items():
+        console.print(f"  @{h} min: LSTM {c['lstm_rmse']:.3f} vs {c['best_baseline']} {c['best_baseline_rmse']:.3f} "
+                      f"({c['improvement_pct']:+.1f} %)")
+    return {
+        "files": [_rel(p) for p in paths],
+        "splits": {p.series.name: p.split.describe(p.series) for p in prepared},
+        "training": {"iters": result.iters, "seconds": round(result.seconds, 1), "best_valid_pinball": result.best_valid_loss,
+                     "history": result.history, "config": {k: getattr(config, k) for k in
+                                                           ("hidden", "layers", "window", "burn_in", "batch", "lr",
+                                                            "max_iters", "max_seconds")}},
+        "evaluation_seconds": round(time.perf_counter() - t0, 1),
+        "aggregate": agg,
+        "relative_rmse_lstm_geomean": ev.relative_rmse("lstm"),
+        "lstm_vs_best_baseline": comparison,
+        "per_series": {r.name: {"metrics": r.metrics(), "notes": r.notes} for r in ev.results},
+        "_model": model,
+    }
+
+
+def streaming_latency(model: StreamingModel, n: int = 10_000, updates: int = 200) -> dict:
+    rng = np.random.default_rng(0)
+    streams = Streams(model, n)
+    t = 1_588_291_200.0
+    level = rng.uniform(0, 200, n)
+    step_ms, run_ms = [], []
+    inner = model.run
+
+    def timed(x, h, c):
+        t0 = time.perf_counter()
+        out = inner(x, h, c)
+        run_ms.append(1e3 * (time.perf_counter() - t0))
+        return out
+
+    object.__setattr__(model, "run", timed)
+    try:
+        for k in range(updates + 20):
+            values = np.maximum(0, level + rng.normal(0, 3, n)).round()
+            values[rng.random(n) < 0.01] = np.nan  # 1 % of series late on each update
+            t0 = time.perf_counter()
+            streams.step(values, t + k * model.features.step_s)
+            step_ms.append(1e3 * (time.perf_counter() - t0))
+    finally:
+        object.__delattr__(model, "run")
+    step, onnx = np.array(step_ms[20:]), np.array(run_ms[20:])
+    return {"series": n, "updates": updates, "model": f"LSTM {model.layers} x {model.hidden}, Helios",
+            "onnxruntime_run_ms": {"p50": float(np.percentile(onnx, 50)), "p99": float(np.percentile(onnx, 99))},
+            "whole_step_ms": {"p50": float(np.percentile(step, 50)), "p99": float(np.percentile(step, 99))},
+            "goal_ms": 100.0, "meets_goal": bool(np.percentile(step, 99) <= 100.0)}
+
+
+def one_vc_training(path: Path) -> dict:
+    prepared = prepare([path], "helios", test_days=7)
+    config = config_for(60.0, HORIZONS)  # the default: 1,500 iterations or 240 s
+    result, _ = fit(prepared, config)
+    return {"vc": prepared[0].series.name, "iters": result.iters, "seconds": round(result.seconds, 1),
+            "max_iters": config.max_iters, "max_seconds": config.max_seconds,
+            "stopped_by": "iterations" if result.iters >= config.max_iters else "time budget",
+            "goal_s": 300.0, "meets_goal": bool(result.seconds <= 300.0)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--iters", type=int, default=1500)
+    ap.add_argument("--max-seconds", type=float, default=240.0)
+    ap.add_argument("--skip-one-vc", action="store_true", help="leave out the single-VC training timing")
+    args = ap.parse_args(argv)
+    data = shared_data_dir(ROOT)
+    philly = data / "philly-node-sequence" / "philly_node_sequence.csv"
+    helios = sorted((data / "helios").glob("*_cluster_sequence_vc.csv"))
+    if not philly.is_file() or not helios:
+        console.print(f"[red]trace files not found under {data}[/red]: set GPUAWARE_SHARED_DATA to the shared/data folder")
+        return 2
+    started = time.time()
+    report: dict = {"machine": machine("torch", "onnxruntime", "statsmodels", "numpy"),
+                    "load_average_before": load_average(), "horizons_min": HORIZONS,
+                    "baselines": list(BASELINES), "how": __doc__.split("\n\n")[1]}
+    ph = section("philly", [philly], "philly", args.iters, args.max_seconds, split="philly")
+    ph.pop("_model")
+    p10 = ph["aggregate"]["persistence"]["rmse_at"]["10"]
+    ph["persistence_10min_check"] = {"expected": PHILLY_PERSISTENCE_10, "got": round(p10, 2),
+                                     "agrees": bool(round(p10, 2) == PHILLY_PERSISTENCE_10)}
+    report["philly"] = ph
+    he = section("helios", helios, "helios", args.iters, args.max_seconds, test_days=7)
+    model = he.pop("_model")
+    report["helios"] = he
+    report["streaming"] = streaming_latency(model)
+    s = report["streaming"]
+    console.print(f"streaming 10,000 series: whole step p50 {s['whole_step_ms']['p50']:.1f} ms, p99 "
+                  f"{s['whole_step_ms']['p99']:.1f} ms (onnxruntime p50 {s['onnxruntime_run_ms']['p50']:.1f} ms)")
+    if not args.skip_one_vc:
+        report["train_one_helios_vc"] = one_vc_training(helios[0])
+        console.print(f"training on one VC: {report['train_one_helios_vc']}")
+    report["acceptance"] = {
+        "philly_persistence_10min_is_10.33": ph["persistence_10min_check"]["agrees"],
+        "lstm_beats_best_baseline_by_10pct": {sec: {h: report[sec]["lstm_vs_best_baseline"][h]["meets_10pct"]
+                                                    for h in ("30", "60")} for sec in ("philly", "helios")},
+        "streaming_10k_series_p99_le_100ms": s["meets_goal"],
+        "train_one_vc_le_5min": report.get("train_one_helios_vc", {}).get("meets_goal"),
+    }
+    report["load_average_after"] = load_average()
+    report["wall_seconds"] = round(time.time() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"wrote {_rel(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
