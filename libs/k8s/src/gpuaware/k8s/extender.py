@@ -109,6 +109,17 @@ class PreemptionResult(_Wire):
     node_name_to_meta_victims: dict[str, MetaVictims] = msgspec.field(default_factory=dict)
 
 
+_enc = msgspec.json.Encoder()
+_HOST = b'{"Host":'
+_SCORE = [b',"Score":%d}' % i for i in range(MAX_EXTENDER_PRIORITY + 1)]
+
+
+def _filter_json(passed: list[bytes], failed: list[bytes], unresolvable: list[bytes]) -> msgspec.Raw:
+    """``ExtenderFilterResult`` with every field, in Go's order (``Nodes`` null: nodeCacheCapable)."""
+    return msgspec.Raw(b'{"Nodes":null,"NodeNames":[' + b",".join(passed) + b'],"FailedNodes":{' + b",".join(failed)
+                       + b'},"FailedAndUnresolvableNodes":{' + b",".join(unresolvable) + b'},"Error":""}')
+
+
 _FIELDS = {
     "filter": ("Pod", "Nodes", "NodeNames"),
     "prioritize": ("Pod", "Nodes", "NodeNames"),
@@ -171,6 +182,8 @@ class Extender:
     """called after a successful bind (the service commits it to its view at once)"""
 
     _translated: dict[tuple[Any, Any], PodPending] = field(default_factory=dict)
+    _wire_for: Any = None
+    _wire: tuple[list[bytes], list[bytes]] = ([], [])
     """pods translated, by (uid, resourceVersion): kube-scheduler sends the same object to every verb"""
 
     def __post_init__(self) -> None:
@@ -249,44 +262,60 @@ class Extender:
             nodes, totals = np.empty(0, dtype=np.int64), np.empty(0)
         return nodes, totals, snap
 
-    def filter(self, args: Mapping[str, Any]) -> FilterResult:
+    def _wire_names(self) -> tuple[list[bytes], list[bytes]]:
+        """Per cluster row: the node's name as JSON (``"n"``) and as a map key (``"n":``), built once per
+        node set. The verdicts for 1,000 nodes are then joined as bytes, not built as 1,000 objects."""
+        cluster = self.planner.ledger.cluster
+        assert cluster is not None
+        if self._wire_for is not cluster.node_names:
+            quoted = [_enc.encode(n) for n in cluster.node_names]
+            self._wire = (quoted, [q + b":" for q in quoted])
+            self._wire_for = cluster.node_names
+        return self._wire
+
+    def filter(self, args: Mapping[str, Any]) -> msgspec.Raw:
+        """The ``ExtenderFilterResult`` (see the module docstring), as encoded JSON."""
         _pod, req = self._pod(args, "filter")
         names = self._names(args, "filter")
         rows = self._rows(names, "filter")
+        quoted, keys = self._wire_names()
         if req.num_gpu == 0:  # not a GPU pod: no opinion, every node passes
-            return FilterResult(node_names=list(names), failed_nodes={}, failed_and_unresolvable_nodes={})
+            return _filter_json([quoted[r] for r in rows.tolist()], [], [])
         nodes, _totals, snap = self._feasible(req)
         ok = np.zeros(snap.num_nodes, dtype=bool)
         ok[nodes] = True
         passing = ok[rows]
-        passed = [names[i] for i in np.flatnonzero(passing).tolist()]
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
+        passed = [quoted[r] for r in rows[passing].tolist()]
+        failed: list[bytes] = []
+        unresolvable: list[bytes] = []
         if len(passed) < len(names):
             reason, static = node_reasons(req, snap)
-            messages: dict[str, str] = {}
-            for i in np.flatnonzero(~passing).tolist():
-                r = rows[i]
+            messages: dict[str, bytes] = {}
+            for r in rows[~passing].tolist():
                 code = reason[r] or "rejected_by_policy"
                 msg = messages.get(code)
                 if msg is None:
-                    msg = messages[code] = _message(code, req)
-                (unresolvable if static[r] else failed)[names[i]] = msg
-        return FilterResult(node_names=passed, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
+                    msg = messages[code] = _enc.encode(_message(code, req))
+                (unresolvable if static[r] else failed).append(keys[r] + msg)
+        return _filter_json(passed, failed, unresolvable)
 
-    def prioritize(self, args: Mapping[str, Any]) -> list[HostPriority]:
+    def prioritize(self, args: Mapping[str, Any]) -> msgspec.Raw:
+        """The ``HostPriorityList`` for the hosts asked, in their order, as encoded JSON."""
         _pod, req = self._pod(args, "prioritize")
         names = self._names(args, "prioritize")
         rows = self._rows(names, "prioritize")
+        _quoted, keys = self._wire_names()
         if req.num_gpu == 0:
-            return [HostPriority(host=n, score=0) for n in names]
-        nodes, totals, snap = self._feasible(req)
-        fw = self.planner.framework
-        assert fw is not None
-        per_node = np.zeros(snap.num_nodes, dtype=np.float64)  # infeasible nodes score 0
-        per_node[nodes] = totals / (fw.scheduler.total_weight or 1)
-        ext = np.rint(np.clip(per_node[rows], 0.0, 100.0) * (MAX_EXTENDER_PRIORITY / 100)).astype(np.int64)
-        return [HostPriority(host=n, score=s) for n, s in zip(names, ext.tolist(), strict=True)]
+            ext = np.zeros(len(rows), dtype=np.int64)
+        else:
+            nodes, totals, snap = self._feasible(req)
+            fw = self.planner.framework
+            assert fw is not None
+            per_node = np.zeros(snap.num_nodes, dtype=np.float64)  # infeasible nodes score 0
+            per_node[nodes] = totals / (fw.scheduler.total_weight or 1)
+            ext = np.rint(np.clip(per_node[rows], 0.0, 100.0) * (MAX_EXTENDER_PRIORITY / 100)).astype(np.int64)
+        hosts = [_HOST + keys[r][:-1] for r in rows.tolist()]
+        return msgspec.Raw(b"[" + b",".join(map(bytes.__add__, hosts, map(_SCORE.__getitem__, ext.tolist()))) + b"]")
 
     def preempt(self, args: Mapping[str, Any]) -> PreemptionResult:
         _pod, req = self._pod(args, "preempt")
