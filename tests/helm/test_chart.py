@@ -46,6 +46,9 @@ def test_every_manifest_validates(manifests: tuple[str, list[dict[str, Any]]]) -
     profile, docs = manifests
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "DaemonSet", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy"} <= kinds, profile
+    deployments = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
+    assert {f"gpuaware-{s}" for s in ("placement", "binder", "telemetry-collector", "health-scoring", "quota")} \
+        <= deployments, profile
     for d in docs:
         kubernetes_validate.validate(d, K8S_VERSION, strict=True)
     for d in docs:
@@ -201,7 +204,7 @@ def _expand(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 SERVICES = {"placement": "placement", "binder": "binder", "telemetry-collector": "telemetry",
-            "telemetry-agent": "telemetry", "health-scoring": "health_scoring"}
+            "telemetry-agent": "telemetry", "health-scoring": "health_scoring", "quota": "quota"}
 
 
 def _granted(docs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str]]]:
@@ -230,7 +233,7 @@ def test_each_service_rbac_is_what_its_code_calls(profile: str, values: dict[str
             skip = (*(() if profile == "extender" else ("extender_http.py",)),
                     *(() if k8s_election else ("handlers.py",)))
         calls = _api_calls(REPO / "services" / pkg / "src", skip)
-        if account in ("telemetry-collector", "telemetry-agent", "health-scoring"):
+        if account in ("telemetry-collector", "telemetry-agent", "health-scoring", "quota"):
             assert calls == set(), account
         need = {r for c in calls for r in k8s_api.RULES[c]}
         assert granted.get(account, set()) == need, (account, profile, values, calls)
@@ -335,3 +338,17 @@ def test_recorded_scheduler_configurations_pass_the_same_checks() -> None:
         docs = [d for d in yaml.safe_load_all(p.read_text()) if d and d.get("kind") == "KubeSchedulerConfiguration"]
         assert docs, p
         _check_scheduler_config(docs[0])
+
+
+def test_quota_tree_from_values_is_mounted_and_valid() -> None:
+    from gpuaware.quota.tree import validate
+
+    tree = {"default_queue": "team-a", "queues": [{"name": "org", "guaranteed": {"*": {"gpus": 16}}},
+                                                 {"name": "team-a", "parent": "org"}]}
+    docs = render({"quota": {"enabled": True, "replicas": 1, "tree": tree}})
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpuaware-quota-tree")
+    assert yaml.safe_load(cm["data"]["tree.yaml"]) == tree
+    validate(cm["data"]["tree.yaml"].encode())  # what the quota service loads at start
+    dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpuaware-quota")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPUAWARE_QUOTA_TREE"] == "/etc/gpuaware/quota/tree.yaml"
