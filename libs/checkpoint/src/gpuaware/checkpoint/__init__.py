@@ -1,0 +1,167 @@
+"""Checkpoint client: what a training loop needs to be preempted without losing its work.
+
+When placement preempts a checkpointable pod (priority, a quota reclaim, a drain), the binder first
+asks it to save: ``CheckpointRequested`` on NATS (the embedded setup, the digital twin) or the
+``gpuaware.io/checkpoint-requested`` / ``-deadline`` annotations on the pod (a cluster). The pod has
+until the deadline to answer; then it is evicted anyway. This client turns both into one question a
+training loop asks between steps -- ``requested()`` -- and one answer -- ``acknowledge()``:
+
+    async with NatsCheckpoints(nats_url, cluster=..., pod_uid=..., namespace=...) as cp:
+        for step in ...:
+            train_step()
+            if (req := cp.requested()) is not None:
+                uri = save(step)                        # before req.deadline_at
+                await cp.acknowledge(req, uri=uri)      # the binder evicts now, progress kept
+                return
+    # in a cluster: AnnotationCheckpoints(path) reads the downward-API annotations file; its
+    # acknowledge() writes gpuaware.io/checkpoint-completed through the ``patch`` callable given
+    # (e.g. gpuaware.k8s.api.patch_pod_annotations on the pod itself)
+
+Why polling between steps and not a signal handler: a step must finish (or be abandoned) before the
+model's state is consistent; the loop knows when that is. ``requested()`` costs a dictionary lookup.
+``examples/train_tiny.py`` is a runnable torch loop that survives a preemption and resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gpuaware import bus
+from gpuaware.schemas import (
+    CHECKPOINT_ACKNOWLEDGED,
+    CHECKPOINT_REQUESTED,
+    CheckpointAcknowledged,
+    CheckpointRequested,
+    CheckpointStatus,
+)
+
+__all__ = ["AnnotationCheckpoints", "CheckpointRequest", "NatsCheckpoints"]
+
+REQUESTED = bus.Channel(CHECKPOINT_REQUESTED, CheckpointRequested)
+ACKNOWLEDGED = bus.Channel(CHECKPOINT_ACKNOWLEDGED, CheckpointAcknowledged)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRequest:
+    request_id: str
+    pod_uid: str
+    namespace: str
+    reason: str
+    deadline_at: float
+    """Unix time after which the pod is evicted whatever it answered"""
+
+    def seconds_left(self, now: float | None = None) -> float:
+        return self.deadline_at - (time.time() if now is None else now)
+
+
+class NatsCheckpoints:
+    """Checkpoint requests for one pod over NATS (core subscription to the binder's requests)."""
+
+    def __init__(self, nats_url: str, *, cluster: str, pod_uid: str, namespace: str, source: str = "") -> None:
+        self.nats_url = nats_url
+        self.cluster = cluster
+        self.pod_uid = pod_uid
+        self.namespace = namespace
+        self.source = source or f"checkpoint-client/{pod_uid}"
+        self._pending: CheckpointRequest | None = None
+        self._nc: Any = None
+        self._subs: list[Any] = []
+        self.event = asyncio.Event()
+        """set when a request arrives (for loops that await instead of polling)"""
+
+    async def __aenter__(self) -> NatsCheckpoints:
+        self._nc = await bus.connect(self.nats_url.split(","), name=self.source)
+        decoder = msgspec.json.Decoder(CheckpointRequested)
+
+        async def on(msg: Any) -> None:
+            try:
+                req = decoder.decode(msg.data)
+            except msgspec.DecodeError:
+                return  # not ours to judge: the binder dead-letters what it cannot read
+            if req.pod_uid == self.pod_uid and req.cluster == self.cluster:
+                self._pending = CheckpointRequest(req.request_id, req.pod_uid, req.namespace, req.reason,
+                                                  req.requested_at + req.deadline_s)
+                self.event.set()
+
+        for subject in (CHECKPOINT_REQUESTED, f"{CHECKPOINT_REQUESTED}.>"):
+            self._subs.append(await self._nc.subscribe(subject, cb=on))
+        await self._nc.flush()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for s in self._subs:
+            await s.unsubscribe()
+        await bus.close(self._nc)
+
+    def requested(self) -> CheckpointRequest | None:
+        """The open request, if one arrived (cheap: call it between steps)."""
+        return self._pending
+
+    async def acknowledge(self, req: CheckpointRequest, *, status: CheckpointStatus = CheckpointStatus.COMPLETED,
+                          uri: str | None = None, message: str = "") -> None:
+        """Answer the binder (stored by JetStream, de-duplicated on the request id)."""
+        now = time.time()
+        ack = CheckpointAcknowledged(source=self.source, emitted_at=now, cluster=self.cluster,
+                                     request_id=req.request_id, pod_uid=req.pod_uid, namespace=req.namespace,
+                                     status=status, acknowledged_at=now, checkpoint_uri=uri, message=message)
+        await bus.publish(self._nc.jetstream(), ACKNOWLEDGED, ack, msg_id=f"ack-{req.request_id}")
+        self._pending = None
+        self.event.clear()
+
+
+class AnnotationCheckpoints:
+    """Checkpoint requests for the pod this runs in, from its downward-API annotations file.
+
+    Mount ``metadata.annotations`` with a downwardAPI volume (the kubelet refreshes the file when the
+    binder writes the handshake annotations). ``patch`` merges annotations into the pod (the pod's
+    service account needs ``patch`` on its own pod)."""
+
+    def __init__(self, path: str | Path, patch: Callable[[Mapping[str, str]], None], *, pod_uid: str = "",
+                 namespace: str = "") -> None:
+        self.path = Path(path)
+        self.patch = patch
+        self.pod_uid = pod_uid
+        self.namespace = namespace
+
+    @staticmethod
+    def parse(text: str) -> dict[str, str]:
+        """The downward API's ``key="value"`` lines (values JSON-quoted) -> a dict."""
+        out = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                try:
+                    out[key.strip()] = msgspec.json.decode(value.strip())
+                except msgspec.DecodeError:
+                    out[key.strip()] = value.strip().strip('"')
+        return out
+
+    def requested(self) -> CheckpointRequest | None:
+        from gpuaware.k8s.objects import ASSIGNED
+
+        try:
+            ann = self.parse(self.path.read_text())
+        except OSError:
+            return None
+        at, deadline = ann.get(ASSIGNED.CHECKPOINT_REQUESTED), ann.get(ASSIGNED.CHECKPOINT_DEADLINE)
+        if not at or not deadline or ann.get(ASSIGNED.CHECKPOINT_DONE):
+            return None
+        when = datetime.fromisoformat(deadline.replace("Z", "+00:00")).timestamp()
+        return CheckpointRequest(f"annotation-{at}", self.pod_uid, self.namespace, "preemption", when)
+
+    async def acknowledge(self, req: CheckpointRequest, *, status: CheckpointStatus = CheckpointStatus.COMPLETED,
+                          uri: str | None = None, message: str = "") -> None:
+        from gpuaware.k8s.objects import ASSIGNED
+
+        stamp = datetime.fromtimestamp(time.time()).astimezone().isoformat()
+        value = stamp if status is CheckpointStatus.COMPLETED else f"{status.value}: {message}"[:250]
+        await asyncio.to_thread(self.patch, {ASSIGNED.CHECKPOINT_DONE: value,
+                                             **({"gpuaware.io/checkpoint-uri": uri} if uri else {})})
