@@ -6,6 +6,9 @@ What it replays, on one 64-GPU cluster (the Pollux artifact's size), at 0.5 / 1.
     thousands of GPUs, so ``160 x load`` jobs are drawn (seeded) from one week (2017-10-02 .. 09) and
     their submissions mapped, in order, into 8 hours -- the Pollux artifact's own recipe for its
     64-GPU workloads (160 jobs / 8 h at 1.0x). Jobs wider than the cluster are dropped (counted).
+    Drawn by count, that week is mostly short one-GPU jobs: at 0.5x and 1.0x the 64 GPUs never fill
+    (no contended hour; every policy gives the same schedule), and the makespan is set by the
+    trace's multi-day jobs (up to 600 h), not by scheduling. The contended Philly cases are 1.5x/2.0x.
   * **pollux**: the artifact's workloads (``workloads-0.5``, ``workloads``, ``-1.5``, ``-2.0``; 8 each):
     submit time and GPUs (``num_replicas``) as given; tenant = application. The artifact has no
     fixed-GPU durations (its simulator derives progress from throughput curves), so a job's duration
