@@ -63,7 +63,7 @@ from gpuaware.schemas.alerts import ALERT_RAISED, ALERT_RESOLVED
 from gpuaware.schemas.binder import POD_BIND_FAILED, POD_BOUND, POD_FINISHED, POD_PREEMPTED
 from gpuaware.schemas.checkpoint import CHECKPOINT_ACKNOWLEDGED, CHECKPOINT_REQUESTED
 from gpuaware.schemas.deadletter import dead_letter_subject
-from gpuaware.schemas.forecast import GPU_UTIL_PREDICTED
+from gpuaware.schemas.forecast import DEMAND_PREDICTED, GPU_UTIL_PREDICTED
 from gpuaware.schemas.health import DRAIN_RECOMMENDED, GPU_SCORED, GPU_STATE_CHANGED, HEALTH_CORDON
 from gpuaware.schemas.inventory import NODE_INVENTORY
 from gpuaware.schemas.placement import (
@@ -109,6 +109,9 @@ PLACEMENT_ID = "placement"
 BINDER_ID = "binder"
 HEALTH_SCORING = "health-scoring"
 QUOTA_ID = "quota"
+#: the forecasting service (issue 11). Not yet in SERVICE_IDENTITIES: the Helm chart's NATS users are
+#: checked against that tuple (tests/helm), so it joins there together with its user in the chart.
+FORECASTING = "forecasting"
 #: the service identities (each is also the service's default ``service_name``, its micro name)
 SERVICE_IDENTITIES: tuple[str, ...] = (TELEMETRY_AGENT, TELEMETRY_COLLECTOR, PLACEMENT_ID, BINDER_ID, HEALTH_SCORING,
                                        QUOTA_ID)
@@ -118,7 +121,8 @@ IDENTITIES: tuple[str, ...] = (ADMIN, *SERVICE_IDENTITIES)
 #: request/reply endpoints services serve outside the contract's registry (operational introspection,
 #: not messages other services rely on; ``REQUESTS`` holds the contract's endpoints)
 OPERATIONAL_ENDPOINTS: dict[str, tuple[str, ...]] = {TELEMETRY_COLLECTOR: ("collector.stats",),
-                                                    HEALTH_SCORING: ("health.stats",)}
+                                                    HEALTH_SCORING: ("health.stats",),
+                                                    FORECASTING: ("forecasting.stats",)}
 COLLECTOR_DURABLE = "telemetry-collector"
 BINDER_DURABLE = "binder"
 LEASE_BUCKET = "placement-leader"
@@ -280,6 +284,15 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         pub = [*_event(QUOTA_USAGE_REPORTED), *_js_base(), *_follow(BINDER),
                *_dead_letters([*consumed, QUOTA_ADMIT])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [QUOTA_ADMIT])]),
+                           allow_responses=True)
+    if identity == FORECASTING:
+        # follows its cluster's one-minute rollups, publishes demand and per-GPU forecasts, answers
+        # forecasting.stats (the model registry is in PostgreSQL, not on the bus)
+        consumed = [*_event(GPU_ROLLED_UP)]
+        endpoints = list(OPERATIONAL_ENDPOINTS[identity])
+        pub = [*_event(DEMAND_PREDICTED), *_event(GPU_UTIL_PREDICTED), *_js_base(), *_follow(TELEMETRY),
+               *_dead_letters([*consumed, *endpoints])]
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, endpoints)]),
                            allow_responses=True)
     raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
 

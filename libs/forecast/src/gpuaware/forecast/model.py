@@ -254,7 +254,8 @@ def export_onnx(result: TrainResult, meta: dict | None = None) -> bytes:
     recipe = {"format": FORMAT, "features": list(FEATURES), **dataclasses.asdict(result.features),
               "horizons_steps": result.horizons, "quantiles": model.quantiles, "hidden": model.hidden,
               "layers": model.layers, "iters": result.iters, "train_seconds": round(result.seconds, 1),
-              "best_valid_loss": result.best_valid_loss, **(meta or {})}
+              "best_valid_loss": result.best_valid_loss if np.isfinite(result.best_valid_loss) else None,
+              **(meta or {})}
     entry = proto.metadata_props.add()
     entry.key, entry.value = "gpuaware", json.dumps(recipe, sort_keys=True)
     return proto.SerializeToString()

@@ -13,7 +13,8 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["RegistryEntry", "latest", "latest_async", "latest_version_async", "publish"]
+__all__ = ["RegistryEntry", "accuracy_async", "latest", "latest_async", "latest_version_async", "publish",
+           "store_points_async"]
 
 _COLUMNS = "version, name, created_at, step_s, data_window, metrics, meta, sha256, onnx"
 _LATEST = f"SELECT {_COLUMNS} FROM forecast_models WHERE (%(name)s::text IS NULL OR name = %(name)s) ORDER BY version DESC LIMIT 1"
@@ -76,3 +77,29 @@ async def latest_version_async(conn: Any, name: str | None = None) -> int | None
     cur = await conn.execute(_LATEST_VERSION, {"name": name})
     row = await cur.fetchone()
     return None if row is None or row[0] is None else int(row[0])
+
+
+_POINT = ("INSERT INTO forecast_points (issued_at, series, horizon_s, target_at, model, model_version, p50, p90, fallback) "
+          "VALUES (to_timestamp(%s), %s, %s, to_timestamp(%s), %s, %s, %s, %s, %s) "
+          "ON CONFLICT (series, horizon_s, issued_at) DO NOTHING")
+_ACTUAL = "UPDATE forecast_points SET actual = %s WHERE series = %s AND target_at = to_timestamp(%s) AND actual IS NULL"
+
+
+async def store_points_async(conn: Any, points: list, actuals: list[tuple[str, float, float]]) -> None:
+    """One step's forecasts (``serving.Point``) and the actuals of the window that just closed, in one
+    transaction (a redelivered window stores nothing twice)."""
+    async with conn.transaction(), conn.cursor() as cur:
+        if points:
+            await cur.executemany(_POINT, [(p.issued_at, p.series, p.horizon_s, p.issued_at + p.horizon_s, p.model,
+                                            p.model_version, p.p50, None if p.p90 != p.p90 else p.p90, p.fallback)
+                                           for p in points])
+        if actuals:
+            await cur.executemany(_ACTUAL, [(v, s, t) for s, t, v in actuals])
+
+
+async def accuracy_async(conn: Any, series_prefix: str = "") -> list[tuple[str, str, float, int, float]]:
+    """(model, model_version, horizon_s, n, RMSE of p50) over the points whose actual arrived."""
+    cur = await conn.execute(
+        "SELECT model, model_version, horizon_s, count(*), sqrt(avg((p50 - actual) ^ 2)) FROM forecast_points "
+        "WHERE actual IS NOT NULL AND series LIKE %s GROUP BY 1, 2, 3 ORDER BY 1, 2, 3", (series_prefix + "%",))
+    return [tuple(r) for r in await cur.fetchall()]

@@ -1,0 +1,168 @@
+"""What the forecasting service does with a closed window of rollups, as pure code (no bus, no database).
+
+``Server`` keeps one ``runtime.Streams`` for every series it has seen (one per GPU: its mean SM
+utilisation over the window; one per node: the mean over its GPUs) and, once per window, steps them
+all in one batched onnxruntime call. ``events`` turns the step into the contract's messages:
+
+* ``GpuUtilPredicted`` per node, one message per (node, model, version): GPUs the model served and
+  GPUs served by persistence (too little history, constant, gaps, no model) never share a message,
+  so ``model`` / ``model_version`` always say who produced the numbers; a fallback's
+  ``model_version`` is ``baseline: <reason>``;
+* ``DemandPredicted`` per (model, version): the node-level series (``metric`` ``util_pct_mean``,
+  ``labels`` ``{"node": ...}``).
+
+The contract wants a dense path (``values[q][k]`` at ``start + k * step_s``); the model forecasts
+10, 30 and 60 minutes ahead, so the path is on a 10-minute grid (``step_s`` 600, 6 steps) with the
+20/40/50-minute points linearly interpolated between the model's horizons (stated here because a
+consumer could take them for model outputs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+import numpy as np
+
+from gpuaware.forecast.runtime import StepResult, StreamingModel, Streams
+from gpuaware.schemas import DemandPredicted, DemandSeries, GpuForecast, GpuUtilPredicted
+
+__all__ = ["Point", "Server"]
+
+BASELINE = "persistence"
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One stored forecast (``forecast_points``)."""
+
+    series: str
+    issued_at: float
+    horizon_s: float
+    p50: float
+    p90: float
+    model: str
+    model_version: str
+    fallback: str
+
+
+class Server:
+    def __init__(self, model: StreamingModel | None, model_label: str, *, step_s: float = 60.0,
+                 horizons_min: tuple[int, ...] = (10, 30, 60), quantiles: tuple[float, ...] = (0.5, 0.9),
+                 unusable: str | None = None):
+        """``model_label`` names the registry entry (``name@version``); ``unusable`` is why there is no
+        model (the reason every fallback row then carries)."""
+        self.model_label = model_label
+        self.unusable = unusable
+        self.step_s = step_s
+        if model is not None and model.features.step_s != step_s:
+            self.unusable = (f"{model_label}'s step is {model.features.step_s:g} s, the rollups' {step_s:g} s")
+            model = None
+        self.model = model
+        steps = [round(h * 60 / step_s) for h in horizons_min]
+        self.streams = Streams(model, 0, step_s=step_s, horizons=model.horizons if model else steps,
+                               quantiles=list(model.quantiles) if model else list(quantiles))
+        self.index: dict[tuple[str, str, str], int] = {}
+        """(kind "gpu" | "node", node, gpu uuid or "") -> row"""
+        self.last_window: float | None = None
+
+    @property
+    def horizons_s(self) -> list[float]:
+        return [h * self.step_s for h in self.streams.horizons]
+
+    def _row(self, key: tuple[str, str, str]) -> int:
+        if key not in self.index:
+            self.index[key] = len(self.index)
+            self.streams.grow(len(self.index))
+        return self.index[key]
+
+    def adopt(self, other: Server) -> None:
+        """Take the series rows of the server this one replaces (hot reload): the same rows, new states
+        (a new model's LSTM state starts cold, so its rows serve persistence until warm)."""
+        for key in sorted(other.index, key=other.index.get):
+            self._row(key)
+        self.last_window = other.last_window
+
+    def step(self, window_start: float, gpus: Iterable[tuple[str, str, float]]) -> StepResult:
+        """Every series one step at ``window_start``: ``gpus`` are (node, gpu uuid, util %) of the window;
+        series not in it are gaps; each node's series is the mean of its GPUs."""
+        per_node: dict[str, list[float]] = {}
+        values: dict[int, float] = {}
+        for node, gpu, util in gpus:
+            values[self._row(("gpu", node, gpu))] = util
+            per_node.setdefault(node, []).append(util)
+        for node, utils in per_node.items():
+            values[self._row(("node", node, ""))] = float(np.mean(utils))
+        row = np.full(len(self.index), np.nan)
+        for i, v in values.items():
+            row[i] = v
+        self.last_window = window_start
+        return self.streams.step(row, window_start)
+
+    def _who(self, reason: str | None) -> tuple[str, str]:
+        if reason is None:
+            return "lstm", self.model_label
+        why = self.unusable if (self.model is None and self.unusable) else reason
+        return BASELINE, f"baseline: {why}"[:253]
+
+    def _path(self, at_horizons: np.ndarray) -> tuple[tuple[float, ...], ...]:
+        """(H, Q) forecasts at the model's horizons -> the contract's (Q, 6) path on a 10-minute grid."""
+        grid = np.arange(1, 7) * 600.0
+        return tuple(tuple(float(x) for x in np.interp(grid, self.horizons_s, at_horizons[:, q]))
+                     for q in range(at_horizons.shape[1]))
+
+    def events(self, result: StepResult, cluster: str, issued_at: float, nodes: Iterable[str],
+               emitted_at: float, source: str) -> list[GpuUtilPredicted | DemandPredicted]:
+        """The messages of one step for the nodes that reported in the window."""
+        nodes = set(nodes)
+        quantiles = tuple(self.streams.quantiles)
+        common = {"source": source, "emitted_at": emitted_at, "issued_at": issued_at, "start": issued_at + 600.0,
+                  "step_s": 600.0, "horizon_steps": 6, "quantiles": quantiles}
+        gpu_groups: dict[tuple[str, str, str], list[GpuForecast]] = {}
+        demand_groups: dict[tuple[str, str], list[DemandSeries]] = {}
+        for (kind, node, gpu), i in self.index.items():
+            if node not in nodes:
+                continue
+            model, version = self._who(result.reasons[i])
+            path = self._path(result.values[i])
+            if kind == "gpu":
+                gpu_groups.setdefault((node, model, version), []).append(
+                    GpuForecast(gpu_uuid=gpu, metric="util_pct", values=path))
+            else:
+                demand_groups.setdefault((model, version), []).append(
+                    DemandSeries(metric="util_pct_mean", labels={"node": node, "cluster": cluster}, values=path))
+        out: list[GpuUtilPredicted | DemandPredicted] = []
+        for (node, model, version), gpus in sorted(gpu_groups.items()):
+            out.append(GpuUtilPredicted(cluster=cluster, node=node, model=model,
+                                        model_version=version, gpus=tuple(gpus), **common))
+        for (model, version), series in sorted(demand_groups.items()):
+            out.append(DemandPredicted(cluster=cluster, model=model,
+                                       model_version=version, series=tuple(series), **common))
+        return out
+
+    def points(self, result: StepResult, issued_at: float, nodes: Iterable[str]) -> list[Point]:
+        """What ``forecast_points`` stores for the step: p50/p90 at each horizon, who produced them."""
+        nodes = set(nodes)
+        qi = [self.streams.quantiles.index(q) if q in self.streams.quantiles else -1 for q in (0.5, 0.9)]
+        out = []
+        for (kind, node, gpu), i in self.index.items():
+            if node not in nodes:
+                continue
+            model, version = self._who(result.reasons[i])
+            name = f"{kind}/{node}/{gpu}" if gpu else f"{kind}/{node}"
+            for j, h in enumerate(self.horizons_s):
+                v = result.values[i, j]
+                out.append(Point(name, issued_at, h, float(v[qi[0]]) if qi[0] >= 0 else float(v[0]),
+                                 float(v[qi[1]]) if qi[1] >= 0 else float("nan"), model, version,
+                                 result.reasons[i] or ""))
+        return out
+
+    def actuals(self, window_start: float, gpus: Iterable[tuple[str, str, float]]) -> list[tuple[str, float, float]]:
+        """(series, target time, actual) for the points whose target is this window."""
+        per_node: dict[str, list[float]] = {}
+        out = []
+        for node, gpu, util in gpus:
+            out.append((f"gpu/{node}/{gpu}", window_start, util))
+            per_node.setdefault(node, []).append(util)
+        out += [(f"node/{node}", window_start, float(np.mean(u))) for node, u in per_node.items()]
+        return out

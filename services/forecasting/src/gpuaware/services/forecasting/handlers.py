@@ -1,0 +1,245 @@
+"""Forecasting handlers: rollups in, one batched model step per window, forecasts out.
+
+    reads                                              does
+    follow telemetry.gpu.rolledup.v1.<c>.> (1m only)   buffers a window's rollups; steps every series
+                                                       once (gpuaware.forecast.serving.Server: one
+                                                       onnxruntime call for all of them) when the next
+                                                       window starts or ``flush_s`` after the first
+    every reload_s: the registry (forecast_models)     a higher version -> loaded and served (hot
+                                                       reload); an unusable one is refused with the
+                                                       reason and the current model kept
+    forecasting.stats (request/reply)                  counters, the model served, why not
+
+    publishes  forecast.gpu.predicted.v1.<c>.<node>    per node and (model, version): p50/p90 paths
+               forecast.demand.predicted.v1.<c>        the node-level series, per (model, version)
+    stores     forecast_points                         each forecast, then its actual (accuracy)
+
+Why follow, not a durable consumer: forecasts are for now; a restarted instance replays the stream's
+retained rollups to warm every series' state (no forecast is published for a replayed window), then
+goes on live. A model is served only where ``runtime.Streams`` trusts it; elsewhere, and whenever the
+registry is empty or its model unusable, persistence is published with ``model="persistence"`` and
+``model_version="baseline: <reason>"``.
+
+Not here yet (issue 11): comparing the model with the best baseline on recent data and raising a
+drift alert on ``alerts.>``; per GPU model and per queue series.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import msgspec
+
+from gpuaware import bus, tsdb
+from gpuaware.forecast import registry
+from gpuaware.forecast.runtime import ModelError, StreamingModel
+from gpuaware.forecast.serving import Server
+from gpuaware.runtime import ServiceContext
+from gpuaware.schemas import (
+    DEMAND_PREDICTED,
+    GPU_ROLLED_UP,
+    GPU_UTIL_PREDICTED,
+    DemandPredicted,
+    GpuRolledUp,
+    GpuUtilPredicted,
+)
+from gpuaware.schemas.streams import TELEMETRY
+from gpuaware.services.forecasting.settings import ForecastingSettings
+
+log = logging.getLogger(__name__)
+
+ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
+GPU_OUT = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
+DEMAND_OUT = bus.Channel(DEMAND_PREDICTED, DemandPredicted)
+STATS_SUBJECT = "forecasting.stats"
+
+
+class StatsRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask a forecasting instance for its counters (no fields)."""
+
+
+class ForecastStats(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    """``name@version`` served, or empty"""
+    unusable: str
+    """why no model is served (empty when one is)"""
+    series: int
+    windows: int
+    published: int
+    late_windows: int
+    store_failures: int
+    reloads: int
+
+
+class ForecastService:
+    def __init__(self, settings: ForecastingSettings, js: Any, pool: Any, instance: str) -> None:
+        self.settings = settings
+        self.js = js
+        self.pool = pool
+        self.source = f"{settings.service_name}/{instance}"
+        self.server = Server(None, "", unusable="no model in the registry")
+        self.version: int | None = None
+        self.pending: dict[float, list[GpuRolledUp]] = {}
+        self.flushers: dict[float, asyncio.TimerHandle] = {}
+        self.lock = asyncio.Lock()
+        self.counts = {"windows": 0, "published": 0, "late_windows": 0, "store_failures": 0, "reloads": 0}
+        self.follower: Any = None
+        self._reloader: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- registry ------------------------------------------------------------------------------------
+
+    async def reload(self) -> bool:
+        """Serve the registry's newest version if it is newer than the one served; True if it changed."""
+        name = self.settings.model_name or None
+        async with self.pool.connection() as conn:
+            newest = await registry.latest_version_async(conn, name)
+            if newest is None or newest == self.version:
+                return False
+            entry = await registry.latest_async(conn, name)
+        if entry is None:
+            return False
+        try:
+            model = StreamingModel.load(entry.onnx)
+        except ModelError as exc:
+            log.warning("registry model %s refused: %s", entry.label, exc)
+            self.version = entry.version  # not retried until a newer version appears
+            if self.server.model is None:
+                self._swap(Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}"))
+            return False
+        self.version = entry.version
+        self._swap(Server(model, entry.label))
+        self.counts["reloads"] += 1
+        log.info("serving %s", entry.label)
+        return True
+
+    def _swap(self, server: Server) -> None:
+        server.adopt(self.server)
+        self.server = server
+
+    async def _reload_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reload_s)
+            try:
+                await self.reload()
+            except Exception as exc:  # the registry unreachable: keep serving what is loaded
+                log.warning("model registry poll failed: %s: %s", type(exc).__name__, exc)
+
+    # --- rollups -------------------------------------------------------------------------------------
+
+    async def _on_rollup(self, msg: GpuRolledUp, delivery: Any) -> None:
+        if msg.cluster != self.settings.cluster or msg.window.value != "1m":
+            return
+        w = msg.window_start
+        last = self.server.last_window
+        if last is not None and w <= last:
+            self.counts["late_windows"] += 1
+            return
+        self.pending.setdefault(w, []).append(msg)
+        # a later window's rollup closes every earlier window
+        for earlier in sorted(x for x in self.pending if x < w):
+            await self._flush(earlier, publish=not delivery.replay)
+        if w not in self.flushers:
+            loop = asyncio.get_running_loop()
+            self.flushers[w] = loop.call_later(self.settings.flush_s, self._spawn_flush, w)
+
+    def _spawn_flush(self, w: float) -> None:
+        task = asyncio.create_task(self._flush(w, publish=True))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, w: float, *, publish: bool) -> None:
+        async with self.lock:
+            msgs = self.pending.pop(w, None)
+            timer = self.flushers.pop(w, None)
+            if timer is not None:
+                timer.cancel()
+            if not msgs:
+                return
+            gpus = [(m.node, g.gpu_uuid, g.util_pct.mean) for m in msgs for g in m.gpus if g.util_pct is not None]
+            nodes = {m.node for m in msgs}
+            server = self.server
+            result = server.step(w, gpus)
+            self.counts["windows"] += 1
+            if not publish:
+                return
+            issued = w + server.step_s  # the window closed: its end is the forecast origin
+            for ev in server.events(result, self.settings.cluster, issued, nodes, time.time(), self.source):
+                channel = (GPU_OUT.at(self.settings.cluster, ev.node) if isinstance(ev, GpuUtilPredicted)
+                           else DEMAND_OUT.at(self.settings.cluster))
+                await bus.publish(self.js, channel, ev)
+                self.counts["published"] += 1
+            if self.settings.store_points:
+                try:
+                    async with self.pool.connection() as conn:
+                        await registry.store_points_async(conn, server.points(result, issued, nodes),
+                                                          server.actuals(issued, gpus))
+                except Exception as exc:  # forecasts already left; losing their record is logged, counted
+                    self.counts["store_failures"] += 1
+                    log.warning("storing forecasts failed: %s: %s", type(exc).__name__, exc)
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        try:
+            await self.reload()
+        except Exception as exc:
+            log.warning("model registry unreadable at start (serving persistence): %s", exc)
+        self._reloader = asyncio.create_task(self._reload_loop())
+        self.follower = await bus.follow(self.js, [ROLLED.at(self.settings.cluster)], self._on_rollup,
+                                         stream=TELEMETRY.name, deliver="all", with_suffixes=True,
+                                         name="forecasting-rollups")
+
+    async def stop(self) -> None:
+        if self._reloader is not None:
+            self._reloader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloader
+        if self.follower is not None:
+            with contextlib.suppress(Exception):
+                await self.follower.stop()
+        for t in self.flushers.values():
+            t.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(Exception):
+                await task
+        await self.pool.close()
+
+    def stats(self) -> ForecastStats:
+        s = self.server
+        return ForecastStats(model=s.model_label if s.model else "", unusable="" if s.model else (s.unusable or ""),
+                             series=len(s.index), **self.counts)
+
+
+async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endpoint[Any, Any]]:
+    settings: ForecastingSettings = ctx.settings  # type: ignore[assignment]
+    if not settings.database_url:
+        raise SystemExit("forecasting needs a database (the model registry): set DATABASE_URL or "
+                         "GPUAWARE_FORECASTING_DATABASE_URL")
+    await asyncio.to_thread(tsdb.migrate, settings.database_url)
+    pool = await tsdb.open_async_pool(settings.database_url, application_name=settings.service_name,
+                                      min_size=1, max_size=settings.pool_size, timeout=settings.db_timeout_s,
+                                      wait=True)
+    service = ForecastService(settings, ctx.js, pool, ctx.instance_id)
+    ctx.on_stop(service)
+    await service.start()
+    if on_service is not None:
+        on_service(service)
+
+    async def stats(_req: StatsRequest) -> ForecastStats:
+        return service.stats()
+
+    return [bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
+
+
+def mounter(on_service: Any) -> Any:
+    """``mount`` that also hands the running ``ForecastService`` to ``on_service`` (tests)."""
+
+    async def _mount(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
+        return await mount(ctx, on_service=on_service)
+
+    return _mount

@@ -1,0 +1,40 @@
+"""The forecasting service's one frozen settings object, read once from ``GPUAWARE_FORECASTING_*``
+(``NATS_URL`` / ``DATABASE_URL`` as fallbacks, as for every service).
+
+Sample::
+
+    GPUAWARE_FORECASTING_MODEL_NAME=helios      # serve the newest version of this registry name
+    GPUAWARE_FORECASTING_RELOAD_S=30            # how often the registry is asked for a newer version
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from gpuaware.runtime import ServiceSettings, SettingsError
+from gpuaware.schemas.permissions import FORECASTING
+
+__all__ = ["FORECASTING", "ForecastingSettings"]
+
+
+class ForecastingSettings(ServiceSettings, frozen=True, kw_only=True):
+    prefix: ClassVar[str] = "GPUAWARE_FORECASTING_"
+
+    service_name: str = FORECASTING
+
+    model_name: str = ""
+    """the registry name served (its highest version); empty = the newest model of any name"""
+    reload_s: float = 30.0
+    """how often the registry is polled for a newer version (hot reload)"""
+    flush_s: float = 5.0
+    """a window is stepped when the next window's first rollup arrives, or this long after its own
+    first rollup (the nodes' rollups of one window arrive over the collector's flush)"""
+    store_points: bool = True
+    """store every forecast (p50/p90 per horizon) and, when the target window arrives, its actual"""
+    pool_size: int = 2
+    db_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("reload_s", "flush_s", "db_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"GPUAWARE_FORECASTING_{name.upper()} must be positive")

@@ -1,0 +1,128 @@
+"""Forecasting service tests: a real nats-server per test, a fresh PostgreSQL database, the service in
+this process, rollups published as the collector publishes them, and a recorder of the forecasts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import torch
+
+from gpuaware import bus
+from gpuaware.devstack import NatsProcess, start_nats
+from gpuaware.forecast.features import Features
+from gpuaware.forecast.model import LSTMForecaster, TrainResult, export_onnx
+from gpuaware.runtime import run_service
+from gpuaware.schemas import (
+    DEMAND_PREDICTED,
+    GPU_ROLLED_UP,
+    GPU_UTIL_PREDICTED,
+    STREAMS,
+    DemandPredicted,
+    GpuRolledUp,
+    GpuRollup,
+    GpuUtilPredicted,
+)
+from gpuaware.schemas.telemetry import RollupWindow, Stats
+from gpuaware.services.forecasting.handlers import ForecastService, mounter
+from gpuaware.services.forecasting.settings import ForecastingSettings
+
+ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
+T0 = float(int(time.time() // 60 * 60) - 86_400)
+
+
+@pytest.fixture
+def nats_proc(tmp_path: Path) -> Iterator[NatsProcess]:
+    proc = start_nats(tmp_path / "nats")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def cluster() -> str:
+    return f"f{uuid.uuid4().hex[:8]}"
+
+
+def model_bytes(seed: int = 0) -> bytes:
+    """A 1 x 16 streaming model for 60-s steps (untrained: the service's wiring is under test, not its
+    accuracy), trusted after 10 steps (fast half-life 5 min)."""
+    torch.manual_seed(seed)
+    model = LSTMForecaster([10, 30, 60], [0.5, 0.9], hidden=16, layers=1).eval()
+    features = Features(step_s=60.0, fast_halflife_s=300.0)
+    return export_onnx(TrainResult(model, features, [10, 30, 60], 0, 0.0, float("nan"), []))
+
+
+def rollup(cluster: str, node: str, window_start: float, utils: list[float]) -> GpuRolledUp:
+    return GpuRolledUp(source="collector/test", emitted_at=time.time(), cluster=cluster, node=node,
+                       window=RollupWindow.MINUTE, window_start=window_start,
+                       gpus=tuple(GpuRollup(gpu_uuid=f"GPU-{node}-{i}", gpu_index=i, samples=6,
+                                            util_pct=Stats(mean=float(u), max=float(u), p95=float(u))) for i, u in enumerate(utils)))
+
+
+class Recorder:
+    def __init__(self, nc: Any, cluster: str) -> None:
+        self.nc, self.js, self.cluster = nc, nc.jetstream(), cluster
+        self.gpu: list[GpuUtilPredicted] = []
+        self.demand: list[DemandPredicted] = []
+        self._subs: list[Any] = []
+
+    async def start(self) -> Recorder:
+        for subject, typ, into in ((GPU_UTIL_PREDICTED, GpuUtilPredicted, self.gpu),
+                                   (DEMAND_PREDICTED, DemandPredicted, self.demand)):
+            async def on(msg: Any, typ: Any = typ, into: list[Any] = into) -> None:
+                ev = msgspec.json.decode(msg.data, type=typ)
+                if ev.cluster == self.cluster:
+                    into.append(ev)
+
+            self._subs.append(await self.nc.subscribe(f"{subject}.>", cb=on))
+        await self.nc.flush()
+        return self
+
+    async def rollup(self, node: str, minute: int, utils: list[float]) -> None:
+        await bus.publish(self.js, ROLLED.at(self.cluster, node), rollup(self.cluster, node, T0 + 60 * minute, utils))
+
+
+async def eventually(predicate: Any, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def recorder(url: str, cluster: str) -> AsyncIterator[Recorder]:
+    async with bus.connected(url, name="recorder") as nc:
+        js = nc.jetstream()
+        for spec in STREAMS:
+            await bus.ensure_stream(js, spec)
+        r = await Recorder(nc, cluster).start()
+        yield r
+
+
+@contextlib.asynccontextmanager
+async def forecasting(url: str, database_url: str, cluster: str, **kw: Any) -> AsyncIterator[ForecastService]:
+    base: dict[str, Any] = {"nats_url": url, "database_url": database_url, "cluster": cluster, "instance_id": "f1",
+                            "log_format": "console", "log_level": "WARNING", "flush_s": 0.3, "reload_s": 0.2}
+    base.update(kw)
+    got: list[ForecastService] = []
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_service(msgspec.convert(base, ForecastingSettings), version="0.0.1",
+                                           mount=mounter(got.append), stop=stop, ready=ready))
+    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
+                                 return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()
+    assert got, "forecasting did not start"
+    try:
+        yield got[0]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)

@@ -1,0 +1,78 @@
+"""The forecasting service over real NATS and PostgreSQL: rollups in, forecasts out, saying who made them;
+the baseline (and why) when the registry is empty or its model unusable; hot reload of a new version."""
+
+from __future__ import annotations
+
+import numpy as np
+import psycopg
+import pytest
+from forecasting_helpers import eventually, forecasting, model_bytes, recorder
+
+from gpuaware import tsdb
+from gpuaware.forecast import registry
+from gpuaware.forecast.runtime import ModelError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_empty_registry_serves_persistence_and_says_so(nats_proc, fresh_database_url: str, cluster: str) -> None:
+    async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster) as svc:
+        for minute, utils in enumerate([[10.0, 50.0], [20.0, 60.0], [30.0, 70.0]]):
+            await rec.rollup("node-a", minute, utils)
+        # windows 0 and 1 close when the next one starts, window 2 after flush_s
+        await eventually(lambda: len(rec.gpu) >= 3 and len(rec.demand) >= 3, what="three windows of forecasts")
+        last = rec.gpu[-1]
+        assert last.model == "persistence" and last.model_version == "baseline: no model in the registry"
+        assert last.node == "node-a" and last.quantiles == (0.5, 0.9) and last.horizon_steps == 6
+        by_gpu = {g.gpu_uuid: g.values for g in last.gpus}
+        assert by_gpu["GPU-node-a-0"] == ((30.0,) * 6, (30.0,) * 6)  # the last value held, both quantiles
+        assert rec.demand[-1].series[0].labels["node"] == "node-a" and rec.demand[-1].series[0].values[0][0] == 50.0
+        assert svc.stats().unusable == "no model in the registry"
+    # every forecast stored, and the ones whose target window arrived carry the actual
+    with psycopg.connect(fresh_database_url) as conn:
+        n, models = conn.execute("SELECT count(*), array_agg(DISTINCT model) FROM forecast_points").fetchone()
+    assert n == 3 * 3 * 3 and models == ["persistence"]  # 3 windows x 3 series x 3 horizons
+
+
+async def test_a_registry_model_is_served_named_and_hot_reloaded(nats_proc, fresh_database_url: str, cluster: str) -> None:
+    await __import__("asyncio").to_thread(tsdb.migrate, fresh_database_url)
+    with tsdb.connect(fresh_database_url) as conn:
+        assert registry.publish(conn, "test", model_bytes(0), {"rmse_at": {"30": 1.0}}) == 1
+        with pytest.raises(ModelError):
+            registry.publish(conn, "test", b"corrupt")  # refused before it reaches the registry
+        assert registry.latest(conn).version == 1
+    rng = np.random.default_rng(0)
+    async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster) as svc:
+        assert svc.stats().model == "test@1"
+        for minute in range(14):
+            await rec.rollup("node-a", minute, list(rng.uniform(20, 80, 2)))
+        await eventually(lambda: any(e.model == "lstm" for e in rec.gpu), what="a forecast from the model")
+        early = [e for e in rec.gpu if e.model != "lstm"]
+        assert early and all(e.model_version.startswith("baseline: too little history") for e in early)
+        served = next(e for e in rec.gpu if e.model == "lstm")
+        assert served.model_version == "test@1"
+        assert all(np.isfinite(g.values).all() and all(b >= a for a, b in zip(*g.values, strict=True))
+                   for g in served.gpus)  # p90 >= p50 at every step
+        # a new version: served at the next poll, its rows cold (persistence) until warm again
+        with tsdb.connect(fresh_database_url) as conn:
+            registry.publish(conn, "test", model_bytes(1))
+        await eventually(lambda: svc.stats().model == "test@2", what="hot reload of version 2")
+        seen = len(rec.gpu)
+        for minute in range(14, 30):
+            await rec.rollup("node-a", minute, list(rng.uniform(20, 80, 2)))
+        await eventually(lambda: any(e.model_version == "test@2" for e in rec.gpu[seen:]), what="version 2 serving")
+        assert svc.stats().reloads == 2
+
+
+async def test_an_unusable_registry_model_falls_back_with_the_reason(nats_proc, fresh_database_url: str,
+                                                                    cluster: str) -> None:
+    await __import__("asyncio").to_thread(tsdb.migrate, fresh_database_url)
+    with psycopg.connect(fresh_database_url) as conn:  # written around registry.publish, as a broken tool might
+        conn.execute("INSERT INTO forecast_models (name, step_s, sha256, onnx) VALUES ('bad', 60, 'x', %s)",
+                     (b"\x00not onnx",))
+    async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster):
+        await rec.rollup("node-b", 0, [5.0])
+        await rec.rollup("node-b", 1, [6.0])
+        await eventually(lambda: bool(rec.gpu), what="a forecast")
+        assert rec.gpu[0].model == "persistence"
+        assert rec.gpu[0].model_version.startswith("baseline: bad@1 unusable: onnxruntime cannot load the model")
