@@ -93,6 +93,7 @@ class _Api(BaseHTTPRequestHandler):
     patches: ClassVar[list[tuple[str, dict[str, Any]]]] = []
     answers: ClassVar[dict[str, tuple[int, dict[str, Any]]]] = {}
     claims: ClassVar[dict[str, dict[str, Any]]] = {}
+    gangs: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def _send(self, status: int, body: bytes) -> None:
         self.send_response(status)
@@ -104,6 +105,9 @@ class _Api(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urllib.parse.urlparse(self.path)
         q = urllib.parse.parse_qs(url.query)
+        if url.path.startswith("/apis/gpuaware.io/v1alpha1/"):
+            obj = type(self).gangs.get(url.path.rsplit("/", 1)[1])
+            return self._send(200 if obj else 404, json.dumps(obj or {"kind": "Status", "code": 404}).encode())
         if url.path.startswith("/apis/resource.k8s.io/v1/"):
             name = url.path.rsplit("/", 1)[1]
             obj = type(self).claims.get(name)
@@ -134,6 +138,7 @@ class _Api(BaseHTTPRequestHandler):
 @pytest.fixture
 def kube() -> Iterator[Any]:
     _Api.pods, _Api.nodes, _Api.posts, _Api.patches, _Api.answers, _Api.claims = [], [], [], [], {}, {}
+    _Api.gangs = {}
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
@@ -297,3 +302,21 @@ async def test_standby_holds_events_until_it_leads(kube: Any) -> None:
 
     await asyncio.wait_for(asyncio.gather(world.run(emit, stop), promote()), timeout=30)
     assert emitted == ["c/pending/s1/0"]  # said by the new leader, under the same id
+
+
+async def test_gang_members_take_min_member_from_their_gpugang(kube: Any) -> None:
+    _Api.gangs = {"llm": {"apiVersion": "gpuaware.io/v1alpha1", "kind": "GPUGang", "metadata": {"name": "llm"},
+                          "spec": {"minMember": 4}}}
+    member = _pod("g1")
+    member["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = "llm"
+    _Api.pods = [member]
+    world = KubeWorld(kube, cluster="c", clock=lambda: 1000.0)
+    emitted: list[Any] = []
+    stop = asyncio.Event()
+
+    async def emit(ev: Any, _msg_id: str) -> None:
+        emitted.append(ev)
+        stop.set()
+
+    await asyncio.wait_for(world.run(emit, stop), timeout=30)
+    assert (emitted[0].gang_id, emitted[0].gang_min_members) == ("llm", 4)

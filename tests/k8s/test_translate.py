@@ -85,6 +85,17 @@ def test_pod_group_label_is_a_gang() -> None:
     assert (e.gang_id, e.gang_min_members) == ("llm-train", 4)
 
 
+def test_gpugang_spec_fills_what_the_pod_leaves_out() -> None:
+    p = pod(**{"nvidia.com/gpu": "8"})
+    p["metadata"]["annotations"][ANNOTATION.GANG] = "llm"
+    gangs = {"llm": {"minMember": 4, "queue": "team-a", "topology": "same-nvlink-island"}}
+    e = pod_pending(p, source="t", gangs=gangs)
+    assert (e.gang_id, e.gang_min_members, e.queue, e.topology) == ("llm", 4, "team-a",
+                                                                    TopologyPreference.SAME_NVLINK_ISLAND)
+    p["metadata"]["annotations"][ANNOTATION.QUEUE] = "team-b"  # the pod's own word wins
+    assert pod_pending(p, source="t", gangs=gangs).queue == "team-b"
+
+
 def test_bad_quantities_and_fraction_of_many_gpus_are_refused() -> None:
     with pytest.raises(TranslationError, match="not a Kubernetes quantity"):
         pod_pending(pod(**{"nvidia.com/gpu": "two"}), source="t")

@@ -176,6 +176,21 @@ def read_claim(namespace: str, name: str, *, template: bool, core: Any = None) -
         raise
 
 
+@needs(("gpuaware.io", "gpugangs", "get"))
+def read_gang(namespace: str, name: str, *, core: Any = None) -> dict[str, Any] | None:
+    """A GPUGang's spec (its ``minMember``, queue, topology), None when absent."""
+    from gpuaware.k8s.crds import GROUP, VERSION
+
+    api = client.CustomObjectsApi(core.api_client if core is not None else None)
+    try:
+        obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, "gpugangs", name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return dict(obj.get("spec") or {})
+
+
 @needs(("coordination.k8s.io", "leases", "get"))
 def lease_get(namespace: str, name: str, api: Any = None) -> dict[str, Any] | None:
     api = api or client.CoordinationV1Api()

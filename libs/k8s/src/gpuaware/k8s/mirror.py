@@ -24,7 +24,14 @@ from typing import Any
 import msgspec
 
 from gpuaware.k8s.objects import ASSIGNED
-from gpuaware.k8s.translate import EXTENDER_SCHEDULER_NAME, TranslationError, node_inventory, pod_pending
+from gpuaware.k8s.translate import (
+    ANNOTATION,
+    EXTENDER_SCHEDULER_NAME,
+    POD_GROUP_LABEL,
+    TranslationError,
+    node_inventory,
+    pod_pending,
+)
 from gpuaware.k8s.watch import Change
 from gpuaware.schemas import (
     CheckpointAcknowledged,
@@ -59,6 +66,8 @@ class KubeMirror:
     source: str
     claims: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     """DRA claims and templates by ``<namespace>/<name>`` (the shell reads them when a pod names one)"""
+    gangs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """GPUGang specs by ``<namespace>/<name>`` (read by the shell when a pod names a gang)"""
     pods: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     nodes: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
@@ -70,6 +79,8 @@ class KubeMirror:
     pending; their binding is reported (``<cluster>/bound/<decision>``) so every placement replica holds
     their GPUs, and their end like any pod's"""
     reported_bound: set[str] = field(default_factory=set)
+    no_gang: set[str] = field(default_factory=set)
+    """gangs named by pods that have no GPUGang (annotations alone describe them)"""
     pending_checkpoints: dict[str, str] = field(default_factory=dict)
     """pod uid -> checkpoint request id we are waiting on"""
 
@@ -130,7 +141,8 @@ class KubeMirror:
             return None
         try:
             ev = pod_pending(pod, source=self.source, cluster=self.cluster, emitted_at=now,
-                             claims=self._claims_of(pod), attempt=self.attempts.get(uid, 0))
+                             claims=self._claims_of(pod), attempt=self.attempts.get(uid, 0),
+                             gangs=self._in_ns(self.gangs, pod))
         except TranslationError as exc:
             self.refused[uid] = str(exc)
             return None
@@ -138,8 +150,24 @@ class KubeMirror:
         return ev
 
     def _claims_of(self, pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        return self._in_ns(self.claims, pod)
+
+    @staticmethod
+    def _in_ns(objs: Mapping[str, Mapping[str, Any]], pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
         ns = (pod.get("metadata") or {}).get("namespace") or "default"
-        return {k.split("/", 1)[1]: v for k, v in self.claims.items() if k.startswith(ns + "/")}
+        return {k.split("/", 1)[1]: v for k, v in objs.items() if k.startswith(ns + "/")}
+
+    def missing_gang(self, uid: str) -> tuple[str, str] | None:
+        """(namespace, gang) when the pod names a gang whose GPUGang is not read yet."""
+        pod = self.pods.get(uid)
+        if pod is None:
+            return None
+        meta = pod["metadata"]
+        gang = (meta.get("annotations") or {}).get(ANNOTATION.GANG) or (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+        ns = meta.get("namespace") or "default"
+        if not gang or f"{ns}/{gang}" in self.gangs or f"{ns}/{gang}" in self.no_gang:
+            return None
+        return ns, gang
 
     def missing_claims(self, uid: str) -> list[tuple[str, str, bool]]:
         """(namespace, name, is_template) of the DRA claims the pod names that are not read yet."""
@@ -264,6 +292,7 @@ class KubeMirror:
         if pod is None:
             return None
         try:
-            return pod_pending(pod, source=self.source, cluster=self.cluster, claims=self._claims_of(pod))
+            return pod_pending(pod, source=self.source, cluster=self.cluster, claims=self._claims_of(pod),
+                               gangs=self._in_ns(self.gangs, pod))
         except TranslationError:
             return None

@@ -211,11 +211,22 @@ def _dra(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) -> tup
 
 
 def pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str = "default", emitted_at: float = 0.0,
-                claims: Mapping[str, Mapping[str, Any]] | None = None, attempt: int = 0) -> PodPending:
-    """The pending-pod event for a Pod (API JSON). Raises ``TranslationError`` naming what is wrong."""
+                claims: Mapping[str, Mapping[str, Any]] | None = None, attempt: int = 0,
+                gangs: Mapping[str, Mapping[str, Any]] | None = None) -> PodPending:
+    """The pending-pod event for a Pod (API JSON). ``gangs``: GPUGang specs by name (the pod's
+    namespace), whose ``minMember`` / ``queue`` / ``topology`` apply where the pod's annotations are
+    silent. Raises ``TranslationError`` naming what is wrong."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     ann: Mapping[str, str] = meta.get("annotations") or {}
+    # PodGroup compatibility: scheduler-plugins' coscheduling label names the gang as well
+    gang = ann.get(ANNOTATION.GANG) or (meta.get("labels") or {}).get(POD_GROUP_LABEL) or None
+    gang_spec: Mapping[str, Any] = (gangs or {}).get(gang or "", {}) if gang else {}
+    if gang_spec:
+        ann = {**{k: str(v) for k, v in ((ANNOTATION.GANG_MIN_MEMBERS, gang_spec.get("minMember")),
+                                        (ANNOTATION.QUEUE, gang_spec.get("queue")),
+                                        (ANNOTATION.TOPOLOGY, gang_spec.get("topology"))) if v is not None},
+               **ann}
     for k in ("uid", "name"):
         if not meta.get(k):
             raise TranslationError(f"metadata.{k} is missing")
@@ -277,8 +288,6 @@ def pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str = "default"
     except ValueError:
         raise TranslationError(f"annotation {ANNOTATION.TOPOLOGY}: {topo!r} is not one of "
                                f"{', '.join(t.value for t in TopologyPreference)}") from None
-    # PodGroup compatibility: scheduler-plugins' coscheduling label names the gang as well
-    gang = ann.get(ANNOTATION.GANG) or (meta.get("labels") or {}).get(POD_GROUP_LABEL) or None
     duration = ann.get(ANNOTATION.EXPECTED_DURATION_S)
     cpu, mem = _cpu_mem(spec)
     qos = (pod.get("status") or {}).get("qosClass")

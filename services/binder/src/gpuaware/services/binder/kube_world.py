@@ -149,7 +149,8 @@ class KubeWorld:
         return self.lease is None or self.lease.leading
 
     async def _read_claims(self, ch: Change) -> bool:
-        """Read the DRA ResourceClaims (or templates) a pod names, once each. True when some were read."""
+        """Read the DRA ResourceClaims (or templates) and the GPUGang a pod names, once each. True when
+        something was read."""
         self.mirror.pods.setdefault(ch.uid, ch.obj)
         read = False
         for ns, name, template in self.mirror.missing_claims(ch.uid):
@@ -161,6 +162,19 @@ class KubeWorld:
             if obj is not None:
                 self.mirror.claims[f"{ns}/{name}"] = obj
                 read = True
+        gang = self.mirror.missing_gang(ch.uid)
+        if gang is not None:
+            ns, name = gang
+            try:
+                spec = await asyncio.to_thread(api.read_gang, ns, name, core=self.core)
+            except Exception as exc:
+                log.warning("GPUGang %s/%s not read: %s", ns, name, exc)
+            else:
+                if spec is None:
+                    self.mirror.no_gang.add(f"{ns}/{name}")
+                else:
+                    self.mirror.gangs[f"{ns}/{name}"] = spec
+                    read = True
         return read
 
     async def _event(self, namespace: str, name: str, uid: str, reason: str, message: str,
