@@ -11,7 +11,11 @@ What it runs (gpuaware.forecast.experiment: the same prepare / fit / run as `gpu
   4. Streaming inference: 10,000 series stepped through runtime.Streams (onnxruntime, the Helios
      model, 2 x 64) once per update: p50/p99 of the onnxruntime call alone and of the whole step
      (features, fallback checks, the call), after a warm-up.
-  5. Training time on one Helios VC with the default TrainConfig (1,500 iterations or 5 minutes).
+  5. Training time on one Helios VC with the default TrainConfig (1,500 iterations or 240 s).
+  6. Job duration prediction (gpuaware.forecast.duration) on the Pollux copy of the Philly job list:
+     jobs before 2017-11-01 observed, later ones scored as they are submitted (runtimes learnt when
+     jobs finish); median absolute error on recurring jobs next to "mean of the tenant's past jobs".
+     ``--section duration`` runs it alone and keeps the other sections of the existing file.
 
 The LSTM's figures are those of the ONNX graph stepped once per sample (what the service serves),
 fallback rows (too little history, constant, gaps) served by persistence.
@@ -32,6 +36,7 @@ from machine_info import load_average, machine
 from rich.console import Console
 
 from gpuaware.forecast.baselines import BASELINES
+from gpuaware.forecast.duration import evaluate_philly
 from gpuaware.forecast.experiment import config_for, fit, prepare, run
 from gpuaware.forecast.runtime import StreamingModel, Streams
 from gpuaware.sim import shared_data_dir
@@ -135,8 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=1500)
     ap.add_argument("--max-seconds", type=float, default=240.0)
     ap.add_argument("--skip-one-vc", action="store_true", help="leave out the single-VC training timing")
+    ap.add_argument("--section", choices=["all", "duration"], default="all")
     args = ap.parse_args(argv)
     data = shared_data_dir(ROOT)
+    jobs = data / "pollux" / "traces" / "philly.csv"
+    if args.section == "duration":
+        report = json.loads(args.out.read_text()) if args.out.is_file() else {}
+        report["duration"] = {"file": _rel(jobs), **evaluate_philly(jobs)}
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(report["duration"]["median_abs_error_s"])
+        return 0
     philly = data / "philly-node-sequence" / "philly_node_sequence.csv"
     helios = sorted((data / "helios").glob("*_cluster_sequence_vc.csv"))
     if not philly.is_file() or not helios:
@@ -162,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_one_vc:
         report["train_one_helios_vc"] = one_vc_training(helios[0])
         console.print(f"training on one VC: {report['train_one_helios_vc']}")
+    if jobs.is_file():
+        report["duration"] = {"file": _rel(jobs), **evaluate_philly(jobs)}
     report["acceptance"] = {
         "philly_persistence_10min_is_10.33": ph["persistence_10min_check"]["agrees"],
         "lstm_beats_best_baseline_by_10pct": {sec: {h: report[sec]["lstm_vs_best_baseline"][h]["meets_10pct"]
