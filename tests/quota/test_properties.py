@@ -50,6 +50,11 @@ def gpus(n: int) -> Demand:
 
 
 def check_invariants(ledger: QuotaLedger, cap: int, k: int) -> None:
+    # the ledger's running totals are the sum of its pods
+    for q in ("org", *(f"t{i}" for i in range(k))):
+        brute = sum((a.demand.vector for a in ledger.running.values() if q in ledger.tree.ancestors(a.queue)),
+                    np.zeros(5, dtype=np.int64))
+        assert np.array_equal(ledger.used(q), brute)
     assert ledger.total_used()[0] <= cap
     for i in range(k):
         lim = ledger.tree.limit(f"t{i}")

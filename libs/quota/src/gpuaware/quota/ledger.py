@@ -101,51 +101,68 @@ class QuotaLedger:
     tree: QueueTree
     running: dict[str, Allocation] = field(default_factory=dict)
     usage: DecayedUsage | None = None
+    _held: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, init=False, repr=False)
+    _leaf: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.usage is None:
             self.usage = DecayedUsage(self.tree.config.half_life_s, len(RESOURCES))
+        # what each queue (and "" = the cluster) holds, per GPU type, kept as pods come and go: an
+        # admission reads a few vectors instead of walking every running pod
+        for a in list(self.running.values()):
+            self._account(a, 1)
+
+    def _account(self, a: Allocation, sign: int) -> None:
+        v = sign * a.demand.vector
+        for q in (*self.tree.ancestors(a.queue), ""):
+            for gt in {ANY_TYPE, a.demand.gpu_type}:
+                cur = self._held.get((q, gt))
+                self._held[(q, gt)] = v.copy() if cur is None else cur + v
+        cur = self._leaf.get(a.queue)
+        self._leaf[a.queue] = v.copy() if cur is None else cur + v
 
     # -- bookkeeping -------------------------------------------------------------------------
     def used(self, queue: str, gpu_type: str = ANY_TYPE, exclude: Iterable[str] = ()) -> np.ndarray:
-        """What ``queue`` and its descendants hold (of ``gpu_type``; ``"*"`` = all types)."""
-        skip = set(exclude)
-        out = np.zeros(len(RESOURCES), dtype=np.int64)
-        for a in self.running.values():
-            if a.uid in skip or (gpu_type != ANY_TYPE and a.demand.gpu_type != gpu_type):
-                continue
-            if queue in self.tree.ancestors(a.queue):
-                out += a.demand.vector
+        """What ``queue`` and its descendants hold (of ``gpu_type``; ``"*"`` = all types), less the
+        pods in ``exclude``."""
+        out = self._held.get((queue, gpu_type))
+        out = np.zeros(len(RESOURCES), dtype=np.int64) if out is None else out.copy()
+        for uid in exclude:
+            a = self.running.get(uid)
+            if a is not None and (gpu_type == ANY_TYPE or a.demand.gpu_type == gpu_type) \
+                    and queue in self.tree.ancestors(a.queue):
+                out -= a.demand.vector
         return out
 
     def total_used(self, gpu_type: str = ANY_TYPE) -> np.ndarray:
-        out = np.zeros(len(RESOURCES), dtype=np.int64)
-        for a in self.running.values():
-            if gpu_type == ANY_TYPE or a.demand.gpu_type == gpu_type:
-                out += a.demand.vector
-        return out
+        return self.used("", gpu_type)
 
     def advance(self, now: float) -> None:
         """Fold what every leaf queue held since the last call into the decayed history."""
-        held: dict[str, np.ndarray] = {}
-        for a in self.running.values():
-            held[a.queue] = held.get(a.queue, np.zeros(len(RESOURCES), dtype=np.int64)) + a.demand.vector
-        self.usage.advance(now, held)  # type: ignore[union-attr]
+        self.usage.advance(now, self._leaf)  # type: ignore[union-attr]
 
     def bind(self, alloc: Allocation, now: float | None = None) -> bool:
         """Record a running pod; False if it was already recorded (events are redelivered)."""
         if alloc.uid in self.running:
             return False
         self.advance(alloc.started_at if now is None else now)
-        self.running[alloc.uid] = alloc
+        self.adopt(alloc)
         return True
+
+    def adopt(self, alloc: Allocation) -> None:
+        """Record a running pod without advancing the history (moving pods into a new ledger)."""
+        if alloc.uid not in self.running:
+            self.running[alloc.uid] = alloc
+            self._account(alloc, 1)
 
     def release(self, uid: str, now: float) -> Allocation | None:
         """Forget a finished or preempted pod; None if unknown (already released)."""
         if uid not in self.running:
             return None
         self.advance(now)
-        return self.running.pop(uid)
+        a = self.running.pop(uid)
+        self._account(a, -1)
+        return a
 
     def checkpointed(self, uid: str, at: float) -> None:
         a = self.running.get(uid)

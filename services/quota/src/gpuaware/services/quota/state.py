@@ -84,7 +84,7 @@ class QuotaView:
         lost = 0
         for uid, a in self.ledger.running.items():
             if a.queue in tree.specs:
-                ledger.running[uid] = a
+                ledger.adopt(a)
             else:
                 lost += 1
                 self.reserved.pop(uid, None)
