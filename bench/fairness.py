@@ -52,6 +52,8 @@ preemption itself added (work redone, restarts, waiting again; over the JCT with
 average JCT and makespan, with the
 published Tiresias/Pollux figures beside (``PUBLISHED_NUMBERS.md``). One CSV per source, policy and
 load (row per job: job, tenant, gpus, submit, start, end, preemptions) beside bench/results/fairness.json.
+Also: the admission decision's latency (QuotaLedger.admit, what quota.admit runs) with 1,000 / 10,000 /
+50,000 running pods.
 
 Run: ``make bench-fairness`` or ``.venv/bin/python bench/fairness.py`` (data via GPUAWARE_SHARED_DATA).
 """
@@ -531,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         "caveat": "their JCTs come from Pollux's throughput simulator with its own job durations; ours replay "
                   "fixed-GPU jobs whose durations are a proxy (see method), so the comparison is indicative",
     }
+    report["admission_latency"] = [admission_latency(n, args.seed) for n in (1_000, 10_000, 50_000)]
     report["goals"] = _goals(report)
     report["method"] = __doc__
     report["settings"] = {"gpus": GPUS, "checkpoint_every_s": CHECKPOINT_EVERY_S, "restart_s": RESTART_S,
@@ -542,6 +545,30 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     show(console, report)
     return 0
+
+
+def admission_latency(running: int, seed: int) -> dict:
+    """quota.admit's decision (QuotaLedger.admit) with ``running`` pods in a 3-level tree of 10 teams x
+    5 projects: p50/p99 over 2,000 decisions for a node placement chose (the Permit step's question;
+    pure: no NATS in it). A reclaim plan walks the running pods and costs more (not measured here)."""
+    queues = [{"name": "org", "guaranteed": {"*": {"gpus": 8000}}}]
+    for t in range(10):
+        queues.append({"name": f"t{t}", "parent": "org", "guaranteed": {"*": {"gpus": 700}}})
+        queues += [{"name": f"t{t}p{p}", "parent": f"t{t}", "limit": {"*": {"gpus": 2000}}} for p in range(5)]
+    ledger = QuotaLedger(validate({"capacity": {"*": {"gpus": 8000}}, "queues": queues}))
+    rng = np.random.default_rng(seed)
+    leaves = [f"t{t}p{p}" for t in range(10) for p in range(5)]
+    for i in range(running):
+        milli = int(rng.choice([250, 500, 1000]))
+        ledger.bind(Allocation(f"u{i}", leaves[i % len(leaves)], Demand.of(gpus=milli // 1000, gpu_milli=milli),
+                               started_at=float(i)))
+    times = []
+    for i in range(2000):
+        d = Demand.of(gpus=1, gpu_milli=1000)
+        t = time.perf_counter_ns()
+        ledger.admit(leaves[i % len(leaves)], d, now=float(running + i), node="node-1")
+        times.append((time.perf_counter_ns() - t) / 1e6)
+    return {"running_pods": running, "p50_ms": _r(np.percentile(times, 50), 4), "p99_ms": _r(np.percentile(times, 99), 4)}
 
 
 def _goals(report: dict) -> dict:
