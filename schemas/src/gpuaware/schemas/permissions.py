@@ -287,10 +287,11 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                            allow_responses=True)
     if identity == FORECASTING:
         # follows its cluster's one-minute rollups, publishes demand and per-GPU forecasts, answers
-        # forecasting.stats (the model registry is in PostgreSQL, not on the bus)
+        # forecasting.stats, raises and resolves its model's drift alert (the registry is in PostgreSQL)
         consumed = [*_event(GPU_ROLLED_UP)]
         endpoints = list(OPERATIONAL_ENDPOINTS[identity])
-        pub = [*_event(DEMAND_PREDICTED), *_event(GPU_UTIL_PREDICTED), *_js_base(), *_follow(TELEMETRY),
+        pub = [*_event(DEMAND_PREDICTED), *_event(GPU_UTIL_PREDICTED), *_event(ALERT_RAISED), *_event(ALERT_RESOLVED),
+               *_js_base(), *_follow(TELEMETRY),
                *_dead_letters([*consumed, *endpoints])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, endpoints)]),
                            allow_responses=True)

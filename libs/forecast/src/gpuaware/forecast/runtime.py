@@ -84,6 +84,11 @@ class StepResult:
     """(n, H, Q) absolute forecasts"""
     reasons: list[str | None]
     """per series: None where the model forecast, else why the row is persistence"""
+    raw: np.ndarray | None = None
+    """(n, H, Q) the model's own forecasts for every row, trusted or not (None without a model): what
+    drift tracking scores in the shadow while persistence is served"""
+    held: np.ndarray | None = None
+    """(n,) the last observed value of each series (persistence's forecast)"""
 
 
 class Streams:
@@ -137,13 +142,14 @@ class Streams:
         self.constant_for = np.where(same, self.constant_for + 1, np.where(seen, 0, self.constant_for))
         persistence = np.repeat(held[:, None, None], len(self.horizons), 1).repeat(len(self.quantiles), 2)
         if self.model is None:
-            return StepResult(persistence, ["no model in the registry"] * self.n)
+            return StepResult(persistence, ["no model in the registry"] * self.n, None, held)
         y, self.h, self.c = self.model.run(x, self.h, self.c)
-        out = held[:, None, None] + scale[:, None, None] * y.astype(np.float64)
+        raw = held[:, None, None] + scale[:, None, None] * y.astype(np.float64)
         reasons = self.reasons(seen)
         bad = np.array([r is not None for r in reasons], dtype=bool)
+        out = raw.copy()
         out[bad] = persistence[bad]
-        return StepResult(out, reasons)
+        return StepResult(out, reasons, raw, held)
 
     def reasons(self, seen: np.ndarray) -> list[str | None]:
         """Why each row may not use the model (None: it may); built as strings only for those rows."""

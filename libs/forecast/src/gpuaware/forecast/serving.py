@@ -11,6 +11,16 @@ all in one batched onnxruntime call. ``events`` turns the step into the contract
 * ``DemandPredicted`` per (model, version): the node-level series (``metric`` ``util_pct_mean``,
   ``labels`` ``{"node": ...}``).
 
+Drift: every step scores the forecasts whose target window just arrived, the model's own (trusted
+rows, in the shadow when persistence is being served) against persistence's from the same origins,
+as exponentially weighted mean squared errors at the longest horizon (half-life ``drift_halflife``
+scored points, pooled over series). Once ``drift_min_points`` errors are in and the model's RMSE exceeds persistence's by
+``drift_margin``, the model is "worse than the best baseline on recent data": every row serves
+persistence with that reason and ``drift()`` reports a raised condition (the service publishes the
+alert); when the model's RMSE is back at or under persistence's, it serves again and the condition
+resolves. Persistence is the baseline compared with here (the one every stream has for free; at
+minute resolution it is the strongest of the four on the traces, see bench/results/forecast.json).
+
 The contract wants a dense path (``values[q][k]`` at ``start + k * step_s``); the model forecasts
 10, 30 and 60 minutes ahead, so the path is on a 10-minute grid (``step_s`` 600, 6 steps) with the
 20/40/50-minute points linearly interpolated between the model's horizons (stated here because a
@@ -20,6 +30,7 @@ consumer could take them for model outputs).
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Iterable
 
 import numpy as np
@@ -27,7 +38,7 @@ import numpy as np
 from gpuaware.forecast.runtime import StepResult, StreamingModel, Streams
 from gpuaware.schemas import DemandPredicted, DemandSeries, GpuForecast, GpuUtilPredicted
 
-__all__ = ["Point", "Server"]
+__all__ = ["Drift", "Point", "Server"]
 
 BASELINE = "persistence"
 
@@ -46,10 +57,22 @@ class Point:
     fallback: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    """A change of the drift condition: ``raised`` True (the model is worse) or False (it recovered)."""
+
+    raised: bool
+    model_rmse: float
+    baseline_rmse: float
+    points: int
+    horizon_s: float
+
+
 class Server:
     def __init__(self, model: StreamingModel | None, model_label: str, *, step_s: float = 60.0,
                  horizons_min: tuple[int, ...] = (10, 30, 60), quantiles: tuple[float, ...] = (0.5, 0.9),
-                 unusable: str | None = None):
+                 unusable: str | None = None, drift_halflife: float = 240.0, drift_min_points: int = 200,
+                 drift_margin: float = 0.0):
         """``model_label`` names the registry entry (``name@version``); ``unusable`` is why there is no
         model (the reason every fallback row then carries)."""
         self.model_label = model_label
@@ -62,6 +85,16 @@ class Server:
         steps = [round(h * 60 / step_s) for h in horizons_min]
         self.streams = Streams(model, 0, step_s=step_s, horizons=model.horizons if model else steps,
                                quantiles=list(model.quantiles) if model else list(quantiles))
+        self.drift_decay = 0.5 ** (1.0 / drift_halflife)
+        self.drift_min_points = drift_min_points
+        self.drift_margin = drift_margin
+        self.sq = np.zeros(2)
+        """EW sums of squared errors (model, persistence) at the longest horizon, and their weight"""
+        self.weight = 0.0
+        self.scored = 0
+        self.drifting = False
+        self._changes: list[Drift] = []
+        self._issued: OrderedDict[float, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self.index: dict[tuple[str, str, str], int] = {}
         """(kind "gpu" | "node", node, gpu uuid or "") -> row"""
         self.last_window: float | None = None
@@ -97,7 +130,58 @@ class Server:
         for i, v in values.items():
             row[i] = v
         self.last_window = window_start
-        return self.streams.step(row, window_start)
+        result = self.streams.step(row, window_start)
+        if result.raw is None:
+            return result
+        self._score(window_start, row)
+        q = self.streams.quantiles.index(0.5) if 0.5 in self.streams.quantiles else 0
+        trusted = np.array([r is None for r in result.reasons], dtype=bool)
+        self._issued[window_start] = (result.raw[:, -1, q].copy(), result.held.copy(), trusted)
+        horizon = self.streams.horizons[-1]
+        while self._issued and next(iter(self._issued)) < window_start - horizon * self.step_s:
+            self._issued.popitem(last=False)
+        if self.drifting:
+            why = (f"model worse than persistence on recent data (RMSE {self.rmse()[0]:.3g} vs {self.rmse()[1]:.3g} "
+                   f"at {self.horizons_s[-1] / 60:g} min)")
+            persistence = np.repeat(result.held[:, None, None], result.values.shape[1], 1).repeat(result.values.shape[2], 2)
+            result = dataclasses.replace(result, values=persistence, reasons=[r if r is not None else why for r in result.reasons])
+        return result
+
+    def rmse(self) -> tuple[float, float]:
+        """Recent RMSE of (the model, persistence) at the longest horizon (NaN before any error)."""
+        if self.weight == 0:
+            return float("nan"), float("nan")
+        m, b = np.sqrt(self.sq / self.weight)
+        return float(m), float(b)
+
+    def _score(self, window_start: float, actual: np.ndarray) -> None:
+        origin = window_start - self.streams.horizons[-1] * self.step_s
+        issued = self._issued.get(origin)
+        if issued is None:
+            return
+        model, held, trusted = issued
+        n = len(model)
+        a = actual[:n]
+        ok = trusted & np.isfinite(a)
+        if not ok.any():
+            return
+        k = int(ok.sum())
+        decay = self.drift_decay ** k
+        self.sq = self.sq * decay + np.array([np.sum((model[ok] - a[ok]) ** 2), np.sum((held[ok] - a[ok]) ** 2)])
+        self.weight = self.weight * decay + k
+        self.scored += k
+        if self.scored < self.drift_min_points:
+            return
+        m, b = self.rmse()
+        worse = m > b * (1.0 + self.drift_margin)
+        if worse != self.drifting:
+            self.drifting = worse
+            self._changes.append(Drift(worse, m, b, self.scored, self.horizons_s[-1]))
+
+    def drift(self) -> list[Drift]:
+        """Changes of the drift condition since the last call."""
+        out, self._changes = self._changes, []
+        return out
 
     def _who(self, reason: str | None) -> tuple[str, str]:
         if reason is None:

@@ -12,6 +12,8 @@
 
     publishes  forecast.gpu.predicted.v1.<c>.<node>    per node and (model, version): p50/p90 paths
                forecast.demand.predicted.v1.<c>        the node-level series, per (model, version)
+               alerts.gpu.raised|resolved.v1.<c>       forecast_model_drift: the model's recent error
+                                                       above persistence's (it then serves persistence)
     stores     forecast_points                         each forecast, then its actual (accuracy)
 
 Why follow, not a durable consumer: forecasts are for now; a restarted instance replays the stream's
@@ -20,8 +22,7 @@ goes on live. A model is served only where ``runtime.Streams`` trusts it; elsewh
 registry is empty or its model unusable, persistence is published with ``model="persistence"`` and
 ``model_version="baseline: <reason>"``.
 
-Not here yet (issue 11): comparing the model with the best baseline on recent data and raising a
-drift alert on ``alerts.>``; per GPU model and per queue series.
+Not here yet (issue 11): per GPU model and per queue series.
 """
 
 from __future__ import annotations
@@ -40,12 +41,18 @@ from gpuaware.forecast.runtime import ModelError, StreamingModel
 from gpuaware.forecast.serving import Server
 from gpuaware.runtime import ServiceContext
 from gpuaware.schemas import (
+    ALERT_RAISED,
+    ALERT_RESOLVED,
     DEMAND_PREDICTED,
     GPU_ROLLED_UP,
     GPU_UTIL_PREDICTED,
+    AlertRaised,
+    AlertResolved,
     DemandPredicted,
     GpuRolledUp,
     GpuUtilPredicted,
+    Severity,
+    fingerprint,
 )
 from gpuaware.schemas.streams import TELEMETRY
 from gpuaware.services.forecasting.settings import ForecastingSettings
@@ -55,6 +62,9 @@ log = logging.getLogger(__name__)
 ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
 GPU_OUT = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
 DEMAND_OUT = bus.Channel(DEMAND_PREDICTED, DemandPredicted)
+RAISED = bus.Channel(ALERT_RAISED, AlertRaised)
+RESOLVED = bus.Channel(ALERT_RESOLVED, AlertResolved)
+DRIFT_RULE = "forecast_model_drift"
 STATS_SUBJECT = "forecasting.stats"
 
 
@@ -73,6 +83,7 @@ class ForecastStats(msgspec.Struct, frozen=True, kw_only=True):
     late_windows: int
     store_failures: int
     reloads: int
+    drift_alerts: int
 
 
 class ForecastService:
@@ -86,7 +97,9 @@ class ForecastService:
         self.pending: dict[float, list[GpuRolledUp]] = {}
         self.flushers: dict[float, asyncio.TimerHandle] = {}
         self.lock = asyncio.Lock()
-        self.counts = {"windows": 0, "published": 0, "late_windows": 0, "store_failures": 0, "reloads": 0}
+        self.counts = {"windows": 0, "published": 0, "late_windows": 0, "store_failures": 0, "reloads": 0,
+                       "drift_alerts": 0}
+        self.drift_started: float | None = None
         self.follower: Any = None
         self._reloader: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -112,7 +125,9 @@ class ForecastService:
                 self._swap(Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}"))
             return False
         self.version = entry.version
-        self._swap(Server(model, entry.label))
+        st = self.settings
+        self._swap(Server(model, entry.label, drift_halflife=st.drift_halflife, drift_min_points=st.drift_min_points,
+                          drift_margin=st.drift_margin))
         self.counts["reloads"] += 1
         log.info("serving %s", entry.label)
         return True
@@ -173,6 +188,8 @@ class ForecastService:
                            else DEMAND_OUT.at(self.settings.cluster))
                 await bus.publish(self.js, channel, ev)
                 self.counts["published"] += 1
+            for change in server.drift():
+                await self._alert(server, change)
             if self.settings.store_points:
                 try:
                     async with self.pool.connection() as conn:
@@ -181,6 +198,27 @@ class ForecastService:
                 except Exception as exc:  # forecasts already left; losing their record is logged, counted
                     self.counts["store_failures"] += 1
                     log.warning("storing forecasts failed: %s: %s", type(exc).__name__, exc)
+
+    async def _alert(self, server: Server, change: Any) -> None:
+        labels = {"cluster": self.settings.cluster, "model": server.model_label}
+        fp = fingerprint(DRIFT_RULE, labels)
+        now = time.time()
+        if change.raised:
+            self.drift_started = now
+            summary = (f"forecast model {server.model_label} is worse than persistence on recent data: RMSE "
+                       f"{change.model_rmse:.3g} vs {change.baseline_rmse:.3g} at {change.horizon_s / 60:g} min "
+                       f"({change.points} points); persistence is served until it recovers")
+            await bus.publish(self.js, RAISED.at(self.settings.cluster), AlertRaised(
+                source=self.source, emitted_at=now, cluster=self.settings.cluster, fingerprint=fp, rule=DRIFT_RULE,
+                severity=Severity.WARNING, summary=summary, started_at=now, labels=labels,
+                value=change.model_rmse, threshold=change.baseline_rmse))
+        else:
+            started = self.drift_started or now
+            await bus.publish(self.js, RESOLVED.at(self.settings.cluster), AlertResolved(
+                source=self.source, emitted_at=now, cluster=self.settings.cluster, fingerprint=fp, rule=DRIFT_RULE,
+                severity=Severity.WARNING, started_at=started, resolved_at=max(now, started),
+                summary=f"model RMSE {change.model_rmse:.3g} back at or under persistence's {change.baseline_rmse:.3g}"))
+        self.counts["drift_alerts"] += 1
 
     # --- lifecycle -----------------------------------------------------------------------------------
 

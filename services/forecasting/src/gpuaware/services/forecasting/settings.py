@@ -31,6 +31,12 @@ class ForecastingSettings(ServiceSettings, frozen=True, kw_only=True):
     first rollup (the nodes' rollups of one window arrive over the collector's flush)"""
     store_points: bool = True
     """store every forecast (p50/p90 per horizon) and, when the target window arrives, its actual"""
+    drift_halflife: float = 2000.0
+    """drift tracking: half-life, in scored points (series x windows), of the recent squared errors"""
+    drift_min_points: int = 1000
+    """errors scored before the model can be judged worse than persistence"""
+    drift_margin: float = 0.05
+    """the model is worse when its recent RMSE exceeds persistence's by this fraction"""
     pool_size: int = 2
     db_timeout_s: float = 5.0
 

@@ -1,0 +1,70 @@
+"""The service's per-window logic: events say who produced each forecast; drift to persistence and back."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gpuaware.forecast.features import Features
+from gpuaware.forecast.model import LSTMForecaster, TrainResult, export_onnx
+from gpuaware.forecast.runtime import StreamingModel
+from gpuaware.forecast.serving import Server
+
+T0 = 1_700_000_000.0 - 1_700_000_000.0 % 86_400
+
+
+def _model(bias: float) -> StreamingModel:
+    """A 60-s model whose output is ``bias`` scale units for every row (the head's weights zeroed)."""
+    torch.manual_seed(0)
+    m = LSTMForecaster([10, 30, 60], [0.5, 0.9], hidden=8, layers=1).eval()
+    with torch.no_grad():
+        m.head.weight.zero_()
+        m.head.bias.fill_(bias)
+    blob = export_onnx(TrainResult(m, Features(step_s=60.0, fast_halflife_s=300.0), [10, 30, 60], 0, 0.0, 0.0, []))
+    return StreamingModel.load(blob)
+
+
+def _run(server: Server, steps: range, rng: np.random.Generator) -> list:
+    out = []
+    for k in steps:
+        # two GPUs of one node, noise around 50 %
+        utils = 50 + rng.normal(0, 0.5, 2)
+        res = server.step(T0 + 60 * k, [("n1", "g0", float(utils[0])), ("n1", "g1", float(utils[1]))])
+        out.append((res, server.drift()))
+    return out
+
+
+def test_a_biased_model_drifts_to_persistence_raises_once_and_events_say_so() -> None:
+    rng = np.random.default_rng(0)
+    server = Server(_model(bias=3.0), "biased@1", drift_halflife=50, drift_min_points=30)
+    steps = _run(server, range(200), rng)
+    raised = [d for _, ds in steps for d in ds]
+    assert len(raised) == 1 and raised[0].raised and raised[0].model_rmse > raised[0].baseline_rmse
+    res, _ = steps[-1]
+    assert all(r.startswith("model worse than persistence on recent data") for r in res.reasons)
+    assert np.allclose(res.values[:, :, :], res.held[:, None, None])  # persistence served
+    events = server.events(res, "c", T0 + 60 * 200, ["n1"], 0.0, "test")
+    assert {(e.model, e.model_version[:41]) for e in events} == {("persistence", "baseline: model worse than persistence on")}
+
+
+def test_an_unbiased_model_is_served_and_named() -> None:
+    rng = np.random.default_rng(1)
+    server = Server(_model(bias=0.0), "flat@2", drift_halflife=50, drift_min_points=30)
+    steps = _run(server, range(150), rng)
+    assert not [d for _, ds in steps for d in ds]  # zero change = persistence exactly: never worse
+    res, _ = steps[-1]
+    assert res.reasons == [None, None, None]  # two GPUs and the node
+    events = server.events(res, "c", T0 + 60 * 150, ["n1"], 0.0, "test")
+    assert {(e.model, e.model_version) for e in events} == {("lstm", "flat@2")}
+    assert events[0].horizon_steps == 6 and events[0].step_s == 600.0
+
+
+def test_a_model_of_another_step_is_not_served_and_says_why() -> None:
+    torch.manual_seed(0)
+    m = LSTMForecaster([1, 3, 6], [0.5, 0.9], hidden=8, layers=1).eval()
+    blob = export_onnx(TrainResult(m, Features(step_s=600.0), [1, 3, 6], 0, 0.0, 0.0, []))
+    server = Server(StreamingModel.load(blob), "philly@3")
+    res = server.step(T0, [("n1", "g0", 10.0)])
+    events = server.events(res, "c", T0 + 60, ["n1"], 0.0, "test")
+    assert events[0].model == "persistence"
+    assert events[0].model_version == "baseline: philly@3's step is 600 s, the rollups' 60 s"
