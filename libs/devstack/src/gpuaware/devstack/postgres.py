@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.ports import free_port, port_is_free
-from gpuaware.devstack.processes import pid_alive
+from gpuaware.devstack.processes import pid_alive, terminate
 
 SERVICE_USER = "embedded_postgres"
 SUPERUSER = "postgres"
@@ -54,11 +54,14 @@ class PostgresProcess:
     def alive(self) -> bool:
         return pid_alive(self.pid)
 
-    def stop(self, mode: str = "fast") -> None:
-        """pg_ctl stop; mode 'immediate' simulates a crash (recovery on next start)."""
+    def stop(self, mode: str = "fast", timeout: float = 30.0) -> None:
+        """pg_ctl stop; mode 'immediate' simulates a crash (recovery on next start). Returns once the
+        postmaster is gone (its port and data folder free for a restart), SIGKILLing it after
+        ``timeout`` if pg_ctl gave up."""
         if not (self.data_dir / "postmaster.pid").exists():
             return
-        _pg_ctl(self.data_dir, ["-w", "-t", "30", "-m", mode, "stop"], check=False)
+        _pg_ctl(self.data_dir, ["-w", "-t", str(int(timeout)), "-m", mode, "stop"], check=False)
+        terminate(self.pid, None, timeout)
 
     def restart(self) -> PostgresProcess:
         self.stop()
