@@ -352,3 +352,19 @@ def test_quota_tree_from_values_is_mounted_and_valid() -> None:
     dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpuaware-quota")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GPUAWARE_QUOTA_TREE"] == "/etc/gpuaware/quota/tree.yaml"
+
+
+def test_stream_provisioning_job_runs_the_runtime_as_admin() -> None:
+    from gpuaware.runtime import provision_streams
+
+    docs = render()
+    job = next(d for d in docs if d["kind"] == "Job")
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["NATS_USER"] == "admin" and job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    code = c["args"][0]
+    tree = ast.parse(code)  # the script the Job runs is valid Python calling the runtime's provisioning
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "provision_streams" in called and callable(provision_streams)
+    secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("nats-credentials"))
+    assert "admin" in secret["data"]
