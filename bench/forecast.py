@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -49,10 +50,8 @@ console = Console()
 
 
 def _rel(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(ROOT.parent))
-    except ValueError:
-        return path.name
+    """Relative to the repository root (the shared data sits beside it: ../shared/data/...)."""
+    return os.path.relpath(path.resolve(), ROOT)
 
 
 def section(name: str, paths: list[Path], fmt: str, iters: int, seconds: float, **split) -> dict:

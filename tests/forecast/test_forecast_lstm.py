@@ -92,7 +92,7 @@ def test_bad_series_get_persistence_and_a_reason(square_model) -> None:
     streams = Streams(model, 3)
     t0 = 1_700_000_000.0
     rng = np.random.default_rng(0)
-    for k in range(need + 5):
+    for k in range(model.constant_after + 5):  # a day of 10-minute steps: long enough to be "constant"
         # series 0: healthy noise; 1: constant 4; 2: only NaN
         r = streams.step(np.array([rng.normal(10, 2), 4.0, np.nan]), t0 + 600 * k)
         if k == 0:
@@ -102,7 +102,7 @@ def test_bad_series_get_persistence_and_a_reason(square_model) -> None:
     assert r.reasons[2] == "no observed values" and np.isfinite(r.values).all()
     # a gap in a healthy series: the last value is held, then too many gaps -> persistence with a reason
     for k in range(need):
-        r = streams.step(np.array([np.nan, 4.0, np.nan]), t0 + 600 * (need + 5 + k))
+        r = streams.step(np.array([np.nan, 4.0, np.nan]), t0 + 600 * (model.constant_after + 5 + k))
     assert r.reasons[0] is not None and "gaps" in r.reasons[0]
     assert np.isfinite(r.values[0]).all()
 

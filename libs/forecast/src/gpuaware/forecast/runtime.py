@@ -69,6 +69,14 @@ class StreamingModel:
                    list(meta["quantiles"]), int(meta["layers"]), int(meta["hidden"]))
 
     @property
+    def constant_after(self) -> int:
+        """Steps without a change before a series counts as constant: a day (the slow mean's half-life).
+        Demand is often flat for hours between jobs (Helios: half the minutes sit in a 2-h flat run) and
+        those are the hours the model was trained on; only a series that has not moved for a day is one
+        it has nothing to say about."""
+        return max(self.min_history, round(self.features.slow_halflife_s / self.features.step_s))
+
+    @property
     def min_history(self) -> int:
         """Steps a series must have seen before its state is trusted: the fast mean's half-life x 2."""
         return max(10, round(2 * self.features.fast_halflife_s / self.features.step_s))
@@ -158,7 +166,7 @@ class Streams:
         none = ~np.isfinite(self.fs.last)
         short = ~none & (self.fs.seen < need)
         gappy = ~none & ~short & (self.recent_gaps > self.max_gap_share)
-        constant = ~none & ~short & ~gappy & (self.constant_for >= need)
+        constant = ~none & ~short & ~gappy & (self.constant_for >= (self.model.constant_after if self.model else 0))
         out: list[str | None] = [None] * self.n
         for i in np.flatnonzero(none | short | gappy | constant):
             if none[i]:
