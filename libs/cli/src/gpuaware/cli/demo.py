@@ -467,6 +467,8 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
             svc_status[name] = (f"took part (gpuaware run: {len(qf.get('queues', {}))} queues reported, Jain's index "
                                 f"mean {qf.get('jain', {}).get('mean')}, {len(qf.get('chargeback_by_queue', []))} "
                                 "queues billed)" if qf.get("status") == "took part" else qf.get("status", "built"))
+        elif name == "forecasting":
+            svc_status[name] = "built (not run by the demo yet: no forecast vs actual in this report)"
         else:
             svc_status[name] = "took part (both runs)"
     summary = (f"{a['nodes']} nodes / {a['gpus']} GPUs, {cfg.trace} workload, {a['pods']['arrived']} pods over "
@@ -488,7 +490,7 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
             "alerts_resolved": sum((hf.get("alerts") or {}).get("resolved", {}).values()),
             "details": "runs.gpuaware.health"} if health_ran else hf.get("status", "not run")),
         "forecasting": ("forecasting not built yet: no forecast accuracy" if not services["forecasting"]
-                        else "built"),
+                        else "built, not started by the demo yet: no forecast accuracy"),
         "utilisation": ("allocation is what the pods asked for and hold (event-sourced, exact); utilisation is "
                         "what the telemetry agent measured on the twin's GPUs (dcgm-exporter text served by the "
                         "binder -> agent -> NATS -> collector -> PostgreSQL), each GPU's load following the pods "
