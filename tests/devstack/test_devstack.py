@@ -97,3 +97,45 @@ def _wait_dead(pid: int, timeout: float = 5.0) -> None:
     while pid_alive(pid):
         assert time.monotonic() < deadline, f"pid {pid} still alive"
         time.sleep(0.02)
+
+
+async def test_nats_over_tls_with_a_throwaway_ca(tmp_path: Path) -> None:
+    # TLS between the services and NATS (issue 16): a client that trusts the stack's CA talks; one
+    # without TLS, or trusting another CA, is refused; the server's key is owner-only
+    import asyncio
+    import stat
+
+    from gpuaware import bus
+    from gpuaware.devstack.tls import make_server_certificates
+
+    async def refused(url: str, **options: object) -> BaseException:
+        try:
+            async with bus.connected(url, name="refused", initial_timeout=3, **options):
+                pass
+        except Exception as exc:  # whatever the client library raises: the point is that it raises
+            return exc
+        raise AssertionError(f"{url} accepted a client it should refuse ({options})")
+
+    proc = start_nats(tmp_path / "nats", tls=True)
+    try:
+        assert proc.url.startswith("tls://") and proc.tls_ca is not None
+        assert stat.S_IMODE((proc.data_dir / "tls" / "server-key.pem").stat().st_mode) == 0o600
+        async with bus.connected(proc.url, name="t", initial_timeout=5, tls=bus.tls_context(str(proc.tls_ca))) as nc:
+            got: list[bytes] = []
+
+            async def on(msg) -> None:
+                got.append(msg.data)
+
+            await nc.subscribe("tls.check", cb=on)
+            await nc.publish("tls.check", b"over tls")
+            await nc.flush()
+            for _ in range(100):
+                if got:
+                    break
+                await asyncio.sleep(0.02)
+            assert got == [b"over tls"]
+        await refused(proc.url.replace("tls://", "nats://"))  # no CA given: the server's cert is not trusted
+        other = make_server_certificates(tmp_path / "other-ca")
+        await refused(proc.url, tls=bus.tls_context(str(other.ca)))
+    finally:
+        proc.stop()

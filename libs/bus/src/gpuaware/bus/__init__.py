@@ -15,7 +15,15 @@ and dead letters. Each module's docstring explains its part of the design.
 """
 
 from gpuaware.bus.codec import Channel, content_id, decoder_for
-from gpuaware.bus.connection import Client, ReconnectPolicy, close, connect, connected, reconnect_delay
+from gpuaware.bus.connection import (
+    Client,
+    ReconnectPolicy,
+    close,
+    connect,
+    connected,
+    reconnect_delay,
+    tls_context,
+)
 from gpuaware.bus.consumer import (
     ConsumerStats,
     Delivery,
@@ -107,4 +115,5 @@ __all__ = [
     "stream_compatible",
     "subscribe_durable",
     "subscribe_pipelined",
+    "tls_context",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,7 +27,15 @@ from gpuaware.schemas.permissions import inbox_prefix
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Client", "ReconnectPolicy", "connect", "connected", "reconnect_delay"]
+__all__ = ["Client", "ReconnectPolicy", "connect", "connected", "reconnect_delay", "tls_context"]
+
+
+def tls_context(ca_file: str) -> ssl.SSLContext:
+    """What a client verifies a TLS NATS server with: this CA only, TLS 1.2 or newer, host name checked
+    (``connect(..., tls=tls_context(ca))``; services get it from ``NATS_TLS_CA``)."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,15 +38,19 @@ def up(
     auth: Annotated[bool, typer.Option(
         "--auth", help="Require one least-privilege NATS user per service; streams are provisioned as admin "
                        "and the credentials written to <data-dir>/nats/credentials.json (owner-only).")] = False,
+    tls: Annotated[bool, typer.Option(
+        "--tls", help="NATS speaks TLS only, with a certificate from a throwaway CA in <data-dir>/nats/tls; "
+                      "clients trust its ca.pem (export NATS_TLS_CA=...).")] = False,
 ) -> None:
     """Start (or reuse) NATS with JetStream and PostgreSQL, apply migrations, print the URLs."""
     try:
         with console.status("starting the embedded stack"):
-            started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth)
+            started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth, tls=tls)
             applied = migrate(started.state.database_url)
             if started.state.nats_auth:
                 user, password = stack_credentials(data_dir)[ADMIN]
-                asyncio.run(provision_streams(started.state.nats_url, user=user, password=password))
+                asyncio.run(provision_streams(started.state.nats_url, user=user, password=password,
+                                              tls_ca=started.state.nats_tls_ca))
     except StackError as exc:
         console.print(f"[red]cannot start the stack:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -93,5 +97,7 @@ def _print_state(state, *, title: str) -> None:
         console.print("NATS requires per-service users: NATS_USER=<service> and NATS_PASSWORD from "
                       "<data-dir>/nats/credentials.json (never printed)")
     typer.echo(f"NATS_URL={state.nats_url}")
+    if state.nats_tls_ca:
+        typer.echo(f"NATS_TLS_CA={state.nats_tls_ca}")
     typer.echo(f"DATABASE_URL={redact_url(state.database_url)}")
 

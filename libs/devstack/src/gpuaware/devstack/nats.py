@@ -27,6 +27,7 @@ import bcrypt
 from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.ports import free_port, port_is_free, wait_for_listener
 from gpuaware.devstack.processes import pid_alive, terminate
+from gpuaware.devstack.tls import make_server_certificates
 from gpuaware.schemas.permissions import IDENTITIES, render_server_config
 
 AUTH_CONFIG = "auth.conf"
@@ -59,11 +60,13 @@ class NatsProcess:
     monitor_port: int
     config_file: Path | None = None
     auth: bool = False
+    tls_ca: Path | None = None
+    """the CA certificate clients verify the server with, when it speaks TLS (`start_nats(tls=True)`)"""
     _popen: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"{'tls' if self.tls_ca else 'nats'}://127.0.0.1:{self.port}"
 
     def alive(self) -> bool:
         if self._popen is not None:
@@ -82,9 +85,10 @@ class NatsProcess:
         """Start again on the same port and data folder (JetStream state survives)."""
         self.stop()
         if self.auth:
-            return start_nats(self.data_dir, port=self.port, monitor_port=self.monitor_port, auth=True)
+            return start_nats(self.data_dir, port=self.port, monitor_port=self.monitor_port, auth=True,
+                              tls=self.tls_ca is not None)
         return start_nats(self.data_dir, port=self.port, monitor_port=self.monitor_port,
-                          config_file=self.config_file)
+                          config_file=self.config_file, tls=self.tls_ca is not None)
 
     def credentials(self) -> dict[str, tuple[str, str]]:
         """identity -> (user, password) of an auth-enabled server (see `credentials`)."""
@@ -142,11 +146,13 @@ def forget_credentials(data_dir: Path) -> list[str]:
 
 
 def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_file: Path | None = None,
-               detach: bool = False, timeout: float = 20.0, auth: bool = False) -> NatsProcess:
+               detach: bool = False, timeout: float = 20.0, auth: bool = False, tls: bool = False) -> NatsProcess:
     """Start nats-server with JetStream storing under `data_dir`; port 0 picks a free one.
 
     `auth=True` requires the per-service users of `gpuaware.schemas.permissions` (see the module
-    docstring); it cannot be combined with a `config_file` of your own.
+    docstring); it cannot be combined with a `config_file` of your own. `tls=True` makes the server
+    speak TLS only, with a certificate from a throwaway CA in `<data_dir>/tls` (`gpuaware.devstack.tls`;
+    clients trust `NatsProcess.tls_ca`, e.g. through `NATS_TLS_CA`).
     """
     if auth and config_file is not None:
         raise StackError("start_nats: auth=True writes its own server configuration; drop config_file")
@@ -166,11 +172,16 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
             "-sd", str(data_dir / "jetstream")]
     if config_file is not None:
         args += ["-c", str(config_file)]
+    tls_ca: Path | None = None
+    if tls:
+        files = make_server_certificates(data_dir / "tls")
+        args += ["--tls", "--tlscert", str(files.cert), "--tlskey", str(files.key)]
+        tls_ca = files.ca
     log = open(data_dir / "nats-server.log", "ab")  # noqa: SIM115 - handed to the child process
     popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=detach)
     log.close()
     proc = NatsProcess(port=port, data_dir=data_dir, pid=popen.pid, monitor_port=monitor_port,
-                       config_file=config_file, auth=auth, _popen=popen)
+                       config_file=config_file, auth=auth, tls_ca=tls_ca, _popen=popen)
     try:
         wait_for_listener(port, what="nats-server", timeout=timeout, alive=proc.alive)
     except StackError as exc:

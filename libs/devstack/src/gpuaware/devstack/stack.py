@@ -43,6 +43,8 @@ class StackState:
     postgres_port: int | None = None
     nats_auth: bool = False
     """NATS requires the per-service users (credentials in `<data>/nats/credentials.json`)"""
+    nats_tls_ca: str = ""
+    """NATS speaks TLS only; clients verify it with this CA certificate (`NATS_TLS_CA`)"""
 
     @property
     def nats_external(self) -> bool:
@@ -102,7 +104,8 @@ def stack_health(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[StackState | None, 
 
 
 def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS_PORT,
-             pg_port: int = DEFAULT_PG_PORT, env: dict[str, str] | None = None, auth: bool = False) -> Stack:
+             pg_port: int = DEFAULT_PG_PORT, env: dict[str, str] | None = None, auth: bool = False,
+             tls: bool = False) -> Stack:
     """Start (or reuse) NATS + PostgreSQL under `data_dir`; honours NATS_URL / DATABASE_URL.
 
     `auth` starts NATS with per-service users (a running stack is reused as it is: see `state.nats_auth`)."""
@@ -120,7 +123,7 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS
     pg: PostgresProcess | None = None
     try:
         if not env.get("NATS_URL"):
-            nats = start_nats(data_dir / "nats", port=nats_port, detach=True, auth=auth)
+            nats = start_nats(data_dir / "nats", port=nats_port, detach=True, auth=auth, tls=tls)
         if not env.get("DATABASE_URL"):
             pg = start_postgres(data_dir / "postgres", port=pg_port)
     except StackError:
@@ -136,6 +139,7 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS
         postgres_pid=pg.pid if pg else None,
         postgres_port=pg.port if pg else None,
         nats_auth=bool(nats and nats.auth),
+        nats_tls_ca=str(nats.tls_ca) if nats and nats.tls_ca else "",
     )
     _state_file(data_dir).write_text(json.dumps(asdict(state), indent=2))
     return Stack(state=state, reused=False)
@@ -146,7 +150,7 @@ def _revive(data_dir: Path, state: StackState, alive: dict[str, bool]) -> Stack:
     restarted = []
     if alive.get("nats") is False:
         nats = start_nats(data_dir / "nats", port=state.nats_port or 0, monitor_port=state.nats_monitor_port or 0,
-                          detach=True, auth=state.nats_auth)
+                          detach=True, auth=state.nats_auth, tls=bool(state.nats_tls_ca))
         state = replace(state, nats_pid=nats.pid, nats_url=nats.url)
         restarted.append("nats")
     if alive.get("postgres") is False:

@@ -79,6 +79,8 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
     if settings.nats_user:
         options["user"] = settings.nats_user
         options["password"] = settings.nats_password
+    if settings.nats_tls_ca:
+        options["tls"] = bus.tls_context(settings.nats_tls_ca)
     async with bus.connected(settings.nats_url.split(","), name=settings.service_name, **options) as nc:
         js = nc.jetstream()
         for spec in streams:
@@ -131,12 +133,15 @@ async def declare_stream(js: Any, spec: StreamSpec, *, user: str = "this user") 
 
 
 async def provision_streams(url: str | Sequence[str], *, user: str = "", password: str = "",
-                            streams: Sequence[StreamSpec] = STREAMS, timeout: float = 10.0) -> list[str]:
+                            streams: Sequence[StreamSpec] = STREAMS, timeout: float = 10.0,
+                            tls_ca: str = "") -> list[str]:
     """Create or update the platform's streams as a user allowed to (admin); returns their names.
 
     What a launcher or a deployment job runs before the services when they use least-privilege users.
     """
     options: dict[str, Any] = {"user": user, "password": password} if user else {}
+    if tls_ca:
+        options["tls"] = bus.tls_context(tls_ca)
     async with bus.connected(url, name="gpuaware-provision", initial_timeout=timeout, **options) as nc:
         js = nc.jetstream()
         for spec in streams:

@@ -41,6 +41,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     """NATS user (the service's identity in `gpuaware.schemas.permissions`); empty = no user/password."""
     nats_password: str = ""
     """Password of `nats_user`; never logged."""
+    nats_tls_ca: str = ""
+    """CA certificate (PEM file) to verify a TLS NATS server with (`tls://` URLs); empty = no TLS."""
     database_url: str = ""
     """libpq URL; empty for services that do not touch the database."""
     log_level: str = "INFO"
@@ -60,7 +62,8 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             if key in env:
                 raw[field] = env[key]
         for field, fallback in (("nats_url", "NATS_URL"), ("database_url", "DATABASE_URL"),
-                                ("nats_user", "NATS_USER"), ("nats_password", "NATS_PASSWORD")):
+                                ("nats_user", "NATS_USER"), ("nats_password", "NATS_PASSWORD"),
+                                ("nats_tls_ca", "NATS_TLS_CA")):
             if field not in raw and fallback in env:
                 raw[field] = env[fallback]
         try:
