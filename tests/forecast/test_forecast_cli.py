@@ -84,3 +84,25 @@ def test_a_model_of_other_horizons_is_refused(helios_file: Path, model_file: Pat
     res = runner.invoke(app, ["forecast", "evaluate", "--series", str(helios_file), "--format", "helios",
                               "--test-days", "2", "--horizons", "15", "--model", str(model_file), "--out", str(tmp_path)])
     assert res.exit_code == 2 and "not [15] min" in " ".join(res.output.split())
+
+
+def test_model_latest_reads_the_registry(helios_file: Path, model_file: Path, tmp_path: Path,
+                                         fresh_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuaware import tsdb
+    from gpuaware.forecast import registry
+
+    tsdb.migrate(fresh_database_url)
+    monkeypatch.setenv("DATABASE_URL", fresh_database_url)
+    args = ["forecast", "evaluate", "--series", str(helios_file), "--format", "helios", "--test-days", "2",
+            "--model", "latest", "--out", str(tmp_path)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "registry is empty" in res.output
+    with tsdb.connect(fresh_database_url) as conn:
+        version = registry.publish(conn, "vcTest", model_file.read_bytes())
+        entry = registry.latest(conn)
+    assert entry.version == version and entry.onnx == model_file.read_bytes()  # the round trip
+    assert entry.data_window["train_from"].startswith("2020-05-01")
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    detail = json.loads((tmp_path / "detail.json").read_text())
+    assert detail["model"] == f"registry vcTest@{version}"
