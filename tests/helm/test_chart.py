@@ -368,3 +368,18 @@ def test_stream_provisioning_job_runs_the_runtime_as_admin() -> None:
     assert "provision_streams" in called and callable(provision_streams)
     secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("nats-credentials"))
     assert "admin" in secret["data"]
+
+
+def test_nats_tls_ca_reaches_every_nats_client() -> None:
+    docs = render({"nats": {"url": "tls://nats.nats.svc:4222", "tls": {"caSecret": "nats-ca"}}})
+    clients = [d for d in docs if d["kind"] in ("Deployment", "DaemonSet", "Job")
+               and d["metadata"]["name"] != "gpuaware-kube-scheduler"]
+    assert len(clients) >= 6
+    for d in clients:
+        pod = d["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["NATS_TLS_CA"] == "/etc/gpuaware/nats-ca/ca.crt", d["metadata"]["name"]
+        assert {"name": "nats-ca", "mountPath": "/etc/gpuaware/nats-ca", "readOnly": True} in c["volumeMounts"]
+        assert any(v["name"] == "nats-ca" and v["secret"]["secretName"] == "nats-ca" for v in pod["volumes"])
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)

@@ -39,6 +39,10 @@ nats://{{ include "gpuaware.name" . }}-nats:4222
 {{- define "gpuaware.env" -}}
 - name: NATS_URL
   value: {{ include "gpuaware.natsUrl" .root | quote }}
+{{- if .root.Values.nats.tls.caSecret }}
+- name: NATS_TLS_CA
+  value: /etc/gpuaware/nats-ca/ca.crt
+{{- end }}
 {{- if .root.Values.nats.auth.enabled }}
 - name: NATS_USER
   value: {{ .identity | quote }}
@@ -71,4 +75,19 @@ imagePullSecrets:
 {{- end }}
 securityContext:
 {{ toYaml .Values.podSecurityContext | indent 2 }}
+{{- end -}}
+
+
+{{/* NATS over TLS: the CA every client verifies the server with (nats.tls.caSecret, key ca.crt) */}}
+{{- define "gpuaware.natsTlsMount" -}}
+{{- if .Values.nats.tls.caSecret }}
+- {name: nats-ca, mountPath: /etc/gpuaware/nats-ca, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "gpuaware.natsTlsVolume" -}}
+{{- if .Values.nats.tls.caSecret }}
+- name: nats-ca
+  secret: {secretName: {{ .Values.nats.tls.caSecret }}, items: [{key: ca.crt, path: ca.crt}]}
+{{- end }}
 {{- end -}}
