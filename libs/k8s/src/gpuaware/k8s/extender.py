@@ -7,8 +7,9 @@ answer case-insensitively. We *emit* the canonical capitalised names (msgspec ``
 the API's camelCase JSON and go to ``translate``.
 
 The answers come from the same engine the placement service decides with: the ``Planner``'s cluster
-view and its built profile (``CachedScheduler``), so a node the extender passes is a node placement
-would consider, with the same scores:
+view and its built profile (the session's PreFilter plugins, then ``CachedScheduler``'s filters and
+scores; at bind, ``Session.schedule`` on the chosen node), so a node the extender passes is a node
+placement would consider, with the same scores:
 
 - **filter**: the feasible nodes among ``NodeNames`` (``nodeCacheCapable: true``) or ``Nodes``; every
   other node gets its first failing check from ``placement.explain.node_reasons``: a *static* one (the
@@ -41,7 +42,9 @@ from gpuaware.k8s.objects import ASSIGNED, BindOutcome, assignment_annotations
 from gpuaware.k8s.translate import TranslationError, pod_pending
 from gpuaware.placement import PodRequest
 from gpuaware.placement.explain import node_reasons
+from gpuaware.placement.framework import CycleState, Status
 from gpuaware.placement.planner import Planner
+from gpuaware.placement.session import Session
 from gpuaware.schemas.placement import GpuSlice
 from gpuaware.schemas.pods import PodPending
 
@@ -262,6 +265,21 @@ class Extender:
             nodes, totals = np.empty(0, dtype=np.int64), np.empty(0)
         return nodes, totals, snap
 
+    def _pre_filter(self, req: PodRequest) -> Any:
+        """The profile's PreFilter verdict for the pod (None: it may go on), as the session runs them."""
+        fw = self.planner.framework
+        cluster = self.planner.ledger.cluster
+        assert fw is not None and cluster is not None
+        if not fw.pre_filters:
+            return None
+        snap = cluster.snapshot()
+        cycle = CycleState()
+        for plugin in fw.pre_filters:
+            status = plugin.pre_filter(cycle, req, snap)
+            if status is not None:
+                return status if status.plugin else Status(status.code, status.reason, plugin.name)
+        return None
+
     def _wire_names(self) -> tuple[list[bytes], list[bytes]]:
         """Per cluster row: the node's name as JSON (``"n"``) and as a map key (``"n":``), built once per
         node set. The verdicts for 1,000 nodes are then joined as bytes, not built as 1,000 objects."""
@@ -281,6 +299,10 @@ class Extender:
         quoted, keys = self._wire_names()
         if req.num_gpu == 0:  # not a GPU pod: no opinion, every node passes
             return _filter_json([quoted[r] for r in rows.tolist()], [], [])
+        stopped = self._pre_filter(req)
+        if stopped is not None:  # a PreFilter of the profile (quota, health, ...) stops the pod everywhere
+            msg = _enc.encode(f"{stopped.plugin or 'pre-filter'}: {stopped.reason}")
+            return _filter_json([], [keys[r] + msg for r in rows.tolist()], [])
         nodes, _totals, snap = self._feasible(req)
         ok = np.zeros(snap.num_nodes, dtype=bool)
         ok[nodes] = True
@@ -370,11 +392,10 @@ class Extender:
         fw = self.planner.framework
         cluster = self.planner.ledger.cluster
         assert fw is not None and cluster is not None
-        snap = cluster.snapshot()
-        r = cluster.index[node]
-        exclude = np.ones(snap.num_nodes, dtype=bool)
-        exclude[r] = False
-        d = fw.scheduler.schedule(req, snap, exclude)
+        only = np.ones(cluster.num_nodes, dtype=bool)
+        only[cluster.index[node]] = False
+        # the placement session's own choice on that node (PreFilter, Filter, Score, GPU selection)
+        d = Session(cluster, fw, actions=("allocate",), exclude=lambda _p: only).schedule(req)
         if not hasattr(d, "gpus"):
             return (), decision
         gpus = self.gpus_of(node)
