@@ -60,6 +60,7 @@ class NatsProcess:
     monitor_port: int
     config_file: Path | None = None
     auth: bool = False
+    extra_args: tuple[str, ...] = ()
     tls_ca: Path | None = None
     """the CA certificate clients verify the server with, when it speaks TLS (`start_nats(tls=True)`)"""
     _popen: subprocess.Popen | None = None
@@ -86,9 +87,9 @@ class NatsProcess:
         self.stop()
         if self.auth:
             return start_nats(self.data_dir, port=self.port, monitor_port=self.monitor_port, auth=True,
-                              tls=self.tls_ca is not None)
+                              tls=self.tls_ca is not None, extra_args=self.extra_args)
         return start_nats(self.data_dir, port=self.port, monitor_port=self.monitor_port,
-                          config_file=self.config_file, tls=self.tls_ca is not None)
+                          config_file=self.config_file, tls=self.tls_ca is not None, extra_args=self.extra_args)
 
     def credentials(self) -> dict[str, tuple[str, str]]:
         """identity -> (user, password) of an auth-enabled server (see `credentials`)."""
@@ -146,7 +147,8 @@ def forget_credentials(data_dir: Path) -> list[str]:
 
 
 def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_file: Path | None = None,
-               detach: bool = False, timeout: float = 20.0, auth: bool = False, tls: bool = False) -> NatsProcess:
+               detach: bool = False, timeout: float = 20.0, auth: bool = False, tls: bool = False,
+               extra_args: tuple[str, ...] = ()) -> NatsProcess:
     """Start nats-server with JetStream storing under `data_dir`; port 0 picks a free one.
 
     `auth=True` requires the per-service users of `gpuaware.schemas.permissions` (see the module
@@ -172,6 +174,7 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
             "-sd", str(data_dir / "jetstream")]
     if config_file is not None:
         args += ["-c", str(config_file)]
+    args += list(extra_args)  # e.g. the cluster's routes (gpuaware.devstack.cluster)
     tls_ca: Path | None = None
     if tls:
         files = make_server_certificates(data_dir / "tls")
@@ -181,7 +184,7 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
     popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=detach)
     log.close()
     proc = NatsProcess(port=port, data_dir=data_dir, pid=popen.pid, monitor_port=monitor_port,
-                       config_file=config_file, auth=auth, tls_ca=tls_ca, _popen=popen)
+                       config_file=config_file, auth=auth, extra_args=tuple(extra_args), tls_ca=tls_ca, _popen=popen)
     try:
         wait_for_listener(port, what="nats-server", timeout=timeout, alive=proc.alive)
     except StackError as exc:
