@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv demo test fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-extender bench-fairness clean up down
+.PHONY: venv demo test test-faults fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-extender bench-fairness clean up down
 
 venv: $(STAMP)
 
@@ -23,6 +23,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest tests
+
+# the fault scenarios of `make test` alone (kill -9 of services and servers, outages, a lost NATS node)
+test-faults: $(STAMP)
+	$(PY) -m pytest -m faults tests
 
 # the fuzz properties of `make test`, run longer (5,000 examples each; a few minutes)
 fuzz: $(STAMP)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from bus_helpers import Sample, eventually
 
 from gpuaware import bus
 from gpuaware.devstack import start_nats
+
+pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
 
 
 async def test_messages_survive_a_server_restart_and_the_client_reconnects(tmp_path: Path) -> None:

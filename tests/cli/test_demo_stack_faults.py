@@ -22,6 +22,8 @@ from gpuaware.devstack.processes import pid_alive
 from gpuaware.schemas.streams import BINDER, PLACEMENT
 from gpuaware.tsdb.events import PlacementEvent, count_placement_events_async
 
+pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
+
 
 def _rows(cluster: str, n: int, start: int) -> list[PlacementEvent]:
     now = datetime.now(UTC)

@@ -9,9 +9,12 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from gpuaware import bus
 from gpuaware.devstack.cluster import start_nats_cluster
+
+pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
 
 
 class Tick(msgspec.Struct, frozen=True):

@@ -13,11 +13,14 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from health_scoring_helpers import T0, Recorder, eventually, gpu_uuid, health_scoring, row, stats
 
 from gpuaware import bus
 from gpuaware.schemas import ALERT_RAISED, GPU_STATE_CHANGED, AlertRaised, GpuStateChanged, HealthState
 from gpuaware.schemas.streams import ALERTS
+
+pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
 
 
 def _track(url: str, cluster: str, gpu: str) -> dict[str, Any]:

@@ -11,9 +11,12 @@ import sys
 import time
 from collections import Counter, defaultdict
 
+import pytest
 from placement_service_helpers import World, pending, placement
 
 from gpuaware.placement import MILLI
+
+pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
 
 
 def _gpu_use(decisions) -> dict[str, int]:

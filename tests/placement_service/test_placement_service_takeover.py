@@ -29,6 +29,8 @@ from gpuaware.placement import MILLI
 from gpuaware.schemas.streams import STREAMS
 from gpuaware.services.placement.handlers import PlacementService
 
+pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
+
 
 class Fault:
     """An injected fault: active until `clear()`; counts the calls it hit."""

@@ -36,6 +36,8 @@ from gpuaware.gpu import ManualClock
 from gpuaware.schemas import GPU_ROLLED_UP, HEADER_REASON, GpuRolledUp, GpuSampled
 from gpuaware.tsdb import migrate
 
+pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
+
 
 async def test_bad_input_is_dead_lettered_with_reason_and_counted_while_valid_samples_land(
         own_nats, fresh_database_url: str) -> None:

@@ -24,6 +24,8 @@ from gpuaware.tsdb import (
     write_samples_async,
 )
 
+pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
+
 
 @pytest.fixture(scope="module")
 def own_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresProcess]:
