@@ -10,6 +10,8 @@ decision goes through (session.py). A pod's path:
       -> ledger QUEUED -> Session.run([pod] or [gang])  (allocate, then preempt when it fits nowhere)
       -> Decided (the ledger reserved it; victims are marked evicting)  |  Parked (why, explained)
     retry(limit)                                  parked pods again after capacity was freed
+    reclaim(uid, victims)                         a parked pod placed by evicting the pods quota's
+                                                  reclaim plan named (borrowed capacity given back)
 
 Both return outcomes for the caller to publish; the ledger has already changed, and `undo(uid)`
 puts a decision back when publishing it failed or an asynchronous permit (quota over NATS) denied
@@ -70,6 +72,8 @@ class Decided:
     gpu_mem: int = 0
     """GPU memory the pod holds on each GPU, MiB"""
     victims: tuple[PodEntry, ...] = ()
+    preemption_reason: str = "priority"
+    """why the victims go: ``priority`` (a preemption plan) or ``reclaim`` (quota's reclaim plan)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +284,25 @@ class Planner:
         self.ledger.wait(uid, entry.attempt, Phase.PARKED, QUOTA_EXCEEDED, now=self.clock())
         return Parked(entry, QUOTA_EXCEEDED, reason or "refused by quota", retry_after_s=retry_after_s)
 
+    def reclaim(self, uid: str, victims: Sequence[str]) -> Decided | None:
+        """Quota answered a waiting pod with a reclaim plan: place it where evicting only pods of
+        `victims` makes room (or where it fits now, if capacity came back meanwhile). The victims are
+        marked evicting in the ledger, so no later plan counts their GPUs twice. None when the pod is
+        not waiting, belongs to a gang (gangs are all-or-none; not reclaimed for yet), or quota's
+        victims cannot make room on any one node: it stays parked."""
+        entry = self.ledger.pods.get(uid)
+        if (entry is None or entry.request is None or entry.phase not in (Phase.PARKED, Phase.QUEUED)
+                or (entry.request.gang_id and entry.request.gang_min_members > 1) or not self.ensure_cluster()):
+            return None
+        session = self.session()
+        got = session.allocate(entry.request)
+        if not isinstance(got, Placed):
+            got = session.reclaim(entry.request, victims, max_victims=self.config.max_victims)
+        if got is None:
+            return None
+        reason = "reclaim" if got.victims else "priority"
+        return self._commit(entry, got, preemption_reason=reason)
+
     def _decide(self, entries: Sequence[PodEntry], publish: set[str],
                 limit: int | None = None) -> tuple[list[Outcome], int]:
         """One session over `entries`; (outcomes, how many pods it got to before `limit` decisions)."""
@@ -312,7 +335,7 @@ class Planner:
             out += self._wait(by_uid[r.pod.name], r, publish=r.pod.name == arriving)
         return out
 
-    def _commit(self, entry: PodEntry, placed: Placed) -> Decided:
+    def _commit(self, entry: PodEntry, placed: Placed, preemption_reason: str = "priority") -> Decided:
         """The session reserved the pod (and evicted its victims): record both in the ledger."""
         assert entry.request is not None and self.ledger.cluster is not None and self.framework is not None
         did = decision_id(entry.uid, entry.attempt)
@@ -327,7 +350,7 @@ class Planner:
                            gpu_mem=alloc.gpu_mem)
         self.counters.decided += 1
         return Decided(entry, did, d.node_name, d.gpus, round(self.framework.scheduler.normalized(d.score), 3),
-                       alloc.gpu_mem, victims)
+                       alloc.gpu_mem, victims, preemption_reason)
 
     def _wait(self, entry: PodEntry, waiting: Waiting, *, publish: bool) -> list[Outcome]:
         assert entry.request is not None

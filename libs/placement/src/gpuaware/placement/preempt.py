@@ -29,7 +29,7 @@ for pods that found no node, so it is off the hot path of ordinary decisions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -134,14 +134,20 @@ def _pick_gpus(pod: PodRequest, freed: Snapshot) -> tuple[int, ...]:
 
 def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, running: Iterable[Victim], *,
                     max_victims: int = 16, max_candidates: int = 64,
-                    exclude: np.ndarray | None = None) -> PreemptionPlan | None:
+                    exclude: np.ndarray | None = None,
+                    eligible: Callable[[Victim], bool] | None = None) -> PreemptionPlan | None:
     """The cheapest eviction plan that lets `pod` pass `scheduler`'s filters, or None.
 
     `running` are the pods placement sees holding resources (any priority; the rules above pick).
-    `exclude` (bool over nodes) keeps nodes out of the plan, as for ordinary decisions."""
+    `exclude` (bool over nodes) keeps nodes out of the plan, as for ordinary decisions. `eligible`
+    replaces rule 1 (who may be evicted at all): quota's reclaim passes the pods it named, whatever
+    their priority, and still never a gang member."""
+    if eligible is None:
+        def eligible(v: Victim) -> bool:
+            return v.priority < pod.priority and not v.gang
     by_node: dict[int, list[Victim]] = {}
     for v in running:
-        if v.priority < pod.priority and not v.gang:
+        if eligible(v):
             by_node.setdefault(v.node, []).append(v)
     if exclude is not None:
         by_node = {n: vs for n, vs in by_node.items() if not exclude[n]}

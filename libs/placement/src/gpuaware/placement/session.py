@@ -47,7 +47,7 @@ from gpuaware.placement.extensions import (
 )
 from gpuaware.placement.framework import Code, CycleState, Decision, Scheduler, Status
 from gpuaware.placement.model import PodRequest
-from gpuaware.placement.preempt import PreemptionPlan, Victim
+from gpuaware.placement.preempt import PreemptionPlan, Victim, plan_preemption
 
 __all__ = ["ACTIONS", "Framework", "Placed", "Result", "Session", "Statement", "Waiting"]
 
@@ -292,6 +292,29 @@ class Session:
             if isinstance(got, Placed):
                 self.stats.preempted += 1
                 return got
+        return None
+
+    def reclaim(self, pod: PodRequest, named: Iterable[str], max_victims: int = 16,
+                statement: Statement | None = None) -> Placed | None:
+        """Quota's reclaim plan, executed: the pod fits by evicting only pods quota named (borrowers,
+        whatever their priority; never a gang member, never a pod another plan already evicts), the
+        fewest on one node, chosen by the same cost as a preemption. None when they cannot make room."""
+        if self.running is None:
+            return None
+        wanted = set(named)
+        cands = [v for v in self.candidates() if v.uid in wanted]
+        if not cands:
+            return None
+        snap = self.cluster.snapshot()
+        plan = plan_preemption(pod, snap, self.framework.scheduler.inner, cands, max_victims=max_victims,
+                               exclude=self._exclude(pod), eligible=lambda v: not v.gang)
+        if plan is None:
+            return None
+        decision = Decision(pod.name, plan.node, plan.node_name, plan.gpus, 0.0, plan.candidates)
+        got = self._stage(CycleState(), pod, decision, statement, plan)
+        if isinstance(got, Placed):
+            self.stats.preempted += 1
+            return got
         return None
 
     # -- staging ----------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gpuaware.placement import MILLI, GpuModel, NodeSpec, PodRequest, RequestError, TypicalPods
 from gpuaware.placement.explain import PodExplanation
+from gpuaware.placement.ledger import PodEntry
 from gpuaware.placement.planner import Decided
 from gpuaware.schemas.gpus import find_gpu_model
 from gpuaware.schemas.inventory import GpuInfo, MigMode, NodeInventory
@@ -183,6 +184,15 @@ def observed_request(uid: str, cpu_milli: int, memory_mib: int, gpu_slices: Iter
 # -- the planner's outcomes as messages ---------------------------------------------------------
 
 
+def planned_preemptions(victims: Iterable[PodEntry], reason: str, grace_s: float) -> tuple[PlannedPreemption, ...]:
+    """Ledger entries to evict, as the binder executes them (checkpoint first when the pod can)."""
+    return tuple(PlannedPreemption(
+        pod_uid=v.uid, pod_name=getattr(v.payload, "pod_name", v.uid),
+        namespace=getattr(v.payload, "namespace", "default"), node=v.node, reason=reason,
+        checkpoint_first=bool(v.request and v.request.checkpointable), grace_period_s=grace_s)
+        for v in victims)
+
+
 def decided_message(d: Decided, gpus: tuple[GpuInfo, ...], *, source: str, cluster: str, policy: str,
                     grace_s: float, now: float) -> PlacementDecided:
     """A planner decision as the wire says it: slices by GPU UUID, the preemption plan's victims (a
@@ -190,11 +200,7 @@ def decided_message(d: Decided, gpus: tuple[GpuInfo, ...], *, source: str, clust
     entry = d.entry
     assert entry.request is not None
     p: PodPending = entry.payload
-    victims = tuple(PlannedPreemption(
-        pod_uid=v.uid, pod_name=getattr(v.payload, "pod_name", v.uid),
-        namespace=getattr(v.payload, "namespace", "default"), node=v.node, reason="priority",
-        checkpoint_first=bool(v.request and v.request.checkpointable), grace_period_s=grace_s)
-        for v in d.victims)
+    victims = planned_preemptions(d.victims, d.preemption_reason, grace_s)
     return PlacementDecided(
         source=source, emitted_at=now, cluster=cluster, decision_id=d.decision_id, pod_uid=entry.uid,
         pod_name=p.pod_name, namespace=p.namespace, node=d.node,

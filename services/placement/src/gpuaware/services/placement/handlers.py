@@ -306,7 +306,7 @@ class PlacementService:
             self._retry_event.clear()
             try:
                 outcomes, more = self.state.retry(s.retry_batch)
-                if outcomes:
+                if outcomes or self.quota.due:  # parked pods whose reclaim plan is due count too
                     await (await self._send(outcomes, pending=False))
             except asyncio.CancelledError:
                 raise
@@ -321,12 +321,8 @@ class PlacementService:
         """Publish decisions and verdicts without waiting; the returned completion waits for the stream
         and raises TransientError when one was not stored (the ledger is put back first, so the pod is
         decided again), PermanentError for an invalid request (after its verdict was stored)."""
-        decided = [o for o in outcomes if isinstance(o, Decided)]
-        if decided and self.quota.active:
-            refused = await self.quota.admit(decided)
-            if refused:
-                outcomes = [o for o in outcomes if not (isinstance(o, Decided) and o.msg.pod_uid in refused)]
-                outcomes += refused.values()
+        if self.quota.active:  # reclaim plans executed, refused decisions parked (quota_permit.py)
+            outcomes = await self.quota.permit(outcomes)
         sent: list[tuple[Outcome, asyncio.Future[bus.PubAck]]] = []
         failure: BaseException | None = None
         for o in outcomes:

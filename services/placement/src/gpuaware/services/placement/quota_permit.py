@@ -7,6 +7,19 @@ nothing stays reserved) and parked with the reason, and the retry pass looks at 
 `retry_after_s`. Nobody listening on `quota.admit` means admit (logged once; asked again every
 `quota_recheck_s`); a quota service that does not answer in time is a transient error (the pending
 pods come back).
+
+Reclaim: quota lends a queue's idle guarantee to others, and gives it back by answering the owner's
+pod with a reclaim plan (`AdmitReply.would_reclaim`). A pod that just found no room (a fresh
+"unschedulable" verdict for lack of capacity) is asked about as a dry run with no node; a plan in
+the answer is executed through placement's preemption path (`PlacementState.reclaim`): the pod is
+placed where evicting only the pods quota named makes room, and those pods become the decision's
+planned preemptions (reason ``reclaim``, checkpoint first when they can), which the binder executes
+with its checkpoint handshake before binding. The decision then goes through the ordinary admit
+with its node, which reserves it in quota. A staged decision whose admit carries a plan gets the
+plan's victims added to its preemptions. Evicting victims are marked in the ledger, so a second
+plan never counts their GPUs again, and a decision's id is deterministic, so a repeated one is
+stored once. When quota says the borrowed capacity is not reclaimable yet (minimum runtimes), the
+pod is asked about again after `retry_after_s`.
 """
 
 from __future__ import annotations
@@ -16,12 +29,17 @@ import time
 from collections.abc import Callable
 
 from gpuaware import bus
+from gpuaware.placement.ledger import Phase
+from gpuaware.schemas.placement import PodUnschedulable
 from gpuaware.schemas.pods import PodPending
 from gpuaware.schemas.quota import QUOTA_ADMIT, AdmitReply, AdmitRequest
 from gpuaware.services.placement.settings import PlacementSettings
-from gpuaware.services.placement.state import Decided, PlacementState, Unschedulable
+from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Unschedulable
 
 log = logging.getLogger(__name__)
+
+NOT_FOR_RECLAIM = frozenset({"gang_incomplete", "quota_exceeded", "invalid_request", "refused_by_binder"})
+"""verdicts that more capacity would not change (or that quota itself gave): no reclaim is asked for"""
 
 
 class QuotaPermit:
@@ -34,11 +52,73 @@ class QuotaPermit:
         self.retry_later = retry_later
         self._absent_until = 0.0
         self._absent_logged = False
+        self.due: dict[str, float] = {}
+        """pod uid -> when to ask quota for a reclaim plan again (monotonic): not reclaimable yet"""
+        self.reclaims = 0
+        """decisions this instance made from quota's reclaim plans"""
 
     @property
     def active(self) -> bool:
         """Worth asking: enabled, and a quota service answered (or was not known absent) lately."""
         return self.settings.quota_enabled and time.monotonic() >= self._absent_until
+
+    async def permit(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """What to publish once quota was asked: reclaim plans executed, refused decisions parked."""
+        outcomes = await self.reclaim(outcomes)
+        decided = [o for o in outcomes if isinstance(o, Decided)]
+        if decided and self.active:
+            refused, amended = await self.admit(decided)
+            if refused or amended:
+                outcomes = [amended.get(o.msg.pod_uid, o) if isinstance(o, Decided) else o for o in outcomes
+                            if not (isinstance(o, Decided) and o.msg.pod_uid in refused)]
+                outcomes += refused.values()
+        return outcomes
+
+    async def reclaim(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """Pods that found no room (fresh verdicts, and pods whose plan is due again): those quota
+        answers with a reclaim plan are decided with the plan's victims as preemptions."""
+        now = time.monotonic()
+        asking = [o.msg.pod_uid for o in outcomes if isinstance(o, Unschedulable) and self._wants(o.msg)]
+        asking += [uid for uid, at in self.due.items() if at <= now and uid not in asking]
+        if not asking or not self.active:
+            return outcomes
+        made: dict[str, Decided] = {}
+        for uid in asking:
+            self.due.pop(uid, None)
+            entry = self.state.ledger.pods.get(uid)
+            if entry is None or not isinstance(entry.payload, PodPending):
+                continue
+            reply = await self.ask(entry.payload, None, None, True)
+            if reply is None:
+                break  # nobody answers: nothing to reclaim for
+            if not reply.admitted:
+                if reply.retry_after_s is not None and reply.reason.startswith("no_capacity"):
+                    self.due[uid] = time.monotonic() + reply.retry_after_s
+                    self.retry_later(reply.retry_after_s)
+                continue
+            if not reply.would_reclaim:
+                continue  # quota sees room: capacity, not quota, is short
+            d = self.state.reclaim(uid, [c.pod_uid for c in reply.would_reclaim])
+            if d is None:
+                log.info("quota's reclaim plan for %s/%s (%s) does not make room on any one node here; "
+                         "the pod waits", entry.payload.namespace, entry.payload.pod_name,
+                         ", ".join(c.pod_uid for c in reply.would_reclaim)[:200])
+                continue
+            self.reclaims += 1
+            made[uid] = d
+            log.info("quota reclaim for %s/%s on %s: preempting %s", entry.payload.namespace,
+                     entry.payload.pod_name, d.msg.node, ", ".join(p.pod_uid for p in d.msg.preemptions)[:200])
+        if not made:
+            return outcomes
+        out: list[Outcome] = [o for o in outcomes if not (isinstance(o, Unschedulable) and o.msg.pod_uid in made)]
+        return out + list(made.values())
+
+    def _wants(self, msg: PodUnschedulable) -> bool:
+        """A fresh verdict for lack of room (not one more capacity could not change) of a lone pod."""
+        pod = msg.pod
+        entry = self.state.ledger.pods.get(msg.pod_uid)
+        return (pod is not None and entry is not None and entry.phase == Phase.PARKED
+                and msg.reason not in NOT_FOR_RECLAIM and not (pod.gang_id and pod.gang_min_members > 1))
 
     async def ask(self, pod: PodPending, node: str | None, gpu_milli: int | None, dry_run: bool) -> AdmitReply | None:
         """The quota service's answer, or None when nobody answers `quota.admit` (admit)."""
@@ -59,10 +139,12 @@ class QuotaPermit:
         except bus.RequestTimeout as exc:
             raise bus.TransientError(f"quota did not answer: {exc}", delay=1.0) from None
 
-    async def admit(self, decided: list[Decided]) -> dict[str, Unschedulable]:
+    async def admit(self, decided: list[Decided]) -> tuple[dict[str, Unschedulable], dict[str, Decided]]:
         """Ask quota about each staged decision; the refused ones (with their whole gang) are
-        un-staged and parked. Returns their verdicts by pod uid, to publish instead."""
+        un-staged and parked. Returns their verdicts by pod uid, to publish instead, and the
+        decisions an admit's reclaim plan added preemptions to."""
         refused: dict[str, Unschedulable] = {}
+        amended: dict[str, Decided] = {}
         gangs_refused: set[str] = set()
         for o in decided:
             entry = self.state.ledger.pods.get(o.msg.pod_uid)
@@ -77,12 +159,16 @@ class QuotaPermit:
                 self._deny(refused, o, reply.reason, reply.retry_after_s)
                 if o.msg.gang_id:
                     gangs_refused.add(o.msg.gang_id)
+            elif reply.would_reclaim:
+                msg = self.state.reclaim_for(o.msg, [c.pod_uid for c in reply.would_reclaim])
+                if msg is not o.msg:
+                    amended[o.msg.pod_uid] = Decided(msg)
         for o in decided:
             if o.msg.gang_id in gangs_refused and o.msg.pod_uid not in refused:
                 self._deny(refused, o, "gang member refused by quota", None)
         if refused:
             self.retry_later(self.settings.quota_recheck_s)
-        return refused
+        return refused, amended
 
     def _deny(self, refused: dict[str, Unschedulable], o: Decided, reason: str, retry_after: float | None) -> None:
         verdict = self.state.deny(o.msg, reason, retry_after)

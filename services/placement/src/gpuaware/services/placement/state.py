@@ -18,9 +18,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuaware.placement import DEGRADED, HEALTHY, QUARANTINED, PodRequest, RequestError, TypicalPods
 from gpuaware.placement.explain import PodExplanation
@@ -374,6 +376,22 @@ class PlacementState:
         """Quota (an asynchronous Permit) refused a staged decision: nothing stays reserved."""
         parked = self.planner.deny(msg.pod_uid, reason, retry_after_s)
         return None if parked is None else self._messages([parked])[0]  # type: ignore[return-value]
+
+    def reclaim(self, pod_uid: str, victims: Sequence[str]) -> Decided | None:
+        """Quota answered a waiting pod with a reclaim plan: the decision that executes it (its
+        victims as planned preemptions, reason ``reclaim``), or None when the pod stays parked."""
+        placed = self.planner.reclaim(pod_uid, victims)
+        return None if placed is None else Decided(self._decided(placed))
+
+    def reclaim_for(self, msg: PlacementDecided, victims: Sequence[str]) -> PlacementDecided:
+        """Quota admitted a staged decision with a reclaim plan: the victims placement knows as
+        running (and no other plan evicts) join the decision's planned preemptions. Idempotent."""
+        planned = {p.pod_uid for p in msg.preemptions}
+        evicted = self.ledger.evict_for(msg.decision_id, [u for u in victims if u not in planned])
+        if not evicted:
+            return msg
+        extra = convert.planned_preemptions(evicted, "reclaim", self.checkpoint_grace_s)
+        return msgspec.structs.replace(msg, preemptions=msg.preemptions + extra)
 
     def _messages(self, outcomes: list[Placed | Parked]) -> list[Outcome]:
         out: list[Outcome] = []

@@ -1,0 +1,172 @@
+"""Placement executes quota's reclaim plans, over real NATS: the real placement and quota services in
+this process, the binder's events published as the binder publishes them.
+
+A borrowing queue (b1) fills the cluster's 8 GPUs, 4 of them lent from team-a's idle guarantee. The
+owner's pod arrives; no node has room and it has no priority to preempt with, so placement asks
+quota, quota answers with a reclaim plan, and placement publishes a decision whose planned
+preemptions are exactly quota's victims (reason ``reclaim``, checkpoint first for the checkpointable
+one). The binder preempts and binds; a second owner pod arriving while the first victim is still
+being evicted never gets its GPUs (no double booking); a redelivered pending pod decides nothing new.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import msgspec
+from quota_service_helpers import World, eventually, pending, placement, quota
+
+from gpuaware import bus
+from gpuaware.schemas import (
+    NODE_INVENTORY,
+    PLACEMENT_DECIDED,
+    POD_BOUND,
+    POD_PENDING,
+    POD_PREEMPTED,
+    POD_UNSCHEDULABLE,
+    GpuInfo,
+    NodeInventory,
+    PlacementDecided,
+    PodBound,
+    PodPending,
+    PodPreempted,
+    PodUnschedulable,
+)
+
+PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.cluster}/{p.pod_uid}/{p.attempt}")
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
+BOUND = bus.Channel(POD_BOUND, PodBound)
+PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
+
+TREE = """
+capacity: {"*": {gpus: 8}}
+queues:
+  - {name: org, guaranteed: {"*": {gpus: 8}}}
+  - {name: team-a, parent: org, guaranteed: {"*": {gpus: 4}}}
+  - {name: team-b, parent: org, guaranteed: {"*": {gpus: 4}}}
+  - {name: a1, parent: team-a}
+  - {name: b1, parent: team-b}
+"""
+
+
+def inventory(cluster: str, node: str) -> NodeInventory:
+    return NodeInventory(
+        source="test", emitted_at=time.time(), cluster=cluster, node=node, cpu_milli=96_000, memory_mib=786_432,
+        gpus=tuple(GpuInfo(uuid=f"GPU-{node}-{i}", index=i, model="NVIDIA A100-SXM4-80GB", memory_mib=81920,
+                           pci_bus_id=f"00000000:{i:02x}:00.0", tensor_cores=True) for i in range(4)))
+
+
+class Watch:
+    """Every decision and verdict placement publishes for one cluster, in order."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self.decided: list[PlacementDecided] = []
+        self.unschedulable: list[PodUnschedulable] = []
+
+    async def start(self, w: World) -> Watch:
+        async def on_decided(msg: object) -> None:
+            d = msgspec.json.decode(msg.data, type=PlacementDecided)  # type: ignore[attr-defined]
+            if d.cluster == self.cluster:
+                self.decided.append(d)
+
+        async def on_unschedulable(msg: object) -> None:
+            u = msgspec.json.decode(msg.data, type=PodUnschedulable)  # type: ignore[attr-defined]
+            if u.cluster == self.cluster:
+                self.unschedulable.append(u)
+
+        for subject, cb in ((PLACEMENT_DECIDED, on_decided), (POD_UNSCHEDULABLE, on_unschedulable)):
+            await w.nc.subscribe(subject, cb=cb)
+            await w.nc.subscribe(f"{subject}.>", cb=cb)
+        await w.nc.flush()
+        return self
+
+    def of(self, uid: str) -> list[PlacementDecided]:
+        return [d for d in self.decided if d.pod_uid == uid]
+
+
+async def bind(w: World, d: PlacementDecided) -> None:
+    """What the binder publishes once it bound a decision."""
+    ev = PodBound(source="binder/test", emitted_at=time.time(), cluster=d.cluster, pod_uid=d.pod_uid,
+                  pod_name=d.pod_name, namespace=d.namespace, node=d.node, slices=d.slices, bound_at=time.time(),
+                  queue=d.queue, decision_id=d.decision_id)
+    await bus.publish(w.js, BOUND.at(d.cluster, d.node), ev)
+
+
+async def preempt(w: World, cluster: str, uid: str, node: str, decision_id: str) -> None:
+    ev = PodPreempted(source="binder/test", emitted_at=time.time(), cluster=cluster, pod_uid=uid, pod_name=uid,
+                      namespace="ns", node=node, reason="reclaim", preempted_at=time.time(), decision_id=decision_id)
+    await bus.publish(w.js, PREEMPTED.at(cluster, node), ev)
+
+
+def gpus_of(d: PlacementDecided) -> set[tuple[str, str]]:
+    return {(d.node, s.gpu_uuid) for s in d.slices}
+
+
+async def test_owner_gets_its_lent_guarantee_back(world: World, nats_proc, cluster: str, fresh_database_url: str,
+                                                  tmp_path: Path) -> None:
+    w = world
+    tree = tmp_path / "queues.yaml"
+    tree.write_text(TREE)
+    for node in ("n1", "n2"):
+        await bus.publish(w.js, INVENTORY.at(cluster, node), inventory(cluster, node))
+    watch = await Watch(cluster).start(w)
+    async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)) as q, \
+            placement(nats_proc.url, cluster, preemption_cooldown_s=0.0) as p:
+        # b1 fills the cluster: 4 pods of 2 GPUs (4 GPUs its guarantee, 4 borrowed from team-a)
+        borrowers = {"b-1": False, "b-2": False, "b-3": True, "b-4": False}  # uid -> checkpointable
+        for uid, ckpt in borrowers.items():
+            await bus.publish(w.js, PENDING, pending(cluster, uid, "b1", gpus=2, cpu_milli=1000, memory_mib=4096,
+                                                     checkpointable=ckpt))
+            await eventually(lambda uid=uid: watch.of(uid), what=f"a decision for {uid}")
+            await bind(w, watch.of(uid)[0])
+        held = {uid: watch.of(uid)[0] for uid in borrowers}
+        assert all(not d.preemptions for d in held.values())
+        await eventually(lambda: all(p.state.ledger.pods[u].phase.value == "bound" for u in borrowers)
+                         and len(q.view.ledger.running) == 4, what="the borrowers bound in placement and quota")
+
+        # the owner's pod: no room, priority 0 (no preemption of its own); quota reclaims for it
+        await bus.publish(w.js, PENDING, pending(cluster, "a-1", "a1", gpus=2, cpu_milli=1000, memory_mib=4096))
+        await eventually(lambda: watch.of("a-1"), what="a decision for the owner's pod")
+        d1 = watch.of("a-1")[0]
+        assert [(v.pod_uid, v.reason) for v in d1.preemptions] == [("b-3", "reclaim")], d1.preemptions
+        assert d1.preemptions[0].checkpoint_first  # checkpointable: the binder's handshake runs first
+        assert d1.preemptions[0].node == held["b-3"].node == d1.node
+        assert gpus_of(d1) == gpus_of(held["b-3"])  # exactly the GPUs the victim gives back
+        assert q.view.counts["reclaim_plans"] >= 1 and p.quota.reclaims == 1
+        assert "a-1" in q.view.ledger.running  # the decision's own admit reserved it in quota
+        assert not [u for u in watch.unschedulable if u.pod_uid == "a-1" and u.reason == "quota_exceeded"]
+
+        # a second owner pod while b-3 is still being evicted: another borrower is reclaimed for it,
+        # never b-3's GPUs again
+        await bus.publish(w.js, PENDING, pending(cluster, "a-2", "a1", gpus=2, cpu_milli=1000, memory_mib=4096))
+        await eventually(lambda: watch.of("a-2"), what="a decision for the second owner pod")
+        d2 = watch.of("a-2")[0]
+        victims2 = [v.pod_uid for v in d2.preemptions]
+        assert len(victims2) == 1 and victims2[0] in {"b-1", "b-2", "b-4"}, victims2
+        assert all(v.reason == "reclaim" for v in d2.preemptions)
+        assert not gpus_of(d2) & gpus_of(d1)
+        assert gpus_of(d2) == gpus_of(held[victims2[0]])
+
+        # the binder executes both plans: victims preempted, owners bound
+        await preempt(w, cluster, "b-3", d1.node, d1.decision_id)
+        await bind(w, d1)
+        await preempt(w, cluster, victims2[0], d2.node, d2.decision_id)
+        await bind(w, d2)
+        await eventually(lambda: all(p.state.ledger.pods[u].phase.value == "bound" for u in ("a-1", "a-2")),
+                         what="the owners bound in placement's view")
+        await eventually(lambda: "b-3" not in q.view.ledger.running and victims2[0] not in q.view.ledger.running,
+                         what="quota saw the victims go")
+
+        # idempotent: the owner's pending pod redelivered decides nothing new
+        before = len(watch.decided)
+        await bus.publish(w.js, PENDING, pending(cluster, "a-1", "a1", gpus=2, cpu_milli=1000, memory_mib=4096),
+                          msg_id=f"{cluster}/a-1/0/again")
+        await bus.publish(w.js, PENDING, pending(cluster, "probe", "b1", gpus=1, cpu_milli=1000, memory_mib=4096))
+        await eventually(lambda: any(u.pod_uid == "probe" for u in watch.unschedulable) or watch.of("probe"),
+                         what="the probe's verdict (the redelivery was handled before it)")
+        assert len(watch.of("a-1")) == 1 and len(watch.decided) - before == len(watch.of("probe"))
+        # team-a holds its guarantee (4), b1 its own (4): the probe asks above b1's guarantee with the
+        # cluster full, so quota has nothing to reclaim for it and it waits
+        assert not watch.of("probe")
