@@ -223,3 +223,55 @@ def test_a_plugin_refusing_one_pod_does_not_skip_the_next_pod_of_its_shape() -> 
     tally = Tally()  # refuses the pod named "refused" only
     out = _session(c, reservers=[tally]).run([whole("refused", 1), whole("fine", 1)])
     assert isinstance(out[0], Waiting) and isinstance(out[1], Placed)
+
+
+# -- quota's reclaim plans ---------------------------------------------------------------------------
+
+
+def _reclaim_world() -> tuple[Cluster, Session]:
+    """Two nodes of 2 GPUs, full: b1/b2 on a, b3 (checkpointable) and g (a gang member) on b;
+    every running pod has a higher priority than the owner's pod that reclaims."""
+    c = Cluster([node("a", 2), node("b", 2)])
+    pods = {"b1": (0, 0), "b2": (0, 1), "b3": (1, 0), "g": (1, 1)}
+    for uid, (n, g) in pods.items():
+        c.reserve(PodRequest(uid, 1000, 1024, 1, 1000, priority=5), n, (g,))
+
+    def running() -> list[Victim]:
+        return [Victim(a.pod, a.node, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, 5,
+                       checkpointable=a.pod == "b3", running_s=100.0, gang=a.pod == "g", gpu_mem=a.gpu_mem)
+                for a in c.allocations.values()]
+
+    return c, _session(c, post_filters=[DefaultPreemption()], running=running)
+
+
+@pytest.mark.parametrize(("gpus", "named", "expected"), [
+    (1, ["b2"], {"b2"}),                 # only a named pod goes, whatever its priority
+    (1, ["b1", "b3"], {"b3"}),           # the cheapest of the named: checkpointable loses no work
+    (2, ["b1", "b2", "b3"], {"b1", "b2"}),  # both on one node: b3 alone cannot make room for 2 GPUs
+    (2, ["b3", "g"], None),              # a gang member is never evicted, so b3 alone is too little
+    (1, ["g"], None),
+    (1, ["ghost"], None),                # quota named a pod placement does not see running
+    (2, ["b1", "b3"], None),             # named victims on different nodes: no one node gets room
+])
+def test_a_reclaim_evicts_only_pods_quota_named_and_the_fewest_on_one_node(gpus, named, expected) -> None:
+    c, s = _reclaim_world()
+    before = _state(c)
+    owner = PodRequest("owner", 1000, 1024, gpus, 1000, priority=0)
+    got = s.reclaim(owner, named)
+    if expected is None:
+        assert got is None and _same(_state(c), before)  # nothing staged, nothing evicted
+        return
+    assert isinstance(got, Placed) and {v.uid for v in got.victims} == expected
+    assert "owner" in c.allocations and not expected & set(c.allocations)
+    c.check()
+
+
+def test_a_pod_evicted_by_one_reclaim_is_not_counted_again_by_the_next() -> None:
+    c, s = _reclaim_world()
+    first = s.reclaim(PodRequest("o1", 1000, 1024, 1, 1000), ["b3"])
+    assert isinstance(first, Placed) and [v.uid for v in first.victims] == ["b3"]
+    assert s.reclaim(PodRequest("o2", 1000, 1024, 1, 1000), ["b3"]) is None  # b3's GPU is o1's now
+    second = s.reclaim(PodRequest("o2", 1000, 1024, 1, 1000), ["b3", "b1"])
+    assert isinstance(second, Placed) and [v.uid for v in second.victims] == ["b1"]
+    assert c.allocations["o1"].gpus != c.allocations["o2"].gpus or c.allocations["o1"].node != c.allocations["o2"].node
+    c.check()
