@@ -42,6 +42,16 @@ BOUND = bus.Channel(POD_BOUND, PodBound)
 FINISHED = bus.Channel(POD_FINISHED, PodFinished)
 PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
 T0 = float(int(time.time()) - 7200)
+RECLAIM_TREE = """
+capacity: {"*": {gpus: 8}}
+queues:
+  - {name: org, guaranteed: {"*": {gpus: 8}}}
+  - {name: team-a, parent: org, guaranteed: {"*": {gpus: 4}}}
+  - {name: team-b, parent: org, guaranteed: {"*": {gpus: 4}}}
+  - {name: a1, parent: team-a}
+  - {name: b1, parent: team-b}
+"""
+"""8 GPUs, two teams guaranteed 4 each: what one team leaves idle the other borrows (the reclaim tests)"""
 
 
 @pytest.fixture

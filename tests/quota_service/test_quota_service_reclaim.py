@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import msgspec
-from quota_service_helpers import World, eventually, pending, placement, quota
+from quota_service_helpers import RECLAIM_TREE, World, eventually, pending, placement, quota
 
 from gpuaware import bus
 from gpuaware.schemas import (
@@ -39,15 +39,7 @@ INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 BOUND = bus.Channel(POD_BOUND, PodBound)
 PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
 
-TREE = """
-capacity: {"*": {gpus: 8}}
-queues:
-  - {name: org, guaranteed: {"*": {gpus: 8}}}
-  - {name: team-a, parent: org, guaranteed: {"*": {gpus: 4}}}
-  - {name: team-b, parent: org, guaranteed: {"*": {gpus: 4}}}
-  - {name: a1, parent: team-a}
-  - {name: b1, parent: team-b}
-"""
+
 
 
 def inventory(cluster: str, node: str) -> NodeInventory:
@@ -108,7 +100,7 @@ async def test_owner_gets_its_lent_guarantee_back(world: World, nats_proc, clust
                                                   tmp_path: Path) -> None:
     w = world
     tree = tmp_path / "queues.yaml"
-    tree.write_text(TREE)
+    tree.write_text(RECLAIM_TREE)
     for node in ("n1", "n2"):
         await bus.publish(w.js, INVENTORY.at(cluster, node), inventory(cluster, node))
     watch = await Watch(cluster).start(w)

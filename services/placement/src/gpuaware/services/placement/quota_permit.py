@@ -19,7 +19,9 @@ with its node, which reserves it in quota. A staged decision whose admit carries
 plan's victims added to its preemptions. Evicting victims are marked in the ledger, so a second
 plan never counts their GPUs again, and a decision's id is deterministic, so a repeated one is
 stored once. When quota says the borrowed capacity is not reclaimable yet (minimum runtimes), the
-pod is asked about again after `retry_after_s`.
+pod is asked about again after `retry_after_s`; when its plan cannot be executed here yet (a victim
+is decided but not bound, or about to go for another plan), again after a backoff (1 s doubling up
+to `quota_recheck_s`, the bus's one retry policy).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class QuotaPermit:
         self._absent_logged = False
         self.due: dict[str, float] = {}
         """pod uid -> when to ask quota for a reclaim plan again (monotonic): not reclaimable yet"""
+        self._unplanned: dict[str, int] = {}
+        """pod uid -> plans of quota's it could not execute in a row (the backoff's attempt)"""
         self.reclaims = 0
         """decisions this instance made from quota's reclaim plans"""
 
@@ -86,7 +90,8 @@ class QuotaPermit:
         for uid in asking:
             self.due.pop(uid, None)
             entry = self.state.ledger.pods.get(uid)
-            if entry is None or not isinstance(entry.payload, PodPending):
+            if entry is None or entry.phase != Phase.PARKED or not isinstance(entry.payload, PodPending):
+                self._unplanned.pop(uid, None)  # placed meanwhile, or gone
                 continue
             reply = await self.ask(entry.payload, None, None, True)
             if reply is None:
@@ -100,10 +105,15 @@ class QuotaPermit:
                 continue  # quota sees room: capacity, not quota, is short
             d = self.state.reclaim(uid, [c.pod_uid for c in reply.would_reclaim])
             if d is None:
-                log.info("quota's reclaim plan for %s/%s (%s) does not make room on any one node here; "
-                         "the pod waits", entry.payload.namespace, entry.payload.pod_name,
-                         ", ".join(c.pod_uid for c in reply.would_reclaim)[:200])
+                tries = self._unplanned[uid] = self._unplanned.get(uid, 0) + 1
+                delay = bus.RetryPolicy(base=1.0, cap=max(1.0, self.settings.quota_recheck_s)).delay(tries)
+                self.due[uid] = time.monotonic() + delay
+                self.retry_later(delay)
+                log.info("quota's reclaim plan for %s/%s (%s) does not make room on any one node here yet; "
+                         "asking again in %.0fs", entry.payload.namespace, entry.payload.pod_name,
+                         ", ".join(c.pod_uid for c in reply.would_reclaim)[:200], delay)
                 continue
+            self._unplanned.pop(uid, None)
             self.reclaims += 1
             made[uid] = d
             log.info("quota reclaim for %s/%s on %s: preempting %s", entry.payload.namespace,
