@@ -108,6 +108,8 @@ class PlannerConfig:
     preemption_cooldown_s: float = 30.0
     max_victims: int = 16
     max_refused_nodes: int = 4
+    extra_filters: tuple[Any, ...] = ()
+    """built Filter plugins every profile gets on top of its own (strict partitions from the quota tree)"""
 
 
 @dataclass(slots=True)
@@ -199,7 +201,8 @@ class Planner:
                                                             "cooldown_s": cfg.preemption_cooldown_s}}
         framework = REGISTRY.build_framework(cfg.policy_config, typical=self.typical, seed=cfg.seed, tie_rank=rank,
                                              name=cfg.policy_name, clock=self.clock, memory=self._memory,
-                                             default_post_filter=preemption if cfg.preemption else None)
+                                             default_post_filter=preemption if cfg.preemption else None,
+                                             extra_filters=cfg.extra_filters)
         if not cfg.preemption:
             framework.post_filters = ()
         self.framework = framework

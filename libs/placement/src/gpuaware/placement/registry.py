@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import enum
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -415,13 +415,18 @@ class Registry:
         clock: Callable[[], float] | None = None,
         memory: dict[str, Any] | None = None,
         default_post_filter: Mapping[str, Any] | None = None,
+        extra_filters: Sequence[FilterPlugin] = (),
     ) -> Framework:
         """The scheduler and the plugins of every other extension point, for a scheduling session.
         `default_post_filter` (an entry such as ``{"name": "default-preemption", "args": {...}}``) is
-        used when the profile names no `post_filter` list of its own."""
+        used when the profile names no `post_filter` list of its own. `extra_filters` are built
+        plugins added after the profile's filters, whatever the profile (e.g. strict partitions fed
+        from the quota tree: a constraint of the cluster, not a choice of the profile)."""
         resolved = self.resolve(config)
         ctx = self._context(resolved.profile, typical, seed, clock, memory)
         scheduler = self._scheduler(resolved, ctx, tie_rank, name)
+        if extra_filters:
+            scheduler.filters = (*scheduler.filters, *extra_filters)
         post = resolved.others.get(Kind.POST_FILTER)
         if post is None and default_post_filter is not None:
             entry = msgspec.convert(_thaw(default_post_filter), FilterEntry)

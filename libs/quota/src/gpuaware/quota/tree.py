@@ -279,6 +279,16 @@ class QueueTree:
         self.leaves = self.leaves | {name}
         self.tenant[name] = name
 
+    def reserved_nodes(self) -> dict[str, frozenset[str]]:
+        """Each node a strict partition reserves -> every queue allowed on it (the partition's queues
+        and their descendants): what placement's strict-partitions filter keeps all others off."""
+        out: dict[str, frozenset[str]] = {}
+        for p in self.config.partitions:
+            allowed = frozenset(q for q in self.specs if set(p.queues) & set(self.ancestors(q)))
+            for n in p.nodes:
+                out[n] = allowed
+        return out
+
     def allowed_on(self, queue: str, node: str | None) -> Partition | None:
         """The strict partition that keeps ``queue`` off ``node`` (None = allowed)."""
         p = self.partition_of_node.get(node) if node is not None else None

@@ -54,6 +54,7 @@ from gpuaware.services.placement.channels import (
     UNSCHEDULABLE,
 )
 from gpuaware.services.placement.explaining import Explainer
+from gpuaware.services.placement.partitions import partition_filters
 from gpuaware.services.placement.quota_permit import QuotaPermit
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected
@@ -77,7 +78,7 @@ class PlacementService:
             typical_window=s.typical_window, typical_drift=s.typical_drift, seed=s.seed,
             max_tombstones=s.max_tombstones, preemption=s.preemption,
             preemption_cooldown_s=s.preemption_cooldown_s, max_victims=s.max_victims,
-            checkpoint_grace_s=s.checkpoint_grace_s)
+            checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree))
         self.followers: list[bus.Follower] = []
         self.lease: bus.LeaderLease | None = None  # or gpuaware.k8s.election.KubeLeaderLease (same interface)
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None

@@ -44,6 +44,9 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     listening every pod is admitted (logged once) and asking again waits `quota_recheck_s`."""
     quota_timeout_s: float = 0.5
     quota_recheck_s: float = 10.0
+    quota_tree: str = ""
+    """the quota service's queue tree file (its ``TREE``): its strict partitions become a Filter, so
+    nodes reserved to some queues are never used by others' pods (partitions.py); empty = none"""
 
     leader_election: Literal["nats", "kubernetes"] = "nats"
     """who elects the leader: the NATS KV lease (embedded setup) or a coordination.k8s.io Lease
