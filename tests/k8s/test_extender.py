@@ -16,6 +16,8 @@ from k8s_payloads import load, shared
 from gpuaware.k8s.extender import BadRequest, FilterResult, decode_args
 from gpuaware.k8s.objects import ASSIGNED, BindOutcome
 from gpuaware.k8s.server import extender_app
+from gpuaware.schemas.binder import PodBound
+from gpuaware.schemas.placement import GpuSlice
 
 enc = msgspec.json.Encoder()
 
@@ -189,3 +191,34 @@ def test_a_prefilter_of_the_profile_stops_the_pod_on_every_node() -> None:
     assert got["NodeNames"] == [] and set(got["FailedNodes"]) == {"gpu-node-07", "gpu-node-08", "gpu-node-11",
                                                                   "gpu-node-12"}
     assert got["FailedNodes"]["gpu-node-07"] == "quota: queue team-a-high is over its limit"
+
+
+def test_prioritize_after_filter_reuses_the_scores_until_the_cluster_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # kube-scheduler asks filter then prioritize for the same pod object: one scoring pass serves both,
+    # and any change of the cluster in between (a pod bound) makes prioritize score again
+    st = state(busy={"gpu-node-07": 4})
+    ext = extender(st)
+    fw = st.planner.framework if st.planner.ensure_cluster() else None
+    assert fw is not None
+    calls: list[int] = []
+    real = fw.scheduler.scores
+
+    def counted(req: Any, snap: Any) -> Any:
+        calls.append(1)
+        return real(req, snap)
+
+    monkeypatch.setattr(fw.scheduler, "scores", counted)
+    req = load("extender/filter-request.json")
+    passed = _answer(ext, "filter", req)["NodeNames"]
+    first = _answer(ext, "prioritize", {"Pod": req["Pod"], "NodeNames": passed})
+    assert len(calls) == 1
+    st.apply_bound(PodBound(source="binder", emitted_at=0.0, cluster="c", pod_uid="late", pod_name="late",
+                            namespace="ns", node="gpu-node-12", bound_at=0.0,
+                            slices=(GpuSlice(gpu_uuid="gpu-node-12/gpu0", gpu_index=0, gpu_milli=1000,
+                                             memory_mib=81920),)))
+    again = _answer(ext, "prioritize", {"Pod": req["Pod"], "NodeNames": passed})
+    assert len(calls) == 2 and [h["Host"] for h in again] == [h["Host"] for h in first]
+    other = copy.deepcopy(req["Pod"])
+    other["metadata"]["resourceVersion"] = "48213978"  # the pod changed: its own scores
+    _answer(ext, "prioritize", {"Pod": other, "NodeNames": passed})
+    assert len(calls) == 3

@@ -185,6 +185,9 @@ class Extender:
     """called after a successful bind (the service commits it to its view at once)"""
 
     _translated: dict[tuple[Any, Any], PodPending] = field(default_factory=dict)
+    _scored: tuple[Any, tuple[np.ndarray, np.ndarray, Any]] | None = None
+    """the last pod's feasible nodes and scores, by (pod uid, resourceVersion, cluster uid, generation,
+    framework): prioritize follows filter for the same pod on an unchanged cluster and reuses them"""
     _wire_for: Any = None
     _wire: tuple[list[bytes], list[bytes]] = ([], [])
     """pods translated, by (uid, resourceVersion): kube-scheduler sends the same object to every verb"""
@@ -254,15 +257,20 @@ class Extender:
             shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
             raise BadRequest(f"{verb}: node(s) not in the extender's cache: {shown}") from None
 
-    def _feasible(self, req: PodRequest) -> tuple[np.ndarray, np.ndarray, Any]:
+    def _feasible(self, req: PodRequest, pod: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, Any]:
         fw = self.planner.framework
         cluster = self.planner.ledger.cluster
         assert fw is not None and cluster is not None
+        meta = pod.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("resourceVersion"), cluster.uid, cluster.generation, id(fw))
+        if key[1] and self._scored is not None and self._scored[0] == key:
+            return self._scored[1]  # prioritize after filter: the same pod, nothing changed since
         snap = cluster.snapshot()
         try:
             nodes, totals = fw.scheduler.scores(req, snap)
         except RuntimeError:  # the profile says no node can ever hold it: none is feasible
             nodes, totals = np.empty(0, dtype=np.int64), np.empty(0)
+        self._scored = (key, (nodes, totals, snap)) if key[1] else None
         return nodes, totals, snap
 
     def _pre_filter(self, req: PodRequest) -> Any:
@@ -293,7 +301,7 @@ class Extender:
 
     def filter(self, args: Mapping[str, Any]) -> msgspec.Raw:
         """The ``ExtenderFilterResult`` (see the module docstring), as encoded JSON."""
-        _pod, req = self._pod(args, "filter")
+        pod, req = self._pod(args, "filter")
         names = self._names(args, "filter")
         rows = self._rows(names, "filter")
         quoted, keys = self._wire_names()
@@ -303,7 +311,7 @@ class Extender:
         if stopped is not None:  # a PreFilter of the profile (quota, health, ...) stops the pod everywhere
             msg = _enc.encode(f"{stopped.plugin or 'pre-filter'}: {stopped.reason}")
             return _filter_json([], [keys[r] + msg for r in rows.tolist()], [])
-        nodes, _totals, snap = self._feasible(req)
+        nodes, _totals, snap = self._feasible(req, pod)
         ok = np.zeros(snap.num_nodes, dtype=bool)
         ok[nodes] = True
         passing = ok[rows]
@@ -323,14 +331,14 @@ class Extender:
 
     def prioritize(self, args: Mapping[str, Any]) -> msgspec.Raw:
         """The ``HostPriorityList`` for the hosts asked, in their order, as encoded JSON."""
-        _pod, req = self._pod(args, "prioritize")
+        pod, req = self._pod(args, "prioritize")
         names = self._names(args, "prioritize")
         rows = self._rows(names, "prioritize")
         _quoted, keys = self._wire_names()
         if req.num_gpu == 0:
             ext = np.zeros(len(rows), dtype=np.int64)
         else:
-            nodes, totals, snap = self._feasible(req)
+            nodes, totals, snap = self._feasible(req, pod)
             fw = self.planner.framework
             assert fw is not None
             per_node = np.zeros(snap.num_nodes, dtype=np.float64)  # infeasible nodes score 0
