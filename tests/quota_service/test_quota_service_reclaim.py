@@ -162,3 +162,36 @@ async def test_owner_gets_its_lent_guarantee_back(world: World, nats_proc, clust
         # team-a holds its guarantee (4), b1 its own (4): the probe asks above b1's guarantee with the
         # cluster full, so quota has nothing to reclaim for it and it waits
         assert not watch.of("probe")
+
+
+async def test_a_new_leader_asks_quota_about_the_pods_left_parked(world: World, nats_proc, cluster: str,
+                                                                  fresh_database_url: str, tmp_path: Path) -> None:
+    """The owner's pod arrived while quota was down (nobody answered: parked for lack of room, no plan).
+    Quota comes back; the next placement leader asks about the parked pod and executes the plan."""
+    w = world
+    tree = tmp_path / "queues.yaml"
+    tree.write_text(RECLAIM_TREE)
+    for node in ("n1", "n2"):
+        await bus.publish(w.js, INVENTORY.at(cluster, node), inventory(cluster, node))
+    watch = await Watch(cluster).start(w)
+    borrowers = ("b-1", "b-2", "b-3", "b-4")
+    async with placement(nats_proc.url, cluster, instance_id="p1") as p1:
+        async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)):
+            for uid in borrowers:
+                await bus.publish(w.js, PENDING, pending(cluster, uid, "b1", gpus=2, cpu_milli=1000, memory_mib=4096))
+                await eventually(lambda uid=uid: watch.of(uid), what=f"a decision for {uid}")
+                await bind(w, watch.of(uid)[0])
+            await eventually(lambda: all(p1.state.ledger.pods[u].phase.value == "bound" for u in borrowers),
+                             what="the borrowers bound")
+        # quota is gone: the owner's pod finds no room and nobody to ask
+        await bus.publish(w.js, PENDING, pending(cluster, "a-1", "a1", gpus=2, cpu_milli=1000, memory_mib=4096))
+        await eventually(lambda: any(u.pod_uid == "a-1" for u in watch.unschedulable), what="the owner parked")
+        assert not watch.of("a-1") and p1.quota.reclaims == 0
+    async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)) as q:
+        await eventually(lambda: all(u in q.view.ledger.running for u in borrowers),
+                         what="quota rebuilt the borrowers from the binder's events")
+        async with placement(nats_proc.url, cluster, instance_id="p2") as p2:
+            await eventually(lambda: watch.of("a-1"), what="the new leader's reclaim decision")
+            (d,) = watch.of("a-1")
+            assert len(d.preemptions) == 1 and d.preemptions[0].reason == "reclaim"
+            assert d.preemptions[0].pod_uid in borrowers and p2.quota.reclaims == 1

@@ -177,6 +177,7 @@ class PlacementService:
             lambda consumer: consumer.stop()))
         self._retry_task = asyncio.create_task(self._retry_loop(), name="placement retry")
         self._retry_event.set()  # look at the parked pods a previous leader left
+        self.quota.recheck_parked()  # and ask quota about them again (reclaim plans, quota_permit.py)
         log.info("placement leads cluster %s: %d nodes, %d parked pods", s.cluster, self.state.num_nodes,
                  len(self.state.ledger.waiting()))
 

@@ -21,7 +21,9 @@ plan never counts their GPUs again, and a decision's id is deterministic, so a r
 stored once. When quota says the borrowed capacity is not reclaimable yet (minimum runtimes), the
 pod is asked about again after `retry_after_s`; when its plan cannot be executed here yet (a victim
 is decided but not bound, or about to go for another plan), again after a backoff (1 s doubling up
-to `quota_recheck_s`, the bus's one retry policy).
+to `quota_recheck_s`, the bus's one retry policy). A new leader asks again about every lone pod
+left parked (`recheck_parked`): the old leader's pending questions died with it, and a quota service
+that was down when the pod arrived may answer now.
 """
 
 from __future__ import annotations
@@ -122,6 +124,21 @@ class QuotaPermit:
             return outcomes
         out: list[Outcome] = [o for o in outcomes if not (isinstance(o, Unschedulable) and o.msg.pod_uid in made)]
         return out + list(made.values())
+
+    def recheck_parked(self) -> int:
+        """Ask quota again about every lone pod parked for lack of room (a new leader: the previous
+        one's pending questions died with it, and quota may have come up since). Returns how many."""
+        now = time.monotonic()
+        n = 0
+        for e in self.state.ledger.waiting([Phase.PARKED]):
+            p = e.payload
+            if (isinstance(p, PodPending) and e.reason not in NOT_FOR_RECLAIM
+                    and not (p.gang_id and p.gang_min_members > 1)):
+                self.due.setdefault(e.uid, now)
+                n += 1
+        if n:
+            self.retry_later(0.0)
+        return n
 
     def _wants(self, msg: PodUnschedulable) -> bool:
         """A fresh verdict for lack of room (not one more capacity could not change) of a lone pod."""
