@@ -1,11 +1,11 @@
-"""Regularising raw samples and the reasons a model is not trusted on a window."""
+"""Regularising raw samples: duplicates, gaps, non-finite values, horizons in whole steps."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from gpuaware.forecast import SeriesError, check_history, regularise
+from gpuaware.forecast import SeriesError, regularise
 
 
 def test_duplicates_are_combined_gaps_stay_nan_and_nonfinite_samples_are_dropped() -> None:
@@ -32,16 +32,3 @@ def test_a_horizon_must_be_whole_steps() -> None:
     with pytest.raises(SeriesError, match="not a whole number"):
         s.steps(15)
 
-
-@pytest.mark.parametrize("values, reason", [
-    ([np.nan] * 30, "no observed values"),
-    ([1.0, 2.0], "too little history: 2 steps, the model needs 10"),
-    ([*range(19), np.nan], "the latest value is missing"),
-    # 4 NaNs in the last 10: 40 % > 20 %
-    ([*range(10), 1, np.nan, 2, np.nan, 3, np.nan, 4, np.nan, 5, 6], "40% of the last 10 steps are gaps"),
-    ([*range(10), *[4.0] * 10], "constant series over the last 10 steps (value 4)"),
-    ([*range(20)], None),
-])
-def test_check_history(values: list[float], reason: str | None) -> None:
-    got = check_history(np.array(values, dtype=float), min_history=10)
-    assert (got is None) if reason is None else (got is not None and got.startswith(reason))

@@ -9,13 +9,13 @@
     m = runtime.StreamingModel.load(blob)                   # ModelError with the reason if unusable
     streams = runtime.Streams(m, n_series); streams.step(values, t)  # one batched onnxruntime step
 
-Modules: ``series`` (regular grid, gaps, the trust checks), ``datasets`` (Helios, Philly, GenTD26,
+Modules: ``series`` (regular grid, gaps), ``datasets`` (Helios, Philly, GenTD26,
 splits), ``baselines`` (persistence, seasonal naive, EWMA, ETS), ``features`` (the model's inputs,
 one implementation for training and serving), ``model`` (torch LSTM, training, ONNX export),
 ``runtime`` (onnxruntime streaming), ``evaluate`` (rolling-origin RMSE / sMAPE). This is the only
 package that imports torch and onnxruntime (tests/lint/import_layers.py).
 """
 
-from gpuaware.forecast.series import Series, SeriesError, check_history, regularise
+from gpuaware.forecast.series import Series, SeriesError, regularise
 
-__all__ = ["Series", "SeriesError", "check_history", "regularise"]
+__all__ = ["Series", "SeriesError", "regularise"]

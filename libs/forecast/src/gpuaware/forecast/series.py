@@ -7,9 +7,9 @@ minutes, NaNs and counter resets. ``regularise`` turns any (time, value) pairs i
 observation held, flagged as not observed). Metrics are computed only where the target was observed,
 so a filled gap never counts as a correct forecast.
 
-``check_history`` is the single place that says why a model must not be trusted on a window (too little
-history, a constant series, too many gaps, a missing last value); callers then serve a baseline and
-publish the reason.
+Why a model must not be trusted on a series (too little history, constant, too many gaps, nothing
+observed) is decided in one place, ``runtime.Streams.reasons``, step by step as the service runs;
+callers then serve persistence and publish the reason.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-__all__ = ["Series", "SeriesError", "check_history", "regularise"]
+__all__ = ["Series", "SeriesError", "regularise"]
 
 Agg = Literal["mean", "max", "last", "sum"]
 
@@ -109,26 +109,3 @@ def regularise(name: str, times: np.ndarray, values: np.ndarray, step_s: float, 
         notes.append(f"{gaps} of {n} steps without a sample (gaps)")
     return Series(name=name, start=t0, step_s=float(step_s), values=out, notes=tuple(notes))
 
-
-def check_history(values: np.ndarray, min_history: int, max_gap_share: float = 0.2) -> str | None:
-    """Why a learned model must not forecast from this window (None: it may).
-
-    ``values`` is the recent window, NaN where not observed. The order of the checks is the order of
-    the reasons' severity: nothing usable, too short, last value missing, too many gaps, constant.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    seen = np.isfinite(values)
-    if not seen.any():
-        return "no observed values"
-    if len(values) < min_history:
-        return f"too little history: {len(values)} steps, the model needs {min_history}"
-    if not seen[-1]:
-        return "the latest value is missing"
-    recent = values[-min_history:]
-    share = 1.0 - float(np.isfinite(recent).mean())
-    if share > max_gap_share:
-        return f"{share:.0%} of the last {min_history} steps are gaps (limit {max_gap_share:.0%})"
-    finite = recent[np.isfinite(recent)]
-    if finite.max() - finite.min() == 0:
-        return f"constant series over the last {min_history} steps (value {finite[-1]:g})"
-    return None
