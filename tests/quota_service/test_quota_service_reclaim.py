@@ -195,3 +195,31 @@ async def test_a_new_leader_asks_quota_about_the_pods_left_parked(world: World, 
             (d,) = watch.of("a-1")
             assert len(d.preemptions) == 1 and d.preemptions[0].reason == "reclaim"
             assert d.preemptions[0].pod_uid in borrowers and p2.quota.reclaims == 1
+
+
+async def test_a_pod_parked_while_quota_was_down_is_asked_about_once_quota_is_back(
+        world: World, nats_proc, cluster: str, fresh_database_url: str, tmp_path: Path) -> None:
+    """The same leader throughout: nobody answered when the owner's pod parked; once quota may be back
+    (`quota_recheck_s`) placement asks about it and executes the plan."""
+    w = world
+    tree = tmp_path / "queues.yaml"
+    tree.write_text(RECLAIM_TREE)
+    for node in ("n1", "n2"):
+        await bus.publish(w.js, INVENTORY.at(cluster, node), inventory(cluster, node))
+    watch = await Watch(cluster).start(w)
+    borrowers = ("b-1", "b-2", "b-3", "b-4")
+    async with placement(nats_proc.url, cluster, quota_recheck_s=0.5) as p:
+        async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)):
+            for uid in borrowers:
+                await bus.publish(w.js, PENDING, pending(cluster, uid, "b1", gpus=2, cpu_milli=1000, memory_mib=4096))
+                await eventually(lambda uid=uid: watch.of(uid), what=f"a decision for {uid}")
+                await bind(w, watch.of(uid)[0])
+            await eventually(lambda: all(p.state.ledger.pods[u].phase.value == "bound" for u in borrowers),
+                             what="the borrowers bound")
+        await bus.publish(w.js, PENDING, pending(cluster, "a-1", "a1", gpus=2, cpu_milli=1000, memory_mib=4096))
+        await eventually(lambda: any(u.pod_uid == "a-1" for u in watch.unschedulable), what="the owner parked")
+        assert not watch.of("a-1") and "a-1" in p.quota.due
+        async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)):
+            await eventually(lambda: watch.of("a-1"), what="the reclaim decision once quota is back")
+            (d,) = watch.of("a-1")
+            assert [v.reason for v in d.preemptions] == ["reclaim"] and p.quota.reclaims == 1

@@ -323,7 +323,7 @@ class PlacementService:
         """Publish decisions and verdicts without waiting; the returned completion waits for the stream
         and raises TransientError when one was not stored (the ledger is put back first, so the pod is
         decided again), PermanentError for an invalid request (after its verdict was stored)."""
-        if self.quota.active:  # reclaim plans executed, refused decisions parked (quota_permit.py)
+        if self.settings.quota_enabled:  # reclaim plans executed, refused decisions parked (quota_permit.py)
             outcomes = await self.quota.permit(outcomes)
         sent: list[tuple[Outcome, asyncio.Future[bus.PubAck]]] = []
         failure: BaseException | None = None

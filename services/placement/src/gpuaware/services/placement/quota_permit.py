@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 NOT_FOR_RECLAIM = frozenset({"gang_incomplete", "quota_exceeded", "invalid_request", "refused_by_binder"})
 """verdicts that more capacity would not change (or that quota itself gave): no reclaim is asked for"""
+MAX_ASKS_PER_PASS = 64
+"""reclaim questions per publish: a burst of parked pods does not hold the pending stream up"""
 
 
 class QuotaPermit:
@@ -69,7 +71,16 @@ class QuotaPermit:
         return self.settings.quota_enabled and time.monotonic() >= self._absent_until
 
     async def permit(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """What to publish once quota was asked: reclaim plans executed, refused decisions parked."""
+        """What to publish once quota was asked: reclaim plans executed, refused decisions parked.
+        While no quota service answers, pods that found no room are remembered and asked about once
+        it may be back (`quota_recheck_s`)."""
+        if not self.settings.quota_enabled:
+            return outcomes
+        if not self.active:
+            wanted = [o.msg.pod_uid for o in outcomes if isinstance(o, Unschedulable) and self._wants(o.msg)]
+            if wanted:
+                self._later(wanted, max(0.0, self._absent_until - time.monotonic()))
+            return outcomes
         outcomes = await self.reclaim(outcomes)
         decided = [o for o in outcomes if isinstance(o, Decided)]
         if decided and self.active:
@@ -88,16 +99,28 @@ class QuotaPermit:
         asking += [uid for uid, at in self.due.items() if at <= now and uid not in asking]
         if not asking or not self.active:
             return outcomes
+        if len(asking) > MAX_ASKS_PER_PASS:  # a burst of parked pods: the rest on the next pass
+            for uid in asking[MAX_ASKS_PER_PASS:]:
+                self.due.setdefault(uid, now)
+            asking = asking[:MAX_ASKS_PER_PASS]
+            self.retry_later(0.0)
         made: dict[str, Decided] = {}
-        for uid in asking:
+        for i, uid in enumerate(asking):
             self.due.pop(uid, None)
             entry = self.state.ledger.pods.get(uid)
             if entry is None or entry.phase != Phase.PARKED or not isinstance(entry.payload, PodPending):
                 self._unplanned.pop(uid, None)  # placed meanwhile, or gone
                 continue
-            reply = await self.ask(entry.payload, None, None, True)
-            if reply is None:
-                break  # nobody answers: nothing to reclaim for
+            try:
+                reply = await self.ask(entry.payload, None, None, True)
+            except bus.TransientError as exc:  # a dry run is advice: the verdicts are published anyway
+                self._later(asking[i:], exc.delay or 1.0)
+                log.warning("quota did not answer about reclaiming for %d parked pods (%s); asking again in %.0fs",
+                            len(asking) - i, exc, exc.delay or 1.0)
+                break
+            if reply is None:  # nobody answers: asked again once quota may be back
+                self._later(asking[i:], self.settings.quota_recheck_s)
+                break
             if not reply.admitted:
                 if reply.retry_after_s is not None and reply.reason.startswith("no_capacity"):
                     self.due[uid] = time.monotonic() + reply.retry_after_s
@@ -124,6 +147,12 @@ class QuotaPermit:
             return outcomes
         out: list[Outcome] = [o for o in outcomes if not (isinstance(o, Unschedulable) and o.msg.pod_uid in made)]
         return out + list(made.values())
+
+    def _later(self, uids: list[str], delay: float) -> None:
+        at = time.monotonic() + delay
+        for uid in uids:
+            self.due[uid] = at
+        self.retry_later(delay)
 
     def recheck_parked(self) -> int:
         """Ask quota again about every lone pod parked for lack of room (a new leader: the previous
