@@ -23,7 +23,11 @@ pod is asked about again after `retry_after_s`; when its plan cannot be executed
 is decided but not bound, or about to go for another plan), again after a backoff (1 s doubling up
 to `quota_recheck_s`, the bus's one retry policy). A new leader asks again about every lone pod
 left parked (`recheck_parked`): the old leader's pending questions died with it, and a quota service
-that was down when the pod arrived may answer now.
+that was down when the pod arrived may answer now. These questions are advice: one that times out or
+finds nobody never fails a publish (the pods are asked again later), and at most `MAX_ASKS_PER_PASS`
+are asked per publish. With every queue unlimited quota never plans a reclaim, so placement decides
+exactly as without quota (tests/quota_service/test_quota_service_placement.py). Gang members are not
+reclaimed for yet: quota plans per pod and a gang is placed all or none.
 """
 
 from __future__ import annotations
