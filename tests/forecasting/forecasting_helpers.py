@@ -3,7 +3,6 @@ this process, rollups published as the collector publishes them, and a recorder 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
@@ -14,12 +13,13 @@ from typing import Any
 import msgspec
 import pytest
 import torch
+from service_runner import eventually as wait_until
+from service_runner import in_process
 
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess, start_nats
 from gpuaware.forecast.features import Features
 from gpuaware.forecast.model import LSTMForecaster, TrainResult, export_onnx
-from gpuaware.runtime import run_service
 from gpuaware.schemas import (
     DEMAND_PREDICTED,
     GPU_ROLLED_UP,
@@ -90,11 +90,7 @@ class Recorder:
 
 
 async def eventually(predicate: Any, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+    await wait_until(predicate, timeout=timeout, what=what)
 
 
 @contextlib.asynccontextmanager
@@ -112,17 +108,5 @@ async def forecasting(url: str, database_url: str, cluster: str, **kw: Any) -> A
     base: dict[str, Any] = {"nats_url": url, "database_url": database_url, "cluster": cluster, "instance_id": "f1",
                             "log_format": "console", "log_level": "WARNING", "flush_s": 0.3, "reload_s": 0.2}
     base.update(kw)
-    got: list[ForecastService] = []
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_service(msgspec.convert(base, ForecastingSettings), version="0.0.1",
-                                           mount=mounter(got.append), stop=stop, ready=ready))
-    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
-                                 return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    assert got, "forecasting did not start"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
+    async with in_process(msgspec.convert(base, ForecastingSettings), mounter, what="forecasting") as svc:
+        yield svc

@@ -4,7 +4,6 @@ and a recorder of what the service publishes (scores, state changes, alerts, dra
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
@@ -14,10 +13,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from service_runner import eventually, in_process
 
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess, start_nats
-from gpuaware.runtime import run_service
 from gpuaware.schemas import (
     ALERT_RAISED,
     ALERT_RESOLVED,
@@ -144,14 +143,6 @@ class Recorder:
         await eventually(predicate, timeout=timeout, what=what)
 
 
-async def eventually(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 def settings(nats_url: str, database_url: str, cluster: str, **kw: Any) -> HealthScoringSettings:
     base: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url, "cluster": cluster,
                             "instance_id": "h1", "log_format": "console", "log_level": "WARNING",
@@ -164,20 +155,8 @@ def settings(nats_url: str, database_url: str, cluster: str, **kw: Any) -> Healt
 @contextlib.asynccontextmanager
 async def health_scoring(nats_url: str, database_url: str, cluster: str, **kw: Any) -> AsyncIterator[HealthService]:
     """A health-scoring instance in this process, stopped (drained, checkpointed) on exit."""
-    got: list[HealthService] = []
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_service(settings(nats_url, database_url, cluster, **kw), version="0.0.1",
-                                           mount=mounter(got.append), stop=stop, ready=ready))
-    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
-                                 return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    assert got, "health-scoring did not start"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
+    async with in_process(settings(nats_url, database_url, cluster, **kw), mounter, what="health-scoring") as svc:
+        yield svc
 
 
 async def stats(nc: Any, timeout: float = 5.0) -> HealthStats:
@@ -194,39 +173,3 @@ async def recorder(nats_proc: NatsProcess, cluster: str) -> AsyncIterator[Record
         yield r
         await r.stop()
 
-
-# --- placement in this process (the placement service tests' approach, for the quarantine check) ------
-
-def placement_settings(url: str, cluster: str, **kw: Any) -> Any:
-    from gpuaware.services.placement.settings import PlacementSettings
-
-    base: dict[str, Any] = {"nats_url": url, "cluster": cluster, "instance_id": "p1", "log_format": "console",
-                            "log_level": "WARNING", "lease_ttl_s": 1.5, "lease_poll_s": 0.1,
-                            "pending_ack_wait_s": 1.0, "world_snapshot": False, "quota_recheck_s": 60.0}
-    base.update(kw)
-    return msgspec.convert(base, PlacementSettings)
-
-
-@contextlib.asynccontextmanager
-async def placement(url: str, cluster: str, **kw: Any) -> AsyncIterator[Any]:
-    """The real placement service in this process, leading, stopped on exit."""
-    from gpuaware.services.placement.handlers import mounter as placement_mounter
-
-    got: list[Any] = []
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_service(placement_settings(url, cluster, **kw), version="0.0.1",
-                                           mount=placement_mounter(got.append), stop=stop, ready=ready))
-    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
-                                 return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    service = got[0]
-    deadline = time.monotonic() + 10
-    while service.consumer is None:
-        assert time.monotonic() < deadline, "placement never started leading"
-        await asyncio.sleep(0.02)
-    try:
-        yield service
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 
 import msgspec
-from health_scoring_helpers import T0, Recorder, gpu_uuid, health_scoring, placement, row
+from health_scoring_helpers import T0, Recorder, gpu_uuid, health_scoring, row
+from service_runner import placement
 
 from gpuaware import bus
 from gpuaware.schemas import (

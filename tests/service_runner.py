@@ -1,0 +1,69 @@
+"""Run one service in the test's own process against real servers, the way `python -m` runs it:
+`run_service` with its settings and its mount, started, handed to the test, drained on exit.
+
+One implementation for every service test (health-scoring, forecasting, quota, placement), so a change
+to how services start is made once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from gpuaware.runtime import run_service
+
+
+@contextlib.asynccontextmanager
+async def in_process(settings: Any, mounter: Callable[[Callable[[Any], None]], Any], *, what: str,
+                     start_timeout: float = 30.0, stop_timeout: float = 30.0) -> AsyncIterator[Any]:
+    """``async with in_process(settings, mounter, what="quota") as service:`` — ``mounter(on_service)``
+    is the service's ``handlers.mounter`` (it hands the running service object to ``on_service``)."""
+    got: list[Any] = []
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_service(settings, version="0.0.1", mount=mounter(got.append), stop=stop,
+                                           ready=ready))
+    waiting = asyncio.ensure_future(ready.wait())
+    done, _ = await asyncio.wait({task, waiting}, timeout=start_timeout, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if task in done:
+        task.result()  # it stopped while starting: its exception is the test's failure
+    assert got, f"{what} did not start within {start_timeout:g} s"
+    try:
+        yield got[0]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, stop_timeout)
+
+
+async def eventually(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> None:
+    """Wait until ``predicate()`` is true, polling every 20 ms; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def placement_settings(url: str, cluster: str, **kw: Any) -> Any:
+    """Placement's settings for a test: quick leases, no world snapshot, console logs; ``kw`` overrides."""
+    import msgspec
+
+    from gpuaware.services.placement.settings import PlacementSettings
+
+    base: dict[str, Any] = {"nats_url": url, "cluster": cluster, "instance_id": "p1", "log_format": "console",
+                            "log_level": "WARNING", "lease_ttl_s": 1.5, "lease_poll_s": 0.1,
+                            "pending_ack_wait_s": 1.0, "world_snapshot": False, "quota_recheck_s": 60.0}
+    base.update(kw)
+    return msgspec.convert(base, PlacementSettings)
+
+
+@contextlib.asynccontextmanager
+async def placement(url: str, cluster: str, **kw: Any) -> AsyncIterator[Any]:
+    """The real placement service in this process, leading (its pending-pods consumer running)."""
+    from gpuaware.services.placement.handlers import mounter
+
+    async with in_process(placement_settings(url, cluster, **kw), mounter, what="placement") as service:
+        await eventually(lambda: service.consumer is not None, timeout=10, what="placement leading")
+        yield service
