@@ -190,6 +190,8 @@ class Extender:
     framework): prioritize follows filter for the same pod on an unchanged cluster and reuses them"""
     _wire_for: Any = None
     _wire: tuple[list[bytes], list[bytes]] = ([], [])
+    _host_entries: list[list[bytes]] = field(default_factory=list)
+    """per cluster row, the whole ``{"Host":"n","Score":s}`` for each score 0..10 (built with ``_wire``)"""
     """pods translated, by (uid, resourceVersion): kube-scheduler sends the same object to every verb"""
 
     def __post_init__(self) -> None:
@@ -296,6 +298,7 @@ class Extender:
         if self._wire_for is not cluster.node_names:
             quoted = [_enc.encode(n) for n in cluster.node_names]
             self._wire = (quoted, [q + b":" for q in quoted])
+            self._host_entries = [[_HOST + q + score for score in _SCORE] for q in quoted]
             self._wire_for = cluster.node_names
         return self._wire
 
@@ -334,7 +337,7 @@ class Extender:
         pod, req = self._pod(args, "prioritize")
         names = self._names(args, "prioritize")
         rows = self._rows(names, "prioritize")
-        _quoted, keys = self._wire_names()
+        self._wire_names()
         if req.num_gpu == 0:
             ext = np.zeros(len(rows), dtype=np.int64)
         else:
@@ -344,8 +347,9 @@ class Extender:
             per_node = np.zeros(snap.num_nodes, dtype=np.float64)  # infeasible nodes score 0
             per_node[nodes] = totals / (fw.scheduler.total_weight or 1)
             ext = np.rint(np.clip(per_node[rows], 0.0, 100.0) * (MAX_EXTENDER_PRIORITY / 100)).astype(np.int64)
-        hosts = [_HOST + keys[r][:-1] for r in rows.tolist()]
-        return msgspec.Raw(b"[" + b",".join(map(bytes.__add__, hosts, map(_SCORE.__getitem__, ext.tolist()))) + b"]")
+        entries = self._host_entries
+        return msgspec.Raw(b"[" + b",".join([entries[r][e] for r, e in zip(rows.tolist(), ext.tolist(), strict=True)])
+                           + b"]")
 
     def preempt(self, args: Mapping[str, Any]) -> PreemptionResult:
         _pod, req = self._pod(args, "preempt")
