@@ -4,7 +4,6 @@ placement asks it."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
@@ -14,10 +13,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from service_runner import in_process
+from service_runner import placement as run_placement
 
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess, start_nats
-from gpuaware.runtime import run_service
 from gpuaware.schemas import (
     POD_BOUND,
     POD_FINISHED,
@@ -118,14 +118,6 @@ class World:
         await bus.publish(self.js, PREEMPTED.at(self.cluster, node), ev)
 
 
-async def eventually(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 def settings(nats_url: str, database_url: str, cluster: str, **kw: Any) -> QuotaSettings:
     base: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url, "cluster": cluster,
                             "instance_id": "q1", "log_format": "console", "log_level": "WARNING",
@@ -137,20 +129,8 @@ def settings(nats_url: str, database_url: str, cluster: str, **kw: Any) -> Quota
 @contextlib.asynccontextmanager
 async def quota(nats_url: str, database_url: str, cluster: str, **kw: Any) -> AsyncIterator[QuotaService]:
     """A quota instance in this process, stopped (its writes flushed) on exit."""
-    got: list[QuotaService] = []
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_service(settings(nats_url, database_url, cluster, **kw), version="0.0.1",
-                                           mount=mounter(got.append), stop=stop, ready=ready))
-    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
-                                 return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    assert got, "quota did not start"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
+    async with in_process(settings(nats_url, database_url, cluster, **kw), mounter, what="quota") as svc:
+        yield svc
 
 
 @pytest.fixture
@@ -162,38 +142,9 @@ async def world(nats_proc: NatsProcess, cluster: str) -> AsyncIterator[World]:
         yield await World(nc, cluster).start()
 
 
-# --- placement in this process (as the health-scoring tests run it) ---------------------------------
-
-def placement_settings(url: str, cluster: str, **kw: Any) -> Any:
-    from gpuaware.services.placement.settings import PlacementSettings
-
-    base: dict[str, Any] = {"nats_url": url, "cluster": cluster, "instance_id": "p1", "log_format": "console",
-                            "log_level": "WARNING", "lease_ttl_s": 1.5, "lease_poll_s": 0.1,
-                            "pending_ack_wait_s": 1.0, "world_snapshot": False, "quota_recheck_s": 60.0,
-                            "quota_timeout_s": 2.0}
-    base.update(kw)
-    return msgspec.convert(base, PlacementSettings)
-
+# --- placement in this process (tests/service_runner.py), asking quota with a short timeout -----------
 
 @contextlib.asynccontextmanager
 async def placement(url: str, cluster: str, **kw: Any) -> AsyncIterator[Any]:
-    from gpuaware.services.placement.handlers import mounter as placement_mounter
-
-    got: list[Any] = []
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_service(placement_settings(url, cluster, **kw), version="0.0.1",
-                                           mount=placement_mounter(got.append), stop=stop, ready=ready))
-    done, _ = await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=30,
-                                 return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    service = got[0]
-    deadline = time.monotonic() + 10
-    while service.consumer is None:
-        assert time.monotonic() < deadline, "placement never started leading"
-        await asyncio.sleep(0.02)
-    try:
+    async with run_placement(url, cluster, **{"quota_timeout_s": 2.0, **kw}) as service:
         yield service
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)

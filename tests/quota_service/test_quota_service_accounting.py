@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from quota_service_helpers import T0, World, eventually, pending, quota
+from quota_service_helpers import T0, World, pending, quota
+from service_runner import eventually
 from typer.testing import CliRunner
 
 from gpuaware import tsdb

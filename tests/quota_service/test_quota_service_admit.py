@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quota_service_helpers import T0, World, eventually, pending, quota
+from quota_service_helpers import T0, World, pending, quota
+from service_runner import eventually
 
 TREE = """
 default_queue: a1

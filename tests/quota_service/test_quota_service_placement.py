@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 
 import msgspec
-from quota_service_helpers import World, eventually, pending, placement, quota
+from quota_service_helpers import World, pending, placement, quota
+from service_runner import eventually
 
 from gpuaware import bus
 from gpuaware.schemas import (

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import msgspec
-from quota_service_helpers import RECLAIM_TREE, World, eventually, pending, placement, quota
+from quota_service_helpers import RECLAIM_TREE, World, pending, placement, quota
+from service_runner import eventually
 
 from gpuaware import bus
 from gpuaware.schemas import (

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from quota_service_helpers import RECLAIM_TREE, World, eventually, placement, quota
+from quota_service_helpers import RECLAIM_TREE, World, placement, quota
+from service_runner import eventually
 
 from gpuaware.placement import NodeSpec
 from gpuaware.runtime import run_service
