@@ -200,3 +200,16 @@ def test_each_service_role_can_change_only_its_own_tables(migrated_url: str) -> 
             for p in ("INSERT", "UPDATE", "DELETE", "TRUNCATE"))} for role in roles}
     assert set(WRITERS) == roles
     assert writable == WRITERS
+
+
+async def test_a_service_pool_needs_a_database_and_migrates_it(fresh_database_url: str) -> None:
+    from gpuaware.tsdb import open_service_pool
+
+    with pytest.raises(SystemExit, match="quota needs a database: set DATABASE_URL or GPUAWARE_QUOTA_DATABASE_URL"):
+        await open_service_pool("", service="quota", env="GPUAWARE_QUOTA_DATABASE_URL", max_size=1, timeout=5)
+    pool = await open_service_pool(fresh_database_url, service="quota", env="X", max_size=1, timeout=5)
+    try:
+        async with pool.connection() as conn:
+            assert (await (await conn.execute("SELECT to_regclass('quota_intervals') IS NOT NULL")).fetchone()) == (True,)
+    finally:
+        await pool.close()

@@ -61,7 +61,7 @@ from gpuaware.tsdb.partitions import (
     maintain_partitions,
     maintain_partitions_async,
 )
-from gpuaware.tsdb.pool import connect, conninfo, open_async_pool, open_pool
+from gpuaware.tsdb.pool import connect, conninfo, open_async_pool, open_pool, open_service_pool
 from gpuaware.tsdb.readers import (
     latest_samples,
     latest_samples_async,
@@ -170,6 +170,7 @@ __all__ = [
     "migrate",
     "open_async_pool",
     "open_pool",
+    "open_service_pool",
     "pending_migrations",
     "refresh_rollups",
     "refresh_rollups_async",

@@ -10,6 +10,8 @@ noticed). Values already present in the DSN win over these defaults.
 
 from __future__ import annotations
 
+import asyncio
+
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -74,3 +76,15 @@ async def open_async_pool(dsn: str, *, application_name: str = DEFAULT_APPLICATI
     )
     await pool.open(wait=wait, timeout=timeout)
     return pool
+
+
+async def open_service_pool(dsn: str, *, service: str, env: str, max_size: int, timeout: float) -> AsyncConnectionPool:
+    """What a service that owns tables does at start: refuse to start without a database (naming the
+    variable to set), apply the migrations, open its pool and wait for a first connection."""
+    if not dsn:
+        raise SystemExit(f"{service} needs a database: set DATABASE_URL or {env}")
+    from gpuaware.tsdb.migrator import migrate
+
+    await asyncio.to_thread(migrate, dsn)
+    return await open_async_pool(dsn, application_name=service, min_size=1, max_size=max_size, timeout=timeout,
+                                 wait=True)

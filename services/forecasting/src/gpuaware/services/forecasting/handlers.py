@@ -255,13 +255,8 @@ class ForecastService:
 
 async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endpoint[Any, Any]]:
     settings: ForecastingSettings = ctx.settings  # type: ignore[assignment]
-    if not settings.database_url:
-        raise SystemExit("forecasting needs a database (the model registry): set DATABASE_URL or "
-                         "GPUAWARE_FORECASTING_DATABASE_URL")
-    await asyncio.to_thread(tsdb.migrate, settings.database_url)
-    pool = await tsdb.open_async_pool(settings.database_url, application_name=settings.service_name,
-                                      min_size=1, max_size=settings.pool_size, timeout=settings.db_timeout_s,
-                                      wait=True)
+    pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name, env="GPUAWARE_FORECASTING_DATABASE_URL",
+                                        max_size=settings.pool_size, timeout=settings.db_timeout_s)
     service = ForecastService(settings, ctx.js, pool, ctx.instance_id)
     ctx.on_stop(service)
     await service.start()

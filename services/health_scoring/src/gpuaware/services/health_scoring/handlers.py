@@ -285,12 +285,8 @@ class HealthService:
 
 async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endpoint[Any, Any]]:
     settings: HealthScoringSettings = ctx.settings  # type: ignore[assignment]
-    if not settings.database_url:
-        raise SystemExit("health-scoring needs a database: set DATABASE_URL or GPUAWARE_HEALTH_SCORING_DATABASE_URL")
-    await asyncio.to_thread(tsdb.migrate, settings.database_url)
-    pool = await tsdb.open_async_pool(settings.database_url, application_name=settings.service_name,
-                                      min_size=1, max_size=settings.pool_size, timeout=settings.db_timeout_s,
-                                      wait=True)
+    pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name, env="GPUAWARE_HEALTH_SCORING_DATABASE_URL",
+                                        max_size=settings.pool_size, timeout=settings.db_timeout_s)
     service = HealthService(settings, ctx.js, pool, ctx.instance_id)
     ctx.on_stop(service)  # stopped last: the consumer finishes its messages first
     await service.start(ctx)
