@@ -274,3 +274,10 @@ def test_a_channel_filters_on_any_version_and_names_a_foreign_one() -> None:
     assert ch.foreign_version("telemetry.gpu.sampled.v3.c1.node-a") == (
         "version v3 of telemetry.gpu.sampled is not supported here (this consumer reads v1)")
     assert bus.Channel("quota.admit", Sample).any_version == "quota.admit"
+
+
+def test_only_the_contracts_version_token_is_a_version() -> None:
+    # a cluster or node named like a version stays a name: the filter stays on this cluster's subjects
+    ch = bus.Channel("telemetry.gpu.sampled.v1", Sample).at("v2", "node-a")
+    assert ch.any_version == "telemetry.gpu.sampled.*.v2.node-a"
+    assert ch.foreign_version("telemetry.gpu.sampled.v1.v2.node-a") is None

@@ -73,21 +73,33 @@ class Channel(Generic[T]):
                 raise ValueError(f"invalid subject token {t!r}")
         return Channel(".".join((self.subject, *tokens)), self.type, self.id_of)
 
+    def _version_at(self) -> int | None:
+        """Where the subject's version token is: the first ``v<N>`` (the contract's ``<base>.v<N>``; a
+        cluster or node token after it that happens to read ``v2`` is a name, not a version)."""
+        return next((i for i, t in enumerate(self.subject.split(".")) if _VERSION.match(t)), None)
+
     @property
     def any_version(self) -> str:
         """The subject with its version token (``v1``) as a wildcard: what a durable consumer filters
         on, so a message of another version reaches the consumer and is dead-lettered with the reason
         instead of lying in the stream unread (no version token: the subject itself)."""
-        return ".".join("*" if _VERSION.match(t) else t for t in self.subject.split("."))
+        at = self._version_at()
+        if at is None:
+            return self.subject
+        tokens = self.subject.split(".")
+        tokens[at] = "*"
+        return ".".join(tokens)
 
     def foreign_version(self, subject: str) -> str | None:
         """Why a message on ``subject`` is not this channel's version, or None when it is."""
-        mine = [(i, t) for i, t in enumerate(self.subject.split(".")) if _VERSION.match(t)]
+        at = self._version_at()
+        if at is None:
+            return None
+        mine = self.subject.split(".")[at]
         theirs = subject.split(".")
-        for i, v in mine:
-            if i < len(theirs) and theirs[i] != v and theirs[i] != "*":
-                family = ".".join(theirs[:i])
-                return f"version {theirs[i]} of {family} is not supported here (this consumer reads {v})"
+        if at < len(theirs) and theirs[at] != mine and theirs[at] != "*":
+            return (f"version {theirs[at]} of {'.'.join(theirs[:at])} is not supported here "
+                    f"(this consumer reads {mine})")
         return None
 
     def decode_on(self, subject: str, payload: bytes) -> T:
