@@ -94,6 +94,7 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
         except BaseException:
             await _stop_resources(ctx)  # consumers `mount` started must not outlive a failed start
             raise
+        await nc.flush()  # the endpoints' subscriptions are on the server before anyone is told it serves
         log.info("%s serving (%d endpoints)", settings.service_name, len(endpoints))
         # what exists now (modules, settings, the view a service built at start) lives as long as the
         # process: moved out of the collector's reach, a full collection no longer walks it (tens of
