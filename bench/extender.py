@@ -154,7 +154,10 @@ def serve(port: int, num_nodes: int, canned: bool = False) -> None:
 
     from gpuaware.k8s.server import extender_app
 
+    import gc
+
     ext, names = _extender(num_nodes)
+    gc.freeze()  # as run_service does once a service is up (the placement service serves the extender)
     if not canned:
         web.run_app(extender_app(ext, max_body=8 << 20), host="127.0.0.1", port=port, print=None, access_log=None)
         return
