@@ -285,8 +285,9 @@ class HealthService:
 
 async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endpoint[Any, Any]]:
     settings: HealthScoringSettings = ctx.settings  # type: ignore[assignment]
-    pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name, env="GPUAWARE_HEALTH_SCORING_DATABASE_URL",
-                                        max_size=settings.pool_size, timeout=settings.db_timeout_s)
+    pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name,
+                                        env=f"{settings.prefix}DATABASE_URL", max_size=settings.pool_size,
+                                        timeout=settings.db_timeout_s)
     service = HealthService(settings, ctx.js, pool, ctx.instance_id)
     ctx.on_stop(service)  # stopped last: the consumer finishes its messages first
     await service.start(ctx)

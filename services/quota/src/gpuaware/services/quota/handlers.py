@@ -188,8 +188,9 @@ class QuotaService:
 
 async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endpoint[Any, Any]]:
     settings: QuotaSettings = ctx.settings  # type: ignore[assignment]
-    pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name, env="GPUAWARE_QUOTA_DATABASE_URL",
-                                        max_size=settings.pool_size, timeout=settings.db_timeout_s)
+    pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name,
+                                        env=f"{settings.prefix}DATABASE_URL", max_size=settings.pool_size,
+                                        timeout=settings.db_timeout_s)
     service = QuotaService(settings, ctx.js, pool, ctx.instance_id)
     ctx.on_stop(service)
     await service.start()
