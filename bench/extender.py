@@ -150,11 +150,11 @@ def serve(port: int, num_nodes: int, canned: bool = False) -> None:
     """The extender's server in its own process (kube-scheduler is another process too). `canned`: the
     same HTTP server answering the first pod's answers for every request (no translation, no engine):
     what the transport and this Python client cost alone on this machine, run beside the real one."""
+    import gc
+
     from aiohttp import web
 
     from gpuaware.k8s.server import extender_app
-
-    import gc
 
     ext, names = _extender(num_nodes)
     gc.freeze()  # as run_service does once a service is up (the placement service serves the extender)
