@@ -36,6 +36,14 @@ def nats_server(stack_dir: Path) -> Iterator[NatsProcess]:
     proc.stop()
 
 
+@pytest.fixture
+def nats_proc(tmp_path: Path) -> Iterator[NatsProcess]:
+    """A private server for one test: streams, durables and leases start empty (service tests)."""
+    proc = start_nats(tmp_path / "nats")
+    yield proc
+    proc.stop()
+
+
 @pytest.fixture(scope="session")
 def nats_url(nats_server: NatsProcess) -> str:
     return nats_server.url

@@ -6,8 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -17,7 +16,6 @@ from service_runner import eventually as wait_until
 from service_runner import in_process
 
 from gpuaware import bus
-from gpuaware.devstack import NatsProcess, start_nats
 from gpuaware.forecast.features import Features
 from gpuaware.forecast.model import LSTMForecaster, TrainResult, export_onnx
 from gpuaware.schemas import (
@@ -36,13 +34,6 @@ from gpuaware.services.forecasting.settings import ForecastingSettings
 
 ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
 T0 = float(int(time.time() // 60 * 60) - 86_400)
-
-
-@pytest.fixture
-def nats_proc(tmp_path: Path) -> Iterator[NatsProcess]:
-    proc = start_nats(tmp_path / "nats")
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -16,7 +15,7 @@ import pytest
 from service_runner import eventually, in_process
 
 from gpuaware import bus
-from gpuaware.devstack import NatsProcess, start_nats
+from gpuaware.devstack import NatsProcess
 from gpuaware.schemas import (
     ALERT_RAISED,
     ALERT_RESOLVED,
@@ -49,14 +48,6 @@ SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
 INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 T0 = float(int(time.time()) - 3600)
 """telemetry time of the tests' first sample (an hour ago: every window of a test is in the past)"""
-
-
-@pytest.fixture
-def nats_proc(tmp_path: Path) -> Iterator[NatsProcess]:
-    """A private server: streams and durables start empty for every test."""
-    proc = start_nats(tmp_path / "nats")
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture

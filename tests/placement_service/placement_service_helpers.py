@@ -8,15 +8,14 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 import pytest
 
 from gpuaware import bus
-from gpuaware.devstack import NatsProcess, start_nats
+from gpuaware.devstack import NatsProcess
 from gpuaware.runtime import run_service
 from gpuaware.schemas.binder import (
     POD_BIND_FAILED,
@@ -48,14 +47,6 @@ DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
 UNSCHEDULABLE = bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)
 
 MEMORY = {"A100": 81920, "T4": 15360, "V100": 32768}
-
-
-@pytest.fixture
-def nats_proc(tmp_path: Path) -> Iterator[NatsProcess]:
-    """A private server: streams, durables and the lease start empty for every test."""
-    proc = start_nats(tmp_path / "nats")
-    yield proc
-    proc.stop()
 
 
 def inventory(cluster: str, node: str, model: str = "A100", gpus: int = 8, cpu: int = 96_000,

@@ -7,8 +7,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -17,7 +16,7 @@ from service_runner import in_process
 from service_runner import placement as run_placement
 
 from gpuaware import bus
-from gpuaware.devstack import NatsProcess, start_nats
+from gpuaware.devstack import NatsProcess
 from gpuaware.schemas import (
     POD_BOUND,
     POD_FINISHED,
@@ -52,13 +51,6 @@ queues:
   - {name: b1, parent: team-b}
 """
 """8 GPUs, two teams guaranteed 4 each: what one team leaves idle the other borrows (the reclaim tests)"""
-
-
-@pytest.fixture
-def nats_proc(tmp_path: Path) -> Iterator[NatsProcess]:
-    proc = start_nats(tmp_path / "nats")
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture
