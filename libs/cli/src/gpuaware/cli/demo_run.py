@@ -51,6 +51,7 @@ from typing import Any
 import msgspec
 
 from gpuaware import bus
+from gpuaware.cli.chaos import ChaosRunner
 from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_built, service_command
 from gpuaware.devstack.ports import free_port
 from gpuaware.schemas import (
@@ -431,6 +432,8 @@ class RunResult:
     repair, the service's own counters at the end"""
     quota: dict[str, Any] = field(default_factory=dict)
     """the quota service in this run (gpuaware.cli.quota.demo_summary), empty when it did not run"""
+    chaos: list[dict[str, Any]] = field(default_factory=list)
+    """the planned faults done during the run (``ChaosRunner.finish``), empty without a plan"""
 
 
 # --- messages per subject ------------------------------------------------------------------------------
@@ -693,9 +696,10 @@ class EventWriter:
 async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: str, database_url: str,
                    pool: Any, counter: SubjectCounter, procs: ProcessGroup,
                    progress: Callable[[RunSpec, RunLog, float, float], None],
-                   stop: asyncio.Event | None = None) -> RunResult:
+                   stop: asyncio.Event | None = None, chaos: ChaosRunner | None = None) -> RunResult:
     """Start placement + binder for ``spec``, replay the window, stop them, return what was recorded.
-    Raises ``Interrupted`` soon after ``stop`` is set (the services are stopped first)."""
+    Raises ``Interrupted`` soon after ``stop`` is set (the services are stopped first). ``chaos``: planned
+    faults done during the replay (its processes found in ``procs``)."""
     stop = stop or asyncio.Event()
     js = nc.jetstream()
     await delete_loop_streams(js, ours=cfg.own_nats)
@@ -735,6 +739,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
     snap_bad: list[str] = []
     snap_pods = 0
     failover: dict[str, Any] | None = None
+    chaos_done: list[dict[str, Any]] = []
     try:
         drill = cfg.kill_leader_at_s > 0 and spec.label == "gpuaware"
         instances = ("p1", "p2") if drill else ("p1",)
@@ -817,6 +822,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         repair = plan.specs[plan.repair] if plan is not None and plan.repair is not None else None
         end = VIRTUAL_EPOCH + cfg.window_s
         deadline = time.monotonic() + cfg.duration_s * 1.25 + 20.0
+        replay0 = time.monotonic()  # chaos steps are timed from here: every service is up
         last_count = 0.0
         while True:
             if stop.is_set():
@@ -831,7 +837,10 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                                 "decisions_before": len(run_log.decision_times)}
                     ours = [p for p in ours if p is not victim]
                     log.info("fault drill: placement leader %s killed", leader)
-            dead = [p for p in ours if not p.alive()]
+            if chaos is not None:
+                chaos.tick(time.monotonic() - replay0)
+            held = chaos.held_down() if chaos is not None else set()
+            dead = [p for p in ours if not p.alive() and p.name not in held]
             if dead:
                 raise RuntimeError(f"{dead[0].name} exited during the run; its log ({dead[0].log_path}):\n"
                                    f"{dead[0].log_tail()}")
@@ -856,7 +865,10 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
-        # the end: the world's own view, explanations for unexplained pending pods, then stop in order
+        # the end: what chaos took down is back, the world's own view, explanations for unexplained
+        # pending pods, then stop in order
+        if chaos is not None:
+            chaos_done = await chaos.finish(timeout=90.0)
         for f in followers:
             await f.sync(timeout=5.0)
         with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
@@ -910,7 +922,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                      snapshot_pods=snap_pods, exit_codes=exit_codes,
                      services={"placement": spec.policy, "binder": "twin"}, failure=failure, failover=failover,
                      node_names=node_names, clock=clock, telemetry=telemetry, health=health,
-                     quota=quota)
+                     quota=quota, chaos=chaos_done)
 
 
 async def operator_repair(nc: bus.Client, cluster: str, gpu: str, node: str, virtual_now: float) -> dict[str, Any]:
