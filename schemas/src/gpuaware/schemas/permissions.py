@@ -257,9 +257,10 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         # world's snapshot
         out = [POD_PENDING, POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, CHECKPOINT_REQUESTED,
                CHECKPOINT_ACKNOWLEDGED]
-        # follows placement's unschedulable verdicts (the "why pending" Event on a Kubernetes pod)
+        # follows placement's unschedulable verdicts (the "why pending" Event on a Kubernetes pod), and
+        # reads back its own events at start (the twin restored after a crash)
         pub = [*(s for o in out for s in _event(o)), *_js_base(), *_durable(PLACEMENT, BINDER_DURABLE),
-               *_durable(BINDER, f"{BINDER_DURABLE}-checkpoints"), *_follow(PLACEMENT),
+               *_durable(BINDER, f"{BINDER_DURABLE}-checkpoints"), *_follow(PLACEMENT), *_follow(BINDER),
                *_dead_letters([*_event(PLACEMENT_DECIDED), *_event(CHECKPOINT_ACKNOWLEDGED), WORLD_SNAPSHOT])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [WORLD_SNAPSHOT])]),
                            allow_responses=True)

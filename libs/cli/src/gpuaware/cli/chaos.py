@@ -121,12 +121,15 @@ class _Done:
     started_at: float = 0.0
     down_at: float | None = None
     back_at: float | None = None
+    back_wall: float | None = None
+    """Unix time it was started again: events after it show the loop recovered"""
     error: str = ""
 
     def record(self, t0: float) -> dict[str, Any]:
         return {"step": self.step.label, "kind": self.step.kind, "target": self.step.target,
                 "down_at_s": None if self.down_at is None else round(self.down_at - t0, 2),
                 "back_at_s": None if self.back_at is None else round(self.back_at - t0, 2),
+                "back_wall": self.back_wall,
                 "ok": self.down_at is not None and self.back_at is not None and not self.error,
                 "error": self.error}
 
@@ -173,7 +176,7 @@ class ChaosRunner:
         t0 = self._t0 or time.monotonic()
         out = [d.record(t0) for d in self._done]
         out += [{"step": s.label, "kind": s.kind, "target": s.target, "down_at_s": None, "back_at_s": None,
-                 "ok": False, "error": "not reached (the replay ended first)"} for s in self.steps[self._next:]]
+                 "back_wall": None, "ok": False, "error": "not reached (the replay ended first)"} for s in self.steps[self._next:]]
         return out
 
     async def _run(self, done: _Done) -> None:
@@ -199,7 +202,7 @@ class ChaosRunner:
             log.warning("chaos: %s killed (pid %s)", proc.name, proc.pid)
             await asyncio.sleep(done.step.down_s)
             proc.start()  # the same command and environment, its log appended to
-            done.back_at = time.monotonic()
+            done.back_at, done.back_wall = time.monotonic(), time.time()
             log.warning("chaos: %s started again (pid %s)", proc.name, proc.pid)
         finally:
             self._down.discard(proc.name)
@@ -229,7 +232,7 @@ class ChaosRunner:
                     if attempt == 4:
                         raise
                     await asyncio.sleep(1.0)
-            done.back_at = time.monotonic()
+            done.back_at, done.back_wall = time.monotonic(), time.time()
             log.warning("chaos: %s started again", step.label)
         finally:
             self._down.discard(part)

@@ -1,13 +1,13 @@
 """The `gpuaware` command: one entry point for the embedded stack, the demo and the evaluators.
 
-Sub-commands live in their own modules (`stack`, `demo`, `evaluate`, `health`, `forecast`, `quota`); this file only assembles them.
+Sub-commands live in their own modules (`stack`, `demo`, `drill`, `evaluate`, `health`, `forecast`, `quota`); this file only assembles them.
 """
 
 from __future__ import annotations
 
 import typer
 
-from gpuaware.cli import demo, evaluate, forecast, health, quota, stack
+from gpuaware.cli import demo, drill, evaluate, forecast, health, quota, stack
 
 app = typer.Typer(
     name="gpuaware",
@@ -20,6 +20,7 @@ app.command("up")(stack.up)
 app.command("down")(stack.down)
 app.command("status")(stack.status)
 app.command("demo")(demo.demo)
+app.command("drill")(drill.drill)
 app.add_typer(evaluate.app, name="eval")
 app.add_typer(health.app, name="health")
 app.add_typer(forecast.app, name="forecast")

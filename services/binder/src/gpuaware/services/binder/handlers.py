@@ -49,7 +49,7 @@ from gpuaware.schemas import (
     PodUnschedulable,
     WorldSnapshotRequest,
 )
-from gpuaware.schemas.streams import PLACEMENT
+from gpuaware.schemas.streams import BINDER, PLACEMENT
 from gpuaware.services.binder.binder import Binder
 from gpuaware.services.binder.exporter import start_exporter
 from gpuaware.services.binder.settings import BinderSettings
@@ -126,6 +126,23 @@ def _default_world(settings: BinderSettings, source: str) -> World:
     return build_world(settings, source=source)
 
 
+async def _published(js: bus.JetStream, cluster: str) -> list[Event]:
+    """Everything a binder of ``cluster`` published that is still on the BINDER stream, in order."""
+    events: list[Event] = []
+
+    def keep(ev: Event, _d: bus.FollowDelivery) -> None:
+        if getattr(ev, "cluster", None) == cluster:
+            events.append(ev)
+
+    follower = await bus.follow(js, list(OUT.values()), keep, stream=BINDER.name, with_suffixes=True,
+                                name="binder-restore")
+    try:
+        await follower.sync(timeout=60.0)
+    finally:
+        await follower.stop()
+    return events
+
+
 def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = None,
                on_binder: Callable[[Binder], None] | None = None) -> Mount:
     """A ``mount`` for ``run_service``; tests pass their own world (and get the ``Binder`` back)."""
@@ -141,6 +158,11 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
                         dedupe_capacity=settings.dedupe_capacity)
         if on_binder is not None:
             on_binder(binder)
+        restore = getattr(world, "restore", None)
+        if restore is not None:  # the twin: a restarted binder finds its simulated cluster as it was
+            counts = restore(await _published(ctx.js, settings.cluster))
+            if counts["events"]:
+                log.info("binder: twin restored from %d published events: %s", counts["events"], counts)
         exporter = await start_exporter(world, settings)
         if settings.webhook_port:
             from gpuaware.services.binder.webhook import WebhookServer

@@ -12,13 +12,23 @@ nights in wall time.
 De-duplication ids (``<cluster>/<kind>/<key>``) are built here from the twin's own counters, so a
 republished event after a crash is the same stream message: ``pending/<uid>/<attempt>``,
 ``finished/<uid>``, ``checkpoint-ack/<request id>/<answer>``.
+
+The twin lives in the binder's process, so a killed binder would take the whole simulated cluster
+with it — unlike a real one, whose pods keep running while its binder restarts. ``restore`` gives
+the twin that property: a restarted binder replays what the killed one published (its BINDER
+events, in virtual-time order) into a fresh twin — arrivals, departures and checkpoint answers come
+again from the twin's own deterministic schedule, bindings and evictions are applied as they were —
+and resumes the clock where that left off. Events the twin produced but the killed binder had not
+published yet are published now (the same message ids, so none is stored twice).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from gpuaware.placement import NodeSpec
@@ -65,6 +75,8 @@ from gpuaware.sim.twin import (
 from gpuaware.sim.workload_gen import SimPod, from_openb, generate, load_philly, spec_for_cluster
 
 __all__ = ["TwinWorld", "build_twin", "build_world"]
+
+log = logging.getLogger(__name__)
 
 
 def _gpu_slice(s: Slice) -> GpuSlice:
@@ -134,6 +146,51 @@ class TwinWorld:
             stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await stopping
+
+    # --- recovery -----------------------------------------------------------------------------------
+
+    def restore(self, published: Iterable[Event]) -> dict[str, int]:
+        """Bring a fresh twin to where a killed binder's twin was, from the events that binder published
+        (module docstring). Returns counts: events replayed, bindings and evictions re-applied, events
+        published again, and ``diverged`` (an event the replay could not reproduce; logged)."""
+        events = sorted((e for e in published if getattr(e, "cluster", None) == self.cluster), key=_virtual_at)
+        seen = {k for k in map(_key, events) if k is not None}
+        produced: list[tuple[Event, str]] = []
+        counts = {"events": len(events), "bound": 0, "evicted": 0, "requeued": 0, "republished": 0, "diverged": 0}
+        twin = self.twin
+        for ev in events:
+            at = _virtual_at(ev)
+            if at > twin.now:
+                produced.extend(self._message(e) for e in twin.advance(at))
+            try:
+                if isinstance(ev, PodBound) and twin.state(ev.pod_uid) == "pending":
+                    twin.bind(ev.pod_uid, ev.node, [Slice(s.gpu_uuid, s.gpu_milli, s.memory_mib, s.gpu_index)
+                                                    for s in ev.slices], decision_id=ev.decision_id)
+                    counts["bound"] += 1
+                elif isinstance(ev, PodPreempted) and twin.state(ev.pod_uid) == "bound":
+                    twin.evict(ev.pod_uid, checkpointed=ev.checkpointed)
+                    counts["evicted"] += 1
+                elif isinstance(ev, PodPending) and twin.state(ev.pod_uid) == "pending" \
+                        and ev.attempt > twin.attempt(ev.pod_uid):
+                    twin.requeue(ev.pod_uid)  # a transient bind failure counted another attempt
+                    counts["requeued"] += 1
+                elif isinstance(ev, CheckpointRequested) and twin.state(ev.pod_uid) == "bound":
+                    twin.request_checkpoint(ev.pod_uid, ev.request_id)
+                elif isinstance(ev, PodFinished) and twin.state(ev.pod_uid) != "finished":
+                    counts["diverged"] += 1
+                    log.warning("restore: %s finished at %.0f but the replayed twin has it %s", ev.pod_uid, at,
+                                twin.state(ev.pod_uid))
+            except Refused as r:
+                counts["diverged"] += 1
+                log.warning("restore: %s of %s not reproduced: %s", type(ev).__name__, getattr(ev, "pod_uid", ""), r)
+        again = [(e, m) for e, m in produced if not isinstance(e, PodPending) and _key(e) not in seen]
+        again += [(self._pending(pod, twin.attempt(pod.uid), twin.now),
+                   f"{self.cluster}/pending/{pod.uid}/{twin.attempt(pod.uid)}")
+                  for pod in twin.pending() if ("pending", pod.uid, str(twin.attempt(pod.uid))) not in seen]
+        self._outbox.extend(again)
+        counts["republished"] = len(again)
+        self.clock.skip_to(twin.now)  # time goes on from where the killed twin's last event was
+        return counts
 
     # --- translation --------------------------------------------------------------------------------
 
@@ -270,6 +327,26 @@ class TwinWorld:
             total_pods=len(bindings), pending_pods=twin.counts()["pending"], next_node_offset=next_node,
             next_pod_offset=next_pod,
         )
+
+
+def _virtual_at(ev: Event) -> float:
+    """When an event happened in the twin's time (each carries it in its own field)."""
+    for name in ("bound_at", "preempted_at", "finished_at", "acknowledged_at"):
+        at = getattr(ev, name, None)
+        if at is not None:
+            return float(at)
+    return float(ev.emitted_at)
+
+
+def _key(ev: Event) -> tuple[str, ...] | None:
+    """What makes two publications the same event, for the events the twin's own schedule produces."""
+    if isinstance(ev, PodPending):
+        return ("pending", ev.pod_uid, str(ev.attempt))
+    if isinstance(ev, PodFinished):
+        return ("finished", ev.pod_uid)
+    if isinstance(ev, CheckpointAcknowledged):
+        return ("ack", ev.request_id)
+    return None
 
 
 def _world_node(spec: NodeSpec, twin: Twin) -> WorldNode:

@@ -1,0 +1,298 @@
+"""`gpuaware drill`: the fault suite. A replay on the digital twin through the real services and the
+real embedded stack while a planned fault happens (`gpuaware.cli.chaos`), then the invariants that
+must still hold, each checked against what was actually stored and decided:
+
+* every pod the twin submitted reached the bus, and each is bound, finished, or pending with a reason
+  (no pending pod lost);
+* no pod bound twice; no GPU slice over-allocated, in the replay of every binding and release and in
+  the twin's own snapshot at the end;
+* every event of the loop recorded in PostgreSQL (``placement_events`` row counts per subject equal
+  what crossed the bus);
+* every telemetry sample on the bus stored in PostgreSQL exactly once (set of (GPU, time) on the
+  stream == the rows of the run's GPUs; the table's key forbids a second copy, the check shows none
+  was needed or lost);
+* every planned fault done and undone, and the loop deciding again after each.
+
+It always starts its own stack in ``--data-dir`` (free ports): it kills servers, so it never touches
+one that ``NATS_URL`` / ``DATABASE_URL`` name. The same function runs in ``make test-faults``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpuaware import bus, tsdb
+from gpuaware.cli.chaos import SCENARIOS, ChaosError, ChaosRunner, ChaosStep, parse_chaos
+from gpuaware.cli.demo_report import analyse, rebuild_workload
+from gpuaware.cli.demo_run import DemoConfig, RunResult, RunSpec, SubjectCounter, run_once
+from gpuaware.cli.options import bounded
+from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_command
+from gpuaware.devstack import StackError, stack_down, stack_up
+from gpuaware.placement import DEFAULT_PROFILE
+from gpuaware.runtime import provision_streams
+from gpuaware.schemas import GpuSampled
+from gpuaware.schemas.streams import TELEMETRY
+from gpuaware.schemas.telemetry import GPU_SAMPLED
+
+__all__ = ["DrillResult", "drill", "run_drill", "telemetry_ledger"]
+
+console = Console()
+
+DEFAULT_DURATION_S = {"services": 36.0, "stack": 50.0, "cluster": 30.0}
+"""wall seconds replayed per scenario: the plan's last step, its down time and some decisions after"""
+CLUSTER_NODES = 3
+
+
+@dataclass
+class DrillResult:
+    scenario: str
+    plan: str
+    invariants: dict[str, bool]
+    figures: dict[str, Any]
+    chaos: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(self.invariants.values())
+
+    def json(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "plan": self.plan, "ok": self.ok, "invariants": self.invariants,
+                "figures": self.figures, "chaos": self.chaos}
+
+
+def _ms(t: float) -> int:
+    return round(t * 1000.0)
+
+
+async def telemetry_ledger(js: bus.JetStream, nodes: set[str]) -> tuple[set[tuple[str, int]], int]:
+    """Every (GPU uuid, sample time in ms) the TELEMETRY stream holds for ``nodes``, and how many
+    sample messages carried them (a redelivered or republished batch counts twice, its rows once)."""
+    keys: set[tuple[str, int]] = set()
+    batches = 0
+
+    def on_sample(ev: GpuSampled, _d: Any) -> None:
+        nonlocal batches
+        if ev.node in nodes:
+            batches += 1
+            t = _ms(ev.sampled_at)
+            keys.update((u, t) for u in ev.gpu_uuid)
+
+    follower = await bus.follow(js, [bus.Channel(GPU_SAMPLED, GpuSampled)], on_sample, stream=TELEMETRY.name,
+                                with_suffixes=True, name="drill-telemetry")
+    try:
+        await follower.sync(timeout=30.0)
+    finally:
+        await follower.stop()
+    return keys, batches
+
+
+_STORED = "SELECT gpu_uuid, (extract(epoch FROM ts) * 1000)::bigint FROM gpu_samples WHERE gpu_uuid = ANY(%s)"
+
+
+async def _stored(pool: Any, uuids: list[str]) -> tuple[set[tuple[str, int]], int]:
+    async with pool.connection() as conn, conn.cursor() as cur:
+        await cur.execute(_STORED, (uuids,))
+        rows = await cur.fetchall()
+    return {(u, int(t)) for u, t in rows}, len(rows)
+
+
+def _submitted(cfg: DemoConfig, run: RunResult, slack_s: float) -> set[str]:
+    """Pods of the workload the twin had submitted by the end of the run (virtual time), less those in
+    the last ``slack_s`` wall seconds (in flight when the run stopped)."""
+    reached = run.virtual_end - run.started_at - slack_s * cfg.speed
+    return {uid for uid, p in rebuild_workload(cfg).items() if p.arrival_s <= reached}
+
+
+def invariants_of(cfg: DemoConfig, run: RunResult, tel: dict[str, Any]) -> tuple[dict[str, bool], dict[str, Any]]:
+    """The drill's invariants (module docstring) and the figures behind them."""
+    a = analyse(run, cfg, rebuild_workload(cfg))
+    inv = a["invariants"]
+    submitted = _submitted(cfg, run, slack_s=2.0)
+    never_seen = sorted(submitted - set(run.log.pending))
+    decided_at = sorted(t for t, _ in run.log.decision_times)
+    recovery = {}
+    for step in run.chaos:
+        after = [t for t in decided_at if step["back_wall"] is not None and t >= step["back_wall"]]
+        recovery[step["step"]] = round(after[0] - step["back_wall"], 2) if after else None
+    loop_rows = {k: v for k, v in a["recorded"].items()}
+    figures = {
+        "pods": a["pods"], "pods_submitted": len(submitted), "pods_never_on_the_bus": never_seen[:10],
+        "decisions": a["recorded"].get("placement.pod.decided.v1", 0),
+        "double_bound": inv["double_bound_examples"], "over_allocations": inv["over_allocation_examples"],
+        "over_allocations_in_world_snapshot": inv["over_allocations_in_world_snapshot"],
+        "recorded": loop_rows, "placement_events_rows": a["placement_events_rows"],
+        "telemetry": tel, "first_decision_after_recovery_s": recovery,
+        "wall_s": a["wall_s"], "virtual_s": a["virtual_s"], "failure": run.failure,
+    }
+    checks = {
+        "every pod the twin submitted reached the bus": not never_seen and len(submitted) > 0,
+        "every pod accounted (bound, finished, or pending with a reason)": a["pods"]["unaccounted_count"] == 0,
+        "no pod bound twice": inv["double_bound"] == 0,
+        "no GPU slice over-allocated (event replay and the twin's snapshot)":
+            inv["over_allocations_replayed"] == 0 and inv["over_allocations_in_world_snapshot"] == 0
+            and inv["world_snapshot_pods"] > 0,
+        "every loop event in PostgreSQL (placement_events = bus, per subject)":
+            bool(loop_rows) and a["placement_events_rows"] == loop_rows,
+        "every telemetry sample on the bus in PostgreSQL, once":
+            tel.get("on_bus", 0) > 0 and tel.get("missing", 1) == 0 and tel.get("not_on_bus", 1) == 0,
+        "every planned fault done and undone": bool(run.chaos) and all(s["ok"] for s in run.chaos),
+        "the loop decided again after every fault": bool(recovery) and all(v is not None for v in recovery.values()),
+        "the replay reached the end of its window": run.reached_end,
+    }
+    return checks, figures
+
+
+def _finder(procs: ProcessGroup) -> Callable[[str], ServiceProcess | None]:
+    def find(service: str) -> ServiceProcess | None:
+        for p in procs.processes:
+            if p.name == service or (p.name.startswith(service + "-") and not service.startswith("placement")):
+                return p
+        return None
+    return find
+
+
+async def run_drill(plan: str, *, data_dir: Path, out: Path, duration_s: float | None = None,
+                    nats_nodes: int | None = None, nodes: int = 12, load: float = 1.8, seed: int = 7,
+                    progress: Callable[[str], None] | None = None) -> DrillResult:
+    """One scenario (a name in `SCENARIOS`) or plan: its own stack in ``data_dir``, the services, the
+    replay with the planned faults, the invariants. The stack is stopped at the end."""
+    steps = parse_chaos(plan)
+    scenario = plan if plan in SCENARIOS else "custom"
+    if nats_nodes is None:
+        nats_nodes = CLUSTER_NODES if any(s.kind == "nats-node" for s in steps) else 1
+    if duration_s is None:
+        duration_s = DEFAULT_DURATION_S.get(scenario) or max(s.at_s + s.down_s for s in steps) + 15.0
+    say = progress or (lambda _m: None)
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"starting the stack ({nats_nodes} NATS node{'s' if nats_nodes > 1 else ''} + PostgreSQL)")
+    stack = await asyncio.to_thread(_stack_up, data_dir, nats_nodes)
+    try:
+        nats_url, database_url = stack.state.nats_url, stack.state.database_url
+        await asyncio.to_thread(tsdb.migrate, database_url)
+        await provision_streams(nats_url)  # every stream exists before the first follower or publisher
+        window = 24 * 3600.0
+        cfg = DemoConfig(out=out, run_id=f"drill-{uuid.uuid4().hex[:6]}", duration_s=duration_s, window_s=window,
+                         speed=window / duration_s, trace="generator", nodes=str(nodes), default_nodes=nodes,
+                         load=load, seed=seed, max_pods=0, slo_s=600.0, own_nats=True)
+        spec = RunSpec("gpuaware", DEFAULT_PROFILE, f"{cfg.run_id}-gpuaware")
+        return await _drill(cfg, spec, steps, scenario, plan, data_dir, nats_url, database_url, say)
+    finally:
+        say("stopping the stack")
+        await asyncio.to_thread(stack_down, data_dir)
+
+
+def _stack_up(data_dir: Path, nats_nodes: int) -> Any:
+    if nats_nodes > 1:
+        return stack_up(data_dir, nats_port=0, pg_port=0, nats_nodes=nats_nodes)
+    return stack_up(data_dir, nats_port=0, pg_port=0)
+
+
+async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], scenario: str, plan: str,
+                 data_dir: Path, nats_url: str, database_url: str, say: Callable[[str], None]) -> DrillResult:
+    pool = await tsdb.open_async_pool(database_url, application_name="gpuaware-drill", min_size=0, max_size=2,
+                                      timeout=5.0)
+    try:
+        async with bus.connected(nats_url, name="gpuaware-drill") as nc:
+            with ProcessGroup() as procs:
+                common = {"NATS_URL": nats_url, "DATABASE_URL": database_url}
+                procs.start("telemetry-collector", service_command("gpuaware.services.telemetry", "collector"),
+                            {**common, "GPUAWARE_TELEMETRY_COLLECTOR_CLUSTER": cfg.run_id},
+                            cfg.out / "logs" / "telemetry-collector.log")
+                runner = ChaosRunner(steps, find=_finder(procs), data_dir=data_dir)
+                say(f"replaying {cfg.window_s / 3600:.0f} virtual hours in {cfg.duration_s:.0f} s with: "
+                    + ", ".join(s.label for s in steps))
+                run = await run_once(cfg, spec, nc=nc, nats_url=nats_url, database_url=database_url, pool=pool,
+                                     counter=SubjectCounter(), procs=procs, progress=lambda *_a: None,
+                                     chaos=runner)
+                say("checking the invariants")
+                await asyncio.sleep(2.0)  # the collector's last batches reach PostgreSQL
+                collector = _finder(procs)("telemetry-collector")
+                if collector is not None:
+                    await asyncio.to_thread(collector.stop, 15.0)
+                tel = await _telemetry(nc.jetstream(), pool, run)
+        checks, figures = invariants_of(cfg, run, tel)
+        return DrillResult(scenario=scenario, plan=", ".join(s.label for s in steps), invariants=checks,
+                           figures=figures, chaos=run.chaos)
+    finally:
+        await pool.close()
+
+
+async def _telemetry(js: bus.JetStream, pool: Any, run: RunResult) -> dict[str, Any]:
+    on_bus, batches = await telemetry_ledger(js, set(run.node_names))
+    stored, rows = await _stored(pool, sorted(run.gpus))
+    return {"batches": batches, "on_bus": len(on_bus), "stored": rows, "missing": len(on_bus - stored),
+            "not_on_bus": len(stored - on_bus)}
+
+
+def print_result(result: DrillResult) -> None:
+    table = Table(title=f"drill {result.scenario}: {result.plan}")
+    table.add_column("invariant")
+    table.add_column("", justify="center")
+    for name, ok in result.invariants.items():
+        table.add_row(name, "[green]ok[/green]" if ok else "[red]FAILED[/red]")
+    console.print(table)
+    f = result.figures
+    tel = f.get("telemetry", {})
+    console.print(f"pods {f['pods']['arrived']} arrived, {f['decisions']} decisions; telemetry {tel.get('on_bus')} "
+                  f"samples on the bus, {tel.get('stored')} stored, {tel.get('missing')} missing; first decision "
+                  f"after each recovery (s): {f['first_decision_after_recovery_s']}")
+
+
+def drill(
+    scenario: Annotated[str, typer.Option(help="services | stack | cluster | all, or a plan such as "
+                                               "'kill:binder@10+1, postgres@15+30' (kind[:target]@at_s[+down_s]; "
+                                               "kinds: kill, nats, postgres, nats-node).")] = "all",
+    duration: Annotated[float | None, typer.Option(callback=bounded(10.0, 3_600.0),
+                                                   help="Wall seconds replayed (default per scenario).")] = None,
+    nodes: Annotated[int, typer.Option(min=2, max=256, help="Twin nodes (built-in mixed cluster).")] = 12,
+    out: Annotated[Path, typer.Option(help="Folder for drill-<scenario>.json and the services' logs.")] = Path(
+        "drill-out"),
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="The drill's own stack (started on free ports, "
+                                                              "stopped at the end).")] = Path(".gpuaware-drill"),
+) -> None:
+    """Replay a workload on the digital twin while services are killed and servers fail, then check
+    that nothing was lost, doubled or over-allocated. Exits 1 when an invariant fails."""
+    if os.environ.get("NATS_URL") or os.environ.get("DATABASE_URL"):
+        console.print("[red]the drill kills servers: it runs only on its own stack (unset NATS_URL and "
+                      "DATABASE_URL)[/red]", highlight=False)
+        raise typer.Exit(2)
+    plans = list(SCENARIOS) if scenario == "all" else [scenario]
+    try:
+        for p in plans:
+            parse_chaos(p)
+    except ChaosError as exc:
+        console.print(f"[red]bad --scenario:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    ok = True
+    for p in plans:
+        name = p if p in SCENARIOS else "custom"
+        console.rule(f"drill: {name}")
+        started = time.monotonic()
+        try:
+            result = asyncio.run(run_drill(p, data_dir=data_dir, out=out / name, duration_s=duration, nodes=nodes,
+                                           progress=lambda m: console.print(f"[dim]{m}[/dim]")))
+        except StackError as exc:
+            console.print(f"[red]cannot start the drill's stack:[/red] {exc}")
+            raise typer.Exit(1) from None
+        print_result(result)
+        path = out / f"drill-{name}.json"
+        path.write_text(json.dumps({**result.json(), "seconds": round(time.monotonic() - started, 1)}, indent=2))
+        console.print(f"written: {path}")
+        ok = ok and result.ok
+    with contextlib.suppress(Exception):
+        console.print("[green]all invariants held[/green]" if ok else "[red]an invariant failed[/red]")
+    if not ok:
+        raise typer.Exit(1)
