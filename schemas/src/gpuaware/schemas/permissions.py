@@ -183,11 +183,13 @@ def _durable(stream: StreamSpec, durable: str) -> list[str]:
             f"$JS.ACK.{stream.name}.{durable}.{ANY}"]
 
 
-def _follow(stream: StreamSpec) -> list[str]:
-    """An ordered (ephemeral push) consumer: create, inspect, delete on stop, flow control replies."""
+def _follow(stream: StreamSpec, *, delete: bool = True) -> list[str]:
+    """An ordered (ephemeral push) consumer: create, inspect, delete on stop (``delete=False``: the
+    server removes it when inactive, for a user that must not delete another's durable there), flow
+    control replies."""
     return [f"{JS_API}.CONSUMER.CREATE.{stream.name}",
             f"{JS_API}.CONSUMER.INFO.{stream.name}.*",
-            f"{JS_API}.CONSUMER.DELETE.{stream.name}.*",
+            *([f"{JS_API}.CONSUMER.DELETE.{stream.name}.*"] if delete else []),
             f"$JS.FC.{stream.name}.{ANY}"]
 
 
@@ -260,7 +262,7 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         # follows placement's unschedulable verdicts (the "why pending" Event on a Kubernetes pod), and
         # reads back its own events at start (the twin restored after a crash)
         pub = [*(s for o in out for s in _event(o)), *_js_base(), *_durable(PLACEMENT, BINDER_DURABLE),
-               *_durable(BINDER, f"{BINDER_DURABLE}-checkpoints"), *_follow(PLACEMENT), *_follow(BINDER),
+               *_durable(BINDER, f"{BINDER_DURABLE}-checkpoints"), *_follow(PLACEMENT), *_follow(BINDER, delete=False),
                *_dead_letters([*_event(PLACEMENT_DECIDED), *_event(CHECKPOINT_ACKNOWLEDGED), WORLD_SNAPSHOT])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [WORLD_SNAPSHOT])]),
                            allow_responses=True)

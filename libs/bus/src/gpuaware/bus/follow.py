@@ -146,13 +146,16 @@ class Follower:
                 return False
             await asyncio.sleep(interval)
 
-    async def stop(self) -> None:
+    async def stop(self, *, delete: bool = True) -> None:
+        """Stop delivering; ``delete=False`` leaves the consumer to the server, which removes it after
+        ``inactive_threshold`` (for users that may not delete consumers on the stream)."""
         self._stopping.set()
         if self._psub is not None:
             with contextlib.suppress(Exception):
                 name = (await self._psub.consumer_info()).name
                 await self._psub.unsubscribe()
-                await self.js.delete_consumer(self.stream, name)
+                if delete:
+                    await self.js.delete_consumer(self.stream, name)
 
     async def _on_msg(self, msg: Any) -> None:
         if self._stopping.is_set():

@@ -120,6 +120,7 @@ class _Done:
     step: ChaosStep
     started_at: float = 0.0
     down_at: float | None = None
+    down_wall: float | None = None
     back_at: float | None = None
     back_wall: float | None = None
     """Unix time it was started again: events after it show the loop recovered"""
@@ -129,7 +130,7 @@ class _Done:
         return {"step": self.step.label, "kind": self.step.kind, "target": self.step.target,
                 "down_at_s": None if self.down_at is None else round(self.down_at - t0, 2),
                 "back_at_s": None if self.back_at is None else round(self.back_at - t0, 2),
-                "back_wall": self.back_wall,
+                "down_wall": self.down_wall, "back_wall": self.back_wall,
                 "ok": self.down_at is not None and self.back_at is not None and not self.error,
                 "error": self.error}
 
@@ -176,7 +177,7 @@ class ChaosRunner:
         t0 = self._t0 or time.monotonic()
         out = [d.record(t0) for d in self._done]
         out += [{"step": s.label, "kind": s.kind, "target": s.target, "down_at_s": None, "back_at_s": None,
-                 "back_wall": None, "ok": False, "error": "not reached (the replay ended first)"} for s in self.steps[self._next:]]
+                 "down_wall": None, "back_wall": None, "ok": False, "error": "not reached (the replay ended first)"} for s in self.steps[self._next:]]
         return out
 
     async def _run(self, done: _Done) -> None:
@@ -198,7 +199,7 @@ class ChaosRunner:
         try:
             proc.proc.kill()  # SIGKILL: no drain, no goodbye
             await asyncio.to_thread(proc.proc.wait, 10.0)
-            done.down_at = time.monotonic()
+            done.down_at, done.down_wall = time.monotonic(), time.time()
             log.warning("chaos: %s killed (pid %s)", proc.name, proc.pid)
             await asyncio.sleep(done.step.down_s)
             proc.start()  # the same command and environment, its log appended to
@@ -220,7 +221,7 @@ class ChaosRunner:
         try:
             os.kill(pid, sig)
             await _until_gone(pid, 30.0)
-            done.down_at = time.monotonic()
+            done.down_at, done.down_wall = time.monotonic(), time.time()
             log.warning("chaos: %s stopped (pid %d)", step.kind if not step.target else f"nats node {step.target}",
                         pid)
             await asyncio.sleep(step.down_s)

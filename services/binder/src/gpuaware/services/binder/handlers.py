@@ -135,11 +135,11 @@ async def _published(js: bus.JetStream, cluster: str) -> list[Event]:
             events.append(ev)
 
     follower = await bus.follow(js, list(OUT.values()), keep, stream=BINDER.name, with_suffixes=True,
-                                name="binder-restore")
+                                name="binder-restore", inactive_threshold=5.0)
     try:
         await follower.sync(timeout=60.0)
-    finally:
-        await follower.stop()
+    finally:  # the binder may not delete consumers on BINDER (placement's durable is there)
+        await follower.stop(delete=False)
     return events
 
 
