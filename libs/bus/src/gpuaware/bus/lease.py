@@ -105,6 +105,7 @@ class LeaderLease:
         """start of the first write of ours since the last confirmed one whose reply never came (it
         may have been applied, e.g. sent as the client reconnected): the earliest its TTL can run from"""
         self.resignations = 0
+        self._campaign_failures = 0
 
     @property
     def leading(self) -> bool:
@@ -264,11 +265,11 @@ class LeaderLease:
                     if self._unconfirmed_since is None:
                         self._unconfirmed_since = now
                     if now - self._renewed_at >= self.ttl_s - self.margin_s:
-                        log.warning("lease %s/%s: cannot renew for %.1fs (%s); stepping down",
+                        log.warning("lease %s/%s: cannot renew for %.1fs (%r); stepping down",
                                     self.bucket, self.key, now - self._renewed_at, exc)
                         await self._set(False)
                         continue
-                    log.info("lease %s/%s: renewal failed (%s), retrying", self.bucket, self.key, exc)
+                    log.info("lease %s/%s: renewal failed (%r), retrying", self.bucket, self.key, exc)
                     await self._nap(min(self.poll_s, self.renew_s))
                     continue
                 # sleep until the next renewal, but never past the point where we must step down
@@ -289,9 +290,14 @@ class LeaderLease:
                 except Exception as exc:
                     if self._unconfirmed_since is None:
                         self._unconfirmed_since = started
-                    log.debug("lease %s/%s: campaign failed (%s)", self.bucket, self.key, exc)
+                    self._campaign_failures += 1
+                    # a standby polls all the time: say so only when it has failed for a while
+                    log.log(logging.WARNING if self._campaign_failures % 20 == 0 else logging.DEBUG,
+                            "lease %s/%s: campaign failed %d times in a row (%r)", self.bucket, self.key,
+                            self._campaign_failures, exc)
                     await self._nap(self.poll_s)
                     continue
+                self._campaign_failures = 0
                 self._unconfirmed_since = None
                 self._revision = rev
                 if time.monotonic() < self._out_until:  # resign() came while campaigning: give it back

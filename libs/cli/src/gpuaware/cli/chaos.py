@@ -1,6 +1,6 @@
 """Planned faults during a replay: services killed with SIGKILL and started again, nats-server killed,
 PostgreSQL stopped for a while, one node of a NATS cluster lost — at set wall times, while the
-digital twin replays a workload (`gpuaware drill`, `gpuaware demo --chaos`).
+digital twin replays a workload (`gpuaware drill`, the fault suite `make test-faults`).
 
 Why a plan and not random chaos: an invariant that fails must be reproducible, so each step is named
 and timed (`kill:binder@12+1`: SIGKILL the binder 12 s into the replay, start it again 1 s later).

@@ -74,13 +74,10 @@ class DrillResult:
                 "figures": self.figures, "chaos": self.chaos}
 
 
-def _ms(t: float) -> int:
-    return round(t * 1000.0)
-
-
 async def telemetry_ledger(js: bus.JetStream, nodes: set[str]) -> tuple[set[tuple[str, int]], int]:
-    """Every (GPU uuid, sample time in ms) the TELEMETRY stream holds for ``nodes``, and how many
-    sample messages carried them (a redelivered or republished batch counts twice, its rows once)."""
+    """Every (GPU uuid, sample time as stored: microseconds since 2000) the TELEMETRY stream holds for
+    ``nodes``, and how many sample messages carried them (a republished batch counts twice, its rows
+    once)."""
     keys: set[tuple[str, int]] = set()
     batches = 0
 
@@ -88,7 +85,7 @@ async def telemetry_ledger(js: bus.JetStream, nodes: set[str]) -> tuple[set[tupl
         nonlocal batches
         if ev.node in nodes:
             batches += 1
-            t = _ms(ev.sampled_at)
+            t = int(tsdb.timestamp_micros(ev.sampled_at))
             keys.update((u, t) for u in ev.gpu_uuid)
 
     follower = await bus.follow(js, [bus.Channel(GPU_SAMPLED, GpuSampled)], on_sample, stream=TELEMETRY.name,
@@ -100,7 +97,8 @@ async def telemetry_ledger(js: bus.JetStream, nodes: set[str]) -> tuple[set[tupl
     return keys, batches
 
 
-_STORED = "SELECT gpu_uuid, (extract(epoch FROM ts) * 1000)::bigint FROM gpu_samples WHERE gpu_uuid = ANY(%s)"
+_STORED = ("SELECT gpu_uuid, ((extract(epoch FROM ts) - 946684800) * 1000000)::bigint FROM gpu_samples "
+           "WHERE gpu_uuid = ANY(%s)")
 
 
 async def _stored(pool: Any, uuids: list[str]) -> tuple[set[tuple[str, int]], int]:

@@ -18,7 +18,7 @@ Typical service use::
     write_sample_columns(conn, SampleColumns(...))   # the same, columnar: one numpy-built binary COPY
 """
 
-from gpuaware.tsdb.binary import SampleColumns, encode_copy_binary, encode_sample_columns
+from gpuaware.tsdb.binary import SampleColumns, encode_copy_binary, encode_sample_columns, timestamp_micros
 from gpuaware.tsdb.capabilities import Backend, choose_backend, installed_backend, timescaledb_available
 from gpuaware.tsdb.errors import ChecksumMismatchError, MigrationError, TsdbError, is_transient
 from gpuaware.tsdb.health import (
@@ -181,6 +181,7 @@ __all__ = [
     "store_roundtrip",
     "store_roundtrip_async",
     "timescaledb_available",
+    "timestamp_micros",
     "upsert_inventory",
     "upsert_inventory_async",
     "utilisation_range_async",

@@ -25,16 +25,23 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from typing import Any
 
 import numpy as np
 
 from gpuaware.tsdb.rows import SAMPLE_COLUMNS, SAMPLE_PG_TYPES
 
-__all__ = ["SampleColumns", "encode_copy_binary", "encode_sample_columns"]
+__all__ = ["SampleColumns", "encode_copy_binary", "encode_sample_columns", "timestamp_micros"]
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 TRAILER = b"\xff\xff"
 _PG_EPOCH_S = 946_684_800  # 2000-01-01T00:00:00Z in Unix seconds
+
+
+def timestamp_micros(unix_s: Any) -> np.ndarray:
+    """Unix seconds -> what PostgreSQL stores for a timestamptz: integer microseconds since 2000-01-01
+    (rounded to the nearest, as every COPY of ours does). Compare stored times with this, not floats."""
+    return np.rint((np.asarray(unix_s, dtype=np.float64) - _PG_EPOCH_S) * 1e6).astype(np.int64)
 _FIXED: dict[str, tuple[str, int]] = {
     "float4": (">f4", 4), "float8": (">f8", 8), "int2": (">i2", 2), "int4": (">i4", 4),
     "int8": (">i8", 8), "bool": ("u1", 1), "timestamptz": (">i8", 8),
@@ -146,8 +153,7 @@ def encode_copy_binary(columns: Sequence[tuple[str, object]], n: int) -> bytes:
                 uniform = False
             fields.append(("text", text, None))
         elif pg_type == "timestamptz":
-            us = np.rint((np.asarray(values, dtype=np.float64) - _PG_EPOCH_S) * 1e6).astype(">i8")
-            fields.append((pg_type, us, None))
+            fields.append((pg_type, timestamp_micros(values).astype(">i8"), None))
         else:
             data, null = _fixed(pg_type, values)  # type: ignore[arg-type]
             if null is not None and not null.all():
