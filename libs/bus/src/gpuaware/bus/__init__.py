@@ -14,6 +14,7 @@ Handlers are plain typed functions; raising `TransientError` / `PermanentError` 
 and dead letters. Each module's docstring explains its part of the design.
 """
 
+from gpuaware.bus.batch import BatchConsumer, BatchHandler, subscribe_batched
 from gpuaware.bus.codec import Channel, content_id, decoder_for
 from gpuaware.bus.connection import (
     Client,
@@ -63,6 +64,8 @@ from gpuaware.bus.tracing import extract, inject
 
 __all__ = [
     "MSG_ID",
+    "BatchConsumer",
+    "BatchHandler",
     "BusError",
     "Channel",
     "Client",
@@ -113,6 +116,7 @@ __all__ = [
     "reconnect_delay",
     "request",
     "stream_compatible",
+    "subscribe_batched",
     "subscribe_durable",
     "subscribe_pipelined",
     "tls_context",

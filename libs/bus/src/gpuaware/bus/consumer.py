@@ -263,14 +263,17 @@ class DurableConsumer(Generic[T]):
             # redelivers the unacked message after ack_wait
             log.exception("consumer %s: could not settle a message", self._name)
 
-    async def _handle_unguarded(self, msg: Msg) -> None:
-        self.stats.received += 1
+    def _delivery(self, msg: Msg) -> Delivery:
         meta = msg.metadata
         headers = msg.headers or {}
-        delivery = Delivery(subject=msg.subject, stream=meta.stream, consumer=meta.consumer,
-                            stream_seq=meta.sequence.stream, attempt=meta.num_delivered,
-                            max_deliver=self.max_deliver, msg_id=headers.get(MSG_ID), headers=headers,
-                            _msg=msg)
+        return Delivery(subject=msg.subject, stream=meta.stream, consumer=meta.consumer,
+                        stream_seq=meta.sequence.stream, attempt=meta.num_delivered,
+                        max_deliver=self.max_deliver, msg_id=headers.get(MSG_ID), headers=headers, _msg=msg)
+
+    async def _handle_unguarded(self, msg: Msg) -> None:
+        self.stats.received += 1
+        delivery = self._delivery(msg)
+        headers = delivery.headers
         with tracing.receive_span(msg.subject, headers, attributes={
             "messaging.consumer.group.name": self.durable,
             "messaging.message.id": delivery.msg_id or "",
@@ -308,6 +311,18 @@ class DurableConsumer(Generic[T]):
                     self._deduper.remember(delivery.msg_id)
                 await msg.ack()
                 self.stats.processed += 1
+
+    async def _settle_error(self, msg: Msg, delivery: Delivery, exc: Exception) -> None:
+        """A handler's error as the message's fate (the module docstring's table)."""
+        self.stats.failed += 1
+        if isinstance(exc, PermanentError):
+            await self._dead_letter(msg, delivery, f"permanent: {exc.reason}")
+        elif isinstance(exc, TransientError):
+            await self._retry_later(msg, delivery, exc.reason, exc.delay)
+        else:
+            log.error("consumer %s: handler failed on %s seq %d (attempt %d): %s: %s", self._name, msg.subject,
+                      delivery.stream_seq, delivery.attempt, type(exc).__name__, exc, exc_info=exc)
+            await self._retry_later(msg, delivery, f"{type(exc).__name__}: {exc}", None)
 
     async def _retry_later(self, msg: Msg, delivery: Delivery, reason: str, delay: float | None) -> None:
         if delivery.last_attempt:

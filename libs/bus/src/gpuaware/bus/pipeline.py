@@ -30,8 +30,6 @@ from gpuaware.bus import tracing
 from gpuaware.bus.codec import Channel, DecodeFailure
 from gpuaware.bus.consumer import Delivery, DurableConsumer, RetryPolicy, _fail, start_consumer
 from gpuaware.bus.dedupe import Deduper
-from gpuaware.bus.errors import PermanentError, TransientError
-from gpuaware.bus.headers import MSG_ID
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +94,8 @@ class PipelinedConsumer(DurableConsumer[T]):
 
     async def _start_one(self, msg: Msg) -> tuple[Msg, Delivery, Awaitable[Any]] | None:
         self.stats.received += 1
-        meta = msg.metadata
-        headers = msg.headers or {}
-        delivery = Delivery(subject=msg.subject, stream=meta.stream, consumer=meta.consumer,
-                            stream_seq=meta.sequence.stream, attempt=meta.num_delivered,
-                            max_deliver=self.max_deliver, msg_id=headers.get(MSG_ID), headers=headers, _msg=msg)
-        with tracing.receive_span(msg.subject, headers, attributes={
+        delivery = self._delivery(msg)
+        with tracing.receive_span(msg.subject, delivery.headers, attributes={
             "messaging.consumer.group.name": self.durable,
             "messaging.message.id": delivery.msg_id or "",
             "messaging.nats.delivery_attempt": delivery.attempt,
@@ -144,16 +138,6 @@ class PipelinedConsumer(DurableConsumer[T]):
         await msg.ack()
         self.stats.processed += 1
 
-    async def _settle_error(self, msg: Msg, delivery: Delivery, exc: Exception) -> None:
-        self.stats.failed += 1
-        if isinstance(exc, PermanentError):
-            await self._dead_letter(msg, delivery, f"permanent: {exc.reason}")
-        elif isinstance(exc, TransientError):
-            await self._retry_later(msg, delivery, exc.reason, exc.delay)
-        else:
-            log.error("consumer %s: handler failed on %s seq %d (attempt %d): %s: %s", self._name, msg.subject,
-                      delivery.stream_seq, delivery.attempt, type(exc).__name__, exc, exc_info=exc)
-            await self._retry_later(msg, delivery, f"{type(exc).__name__}: {exc}", None)
 
 
 async def subscribe_pipelined(

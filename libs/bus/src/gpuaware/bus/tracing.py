@@ -13,12 +13,12 @@ extract it and run the handler inside a CONSUMER (or SERVER) span that is its ch
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import Link, Span, SpanKind
 
 _TRACER_NAME = "gpuaware.bus"
 
@@ -84,3 +84,18 @@ def receive_span(subject: str, headers: Mapping[str, str] | None, *, kind: SpanK
             yield span
     finally:
         otel_context.detach(token)
+
+
+@contextmanager
+def receive_batch_span(consumer: str, headers: Sequence[Mapping[str, str] | None]) -> Iterator[Span | None]:
+    """One span for handling a whole batch, linked to each member's producer span (a batch has many
+    parents, so links rather than a parent). Nothing at all while no SDK is installed."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    links = [Link(ctx) for h in headers if (ctx := trace.get_current_span(extract(h)).get_span_context()).is_valid]
+    with tracer.start_as_current_span(f"process batch {consumer}", kind=SpanKind.CONSUMER, links=links,
+                                      attributes={"messaging.system": "nats",
+                                                  "messaging.batch.message_count": len(headers)}) as span:
+        yield span
