@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 from machine_info import machine as shared_machine
+from profile_summary import summarise
 
 from gpuaware import bus, tsdb
 from gpuaware.devstack import start_nats, start_postgres
@@ -59,6 +60,7 @@ from gpuaware.schemas import GPU_SAMPLED, NODE_INVENTORY, STREAMS, GpuSampled, N
 from gpuaware.telemetry import AdaptivePolicy, NodeEdge, to_columns
 
 RESULTS = Path(__file__).resolve().parent / "results" / "telemetry.json"
+PROFILE = RESULTS.with_name("telemetry_profile.txt")
 REPO = Path(__file__).resolve().parents[1]
 METRICS_PER_ROW = 25
 GPUS_PER_NODE = 8
@@ -182,7 +184,8 @@ async def _loadgen(url: str, gpus: int, ticks: int, paced: bool, t0: float, out:
                       "messages": ticks * len(fleet.nodes), "rows": ticks * fleet.n_gpus}))
 
 
-def start_collectors(n: int, nats_url: str, db_url: str, log: Path) -> list[subprocess.Popen[bytes]]:
+def start_collectors(n: int, nats_url: str, db_url: str, log: Path,
+                     profile_dir: Path | None = None) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "NATS_URL": nats_url, "DATABASE_URL": db_url,
            "GPUAWARE_TELEMETRY_COLLECTOR_LOG_LEVEL": "WARNING",
            # the benchmark's own windows are old news to the rollup publisher; keep it out of the way
@@ -190,6 +193,8 @@ def start_collectors(n: int, nats_url: str, db_url: str, log: Path) -> list[subp
     procs = []
     for i in range(n):
         env_i = {**env, "GPUAWARE_TELEMETRY_COLLECTOR_INSTANCE_ID": f"bench-{i}"}
+        if profile_dir is not None:
+            env_i["GPUAWARE_TELEMETRY_COLLECTOR_PROFILE_OUT"] = str(profile_dir / f"collector-{i}.prof")
         with log.open("ab") as fh:
             procs.append(subprocess.Popen([sys.executable, "-m", "gpuaware.services.telemetry", "collector"],
                                           env=env_i, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO))
@@ -218,7 +223,7 @@ async def wait_ready(nats_url: str, n: int, timeout: float = 60) -> None:
 
 
 async def end_to_end(nats_url: str, db_url: str, *, gpus: int, ticks: int, collectors: int, mode: str,
-                     log: Path, servers: dict[str, list[int]]) -> dict[str, Any]:
+                     log: Path, servers: dict[str, list[int]], profile_dir: Path | None = None) -> dict[str, Any]:
     """mode: `concurrent` (agents publish as fast as they can while the collectors store), `prefill`
     (the stream is filled first, then the collectors drain it: the collectors' own rate), `paced`."""
     paced = mode == "paced"
@@ -237,7 +242,7 @@ async def end_to_end(nats_url: str, db_url: str, *, gpus: int, ticks: int, colle
         assert kind == "ready"
         if mode == "prefill":
             kind, gen_report = await asyncio.to_thread(out.get, True, 600)
-            procs = start_collectors(collectors, nats_url, db_url, log)
+            procs = start_collectors(collectors, nats_url, db_url, log, profile_dir)
         roles = servers | {"collector": [p.pid for p in procs], "loadgen": [gen.pid]}
         cpu0 = cpu_seconds(roles)
         expected = ticks * (gpus // GPUS_PER_NODE) * GPUS_PER_NODE
@@ -455,6 +460,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         report["agent_cpu"] = await agent_cpu(nats.url, args.agent_seconds)
         print("adaptive vs fixed ...", flush=True)
         report["adaptive"] = adaptive_counts(args.adaptive_nodes, args.adaptive_seconds)
+        if args.profile:
+            print("profiled drain (where the collector's CPU goes; not a measured run) ...", flush=True)
+            prof = tmp / "profile"
+            prof.mkdir()
+            run = await end_to_end(nats.url, pg.url, gpus=args.gpus, ticks=args.ticks, collectors=1, mode="prefill",
+                                   log=log, servers=servers, profile_dir=prof)
+            PROFILE.write_text(summarise(prof / "collector-0.prof", per="message", count=run["messages"],
+                                         title=f"collector alone draining {run['messages']:,} sample messages "
+                                               f"({GPUS_PER_NODE} GPUs each), one process, cProfile"))
+            print(f"wrote {PROFILE.relative_to(REPO)}")
         report["ratio_e2e_to_raw_copy"] = report["saturated"]["rows_per_s"] / report["raw_copy"]["rows_per_s"]
         report["acceptance"] = acceptance(report)
         out = Path(args.out).resolve()
@@ -553,6 +568,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--adaptive-nodes", type=int, default=4)
     p.add_argument("--adaptive-seconds", type=int, default=900)
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                   help=f"after the measured runs, a profiled drain summarised in {PROFILE.relative_to(REPO)}")
     return p.parse_args(argv)
 
 

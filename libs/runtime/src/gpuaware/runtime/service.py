@@ -21,6 +21,7 @@ micro service, then drains the connection, within `drain_timeout_s`.
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import gc
 import logging
 import os
@@ -100,6 +101,7 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
         # process: moved out of the collector's reach, a full collection no longer walks it (tens of
         # milliseconds on a loaded service: a latency tail the loop's p99 felt)
         gc.freeze()
+        profiler = _profiler(settings.profile_out)
         if ready is not None:
             ready.set()
         if stop is None:
@@ -107,6 +109,9 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
                 await signalled.wait()
         else:
             await stop.wait()
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(settings.profile_out)
         log.info("%s draining", settings.service_name)
         await _drain(ctx, service, settings.drain_timeout_s)
     log.info("%s stopped", settings.service_name)
@@ -114,6 +119,15 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
 
 class StreamsNotProvisioned(RuntimeError):
     """A stream the service needs is missing (or incompatible) and the service may not fix it."""
+
+
+def _profiler(out: str) -> cProfile.Profile | None:
+    """A running profiler when ``out`` names a file (`ServiceSettings.profile_out`)."""
+    if not out:
+        return None
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
 
 
 async def declare_stream(js: Any, spec: StreamSpec, *, user: str = "this user") -> None:

@@ -52,6 +52,9 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     """`none`, `console`, or `memory` (tests); an OTLP exporter can be added in the chart's image."""
     drain_timeout_s: float = 10.0
     """How long a service drains in-flight work after SIGTERM before it exits anyway."""
+    profile_out: str = ""
+    """Write a cProfile of the service while it serves (pstats format) to this file when it stops;
+    empty = off. How the benchmarks find where the CPU goes (`bench/results/*_profile.txt`)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Self:

@@ -1,11 +1,11 @@
 """The collector's moving parts: a group-commit sample writer and the maintenance loop.
 
 Why group commit: a node's batch is 8 GPU rows; a transaction per batch would cap ingest at a few
-thousand rows a second. Handlers of many messages (pulled together, handled concurrently) hand
-their batch to ``SampleWriter`` and wait; the writer turns everything queued within ``linger_s``
-(or ``flush_rows``) into one columnar COPY (``gpuaware.tsdb.write_sample_columns``) and then
-resolves every waiter at once. A handler returns - and its message is acked - only after the COPY
-that holds its rows committed: nothing is acked that is not in the database.
+thousand rows a second. Each pulled batch of messages (``bus.subscribe_batched``: one handler call
+per batch, several pull loops) hands its valid sample batches to ``SampleWriter`` at once and waits;
+the writer turns everything queued within ``linger_s`` (or ``flush_rows``) into one columnar COPY
+(``gpuaware.tsdb.write_sample_columns``) and then resolves every waiter at once. Messages are acked
+only after the COPY that holds their rows committed: nothing is acked that is not in the database.
 
 When the database is unreachable, the writer retries the same COPY in place for ``hold_s`` while
 the handlers keep their messages alive with in-progress acks, so a short outage costs no
@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -75,7 +75,7 @@ class SampleWriter:
     stats: WriterStats = field(default_factory=WriterStats)
 
     def __post_init__(self) -> None:
-        self._queue: list[tuple[GpuSampled, asyncio.Future[None]]] = []
+        self._queue: list[tuple[Sequence[GpuSampled], asyncio.Future[None]]] = []
         self._rows = 0
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
@@ -86,11 +86,15 @@ class SampleWriter:
 
     def submit(self, batch: GpuSampled) -> asyncio.Future[None]:
         """Queue a batch; the future resolves when its rows are committed (or fails with the error)."""
+        return self.submit_many((batch,))
+
+    def submit_many(self, batches: Sequence[GpuSampled]) -> asyncio.Future[None]:
+        """Queue several batches (a consumer's pulled batch); one future for all of them."""
         if self._closing:
             raise RuntimeError("the sample writer is closed")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((batch, fut))
-        self._rows += len(batch.gpu_uuid)
+        self._queue.append((batches, fut))
+        self._rows += sum(len(b.gpu_uuid) for b in batches)
         self._wake.set()
         if self._rows >= self.flush_rows:
             self._full.set()
@@ -116,9 +120,9 @@ class SampleWriter:
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
 
-    async def _flush(self, items: list[tuple[GpuSampled, asyncio.Future[None]]]) -> None:
+    async def _flush(self, items: list[tuple[Sequence[GpuSampled], asyncio.Future[None]]]) -> None:
         try:
-            batches = [b for b, _ in items]
+            batches = [b for group, _ in items for b in group]
             columns = tsdb.SampleColumns(*to_columns(batches))
             deadline = time.monotonic() + self.hold_s
             delay = 0.2

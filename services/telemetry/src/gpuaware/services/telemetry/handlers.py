@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -110,7 +111,9 @@ class CollectorHandlers:
         # inventory and usage writes queue here instead of timing out on a pool the COPYs keep busy
         # (every agent announces at once when a cluster starts)
         self._small_writes = asyncio.Semaphore(max(1, settings.pool_size - settings.writers))
-        self._waiting: dict[int, tuple[float, bus.Delivery]] = {}
+        self._waiting: dict[int, tuple[float, list[bus.Delivery]]] = {}
+        self._stored_inventory: dict[str, list[tsdb.InventoryGpu]] = {}
+        """per node, the inventory rows this process last upserted"""
         self._reload: asyncio.Future[None] | None = None
         self._reloaded_at = 0.0
         self._heartbeat_task = asyncio.create_task(self._heartbeat(), name="telemetry-in-progress")
@@ -127,16 +130,41 @@ class CollectorHandlers:
         self.known.update({node: frozenset(gpus) for node, gpus in by_node.items()})
 
     # --- dispatch --------------------------------------------------------------------------------
-    async def handle(self, msg: Any, delivery: bus.Delivery) -> None:
-        if isinstance(msg, GpuSampled):
-            await self.on_sampled(msg, delivery)
-        elif isinstance(msg, NodeInventory):
-            await self.on_inventory(msg, delivery)
-        elif isinstance(msg, PodUsageReported):
-            await self.on_usage(msg, delivery)
-        # GpuRolledUp: our own output, nothing to do
+    async def handle_batch(self, msgs: Sequence[Any], deliveries: Sequence[bus.Delivery]) -> dict[int, Exception]:
+        """A pulled batch at once: inventories and usage reports applied in order, the valid sample
+        batches written by one COPY, each refused or failed member given its own fate."""
+        failures: dict[int, Exception] = {}
+        samples: list[GpuSampled] = []
+        where: list[int] = []
+        for i, (msg, delivery) in enumerate(zip(msgs, deliveries, strict=True)):
+            try:
+                if isinstance(msg, GpuSampled):
+                    await self._check_sampled(msg, delivery)
+                    samples.append(msg)
+                    where.append(i)
+                elif isinstance(msg, NodeInventory):
+                    await self.on_inventory(msg, delivery)
+                elif isinstance(msg, PodUsageReported):
+                    await self.on_usage(msg, delivery)
+            except Exception as exc:
+                failures[i] = exc
+        if samples:
+            try:
+                await self._wait_written(self.writer.submit_many(samples), [deliveries[i] for i in where])
+            except Exception as exc:
+                attempt = max(deliveries[i].attempt for i in where)
+                fate = self._write_failure(exc, attempt)
+                failures.update(dict.fromkeys(where, fate))
+        return failures
 
-    async def on_sampled(self, batch: GpuSampled, delivery: bus.Delivery) -> None:
+    def _write_failure(self, exc: Exception, attempt: int) -> Exception:
+        if tsdb.is_transient(exc):
+            return bus.TransientError(f"database unavailable: {exc}",
+                                      delay=min(self.settings.retry_cap_s, 2.0 ** min(attempt, 10)))
+        return exc
+
+    async def _check_sampled(self, batch: GpuSampled, delivery: bus.Delivery) -> None:
+        """Raise the batch's fate when it cannot be stored (yet): `check_batch`'s verdict."""
         s = self.settings
         if delivery.redelivered:
             self.redeliveries += 1
@@ -153,20 +181,12 @@ class CollectorHandlers:
                 raise bus.TransientError(str(rejection), delay=min(s.retry_cap_s, 2.0 ** (delivery.attempt - 1)))
             self.rejected[rejection.code] += 1
             raise bus.PermanentError(str(rejection))
-        fut = self.writer.submit(batch)
-        try:
-            await self._wait_written(fut, delivery)
-        except Exception as exc:
-            if tsdb.is_transient(exc):
-                raise bus.TransientError(f"database unavailable: {exc}",
-                                         delay=min(s.retry_cap_s, 2.0 ** min(delivery.attempt, 10))) from exc
-            raise
 
-    async def _wait_written(self, fut: asyncio.Future[None], delivery: bus.Delivery) -> None:
-        """Wait for the COPY holding this batch. One plain await per message: a single heartbeat
-        task keeps messages that wait long (the database is slow or down) from being redelivered."""
+    async def _wait_written(self, fut: asyncio.Future[None], deliveries: list[bus.Delivery]) -> None:
+        """Wait for the COPY holding these batches. One plain await: a single heartbeat task keeps
+        messages that wait long (the database is slow or down) from being redelivered."""
         key = id(fut)
-        self._waiting[key] = (time.monotonic(), delivery)
+        self._waiting[key] = (time.monotonic(), deliveries)
         try:
             await fut
         finally:
@@ -177,10 +197,11 @@ class CollectorHandlers:
         while True:
             await asyncio.sleep(beat / 2)
             old = time.monotonic() - beat
-            for since, delivery in list(self._waiting.values()):
+            for since, deliveries in list(self._waiting.values()):
                 if since < old:
-                    with contextlib.suppress(Exception):  # a lost heartbeat only risks a harmless redelivery
-                        await delivery.in_progress()
+                    for delivery in deliveries:
+                        with contextlib.suppress(Exception):  # a lost heartbeat only risks a harmless redelivery
+                            await delivery.in_progress()
 
     async def on_inventory(self, inv: NodeInventory, _delivery: bus.Delivery) -> None:
         # known before the first await, so samples handled right after this message pass the check
@@ -190,7 +211,10 @@ class CollectorHandlers:
         rows = [tsdb.InventoryGpu(gpu_uuid=g.uuid, node=inv.node, gpu_index=g.index, model=g.model,
                                   memory_mib=g.memory_mib, mig_mode=g.mig_mode == MigMode.ENABLED,
                                   nvlink_island=g.nvlink_island, numa_node=g.numa_node) for g in inv.gpus]
+        if self._stored_inventory.get(inv.node) == rows:
+            return  # agents re-announce every few minutes: what this process stored already stands
         await self._db(tsdb.upsert_inventory_async, rows)
+        self._stored_inventory[inv.node] = rows
 
     async def on_usage(self, report: PodUsageReported, _delivery: bus.Delivery) -> None:
         rows = [tsdb.PodUsage(window_start=_ts(report.window_start), window_s=report.window_s, node=report.node,
@@ -261,11 +285,10 @@ async def mount_collector(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
         log.warning("could not read the known inventory (%s); it fills as agents announce", exc)
     handlers.maintenance.start()
     for _ in range(max(1, settings.consumers)):
-        consumer = await bus.subscribe_durable(
-            ctx.js, TELEMETRY_IN, settings.durable, handlers.handle, ack_wait=settings.ack_wait_s,
+        consumer = await bus.subscribe_batched(
+            ctx.js, TELEMETRY_IN, settings.durable, handlers.handle_batch, ack_wait=settings.ack_wait_s,
             max_deliver=settings.max_deliver, max_ack_pending=settings.max_ack_pending,
-            batch=settings.fetch_batch, poll=1.0, concurrency=settings.fetch_batch,
-            retry=bus.RetryPolicy(base=1.0, cap=settings.retry_cap_s))
+            batch=settings.fetch_batch, poll=1.0, retry=bus.RetryPolicy(base=1.0, cap=settings.retry_cap_s))
         handlers.consumers.append(consumer)
         ctx.on_stop(consumer)
 
