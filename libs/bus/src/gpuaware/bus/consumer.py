@@ -43,6 +43,7 @@ from gpuaware.bus.dedupe import Deduper
 from gpuaware.bus.errors import PermanentError, TransientError
 from gpuaware.bus.headers import MSG_ID
 from gpuaware.bus.jetstream import ConsumerSpec, ensure_consumer
+from gpuaware.bus.pull import Puller
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class DurableConsumer(Generic[T]):
         self._concurrency = concurrency
         self._retry = retry
         self._deduper = deduper
-        self._psub: Any = None
+        self._puller: Puller | None = None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._name = f"{stream}/{spec.durable}"
@@ -151,7 +152,7 @@ class DurableConsumer(Generic[T]):
         else:
             info = await self.js.consumer_info(self.stream, self.durable)
         self.max_deliver = info.config.max_deliver or -1
-        self._psub = await self.js.pull_subscribe_bind(consumer=self.durable, stream=self.stream)
+        self._puller = await Puller(self.nc, self.stream, self.durable, api_prefix=self.js._prefix).start()
         self._task = asyncio.create_task(self._run(), name=f"consumer {self._name}")
         self._task.add_done_callback(self._report_end)
 
@@ -185,7 +186,8 @@ class DurableConsumer(Generic[T]):
                 if self.nc.is_closed:
                     log.warning("consumer %s: connection closed, stopping", self._name)
                     break
-                fetch = asyncio.create_task(self._psub.fetch(self._batch, timeout=self._poll))
+                assert self._puller is not None
+                fetch = asyncio.create_task(self._puller.fetch(self._batch, timeout=self._poll))
                 try:
                     await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -221,10 +223,11 @@ class DurableConsumer(Generic[T]):
                 log.warning("consumer %s: cannot re-declare (%s)", self._name, exc)
 
     async def _unsubscribe(self) -> None:
-        if self.nc.is_closed or self._psub is None:
+        if self.nc.is_closed or self._puller is None:
             return
         with contextlib.suppress(Exception):
-            await self._psub.unsubscribe()
+            await self._give_back(self._puller.take_buffered())  # delivered, never handled: another takes them now
+            await self._puller.stop()
             await self.nc.flush(timeout=2)  # acks/naks of the last batch leave before we return
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
