@@ -30,7 +30,7 @@ test-faults: $(STAMP)
 
 # the fuzz properties of `make test`, run longer (5,000 examples each; a few minutes)
 fuzz: $(STAMP)
-	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests/fuzz
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests/fuzz tests/k8s/test_k8s_fuzz.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -70,8 +70,21 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+_MALFORMED = (AttributeError, TypeError, KeyError, ValueError, IndexError)
+"""a field of the wrong JSON type somewhere in the object under review (found by fuzzing)"""
+
+
 def mutate(review: Any, *, default_queue: str = "default", scheduler_name: str = SCHEDULER_NAME) -> dict[str, Any]:
     req = _request(review)
+    try:
+        return _mutate(req, default_queue=default_queue, scheduler_name=scheduler_name)
+    except BadReview:
+        raise
+    except _MALFORMED:
+        return _answer(req, True)  # nothing to add to an object we cannot read: `validate` refuses it, saying why
+
+
+def _mutate(req: Mapping[str, Any], *, default_queue: str, scheduler_name: str) -> dict[str, Any]:
     if req.get("kind", {}).get("kind") != "Pod" or req.get("operation") != "CREATE":
         return _answer(req, True)
     pod = _object(req)
@@ -115,6 +128,15 @@ def _crd_check(kind: str, spec: Any) -> str | None:
 
 def validate(review: Any) -> dict[str, Any]:
     req = _request(review)
+    try:
+        return _validate(req)
+    except BadReview:
+        raise
+    except _MALFORMED as exc:
+        return _answer(req, False, f"the object is malformed ({type(exc).__name__}: {exc})")
+
+
+def _validate(req: Mapping[str, Any]) -> dict[str, Any]:
     kind = (req.get("kind") or {}).get("kind")
     if req.get("operation") not in ("CREATE", "UPDATE"):
         return _answer(req, True)

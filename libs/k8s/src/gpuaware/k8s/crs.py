@@ -31,7 +31,10 @@ def quota_config(queues: Iterable[Mapping[str, Any]], *, default_queue: str | No
     specs = []
     problems = []
     for obj in queues:
-        name = (obj.get("metadata") or {}).get("name")
+        name = _name(obj)
+        if not isinstance(obj, Mapping):
+            problems.append(f"GPUQueue {name}: not an object")
+            continue
         try:
             spec = msgspec.convert(obj.get("spec"), QueueSpec)
         except msgspec.ValidationError as exc:
@@ -54,16 +57,22 @@ def quota_config(queues: Iterable[Mapping[str, Any]], *, default_queue: str | No
     return config
 
 
+def _name(obj: Any) -> Any:
+    """``metadata.name`` of an object of any shape (None when it has none), for messages."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta.get("name") if isinstance(meta, Mapping) else None
+
+
 def policy_profile(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A GPUPolicy's spec as a placement profile (checked by the registry: every plugin known, every
     argument typed), ready for ``GPUAWARE_PLACEMENT_PROFILE``."""
     from gpuaware.placement import REGISTRY
 
-    spec = obj.get("spec")
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
     if not isinstance(spec, dict):
-        raise CustomResourceError(f"GPUPolicy {(obj.get('metadata') or {}).get('name')}: no spec")
+        raise CustomResourceError(f"GPUPolicy {_name(obj)}: no spec")
     try:
         REGISTRY.validate(spec)
     except ValueError as exc:
-        raise CustomResourceError(f"GPUPolicy {(obj.get('metadata') or {}).get('name')}: {exc}") from None
+        raise CustomResourceError(f"GPUPolicy {_name(obj)}: {exc}") from None
     return dict(spec)

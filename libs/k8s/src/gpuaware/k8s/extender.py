@@ -216,14 +216,17 @@ class Extender:
         if not isinstance(pod, dict):
             raise BadRequest(f"{verb}: no Pod in the request")
         meta = pod.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise BadRequest(f"{verb}: the Pod's metadata is not an object")
         key = (meta.get("uid"), meta.get("resourceVersion"))
-        pending = self._translated.get(key) if key[1] else None  # filter then prioritize: the same pod object
+        cached = isinstance(key[0], str) and isinstance(key[1], str) and bool(key[1])
+        pending = self._translated.get(key) if cached else None  # filter then prioritize: the same pod object
         if pending is None:
             try:
                 pending = pod_pending(pod, source=self.source, cluster=self.cluster)
             except TranslationError as exc:
                 raise BadRequest(f"{verb}: {exc}") from None
-            if key[1]:
+            if cached:
                 if len(self._translated) >= 4096:
                     self._translated.pop(next(iter(self._translated)))
                 self._translated[key] = pending

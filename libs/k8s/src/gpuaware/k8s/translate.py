@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -98,6 +99,19 @@ _CAPS = {"tensor-cores": "tensor_cores", "fp8": "fp8", "nvlink": "nvlink"}
 
 class TranslationError(ValueError):
     """The object cannot become a contract event; the message names the field and the value."""
+
+
+@contextmanager
+def malformed_as_translation_error(what: str) -> Iterator[None]:
+    """Objects from the API are input like any other: a field of the wrong JSON type anywhere (a list
+    where a map belongs, a number for a name) becomes a `TranslationError` naming the object, never an
+    AttributeError from deep inside (found by fuzzing, tests/k8s/test_k8s_fuzz.py)."""
+    try:
+        yield
+    except TranslationError:
+        raise
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+        raise TranslationError(f"{what} is malformed ({type(exc).__name__}: {exc})") from None
 
 
 def quantity(value: Any, what: str) -> Decimal:
@@ -216,6 +230,14 @@ def pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str = "default"
     """The pending-pod event for a Pod (API JSON). ``gangs``: GPUGang specs by name (the pod's
     namespace), whose ``minMember`` / ``queue`` / ``topology`` apply where the pod's annotations are
     silent. Raises ``TranslationError`` naming what is wrong."""
+    with malformed_as_translation_error("pod object"):
+        return _pod_pending(pod, source=source, cluster=cluster, emitted_at=emitted_at, claims=claims,
+                            attempt=attempt, gangs=gangs)
+
+
+def _pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str, emitted_at: float,
+                 claims: Mapping[str, Mapping[str, Any]] | None, attempt: int,
+                 gangs: Mapping[str, Mapping[str, Any]] | None) -> PodPending:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     ann: Mapping[str, str] = meta.get("annotations") or {}
@@ -376,6 +398,11 @@ def hami_devices(raw: str) -> list[dict[str, Any]]:
 def node_inventory(node: Mapping[str, Any], *, source: str, cluster: str = "default",
                    emitted_at: float = 0.0) -> NodeInventory:
     """The node's inventory event (API JSON). Raises ``TranslationError``."""
+    with malformed_as_translation_error("node object"):
+        return _node_inventory(node, source=source, cluster=cluster, emitted_at=emitted_at)
+
+
+def _node_inventory(node: Mapping[str, Any], *, source: str, cluster: str, emitted_at: float) -> NodeInventory:
     meta = node.get("metadata") or {}
     name = meta.get("name")
     if not name:
@@ -396,10 +423,10 @@ def node_inventory(node: Mapping[str, Any], *, source: str, cluster: str = "defa
         for i, d in enumerate(hami_devices(ann[HAMI_REGISTER])):
             if d.get("health") is False:
                 continue
-            gpus.append(GpuInfo(uuid=str(d["id"]), index=int(d.get("index", i)), model=str(d.get("type") or "unknown"),
-                                memory_mib=int(d.get("devmem") or 0), pci_bus_id="unknown", compute_capability=cc,
-                                numa_node=d.get("numa") if isinstance(d.get("numa"), int) and d["numa"] >= 0 else None,
-                                mig_mode=MigMode.ENABLED if d.get("mode") == "mig" else mig_mode))
+            gpus.append(dict(uuid=str(d["id"]), index=int(d.get("index", i)), model=str(d.get("type") or "unknown"),
+                             memory_mib=int(d.get("devmem") or 0), pci_bus_id="unknown", compute_capability=cc,
+                             numa_node=d.get("numa") if isinstance(d.get("numa"), int) and d["numa"] >= 0 else None,
+                             mig_mode=MigMode.ENABLED if d.get("mode") == "mig" else mig_mode))
     else:
         count = int(quantity(alloc.get(GPU, 0), f"allocatable {GPU}"))
         replicas = _label_int(labels, "nvidia.com/gpu.replicas") or 1
@@ -408,15 +435,15 @@ def node_inventory(node: Mapping[str, Any], *, source: str, cluster: str = "defa
         count //= max(1, replicas)
         product = _product_name(labels.get("nvidia.com/gpu.product", "unknown"))
         memory = _label_int(labels, "nvidia.com/gpu.memory") or 0
-        gpus = [GpuInfo(uuid=f"{name}/gpu{i}", index=i, model=product, memory_mib=memory, pci_bus_id="unknown",
-                        compute_capability=cc, mig_mode=mig_mode) for i in range(count)]
-    try:
-        return NodeInventory(
+        gpus = [dict(uuid=f"{name}/gpu{i}", index=i, model=product, memory_mib=memory, pci_bus_id="unknown",
+                     compute_capability=cc, mig_mode=mig_mode) for i in range(count)]
+    try:  # convert, not the constructor: it checks every field against the contract
+        return msgspec.convert(dict(
             source=source, emitted_at=emitted_at, cluster=cluster, node=name, gpus=tuple(gpus),
             rack=labels.get("topology.gpuaware.io/rack"), zone=labels.get("topology.kubernetes.io/zone"),
             driver_version=labels.get("nvidia.com/cuda.driver-version.full"),
             cuda_version=labels.get("nvidia.com/cuda.runtime-version.full"), cpu_milli=cpu, memory_mib=mem,
-            labels=labels)
+            labels=labels), NodeInventory)
     except (msgspec.ValidationError, ValueError) as exc:
         raise TranslationError(f"node {name}: {exc}") from exc
 
