@@ -15,10 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from gpuaware.devstack import NatsProcess, PostgresProcess, start_nats, start_postgres
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# the fuzz properties (tests/fuzz, tests/k8s/test_k8s_fuzz.py): bounded and reproducible in `make test`,
+# 5,000 examples each in `make fuzz` (HYPOTHESIS_PROFILE=fuzz)
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("fuzz", max_examples=5_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import click
@@ -27,12 +26,6 @@ from gpuaware.bus import Channel
 from gpuaware.cli.options import bounded
 from gpuaware.schemas.registry import MESSAGES, REQUESTS
 from gpuaware.sim.traces import TraceError, load_nodes, load_pods
-
-settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("fuzz", max_examples=5_000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 TYPES = sorted({*MESSAGES.values(), *(t for pair in REQUESTS.values() for t in pair)}, key=lambda t: t.__name__)
 JSON = st.recursive(

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from typing import Any
 
 import msgspec
 from extender_world import extender, state
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from k8s_payloads import load, node
 
@@ -29,12 +28,6 @@ from gpuaware.k8s.admission import BadReview, mutate, validate
 from gpuaware.k8s.crs import CustomResourceError, policy_profile, quota_config
 from gpuaware.k8s.extender import BadRequest
 from gpuaware.k8s.translate import ANNOTATION, HAMI_REGISTER, TranslationError, node_inventory, pod_pending
-
-settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("fuzz", max_examples=5_000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=30),
