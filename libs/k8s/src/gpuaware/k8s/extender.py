@@ -144,7 +144,7 @@ def decode_args(verb: str, body: bytes) -> dict[str, Any]:
         raise BadRequest(f"unknown verb {verb!r}; this extender answers {', '.join(VERBS)}")
     try:
         obj = _decoder.decode(body)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise BadRequest(f"{verb}: the body is not JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise BadRequest(f"{verb}: expected a JSON object, got {type(obj).__name__}")
@@ -390,7 +390,10 @@ class Extender:
         annotations: dict[str, str] = {}
         slices: tuple[GpuSlice, ...] = ()
         if pod is not None:
-            slices, annotations = self.assignment(pod, b.node)
+            try:
+                slices, annotations = self.assignment(pod, b.node)
+            except TranslationError as exc:
+                raise BadRequest(f"bind: {exc}") from None
         outcome = self.bind_fn(b.pod_namespace, b.pod_name, b.pod_uid, b.node, annotations)
         if outcome.ok and self.on_bound is not None:
             self.on_bound(b, slices, annotations.get(ASSIGNED.DECISION, ""))
