@@ -110,15 +110,18 @@ def malformed_as_translation_error(what: str) -> Iterator[None]:
         yield
     except TranslationError:
         raise
-    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError, ArithmeticError) as exc:
         raise TranslationError(f"{what} is malformed ({type(exc).__name__}: {exc})") from None
 
 
 def quantity(value: Any, what: str) -> Decimal:
     try:
-        return parse_quantity(value)
-    except (ValueError, TypeError) as exc:
+        q = parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError) as exc:
         raise TranslationError(f"{what}: {value!r} is not a Kubernetes quantity") from exc
+    if not q.is_finite():  # the client's parser takes "INF" and "NaN": no resource is infinite
+        raise TranslationError(f"{what}: {value!r} is not a finite quantity")
+    return q
 
 
 def _ts(value: Any) -> float:
