@@ -188,3 +188,27 @@ def test_utilisation_series_holds_each_reading_until_the_next(samples, gpus, exp
     starts, means, mean = utilisation_series(samples, gpus, 0.0, 20.0, 10.0)
     assert starts == [0.0, 10.0]
     assert means == pytest.approx(expected_buckets) and mean == pytest.approx(expected_mean)
+
+
+def test_a_stretch_the_twin_jumped_over_is_a_gap_not_the_last_reading_held_flat() -> None:
+    # issue 15: "flat at 0.10 from virtual hour 3 to 7" - the twin skipped a quiet stretch, no wall time
+    # passed, nothing was read; the held value filled hours it never measured
+    from gpuaware.sim.metrics import clock_jumps
+
+    # wall 0..3 s at speed 100; between wall 1.0 and 1.5 virtual time jumped from 100 to 10,000
+    clock = [(0.0, 0.0), (0.5, 50.0), (1.0, 100.0), (1.5, 10_000.0), (2.0, 10_050.0), (3.0, 10_150.0)]
+    assert clock_jumps(clock, speed=100.0) == [(100.0, 10_000.0)]
+    samples = [(0.0, "a", 10.0), (10_020.0, "a", 90.0)]
+    _, means, mean = utilisation_series(samples, 1, 0.0, 10_150.0, 1_000.0, gaps=clock_jumps(clock, 100.0))
+    assert len(means) == 11
+    # 0..1,000 was measured for 100 s only and 1,000..10,000 not at all: gaps in the plot, not 10 %
+    assert all(math.isnan(m) for m in means[:10])
+    assert means[10] == pytest.approx((0.1 * 20 + 0.9 * 130) / 150)
+    # the overall mean counts only what was measured (250 s), never the 9,900 s skipped
+    assert mean == pytest.approx((0.1 * 120 + 0.9 * 130) / 250)
+    # a bucket measured for at least half its length keeps its mean over the measured part
+    _, coarse, _ = utilisation_series(samples, 1, 0.0, 10_150.0, 150.0, gaps=[(100.0, 120.0)])
+    assert coarse[0] == pytest.approx(0.1)
+    # without gaps the old behaviour: 10 % held across the jump
+    _, held, _ = utilisation_series(samples, 1, 0.0, 10_150.0, 1_000.0)
+    assert held[5] == pytest.approx(0.1)

@@ -76,7 +76,7 @@ from gpuaware.placement import DEFAULT_PROFILE
 from gpuaware.placement.stock import KUBE_DEFAULT
 from gpuaware.schemas.streams import TELEMETRY
 from gpuaware.schemas.telemetry import GPU_SAMPLED
-from gpuaware.sim.metrics import utilisation_series
+from gpuaware.sim.metrics import clock_jumps, utilisation_series
 from gpuaware.tsdb import migrate
 
 SERVICES = ("telemetry", "forecasting", "placement", "quota", "health_scoring", "binder")
@@ -306,11 +306,16 @@ async def _measured_utilisation(pool: Any, run: RunResult, cfg: DemoConfig) -> d
         return {"status": "no samples stored", "gpus": len(run.gpus)}
     # from the agent's first reading on (before it, the GPUs were not measured, not idle)
     t0, t1 = max(v0 - run.started_at, samples[0][0]), v1 - run.started_at
-    starts, means, mean = utilisation_series(samples, len(run.gpus), t0, t1, max((t1 - t0) / 96, 60.0))
+    # where the twin jumped over a quiet stretch no wall time passed and nothing was read: a gap, not
+    # the last reading held flat across hours (issue 15: a line "flat at 0.10 from hour 3 to 7")
+    gaps = [(a - run.started_at, b - run.started_at) for a, b in clock_jumps(run.clock, cfg.speed)]
+    starts, means, mean = utilisation_series(samples, len(run.gpus), t0, t1, max((t1 - t0) / 96, 60.0), gaps=gaps)
     return {"status": "measured", "samples": len(rows), "gpus_reporting": len({u for _, u, _ in rows}),
             "gpus": len(run.gpus), "mean": None if math.isnan(mean) else round(mean, 4),
             "measured_from_h": round(t0 / 3600, 3),
-            "series": {"t_h": [round(t / 3600, 4) for t in starts], "utilisation": [round(m, 4) for m in means]}}
+            "not_measured_h": round(sum(min(b, t1) - max(a, t0) for a, b in gaps if b > t0 and a < t1) / 3600, 2),
+            "series": {"t_h": [round(t / 3600, 4) for t in starts],
+                       "utilisation": [None if math.isnan(m) else round(m, 4) for m in means]}}
 
 
 async def _keep_stack_up(data_dir: Path, every_s: float = 1.0) -> None:

@@ -420,8 +420,12 @@ def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str,
                 label=f"{r['label']}: GPUs occupied, mean {r['allocation']['occupied_mean']:.3f}")
         util = (r.get("utilisation") or {}).get("series")
         if util and util["t_h"]:
-            ax.step(util["t_h"], util["utilisation"], where="post", color=c, linestyle=":", linewidth=1.6,
-                    label=f"{r['label']}: GPU utilisation measured by telemetry, mean {r['utilisation']['mean']:.3f}")
+            # None (not measured: the twin jumped over a quiet stretch) breaks the line: a gap, not a flat value
+            values = [math.nan if v is None else v for v in util["utilisation"]]
+            gap_h = r["utilisation"].get("not_measured_h") or 0
+            ax.step(util["t_h"], values, where="post", color=c, linestyle=":", linewidth=1.6,
+                    label=f"{r['label']}: GPU utilisation measured by telemetry, mean {r['utilisation']['mean']:.3f}"
+                          + (f" ({gap_h:g} h skipped by the twin: not measured)" if gap_h else ""))
     ax.set_xlabel("virtual time (hours)")
     ax.set_xlim(0, window_h)
     ax.set_ylabel("share of the cluster's GPUs")

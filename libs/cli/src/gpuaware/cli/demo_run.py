@@ -128,7 +128,7 @@ class DemoConfig:
     max_pods: int
     slo_s: float
     shared_data: str = ""
-    explain_limit: int = 100
+    explain_limit: int = 5_000
     typical_pods_file: str = ""
     window_start_s: float = -1.0
     """traces: where the replayed window starts, seconds after the trace's first pod (-1: there)"""
@@ -548,22 +548,28 @@ def snapshot_violations(pages: list[WorldSnapshotReply], gpus: dict[str, int]) -
     return bad, pods
 
 
-async def explain_pending(nc: bus.Client, cluster: str, log_: RunLog, limit: int) -> None:
-    """Ask placement why each pending pod without a verdict for its latest attempt still waits."""
-    asked = 0
-    for uid, (state, reason) in log_.accounting().items():
-        if state != "pending" or reason or asked >= limit:
-            continue
-        asked += 1
+async def explain_pending(nc: bus.Client, cluster: str, log_: RunLog, limit: int, *, at_once: int = 16) -> None:
+    """Ask placement why each pending pod without a verdict for its latest attempt still waits (up to
+    ``limit`` pods, ``at_once`` questions in flight: a busy trace leaves thousands waiting)."""
+    uids = [uid for uid, (state, reason) in log_.accounting().items() if state == "pending" and not reason][:limit]
+    gone = asyncio.Event()  # placement stopped answering: stop asking
+    slots = asyncio.Semaphore(at_once)
+
+    async def ask(uid: str) -> None:
+        if gone.is_set():
+            return
         req = ExplainRequest(source=SOURCE, emitted_at=time.time(), cluster=cluster, pod_uid=uid, ask_quota=False,
                              max_node_classes=5)
-        try:
-            reply = await bus.request(nc, PLACEMENT_EXPLAIN, req, ExplainReply, timeout=2.0)
-            log_.explained[uid] = reply.explanation.summary
-        except bus.ServiceError as exc:
-            log_.explained[uid] = f"placement: {exc}"
-        except (bus.RequestTimeout, bus.NoResponders):
-            break
+        async with slots:
+            try:
+                reply = await bus.request(nc, PLACEMENT_EXPLAIN, req, ExplainReply, timeout=2.0)
+                log_.explained[uid] = reply.explanation.summary
+            except bus.ServiceError as exc:
+                log_.explained[uid] = f"placement: {exc}"
+            except (bus.RequestTimeout, bus.NoResponders):
+                gone.set()
+
+    await asyncio.gather(*(ask(uid) for uid in uids))
 
 
 async def wait_for(check: Callable[[], Any], *, timeout: float, what: str, procs: list[ServiceProcess],

@@ -24,6 +24,7 @@ table or a notebook. Conventions, chosen so that a scheduler cannot look better 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ __all__ = [
     "GpuLedger",
     "PodRecord",
     "Violation",
+    "clock_jumps",
     "delay_stats",
     "delays_by_class",
     "fragmentation",
@@ -292,28 +294,46 @@ def time_weighted_mean(times: Sequence[float], values: Sequence[float], t0: floa
 
 
 def utilisation_series(samples: Sequence[tuple[float, str, float]], gpus: int, t0: float, t1: float,
-                       step: float) -> tuple[list[float], list[float], float]:
+                       step: float, gaps: Sequence[tuple[float, float]] = ()) -> tuple[list[float], list[float], float]:
     """Measured GPU utilisation over [t0, t1] from sparse readings ``(t, gpu, util_pct)``, oldest first.
 
     Each GPU holds its last reading until its next one (the agent sends a GPU when it moved or its
     heartbeat is due, so a held value is what it measured); a GPU not heard from yet counts as idle.
+    ``gaps`` are stretches nobody measured (the twin's clock jumped over a quiet night: no wall time
+    passed, so no reading could be taken): they are left out of every mean instead of holding the
+    last value across them, and a bucket mostly inside one is NaN - a gap in the plot, not a flat line.
     Returns bucket starts, the mean utilisation (0..1) over all ``gpus`` GPUs in each ``step``-long
-    bucket, and the mean over the whole interval. NaN means where there is no interval or no GPU."""
+    bucket, and the mean over the measured part of the interval. NaN means where there is no interval,
+    no GPU, or nothing measured."""
     if t1 <= t0 or gpus <= 0 or step <= 0:
         return [], [], math.nan
     edges = [t0 + i * step for i in range(math.ceil((t1 - t0) / step) + 1)]
     edges[-1] = t1
+    holes = sorted((max(a, t0), min(b, t1)) for a, b in gaps if b > a and b > t0 and a < t1)
     current: dict[str, float] = {}
     level = 0.0  # sum of the GPUs' current utilisation, 0..gpus
     integral = [0.0] * (len(edges) - 1)
+    measured = [0.0] * (len(edges) - 1)
     b = 0
     prev = t0
+
+    def credit(lo: float, hi: float) -> None:
+        """Integrate ``level`` over [lo, hi] (inside bucket ``b``) except where it falls in a gap."""
+        span = hi - lo
+        for a, z in holes:
+            if z <= lo:
+                continue
+            if a >= hi:
+                break
+            span -= min(hi, z) - max(lo, a)
+        integral[b] += level * span
+        measured[b] += span
 
     def advance(to: float) -> None:
         nonlocal b, prev
         while b < len(integral) and to > prev:
             end = min(to, edges[b + 1])
-            integral[b] += level * (end - prev)
+            credit(prev, end)
             prev = end
             if end >= edges[b + 1]:
                 b += 1
@@ -327,5 +347,21 @@ def utilisation_series(samples: Sequence[tuple[float, str, float]], gpus: int, t
         level += value - current.get(gpu, 0.0)
         current[gpu] = value
     advance(t1)
-    means = [integral[i] / ((edges[i + 1] - edges[i]) * gpus) for i in range(len(integral))]
-    return edges[:-1], means, sum(integral) / ((t1 - t0) * gpus)
+    means = [integral[i] / (measured[i] * gpus) if measured[i] >= 0.5 * (edges[i + 1] - edges[i]) else math.nan
+             for i in range(len(integral))]
+    total = sum(measured)
+    return edges[:-1], means, sum(integral) / (total * gpus) if total > 0 else math.nan
+
+
+def clock_jumps(clock: Sequence[tuple[float, float]], speed: float, *, factor: float = 3.0) -> list[tuple[float, float]]:
+    """Virtual stretches a replay jumped over: between consecutive ``(wall, virtual)`` observations,
+    virtual time moved more than ``factor`` times what ``speed`` explains (the twin skips quiet
+    stretches at once). Nothing could be measured there; returns (virtual start, virtual end) pairs."""
+    out: list[tuple[float, float]] = []
+    for (w0, v0), (w1, v1) in itertools.pairwise(clock):
+        if v1 - v0 > factor * max(0.0, w1 - w0) * speed and v1 > v0:
+            if out and out[-1][1] >= v0:
+                out[-1] = (out[-1][0], v1)
+            else:
+                out.append((v0, v1))
+    return out
