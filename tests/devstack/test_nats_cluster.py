@@ -76,3 +76,55 @@ async def _replicas_current(js) -> None:
     info = await js.stream_info("FAULT")
     replicas = info.cluster.replicas or []
     assert len(replicas) == 2 and all(r.current for r in replicas), replicas
+
+
+async def test_the_launcher_runs_a_three_node_cluster_with_replicated_streams_and_revives_a_lost_node(
+        tmp_path: Path) -> None:
+    # `gpuaware up --nats-cluster 3`: every node recorded, NATS_URL names them all, what a service creates
+    # on it is R3 (bus.cluster_replicas) and never made R1 again by a service that asks for R1
+    import os
+    import signal
+
+    from gpuaware.devstack import StackError, stack_down, stack_health, stack_up
+    from gpuaware.devstack.processes import pid_alive
+    from gpuaware.schemas.streams import BINDER
+
+    data = tmp_path / "stack"
+    env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
+    with pytest.raises(StackError, match="odd number"):
+        stack_up(data, nats_port=0, pg_port=0, env=env, nats_nodes=2)
+    with pytest.raises(StackError, match="not supported with a NATS cluster"):
+        stack_up(data, nats_port=0, pg_port=0, env=env, nats_nodes=3, auth=True)
+    stack = stack_up(data, nats_port=0, pg_port=0, env=env, nats_nodes=3)
+    try:
+        state = stack.state
+        assert [n["name"] for n in state.nats_nodes] == ["n0", "n1", "n2"] and not state.nats_external
+        assert len(state.nats_url.split(",")) == 3
+        async with bus.connected(state.nats_url, name="t", initial_timeout=10) as nc:
+            js = nc.jetstream()
+            assert bus.cluster_replicas(js) == 3
+            info = await _retry(lambda: bus.ensure_stream(js, BINDER), what="create BINDER")  # the spec says R1
+            assert info.config.num_replicas == 3
+            again = await bus.ensure_stream(js, BINDER)  # ... and asking again does not lower it
+            assert again.config.num_replicas == 3
+        victim = state.nats_nodes[1]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        await _retry(lambda: _dead(victim, pid_alive), timeout=10, what="node n1 dead")
+        _, alive = stack_health(data)
+        assert alive == {"nats-n0": True, "nats-n1": False, "nats-n2": True, "postgres": True}
+        revived = stack_up(data, env=env)
+        assert revived.restarted == ("nats-n1",)
+        assert revived.state.nats_nodes[1]["port"] == state.nats_nodes[1]["port"]  # where it ran
+        async with bus.connected(revived.state.nats_url, name="t", initial_timeout=10) as nc:
+            js = nc.jetstream()
+            info = await _retry(lambda: js.stream_info(BINDER.name), what="BINDER after the revival")
+            assert info.config.num_replicas == 3
+        assert all(stack_health(data)[1].values())
+    finally:
+        stopped = stack_down(data)
+    assert set(stopped) == {"postgres", "nats-n0", "nats-n1", "nats-n2"}
+
+
+async def _dead(pid: int, pid_alive) -> None:  # type: ignore[no-untyped-def]
+    if pid_alive(pid):
+        raise RuntimeError("still running")

@@ -7,7 +7,6 @@ lost or duplicated, every event in the database (printed at the end of the run).
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,6 @@ import pytest
 
 from gpuaware.cli.chaos import SCENARIOS
 from gpuaware.cli.drill import run_drill
-from gpuaware.devstack import stack_up
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -24,8 +22,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 async def test_a_replay_keeps_every_invariant_through(scenario: str, tmp_path: Path, drill_report: list[Any],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    if scenario == "cluster" and "nats_nodes" not in inspect.signature(stack_up).parameters:
-        pytest.skip("the launcher has no clustered mode yet")
     monkeypatch.delenv("NATS_URL", raising=False)  # the drill kills servers: always its own stack
     monkeypatch.delenv("DATABASE_URL", raising=False)
     result = await run_drill(scenario, data_dir=tmp_path / "stack", out=tmp_path / "out")
@@ -34,3 +30,5 @@ async def test_a_replay_keeps_every_invariant_through(scenario: str, tmp_path: P
     assert not failed, f"{failed}\n{json.dumps(result.json(), indent=1, default=str)[:6000]}"
     # each fault really happened: a process or server went down and came back
     assert [c["step"] for c in result.chaos] and all(c["down_at_s"] is not None for c in result.chaos)
+    if scenario == "cluster":  # the streams really were replicated on the cluster's three nodes
+        assert set(result.figures["stream_replicas"].values()) == {3}

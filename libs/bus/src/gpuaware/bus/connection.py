@@ -68,7 +68,8 @@ async def connect(url: str | Sequence[str], *, name: str, policy: ReconnectPolic
     A client connecting as a ``user`` gets that user's own inbox prefix (``_INBOX_<user>``, see
     ``gpuaware.schemas.permissions``): the server lets each identity read only its own replies."""
     policy = policy or ReconnectPolicy()
-    servers = [url] if isinstance(url, str) else list(url)
+    # "nats://a:4222,nats://b:4222": the nodes of a cluster, as NATS_URL names them
+    servers = [u.strip() for u in url.split(",") if u.strip()] if isinstance(url, str) else list(url)
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats %s: %s: %s", name, type(exc).__name__, exc)

@@ -156,6 +156,17 @@ def refused(js: JetStreamContext, subject: str) -> bool:
     return "permissions violation" in text and f'"{subject.lower()}"' in text
 
 
+def cluster_replicas(js: JetStreamContext) -> int:
+    """How many replicas what we create should have on this server: 1 on a single server, the
+    cluster's size up to 3 in a JetStream cluster (from the server's INFO: its cluster name and the
+    client URLs of every node). So a stream or bucket a service creates on a cluster survives a lost
+    node without any setting, and the same code runs unchanged on one server."""
+    info = getattr(js._nc, "_server_info", None) or {}
+    if not info.get("cluster"):
+        return 1
+    return max(1, min(3, len(info.get("connect_urls") or ())))
+
+
 async def ensure_stream(js: JetStreamContext, spec: StreamSpecLike) -> api.StreamInfo:
     """Create the stream, or update it when its configuration differs; return its info.
 
@@ -164,6 +175,7 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpecLike) -> api.Strea
     leave that to an admin (`gpuaware.schemas.permissions`).
     """
     want = stream_config(spec)
+    want.num_replicas = max(want.num_replicas or 1, cluster_replicas(js))
     try:
         info = await js.stream_info(spec.name)
     except NotFoundError:
@@ -179,6 +191,9 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpecLike) -> api.Strea
             raise
         log.info("stream %s created (subjects %s)", spec.name, list(spec.subjects))
         return info
+    # never fewer replicas than the stream has: a service started without knowing of the cluster
+    # (or an R1 spec) must not take an R3 stream's redundancy away
+    want.num_replicas = max(want.num_replicas or 1, info.config.num_replicas or 1)
     diff = stream_diff(want, info.config)
     if not diff:
         return info

@@ -44,6 +44,8 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from gpuaware.bus.jetstream import cluster_replicas
+
 log = logging.getLogger(__name__)
 
 __all__ = ["LeaderLease", "open_lease_bucket"]
@@ -54,7 +56,7 @@ OnChange = Callable[[bool], Awaitable[None]]
 async def open_lease_bucket(js: JetStreamContext, bucket: str, ttl_s: float) -> KeyValue:
     """The KV bucket holding leases with `ttl_s` expiry (created when missing)."""
     config = api.KeyValueConfig(bucket=bucket, ttl=ttl_s, history=1, storage=api.StorageType.FILE,
-                                description=f"leader leases, {ttl_s:g}s TTL")
+                                description=f"leader leases, {ttl_s:g}s TTL", replicas=cluster_replicas(js))
     try:
         return await js.create_key_value(config)
     except BadRequestError as exc:  # exists with another configuration: use it, say so

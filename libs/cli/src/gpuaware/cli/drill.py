@@ -45,7 +45,7 @@ from gpuaware.devstack import StackError, stack_down, stack_up
 from gpuaware.placement import DEFAULT_PROFILE
 from gpuaware.runtime import provision_streams
 from gpuaware.schemas import GpuSampled
-from gpuaware.schemas.streams import TELEMETRY
+from gpuaware.schemas.streams import BINDER, PLACEMENT, TELEMETRY
 from gpuaware.schemas.telemetry import GPU_SAMPLED
 
 __all__ = ["DrillResult", "drill", "run_drill", "telemetry_ledger"]
@@ -184,7 +184,7 @@ async def run_drill(plan: str, *, data_dir: Path, out: Path, duration_s: float |
     say = progress or (lambda _m: None)
     out.mkdir(parents=True, exist_ok=True)
     say(f"starting the stack ({nats_nodes} NATS node{'s' if nats_nodes > 1 else ''} + PostgreSQL)")
-    stack = await asyncio.to_thread(_stack_up, data_dir, nats_nodes)
+    stack = await asyncio.to_thread(lambda: stack_up(data_dir, nats_port=0, pg_port=0, nats_nodes=nats_nodes))
     try:
         nats_url, database_url = stack.state.nats_url, stack.state.database_url
         await asyncio.to_thread(tsdb.migrate, database_url)
@@ -194,20 +194,15 @@ async def run_drill(plan: str, *, data_dir: Path, out: Path, duration_s: float |
                          speed=window / duration_s, trace="generator", nodes=str(nodes), default_nodes=nodes,
                          load=load, seed=seed, max_pods=0, slo_s=600.0, own_nats=True)
         spec = RunSpec("gpuaware", DEFAULT_PROFILE, f"{cfg.run_id}-gpuaware")
-        return await _drill(cfg, spec, steps, scenario, plan, data_dir, nats_url, database_url, say)
+        return await _drill(cfg, spec, steps, scenario, plan, data_dir, nats_url, database_url, say, nats_nodes)
     finally:
         say("stopping the stack")
         await asyncio.to_thread(stack_down, data_dir)
 
 
-def _stack_up(data_dir: Path, nats_nodes: int) -> Any:
-    if nats_nodes > 1:
-        return stack_up(data_dir, nats_port=0, pg_port=0, nats_nodes=nats_nodes)
-    return stack_up(data_dir, nats_port=0, pg_port=0)
-
-
 async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], scenario: str, plan: str,
-                 data_dir: Path, nats_url: str, database_url: str, say: Callable[[str], None]) -> DrillResult:
+                 data_dir: Path, nats_url: str, database_url: str, say: Callable[[str], None],
+                 nats_nodes: int) -> DrillResult:
     pool = await tsdb.open_async_pool(database_url, application_name="gpuaware-drill", min_size=0, max_size=2,
                                       timeout=5.0)
     try:
@@ -229,7 +224,12 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                 if collector is not None:
                     await asyncio.to_thread(collector.stop, 15.0)
                 tel = await _telemetry(nc.jetstream(), pool, run)
+                replicas = {name: (await nc.jetstream().stream_info(name)).config.num_replicas or 1
+                            for name in (BINDER.name, PLACEMENT.name, TELEMETRY.name)}
         checks, figures = invariants_of(cfg, run, tel)
+        figures["stream_replicas"] = replicas
+        if nats_nodes > 1:
+            checks["the loop's streams replicated across the cluster (R3)"] = all(r >= 3 for r in replicas.values())
         return DrillResult(scenario=scenario, plan=", ".join(s.label for s in steps), invariants=checks,
                            figures=figures, chaos=run.chaos)
     finally:

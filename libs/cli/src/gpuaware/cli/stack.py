@@ -41,16 +41,23 @@ def up(
     tls: Annotated[bool, typer.Option(
         "--tls", help="NATS speaks TLS only, with a certificate from a throwaway CA in <data-dir>/nats/tls; "
                       "clients trust its ca.pem (export NATS_TLS_CA=...).")] = False,
+    nats_cluster: Annotated[int, typer.Option(
+        "--nats-cluster", min=1, max=9, help="Run NATS as a JetStream cluster of this many nodes (odd: 3 or 5) on "
+                                             "free loopback ports; streams get 3 replicas, so a lost node loses "
+                                             "nothing. 1: a single server.")] = 1,
 ) -> None:
     """Start (or reuse) NATS with JetStream and PostgreSQL, apply migrations, print the URLs."""
     try:
         with console.status("starting the embedded stack"):
-            started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth, tls=tls)
+            started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth, tls=tls,
+                               nats_nodes=nats_cluster)
             applied = migrate(started.state.database_url)
             if started.state.nats_auth:
                 user, password = stack_credentials(data_dir)[ADMIN]
                 asyncio.run(provision_streams(started.state.nats_url, user=user, password=password,
                                               tls_ca=started.state.nats_tls_ca))
+            elif started.state.nats_nodes and not started.reused:  # replicated from the start
+                asyncio.run(provision_streams(started.state.nats_url))
     except StackError as exc:
         console.print(f"[red]cannot start the stack:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -77,7 +84,7 @@ def status(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     down = [name for name, ok in alive.items() if not ok]
     if down:
         names = {"nats": "NATS", "postgres": "PostgreSQL"}
-        console.print(f"[yellow]the embedded stack is partly running: {', '.join(names[d] for d in down)} "
+        console.print(f"[yellow]the embedded stack is partly running: {', '.join(names.get(d, d) for d in down)} "
                       "stopped; `gpuaware up` starts it again where it ran (data kept)[/yellow]")
         _print_state(state, title="gpuaware stack (partly running)")
         raise typer.Exit(1)
@@ -89,7 +96,12 @@ def _print_state(state, *, title: str) -> None:
     table.add_column("server")
     table.add_column("url")
     table.add_column("managed by")
-    table.add_row("NATS (JetStream)", state.nats_url, "external" if state.nats_external else f"pid {state.nats_pid}")
+    if state.nats_nodes:
+        for node in state.nats_nodes:
+            table.add_row(f"NATS node {node['name']} (cluster)", f"nats://127.0.0.1:{node['port']}", f"pid {node['pid']}")
+    else:
+        table.add_row("NATS (JetStream)", state.nats_url,
+                      "external" if state.nats_external else f"pid {state.nats_pid}")
     table.add_row("PostgreSQL", redact_url(state.database_url),
                   "external" if state.postgres_external else f"pid {state.postgres_pid}")
     console.print(table)

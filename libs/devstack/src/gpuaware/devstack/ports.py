@@ -23,6 +23,16 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+def wait_port_free(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> bool:
+    """Wait until `port` can be bound (a killed server's port can take a moment to be released)."""
+    deadline = time.monotonic() + timeout
+    while not port_is_free(port, host):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def wait_for_listener(port: int, *, what: str, timeout: float = 20.0, host: str = "127.0.0.1",
                       alive=lambda: True) -> None:
     """Block until something accepts TCP connections on `port`, or raise StackError."""
