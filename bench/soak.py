@@ -234,9 +234,13 @@ def summarise(series: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
     for role in first["pss_mib"]:  # judged on PSS: PostgreSQL's shared memory counted once (memory_mib)
         a, b = first["pss_mib"][role], last["pss_mib"][role]
         growth = (b - a) / a if a else None
+        # still growing at the end, or settled? the growth over the last third of the soak tells
+        third = [s for s in after if s["t_s"] >= after[-1]["t_s"] - (after[-1]["t_s"] - after[0]["t_s"]) / 3]
+        t0_mib = third[0]["pss_mib"][role]
         rss[role] = {"after_warmup_mib": a, "end_mib": b, "peak_mib": max(s["pss_mib"][role] for s in after),
                      "rss_after_warmup_mib": first["rss_mib"][role], "rss_end_mib": last["rss_mib"][role],
                      "growth": None if growth is None else round(growth, 4),
+                     "growth_last_third": round((b - t0_mib) / t0_mib, 4) if t0_mib else None,
                      "goal_met": growth is not None and growth <= GOAL_RSS_GROWTH}
     services = ("placement", "collector", "nats", "postgres")
     p99 = [s["latency_ms"]["p99"] for s in after if s["latency_ms"]["p99"] is not None]

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -261,8 +261,11 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                CHECKPOINT_ACKNOWLEDGED]
         # follows placement's unschedulable verdicts (the "why pending" Event on a Kubernetes pod), and
         # reads back its own events at start (the twin restored after a crash)
-        pub = [*(s for o in out for s in _event(o)), *_js_base(), *_durable(PLACEMENT, BINDER_DURABLE),
-               *_durable(BINDER, f"{BINDER_DURABLE}-checkpoints"), *_follow(PLACEMENT), *_follow(BINDER, delete=False),
+        # its durables: the default names, or named after the cluster (several clusters on one server)
+        pub = [*(s for o in out for s in _event(o)), *_js_base(),
+               *(api for name in (BINDER_DURABLE, f"{BINDER_DURABLE}-{cluster}")
+                 for api in (*_durable(PLACEMENT, name), *_durable(BINDER, f"{name}-checkpoints"))),
+               *_follow(PLACEMENT), *_follow(BINDER, delete=False),
                *_dead_letters([*_event(PLACEMENT_DECIDED), *_event(CHECKPOINT_ACKNOWLEDGED), WORLD_SNAPSHOT])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [WORLD_SNAPSHOT])]),
                            allow_responses=True)
@@ -301,23 +304,28 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
     raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
 
 
-def authorization(passwords: Mapping[str, str], *, cluster: str = "default",
+def authorization(passwords: Mapping[str, str], *, cluster: str | Sequence[str] = "default",
                   lease_bucket: str = LEASE_BUCKET) -> dict[str, Any]:
     """nats-server's ``authorization`` block: one user per identity in ``passwords`` (identity -> password).
 
     The user name is the identity. Passwords may be plain or bcrypt hashes (``$2a$...``, from
-    ``nats server passwd``): nats-server accepts both.
+    ``nats server passwd``): nats-server accepts both. Several clusters on one server (the demo's two
+    runs): each identity may do what it needs for any of them, nothing more.
     """
+    clusters = [cluster] if isinstance(cluster, str) else list(cluster)
     users = []
     for identity, password in passwords.items():
         if not password:
             raise ValueError(f"identity {identity!r} has an empty password")
-        users.append({"user": identity, "password": password,
-                      "permissions": permissions_for(identity, cluster=cluster, lease_bucket=lease_bucket).as_nats()})
+        each = [permissions_for(identity, cluster=c, lease_bucket=lease_bucket) for c in clusters]
+        merged = Permissions(publish=_dedupe(s for p in each for s in p.publish),
+                             subscribe=_dedupe(s for p in each for s in p.subscribe),
+                             allow_responses=any(p.allow_responses for p in each))
+        users.append({"user": identity, "password": password, "permissions": merged.as_nats()})
     return {"users": users}
 
 
-def render_server_config(passwords: Mapping[str, str], *, cluster: str = "default",
+def render_server_config(passwords: Mapping[str, str], *, cluster: str | Sequence[str] = "default",
                          lease_bucket: str = LEASE_BUCKET) -> str:
     """A nats-server configuration file holding only the ``authorization`` block (JSON, which
     nats-server's configuration format accepts), for ``nats-server -c``."""

@@ -65,15 +65,19 @@ from gpuaware.cli.demo_run import (
     RunResult,
     RunSpec,
     SubjectCounter,
+    nats_admin,
+    nats_login,
     run_once,
 )
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.cli.roundtrip import run_roundtrip
-from gpuaware.devstack import StackError, stack_down, stack_health, stack_up
+from gpuaware.devstack import StackError, stack_credentials, stack_down, stack_health, stack_up
 from gpuaware.devstack.stack import DEFAULT_DATA_DIR, DEFAULT_NATS_PORT, DEFAULT_PG_PORT
 from gpuaware.placement import DEFAULT_PROFILE
 from gpuaware.placement.stock import KUBE_DEFAULT
+from gpuaware.runtime import provision_streams
+from gpuaware.schemas.permissions import ADMIN, TELEMETRY_COLLECTOR
 from gpuaware.schemas.streams import TELEMETRY
 from gpuaware.schemas.telemetry import GPU_SAMPLED
 from gpuaware.sim.metrics import clock_jumps, utilisation_series
@@ -116,6 +120,9 @@ def demo(
     kill_leader_at: Annotated[float, typer.Option(callback=bounded(0.0, 86_400.0), help="Fault drill: run a standby placement and SIGKILL "
                                                                 "the leader this many seconds into the gpuaware "
                                                                 "run (0: no drill).")] = 0.0,
+    auth: Annotated[bool, typer.Option("--auth/--no-auth", help="Start the demo's NATS with one least-privilege "
+                                       "user per service (bcrypt-hashed, each service logs in with its own; "
+                                       "passwords never printed). Ignored for a server NATS_URL names.")] = True,
 ) -> None:
     """Start the stack and the services, replay a workload on the digital twin with gpuaware and with
     stock-Kubernetes placement, and report what gpuaware buys."""
@@ -126,7 +133,7 @@ def demo(
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         _demo_command(started, duration, trace, nodes, speed, window_h, load, seed, max_pods, slo_s, out,
-                      keep_running, data_dir, nats_port, pg_port, ticks, kill_leader_at)
+                      keep_running, data_dir, nats_port, pg_port, ticks, kill_leader_at, auth)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -134,33 +141,42 @@ def demo(
 
 def _demo_command(started: float, duration: float, trace: str, nodes: str, speed: float, window_h: float,
                   load: float, seed: int, max_pods: int, slo_s: float, out: Path, keep_running: bool,
-                  data_dir: Path, nats_port: int, pg_port: int, ticks: int, kill_leader_at: float = 0.0) -> None:
+                  data_dir: Path, nats_port: int, pg_port: int, ticks: int, kill_leader_at: float = 0.0,
+                  auth: bool = False) -> None:
     if trace not in ("generator", "openb", "philly"):
         raise typer.BadParameter("--trace must be generator, openb or philly")
     if not (nodes in ("default", "openb") or nodes.isdigit()):
         raise typer.BadParameter("--nodes must be default, openb or a number of nodes")
     out.mkdir(parents=True, exist_ok=True)
+    run_id = f"demo-{uuid.uuid4().hex[:6]}"
+    stack = None
     try:
         with console.status("starting NATS (JetStream) and PostgreSQL"):
-            stack = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port)
+            stack = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth,
+                             auth_clusters=[f"{run_id}-gpuaware", f"{run_id}-baseline"])
             applied = migrate(stack.state.database_url)
+            credentials = _demo_credentials(stack, data_dir)
     except StackError as exc:
         console.print(f"[red]cannot start the stack:[/red] {exc}")
+        if stack is not None and not stack.reused and not keep_running:
+            stack_down(data_dir)
         raise typer.Exit(1) from None
     console.print(f"stack {'reused' if stack.reused else 'started'}: {stack.state.nats_url}, "
                   f"PostgreSQL on port {stack.state.postgres_port or 'external'}; {len(applied)} migrations applied")
     ok = False
     try:
         if ticks:
+            admin = {"user": credentials[ADMIN][0], "password": credentials[ADMIN][1]} if credentials else {}
             ok = _roundtrip_only(stack.state.nats_url, stack.state.database_url, out,
-                                 int(nodes) if nodes.isdigit() else 8, ticks, started)
+                                 int(nodes) if nodes.isdigit() else 8, ticks, started, admin)
         else:
             window = speed * duration if speed else window_h * 3600.0
-            cfg = DemoConfig(out=out, run_id=f"demo-{uuid.uuid4().hex[:6]}", duration_s=duration, window_s=window,
+            cfg = DemoConfig(out=out, run_id=run_id, duration_s=duration, window_s=window,
                              speed=speed or window / duration, trace=trace, nodes=nodes,
                              default_nodes=16, load=load, seed=seed, max_pods=max_pods, slo_s=slo_s,
                              shared_data=os.environ.get("GPUAWARE_SHARED_DATA", ""),
-                             kill_leader_at_s=kill_leader_at, own_nats=not stack.state.nats_external)
+                             kill_leader_at_s=kill_leader_at, own_nats=not stack.state.nats_external,
+                             nats_credentials=credentials)
             if trace != "generator":
                 with console.status(f"finding the busiest {window / 3600:.0f} h of the {trace} trace"):
                     whole = rebuild_workload(cfg, whole_trace=True)
@@ -182,11 +198,27 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
         raise typer.Exit(1)
 
 
+def _demo_credentials(stack: Any, data_dir: Path) -> dict[str, tuple[str, str]]:
+    """The per-service NATS users of an auth stack (streams provisioned as admin: services may not
+    create them); empty without auth. A running auth stack of another run cannot be reused: its users
+    may act only for that run's clusters."""
+    if not stack.state.nats_auth:
+        return {}
+    if stack.reused:
+        raise StackError("the running stack requires NATS users made for another run: stop it (`gpuaware down "
+                         "--data-dir ...`) or run the demo with --no-auth")
+    credentials = stack_credentials(data_dir)
+    user, password = credentials[ADMIN]
+    asyncio.run(provision_streams(stack.state.nats_url, user=user, password=password))
+    return credentials
+
+
 # --- the legacy round-trip-only mode (kept for scripts and tests that pass --ticks) -------------------
 
 
-def _roundtrip_section(nats_url: str, database_url: str, nodes: int, ticks: int) -> dict[str, Any]:
-    result = asyncio.run(run_roundtrip(nats_url, database_url, nodes=nodes, ticks=ticks))
+def _roundtrip_section(nats_url: str, database_url: str, nodes: int, ticks: int,
+                       nats_options: dict[str, str]) -> dict[str, Any]:
+    result = asyncio.run(run_roundtrip(nats_url, database_url, nodes=nodes, ticks=ticks, nats_options=nats_options))
     return _roundtrip_dict(result)
 
 
@@ -197,8 +229,9 @@ def _roundtrip_dict(result: Any) -> dict[str, Any]:
             "ok": result.stored_messages == result.published}
 
 
-def _roundtrip_only(nats_url: str, database_url: str, out: Path, nodes: int, ticks: int, started: float) -> bool:
-    rt = _roundtrip_section(nats_url, database_url, nodes, ticks)
+def _roundtrip_only(nats_url: str, database_url: str, out: Path, nodes: int, ticks: int, started: float,
+                    nats_options: dict[str, str]) -> bool:
+    rt = _roundtrip_section(nats_url, database_url, nodes, ticks, nats_options)
     console.print(_roundtrip_table(rt))
     services = built_services()
     report = {"ok": rt["ok"], "seconds": round(time.perf_counter() - started, 2), "machine": _machine(),
@@ -273,7 +306,7 @@ async def _start_telemetry(cfg: DemoConfig, procs: ProcessGroup, nats_url: str, 
     GPUs (``run_once``), so measured utilisation sits next to allocation in the report."""
     if not service_built("gpuaware.services.telemetry"):
         return {"status": "not built yet"}
-    common = {"NATS_URL": nats_url, "DATABASE_URL": database_url}
+    common = {"NATS_URL": nats_url, "DATABASE_URL": database_url, **nats_login(cfg, TELEMETRY_COLLECTOR)}
     collector = procs.start("telemetry-collector", service_command("gpuaware.services.telemetry", "collector"),
                             {**common, "GPUAWARE_TELEMETRY_COLLECTOR_CLUSTER": f"{cfg.run_id}"},
                             cfg.out / "logs" / "telemetry-collector.log")
@@ -353,9 +386,11 @@ async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started:
     if missing:
         console.print(f"[red]the demo needs {', '.join(missing)}: not built[/red]")
         return False
-    report: dict[str, Any] = {"machine": _machine()}
+    report: dict[str, Any] = {"machine": _machine(),
+                              "stack": {"nats_auth": bool(cfg.nats_credentials),
+                                        "nats_users": sorted(cfg.nats_credentials) if cfg.nats_credentials else []}}
     console.rule("foundation: bus → database round trip")
-    rt = _roundtrip_dict(await run_roundtrip(nats_url, database_url, nodes=4, ticks=5))
+    rt = _roundtrip_dict(await run_roundtrip(nats_url, database_url, nodes=4, ticks=5, nats_options=nats_admin(cfg)))
     report["roundtrip"] = rt
     console.print(_roundtrip_table(rt))
     results: dict[str, RunResult] = {}
@@ -366,7 +401,7 @@ async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started:
         loop.add_signal_handler(sig, stop.set)
     pool = await tsdb.open_async_pool(database_url, application_name="gpuaware-demo", max_size=2)
     try:
-        async with bus.connected(nats_url, name="gpuaware-demo") as nc:
+        async with bus.connected(nats_url, name="gpuaware-demo", **nats_admin(cfg)) as nc:
             # the round trip's batches name nodes no agent announced: a collector would dead-letter them
             with contextlib.suppress(Exception):
                 await nc.jetstream().purge_stream(TELEMETRY.name, subject=GPU_SAMPLED)

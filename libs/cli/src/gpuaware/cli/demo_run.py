@@ -42,7 +42,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,7 +85,15 @@ from gpuaware.schemas import (
     WorldSnapshotReply,
     WorldSnapshotRequest,
 )
-from gpuaware.schemas.permissions import HEALTH_SCORING, OPERATIONAL_ENDPOINTS
+from gpuaware.schemas.permissions import (
+    ADMIN,
+    BINDER_ID,
+    HEALTH_SCORING,
+    OPERATIONAL_ENDPOINTS,
+    PLACEMENT_ID,
+    QUOTA_ID,
+    TELEMETRY_AGENT,
+)
 from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainReply, ExplainRequest
 from gpuaware.schemas.streams import ALERTS, BINDER, PLACEMENT, STREAMS
 from gpuaware.sim.metrics import GpuLedger
@@ -139,6 +147,9 @@ class DemoConfig:
     seconds into the gpuaware run (0: no drill)"""
     health: bool = True
     """gpuaware run: health-scoring scores the twin's GPUs, and faults are injected into three of them"""
+    nats_credentials: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
+    """identity -> (user, password) when the demo's NATS requires per-service users (``--auth``): each
+    service gets its own through its environment, the demo itself connects as admin. Never printed."""
     own_nats: bool = True
     """the NATS server is the demo's embedded one (False: ``NATS_URL`` names somebody else's, whose
     streams are never deleted)"""
@@ -599,6 +610,22 @@ async def wait_for(check: Callable[[], Any], *, timeout: float, what: str, procs
 # --- one run ------------------------------------------------------------------------------------------
 
 
+def nats_login(cfg: DemoConfig, identity: str) -> dict[str, str]:
+    """The environment a service of ``identity`` logs in to the demo's NATS with (empty without --auth)."""
+    if not cfg.nats_credentials:
+        return {}
+    user, password = cfg.nats_credentials[identity]
+    return {"NATS_USER": user, "NATS_PASSWORD": password}
+
+
+def nats_admin(cfg: DemoConfig) -> dict[str, str]:
+    """Connection options for the demo's own connections (it deletes streams, follows every stream)."""
+    if not cfg.nats_credentials:
+        return {}
+    user, password = cfg.nats_credentials[ADMIN]
+    return {"user": user, "password": password}
+
+
 def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str,
                 exporter_port: int = 0, faults: str = "") -> dict[str, dict[str, str]]:
     """Each service's environment for one run (the prefixed settings they read once at start).
@@ -606,7 +633,7 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
     ``agent`` entry is the telemetry agent scraping it (its node list is added once known)."""
     common = {"NATS_URL": nats_url, "DATABASE_URL": database_url}
     binder = {
-        **common, "GPUAWARE_BINDER_CLUSTER": spec.cluster, "GPUAWARE_BINDER_DURABLE": f"binder-{spec.cluster}",
+        **common, **nats_login(cfg, BINDER_ID), "GPUAWARE_BINDER_CLUSTER": spec.cluster, "GPUAWARE_BINDER_DURABLE": f"binder-{spec.cluster}",
         "GPUAWARE_BINDER_TWIN_NODES": cfg.twin_nodes, "GPUAWARE_BINDER_TWIN_DEFAULT_NODES": str(cfg.node_count),
         "GPUAWARE_BINDER_WORKLOAD": cfg.trace, "GPUAWARE_BINDER_WINDOW_S": str(cfg.window_s),
         "GPUAWARE_BINDER_LOAD": str(cfg.load), "GPUAWARE_BINDER_MAX_PODS": str(cfg.max_pods),
@@ -621,7 +648,7 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
     if faults:
         binder["GPUAWARE_BINDER_FAULTS"] = faults
     health = {
-        **common, "GPUAWARE_HEALTH_SCORING_CLUSTER": spec.cluster,
+        **common, **nats_login(cfg, HEALTH_SCORING), "GPUAWARE_HEALTH_SCORING_CLUSTER": spec.cluster,
         "GPUAWARE_HEALTH_SCORING_INSTANCE_ID": f"health-{spec.label}",
         # the twin's GPUs are judged in their own (virtual) time; clean periods of two virtual hours
         # (a day in production) so that recoveries fit in the replayed day
@@ -631,7 +658,7 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_HEALTH_SCORING_INVENTORY_WAIT_S": "3",
     }
     placement = {
-        **common, "GPUAWARE_PLACEMENT_CLUSTER": spec.cluster, "GPUAWARE_PLACEMENT_POLICY": spec.policy,
+        **common, **nats_login(cfg, PLACEMENT_ID), "GPUAWARE_PLACEMENT_CLUSTER": spec.cluster, "GPUAWARE_PLACEMENT_POLICY": spec.policy,
         "GPUAWARE_PLACEMENT_SEED": str(cfg.seed), "GPUAWARE_PLACEMENT_WORLD_RETRY_S": "0.25",
         "GPUAWARE_PLACEMENT_LEASE_POLL_S": "0.1",
         # stock Kubernetes as the baseline runs it: no preemption (gpuaware preempts by priority)
@@ -640,11 +667,11 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
     if cfg.typical_pods_file:
         placement["GPUAWARE_PLACEMENT_TYPICAL_PODS_FILE"] = cfg.typical_pods_file
     agent = {
-        **common, "GPUAWARE_TELEMETRY_AGENT_CLUSTER": spec.cluster, "GPUAWARE_TELEMETRY_AGENT_BACKEND": "dcgm",
+        **common, **nats_login(cfg, TELEMETRY_AGENT), "GPUAWARE_TELEMETRY_AGENT_CLUSTER": spec.cluster, "GPUAWARE_TELEMETRY_AGENT_BACKEND": "dcgm",
         "GPUAWARE_TELEMETRY_AGENT_DCGM_URL": f"http://127.0.0.1:{exporter_port}/metrics/{{node}}",
         "GPUAWARE_TELEMETRY_AGENT_INSTANCE_ID": f"agent-{spec.label}",
     }
-    quota = {**common, "GPUAWARE_QUOTA_CLUSTER": spec.cluster, "GPUAWARE_QUOTA_INSTANCE_ID": f"quota-{spec.label}",
+    quota = {**common, **nats_login(cfg, QUOTA_ID), "GPUAWARE_QUOTA_CLUSTER": spec.cluster, "GPUAWARE_QUOTA_INSTANCE_ID": f"quota-{spec.label}",
              "GPUAWARE_QUOTA_TREE": str(cfg.out / f"quota-queues-{spec.label}.yaml"),
              "GPUAWARE_QUOTA_REPORT_INTERVAL_S": "2"}
     return {"binder": binder, "placement": placement, "agent": agent, "health": health, "quota": quota}

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuaware import bus, tsdb
 from gpuaware.schemas.streams import DEADLETTER, TELEMETRY
@@ -51,14 +52,15 @@ def make_batch(node: str, seq: int, gpus: int, rng: random.Random, now: float) -
 
 
 async def run_roundtrip(nats_url: str, database_url: str, *, nodes: int = 8, gpus: int = 8, ticks: int = 25,
-                        progress: Callable[[int, int], None] | None = None, timeout: float = 60.0) -> RoundTrip:
+                        progress: Callable[[int, int], None] | None = None, timeout: float = 60.0,
+                        nats_options: Mapping[str, Any] | None = None) -> RoundTrip:
     result = RoundTrip()
     total = nodes * ticks
     sent_at: dict[str, float] = {}
     done = asyncio.Event()
     pool = await tsdb.open_async_pool(database_url, application_name="gpuaware-demo", max_size=4)
     try:
-        async with bus.connected(nats_url, name="gpuaware-demo") as nc:
+        async with bus.connected(nats_url, name="gpuaware-demo", **(nats_options or {})) as nc:
             js = nc.jetstream()
             for spec in (TELEMETRY, DEADLETTER):
                 await bus.ensure_stream(js, spec)

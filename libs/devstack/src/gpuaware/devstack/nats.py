@@ -19,6 +19,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from gpuaware.schemas.permissions import IDENTITIES, render_server_config
 
 AUTH_CONFIG = "auth.conf"
 CREDENTIALS = "credentials.json"
+AUTH_SCOPE = "auth-scope.json"
+"""the clusters the users' permissions were written for (kept so a restarted server keeps them)"""
 BCRYPT_COST = 10
 """the work factor of the hashes in auth.conf (nats-server checks one per connection: ~50 ms here)"""
 
@@ -116,11 +119,20 @@ def credentials(data_dir: Path) -> dict[str, tuple[str, str]]:
     return {identity: (entry["user"], entry["password"]) for identity, entry in raw.items()}
 
 
-def write_auth_config(data_dir: Path, *, cluster: str = "default") -> Path:
+def write_auth_config(data_dir: Path, *, clusters: Sequence[str] | None = None) -> Path:
     """Draw a password per identity (or reuse those in `data_dir`), write `auth.conf` and
-    `credentials.json` (0600 both); returns the server configuration's path."""
+    `credentials.json` (0600 both); returns the server configuration's path. ``clusters``: whose
+    services may use the server (their durables are named after them); None keeps those of the
+    configuration written before (a restart), ``["default"]`` the first time."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    scope = data_dir / AUTH_SCOPE
+    if clusters is None:
+        try:
+            clusters = list(json.loads(scope.read_text())["clusters"])
+        except (OSError, ValueError, KeyError, TypeError):
+            clusters = ["default"]
+    scope.write_text(json.dumps({"clusters": list(clusters)}) + "\n")
     try:
         known = {identity: password for identity, (_user, password) in credentials(data_dir).items()}
     except (StackError, ValueError, KeyError, TypeError):
@@ -131,14 +143,14 @@ def write_auth_config(data_dir: Path, *, cluster: str = "default") -> Path:
     config = data_dir / AUTH_CONFIG
     hashes = {identity: bcrypt.hashpw(pw.encode(), bcrypt.gensalt(BCRYPT_COST, prefix=b"2a")).decode()
               for identity, pw in passwords.items()}
-    _write_private(config, render_server_config(hashes, cluster=cluster))
+    _write_private(config, render_server_config(hashes, cluster=list(clusters)))
     return config
 
 
 def forget_credentials(data_dir: Path) -> list[str]:
     """Delete the credential files `start_nats(auth=True)` wrote in `data_dir`; returns their names."""
     gone = []
-    for name in (CREDENTIALS, AUTH_CONFIG):
+    for name in (CREDENTIALS, AUTH_CONFIG, AUTH_SCOPE):
         path = Path(data_dir) / name
         if path.exists():
             path.unlink()
@@ -148,7 +160,7 @@ def forget_credentials(data_dir: Path) -> list[str]:
 
 def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_file: Path | None = None,
                detach: bool = False, timeout: float = 20.0, auth: bool = False, tls: bool = False,
-               extra_args: tuple[str, ...] = ()) -> NatsProcess:
+               extra_args: tuple[str, ...] = (), auth_clusters: Sequence[str] | None = None) -> NatsProcess:
     """Start nats-server with JetStream storing under `data_dir`; port 0 picks a free one.
 
     `auth=True` requires the per-service users of `gpuaware.schemas.permissions` (see the module
@@ -167,7 +179,7 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     if auth:
-        config_file = write_auth_config(data_dir)
+        config_file = write_auth_config(data_dir, clusters=auth_clusters)
     else:
         forget_credentials(data_dir)  # a server without auth: no passwords of an earlier one stay behind
     args = [str(binary), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor_port), "-js",

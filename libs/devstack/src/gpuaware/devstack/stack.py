@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -119,10 +120,11 @@ def stack_health(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[StackState | None, 
 
 def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS_PORT,
              pg_port: int = DEFAULT_PG_PORT, env: dict[str, str] | None = None, auth: bool = False,
-             tls: bool = False, nats_nodes: int = 1) -> Stack:
+             tls: bool = False, nats_nodes: int = 1, auth_clusters: Sequence[str] | None = None) -> Stack:
     """Start (or reuse) NATS + PostgreSQL under `data_dir`; honours NATS_URL / DATABASE_URL.
 
     `auth` starts NATS with per-service users (a running stack is reused as it is: see `state.nats_auth`).
+    `auth_clusters`: the clusters whose services may use an auth server (default: ``default``).
     `nats_nodes` > 1 starts a NATS cluster of that many nodes (module docstring; `nats_port` is then
     ignored: every node takes free ports)."""
     if nats_nodes < 1 or nats_nodes > 9 or (nats_nodes > 1 and nats_nodes % 2 == 0):
@@ -148,7 +150,8 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS
         if not env.get("NATS_URL") and nats_nodes > 1:
             cluster = start_nats_cluster(data_dir / "nats", size=nats_nodes, detach=True)
         elif not env.get("NATS_URL"):
-            nats = start_nats(data_dir / "nats", port=nats_port, detach=True, auth=auth, tls=tls)
+            nats = start_nats(data_dir / "nats", port=nats_port, detach=True, auth=auth, tls=tls,
+                              auth_clusters=auth_clusters)
         if not env.get("DATABASE_URL"):
             pg = start_postgres(data_dir / "postgres", port=pg_port)
     except StackError:
