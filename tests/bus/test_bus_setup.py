@@ -7,6 +7,7 @@ from bus_helpers import Names
 
 from gpuaware import bus
 from gpuaware.bus.jetstream import consumer_diff, stream_config, stream_diff
+from gpuaware.schemas import STREAMS
 
 
 async def test_ensure_stream_creates_updates_and_refuses_impossible_changes(js, names: Names) -> None:
@@ -56,3 +57,12 @@ async def test_ensure_stream_takes_the_contracts_stream_spec(js, names: Names) -
         assert stream_diff(stream_config(spec), (await bus.ensure_stream(js, spec)).config) == {}
     finally:
         await js.delete_stream(names.stream)
+
+
+def test_every_duplicate_window_outlasts_a_retried_publish() -> None:
+    # a handler that timed out publishing is retried at most RetryPolicy.cap later: the retry must
+    # still find its first copy in the window, or the stream stores the event twice
+    cap = bus.RetryPolicy().cap
+    for spec in STREAMS:
+        window = spec.duplicate_window_s or 120.0  # 0 = the server's default, two minutes
+        assert window >= cap, f"{spec.name}: duplicate window {window} s < the retry cap {cap} s"

@@ -37,7 +37,6 @@ vanished are dropped and returned, since their pods went with the node.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -45,6 +44,7 @@ from typing import Any
 
 from gpuaware.placement.cluster import HEALTHY, QUARANTINED, Allocation, Cluster, ReserveError
 from gpuaware.placement.model import GPU_CATALOG, GpuModel, NodeSpec, PodRequest, RequestError
+from gpuaware.placement.tombstones import Tombstones
 
 
 class Phase(StrEnum):
@@ -108,7 +108,8 @@ class Ledger:
     max_tombstones: int = 200_000
     cluster: Cluster | None = None
     pods: dict[str, PodEntry] = field(default_factory=dict)
-    closed: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    closed: Tombstones = field(init=False)
+    """uid -> the highest closed attempt, for the `max_tombstones` most recently closed pods"""
     health: dict[tuple[str, int], int] = field(default_factory=dict)
     signals: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
     """(node, slot) -> the latest telemetry signals (health score, temperature, power, forecast)"""
@@ -119,6 +120,7 @@ class Ledger:
     """decision id -> uids of the victims its plan evicts (while any is still open)"""
 
     def __post_init__(self) -> None:
+        self.closed = Tombstones(self.max_tombstones)
         if self.nodes:
             self.set_nodes(self.nodes)
 
@@ -204,10 +206,7 @@ class Ledger:
 
     def _close(self, uid: str, attempt: int) -> None:
         self._drop(uid)
-        self.closed[uid] = max(attempt, self.closed.get(uid, -1))
-        self.closed.move_to_end(uid)
-        while len(self.closed) > self.max_tombstones:
-            self.closed.popitem(last=False)
+        self.closed.close(uid, attempt)
 
     def _entry(self, uid: str, attempt: int, phase: Phase, request: PodRequest | None, now: float,
                payload: Any) -> PodEntry:
@@ -403,7 +402,7 @@ class Ledger:
         entry = self.pods.get(uid)
         if entry is None or (decision_id and entry.decision_id and entry.decision_id != decision_id):
             if attempt is not None:
-                self.closed[uid] = max(attempt, self.closed.get(uid, -1))
+                self.closed.close(uid, attempt)
             self.stats.ignored += 1
             return False
         freed = entry.phase in HOLDING and self._release(entry)

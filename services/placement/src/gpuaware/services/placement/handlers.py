@@ -60,6 +60,9 @@ from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected
 
 log = logging.getLogger(__name__)
+UNECHOED_FOR_S = 60.0
+"""how long a decision this instance stored waits for its echo before it is forgotten (an echo that
+arrived before the publish's ack, or one a restarted follower skipped past)"""
 
 
 class PlacementService:
@@ -89,9 +92,9 @@ class PlacementService:
         self._world_task: asyncio.Task[None] | None = None
         self.quota = QuotaPermit(self.nc, s, self.source, self.state, self.loop_later)
         self.leading_since: float | None = None
-        self._mine: set[str] = set()
-        """ids of decisions this instance stored itself: their echo is not applied again"""
-        self._mine_order: collections.deque[str] = collections.deque()
+        self._mine: collections.OrderedDict[str, float] = collections.OrderedDict()
+        """ids of decisions this instance stored and whose echo has not come back yet: the echo is
+        not applied again (and forgets its id, so this holds only what is in flight)"""
 
     # -- life ---------------------------------------------------------------------------------------
 
@@ -117,7 +120,7 @@ class PlacementService:
             await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED], self._on_binder, stream=BINDER.name,
                              with_suffixes=True, name="placement-binder"),
             await bus.follow(self.js, [DECIDED, UNSCHEDULABLE], self._on_placement, stream=PLACEMENT.name,
-                             with_suffixes=True, name="placement-decisions", skip=self._mine.__contains__),
+                             with_suffixes=True, name="placement-decisions", skip=self._own_echo),
         ]
         if s.leader_election == "kubernetes":  # cluster mode: a coordination.k8s.io Lease
             from gpuaware.k8s.election import KubeLeaderLease
@@ -359,10 +362,16 @@ class PlacementService:
             raise bus.PermanentError(f"invalid pod request: {rejected.reason}")
 
     def _remember(self, msg_id: str) -> None:
-        self._mine.add(msg_id)
-        self._mine_order.append(msg_id)
-        if len(self._mine_order) > 100_000:
-            self._mine.discard(self._mine_order.popleft())
+        now = time.monotonic()
+        self._mine[msg_id] = now
+        mine = self._mine
+        while mine and next(iter(mine.values())) < now - UNECHOED_FOR_S:
+            mine.popitem(last=False)
+
+    def _own_echo(self, msg_id: str | None) -> bool:
+        """The follower's skip test: a decision this instance stored and applied already. A
+        redelivery of the same echo is applied (idempotently) rather than remembered forever."""
+        return msg_id is not None and self._mine.pop(msg_id, None) is not None
 
     def _unpublished(self, o: Outcome) -> None:
         if isinstance(o, Decided):
