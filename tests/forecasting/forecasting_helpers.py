@@ -22,17 +22,24 @@ from gpuaware.schemas import (
     DEMAND_PREDICTED,
     GPU_ROLLED_UP,
     GPU_UTIL_PREDICTED,
+    POD_FINISHED,
+    POD_PENDING,
     STREAMS,
     DemandPredicted,
     GpuRolledUp,
     GpuRollup,
     GpuUtilPredicted,
+    PodFinished,
+    PodOutcome,
+    PodPending,
 )
 from gpuaware.schemas.telemetry import RollupWindow, Stats
 from gpuaware.services.forecasting.handlers import ForecastService, mounter
 from gpuaware.services.forecasting.settings import ForecastingSettings
 
 ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
+PENDING = bus.Channel(POD_PENDING, PodPending)
+FINISHED = bus.Channel(POD_FINISHED, PodFinished)
 T0 = float(int(time.time() // 60 * 60) - 86_400)
 
 
@@ -75,6 +82,25 @@ class Recorder:
             self._subs.append(await self.nc.subscribe(f"{subject}.>", cb=on))
         await self.nc.flush()
         return self
+
+    async def pending(self, uid: str, queue: str, gpus: int, minute: float) -> None:
+        await bus.publish(self.js, PENDING, PodPending(  # the base subject, as the binder publishes
+            source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid, pod_name=uid,
+            namespace="default", submitted_at=T0 + 60 * minute, num_gpu=gpus, queue=queue))
+
+    async def finished(self, uid: str, minute: float) -> None:
+        await bus.publish(self.js, FINISHED, PodFinished(
+            source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid, pod_name=uid,
+            namespace="default", outcome=PodOutcome.SUCCEEDED, finished_at=T0 + 60 * minute))
+
+    def demand_of(self, queue: str | None) -> list[tuple[float, str, float]]:
+        """(issued_at, model, p50 at the first step) of every demand forecast for ``queue`` (None: total)."""
+        out = []
+        for ev in self.demand:
+            for s in ev.series:
+                if s.metric == "gpus_requested" and s.labels.get("queue") == queue:
+                    out.append((ev.issued_at, ev.model, s.values[0][0]))
+        return sorted(out)
 
     async def rollup(self, node: str, minute: int, utils: list[float]) -> None:
         await bus.publish(self.js, ROLLED.at(self.cluster, node), rollup(self.cluster, node, T0 + 60 * minute, utils))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import psycopg
 import pytest
-from forecasting_helpers import eventually, forecasting, model_bytes, recorder
+from forecasting_helpers import T0, eventually, forecasting, model_bytes, recorder
 
 from gpuaware import tsdb
 from gpuaware.forecast import registry
@@ -76,3 +76,44 @@ async def test_an_unusable_registry_model_falls_back_with_the_reason(nats_proc, 
         await eventually(lambda: bool(rec.gpu), what="a forecast")
         assert rec.gpu[0].model == "persistence"
         assert rec.gpu[0].model_version.startswith("baseline: bad@1 unusable: onnxruntime cannot load the model")
+
+
+async def test_demand_per_queue_from_pod_events(nats_proc, fresh_database_url: str, cluster: str) -> None:
+    async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster) as svc:
+        await rec.pending("a", "team-a", 4, 0.0)
+        await rec.pending("b", "team-b", 2, 0.5)
+        await rec.finished("a", 2.2)  # closes minutes 0 and 1 (a, b counted), then a leaves
+        await rec.pending("c", "team-b", 1, 3.1)  # closes minute 2 (b only)
+        await rec.pending("d", "team-b", 1, 11.5)  # closes minutes 3..10 (b and c)
+        await eventually(lambda: len(rec.demand_of(None)) >= 11, what="eleven minutes of demand forecasts")
+        total, team_a, team_b = rec.demand_of(None), rec.demand_of("team-a"), rec.demand_of("team-b")
+        # persistence (no demand model): each minute's forecast is its demand, issued at the minute's end
+        assert [(t - T0, v) for t, _, v in total[:4]] == [(60.0, 6.0), (120.0, 6.0), (180.0, 2.0), (240.0, 3.0)]
+        assert [v for _, _, v in team_a[:4]] == [4.0, 4.0, 0.0, 0.0]
+        assert [v for _, _, v in team_b[:4]] == [2.0, 2.0, 2.0, 3.0]
+        assert {m for _, m, _ in total} == {"persistence"}
+        stats = svc.stats()
+        assert stats.demand_minutes == 11 and stats.demand_series == 3
+        assert stats.demand_unusable == "no 'demand' model in the registry"
+    with psycopg.connect(fresh_database_url) as conn:
+        rows = conn.execute("SELECT series, count(*) FROM forecast_points WHERE series LIKE 'demand/%%' "
+                            "GROUP BY 1 ORDER BY 1").fetchall()
+        # the 10-minute forecast issued at minute 0's end (6 GPUs held) against the demand 10 minutes later
+        point = conn.execute("SELECT p50, actual FROM forecast_points WHERE series = %s AND horizon_s = 600 AND "
+                             "issued_at = to_timestamp(%s)", (f"demand/{cluster}/*", T0 + 60.0)).fetchone()
+    assert rows == [(f"demand/{cluster}/*", 33), (f"demand/{cluster}/team-a", 33), (f"demand/{cluster}/team-b", 33)]
+    assert point == (6.0, 3.0)
+
+
+async def test_the_demand_model_serves_demand_only(nats_proc, fresh_database_url: str, cluster: str) -> None:
+    await __import__("asyncio").to_thread(tsdb.migrate, fresh_database_url)
+    with tsdb.connect(fresh_database_url) as conn:
+        registry.publish(conn, "demand", model_bytes(2))
+    async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster) as svc:
+        stats = svc.stats()
+        assert stats.demand_model == "demand@1" and stats.model == ""  # not taken for utilisation
+        for minute in range(16):
+            await rec.pending(f"p{minute}", "q", 1 + minute % 3, minute + 0.5)
+        await eventually(lambda: any(m == "lstm" for _, m, _ in rec.demand_of(None)), what="a demand model forecast")
+        served = [ev for ev in rec.demand if ev.model == "lstm"]
+        assert all(ev.model_version == "demand@1" for ev in served)

@@ -14,6 +14,7 @@ from gpuaware.schemas.permissions import (
     ADMIN,
     BINDER_DURABLE,
     COLLECTOR_DURABLE,
+    FORECASTING,
     HEALTH_SCORING,
     IDENTITIES,
     LEASE_BUCKET,
@@ -27,6 +28,8 @@ from gpuaware.schemas.permissions import (
     render_server_config,
 )
 from gpuaware.services.binder.settings import BinderSettings
+from gpuaware.services.forecasting.handlers import STATS_SUBJECT as FORECASTING_STATS
+from gpuaware.services.forecasting.settings import ForecastingSettings
 from gpuaware.services.health_scoring.handlers import STATS_SUBJECT as HEALTH_STATS
 from gpuaware.services.health_scoring.handlers import telemetry_channel
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
@@ -51,7 +54,8 @@ def test_names_agree_with_the_services_defaults() -> None:
     assert TELEMETRY_IN.subject in [s for spec in STREAMS for s in spec.subjects]
     # each identity is its service's default name (its NATS micro name)
     assert {s().service_name for s in (PlacementSettings, BinderSettings, AgentSettings, CollectorSettings,
-                                       HealthScoringSettings, QuotaSettings)} == set(SERVICE_IDENTITIES)
+                                       HealthScoringSettings, QuotaSettings, ForecastingSettings)} == set(SERVICE_IDENTITIES)
+    assert OPERATIONAL_ENDPOINTS[FORECASTING] == (FORECASTING_STATS,)
 
 
 @pytest.mark.parametrize("identity", SERVICE_IDENTITIES)

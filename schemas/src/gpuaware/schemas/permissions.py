@@ -109,12 +109,10 @@ PLACEMENT_ID = "placement"
 BINDER_ID = "binder"
 HEALTH_SCORING = "health-scoring"
 QUOTA_ID = "quota"
-#: the forecasting service (issue 11). Not yet in SERVICE_IDENTITIES: the Helm chart's NATS users are
-#: checked against that tuple (tests/helm), so it joins there together with its user in the chart.
 FORECASTING = "forecasting"
 #: the service identities (each is also the service's default ``service_name``, its micro name)
 SERVICE_IDENTITIES: tuple[str, ...] = (TELEMETRY_AGENT, TELEMETRY_COLLECTOR, PLACEMENT_ID, BINDER_ID, HEALTH_SCORING,
-                                       QUOTA_ID)
+                                       QUOTA_ID, FORECASTING)
 IDENTITIES: tuple[str, ...] = (ADMIN, *SERVICE_IDENTITIES)
 
 # Names the services choose in their settings (tests check these agree with the settings' defaults).
@@ -292,12 +290,13 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [QUOTA_ADMIT])]),
                            allow_responses=True)
     if identity == FORECASTING:
-        # follows its cluster's one-minute rollups, publishes demand and per-GPU forecasts, answers
-        # forecasting.stats, raises and resolves its model's drift alert (the registry is in PostgreSQL)
+        # follows its cluster's one-minute rollups and pod events (demand), publishes demand and per-GPU
+        # forecasts, answers forecasting.stats, raises and resolves its models' drift alerts (the registry
+        # is in PostgreSQL); it may not delete consumers on BINDER (the binder's durable lives there)
         consumed = [*_event(GPU_ROLLED_UP)]
         endpoints = list(OPERATIONAL_ENDPOINTS[identity])
         pub = [*_event(DEMAND_PREDICTED), *_event(GPU_UTIL_PREDICTED), *_event(ALERT_RAISED), *_event(ALERT_RESOLVED),
-               *_js_base(), *_follow(TELEMETRY),
+               *_js_base(), *_follow(TELEMETRY), *_follow(BINDER, delete=False),
                *_dead_letters([*consumed, *endpoints])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, endpoints)]),
                            allow_responses=True)

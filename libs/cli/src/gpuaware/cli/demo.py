@@ -48,6 +48,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from gpuaware import bus, tsdb
+from gpuaware.cli.demo_forecast import describe as describe_forecasting
 from gpuaware.cli.demo_report import (
     analyse,
     busiest_window,
@@ -123,6 +124,10 @@ def demo(
     auth: Annotated[bool, typer.Option("--auth/--no-auth", help="Start the demo's NATS with one least-privilege "
                                        "user per service (bcrypt-hashed, each service logs in with its own; "
                                        "passwords never printed). Ignored for a server NATS_URL names.")] = True,
+    forecast_train_s: Annotated[float, typer.Option("--forecast-train-s", callback=bounded(0.0, 3_600.0),
+                                                    help="Seconds to train the forecasting service's demand model "
+                                                    "on the Helios traces when the registry has none (once per "
+                                                    "--data-dir; 0: serve persistence).")] = 60.0,
 ) -> None:
     """Start the stack and the services, replay a workload on the digital twin with gpuaware and with
     stock-Kubernetes placement, and report what gpuaware buys."""
@@ -133,7 +138,7 @@ def demo(
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         _demo_command(started, duration, trace, nodes, speed, window_h, load, seed, max_pods, slo_s, out,
-                      keep_running, data_dir, nats_port, pg_port, ticks, kill_leader_at, auth)
+                      keep_running, data_dir, nats_port, pg_port, ticks, kill_leader_at, auth, forecast_train_s)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -142,7 +147,7 @@ def demo(
 def _demo_command(started: float, duration: float, trace: str, nodes: str, speed: float, window_h: float,
                   load: float, seed: int, max_pods: int, slo_s: float, out: Path, keep_running: bool,
                   data_dir: Path, nats_port: int, pg_port: int, ticks: int, kill_leader_at: float = 0.0,
-                  auth: bool = False) -> None:
+                  auth: bool = False, forecast_train_s: float = 0.0) -> None:
     if trace not in ("generator", "openb", "philly"):
         raise typer.BadParameter("--trace must be generator, openb or philly")
     if not (nodes in ("default", "openb") or nodes.isdigit()):
@@ -177,6 +182,12 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
                              shared_data=os.environ.get("GPUAWARE_SHARED_DATA", ""),
                              kill_leader_at_s=kill_leader_at, own_nats=not stack.state.nats_external,
                              nats_credentials=credentials)
+            if service_built("gpuaware.services.forecasting"):
+                from gpuaware.cli.demo_forecast import ensure_demand_model
+                from gpuaware.sim.traces import shared_data_dir
+
+                cfg = dataclasses.replace(cfg, demand_model=ensure_demand_model(
+                    stack.state.database_url, data_dir, shared_data_dir(), forecast_train_s, console))
             if trace != "generator":
                 with console.status(f"finding the busiest {window / 3600:.0f} h of the {trace} trace"):
                     whole = rebuild_workload(cfg, whole_trace=True)
@@ -508,7 +519,9 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
                                 f"mean {qf.get('jain', {}).get('mean')}, {len(qf.get('chargeback_by_queue', []))} "
                                 "queues billed)" if qf.get("status") == "took part" else qf.get("status", "built"))
         elif name == "forecasting":
-            svc_status[name] = "built (not run by the demo yet: no forecast vs actual in this report)"
+            fc = results["gpuaware"].forecast
+            svc_status[name] = (describe_forecasting(fc.get("model") or {}, fc.get("accuracy") or {})
+                                if fc else "built (not run in this demo)")
         else:
             svc_status[name] = "took part (both runs)"
     summary = (f"{a['nodes']} nodes / {a['gpus']} GPUs, {cfg.trace} workload, {a['pods']['arrived']} pods over "
@@ -530,7 +543,7 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
             "alerts_resolved": sum((hf.get("alerts") or {}).get("resolved", {}).values()),
             "details": "runs.gpuaware.health"} if health_ran else hf.get("status", "not run")),
         "forecasting": ("forecasting not built yet: no forecast accuracy" if not services["forecasting"]
-                        else "built, not started by the demo yet: no forecast accuracy"),
+                        else dict(results["gpuaware"].forecast) or "not run"),
         "utilisation": ("allocation is what the pods asked for and hold (event-sourced, exact); utilisation is "
                         "what the telemetry agent measured on the twin's GPUs (dcgm-exporter text served by the "
                         "binder -> agent -> NATS -> collector -> PostgreSQL), each GPU's load following the pods "
@@ -629,6 +642,18 @@ def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], 
     if (a.get("quota") or {}).get("status") == "took part":
         from gpuaware.cli.quota import demo_table
         console.print(demo_table(a["quota"]))
+    acc = ((a.get("forecast") or {}).get("accuracy") or {})
+    if acc.get("status") == "scored":
+        model = (a["forecast"].get("model") or {})
+        f = Table(title=f"demand forecasts (gpuaware run; model: {model.get('model') or 'persistence'}; "
+                        f"{acc['forecasts']:,} stored over {acc['series']} series)")
+        for col in ("horizon", "points", "RMSE (GPUs)", "persistence RMSE", "better by", "actual <= p90"):
+            f.add_column(col, justify="right")
+        for h, v in acc["at_horizon_min"].items():
+            gain = v.get("vs_persistence")
+            f.add_row(f"{h} min", str(v["points"]), str(v["rmse"]), str(v["persistence_rmse"]),
+                      "n/a" if gain is None else f"{gain:+.1%}", str(v["p90_coverage"]))
+        console.print(f)
     inv = Table(title="invariants")
     inv.add_column("check")
     inv.add_column("")

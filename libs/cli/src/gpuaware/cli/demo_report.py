@@ -213,6 +213,7 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
         "failover": run.failover,
         "health": health_figures(run),
         "quota": run.quota or {"status": "not in this run"},
+        "forecast": run.forecast or {"status": "not in this run"},
         "workload_fingerprint": fp,
         "messages": dict(sorted(run.messages.items())),
         "recorded": dict(sorted(run.log.recorded.items())),
@@ -474,6 +475,11 @@ def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str,
     ax.legend(fontsize=8)
     save(fig, "fairness.png")
 
+    for r in results:
+        acc = ((r.get("forecast") or {}).get("accuracy") or {})
+        if acc.get("status") == "scored" and acc["plot"]["t_h"]:
+            save(_demand_plot(plt, r, acc, window_h), "forecast.png")
+
     subjects = sorted({s for r in results for s in r["messages"]})
     fig, ax = plt.subplots(figsize=(9, max(3.0, 0.32 * len(subjects) + 1)))
     for i, r in enumerate(results):
@@ -487,6 +493,31 @@ def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str,
     ax.legend(fontsize=8)
     save(fig, "messages.png")
     return paths
+
+
+def _demand_plot(plt: Any, r: dict[str, Any], acc: dict[str, Any], window_h: float | None) -> Any:
+    """The cluster's GPU demand (running + pending) minute by minute, and what the forecasting service
+    predicted for each minute 30 minutes before it (p50 and p90)."""
+    p = acc["plot"]
+
+    def nan(v: list[Any]) -> list[float]:
+        return [math.nan if x is None else x for x in v]
+
+    h30 = acc["at_horizon_min"].get("30", {})
+    model = r["forecast"].get("model", {}).get("model") or "persistence"
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    ax.step(p["t_h"], p["actual"], where="post", color="black", linewidth=1.2, label="demand: GPUs running + pending")
+    ax.step(p["t_h"], nan(p["p50_30min"]), where="post", color="#1f77b4", linewidth=1.0,
+            label=f"forecast 30 min ahead, p50 ({model}; RMSE {h30.get('rmse')} vs persistence "
+                  f"{h30.get('persistence_rmse')})")
+    ax.fill_between(p["t_h"], nan(p["p50_30min"]), nan(p["p90_30min"]), color="#1f77b4", alpha=0.25, step="post",
+                    label=f"... up to its p90 (the actual at or under it {h30.get('p90_coverage')} of the time)")
+    ax.set_xlabel("virtual time (hours)")
+    ax.set_xlim(0, window_h)
+    ax.set_ylabel("GPUs")
+    ax.set_title(f"{r['label']} run: GPU demand and the forecasting service's forecast")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -88,6 +88,7 @@ from gpuaware.schemas import (
 from gpuaware.schemas.permissions import (
     ADMIN,
     BINDER_ID,
+    FORECASTING,
     HEALTH_SCORING,
     OPERATIONAL_ENDPOINTS,
     PLACEMENT_ID,
@@ -150,6 +151,8 @@ class DemoConfig:
     nats_credentials: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
     """identity -> (user, password) when the demo's NATS requires per-service users (``--auth``): each
     service gets its own through its environment, the demo itself connects as admin. Never printed."""
+    demand_model: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """the demand model the forecasting service serves (``demo_forecast.ensure_demand_model``'s answer)"""
     own_nats: bool = True
     """the NATS server is the demo's embedded one (False: ``NATS_URL`` names somebody else's, whose
     streams are never deleted)"""
@@ -445,6 +448,9 @@ class RunResult:
     """the quota service in this run (gpuaware.cli.quota.demo_summary), empty when it did not run"""
     chaos: list[dict[str, Any]] = field(default_factory=list)
     """the planned faults done during the run (``ChaosRunner.finish``), empty without a plan"""
+    forecast: dict[str, Any] = field(default_factory=dict)
+    """the forecasting service in this run: the demand model, its counters, the demand forecasts scored
+    (``demo_forecast.demand_accuracy``); empty when it did not run"""
 
 
 # --- messages per subject ------------------------------------------------------------------------------
@@ -492,6 +498,7 @@ PLACEMENT_CHANNELS = [bus.Channel(PLACEMENT_DECIDED, PlacementDecided),
 HEALTH_CHANNELS = [bus.Channel(GPU_STATE_CHANGED, GpuStateChanged), bus.Channel(ALERT_RAISED, AlertRaised),
                    bus.Channel(ALERT_RESOLVED, AlertResolved), bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)]
 HEALTH_STATS = OPERATIONAL_ENDPOINTS[HEALTH_SCORING][0]
+FORECASTING_STATS = OPERATIONAL_ENDPOINTS[FORECASTING][0]
 """health-scoring's counters (an operational endpoint, outside the contract's registry)"""
 
 
@@ -674,7 +681,10 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
     quota = {**common, **nats_login(cfg, QUOTA_ID), "GPUAWARE_QUOTA_CLUSTER": spec.cluster, "GPUAWARE_QUOTA_INSTANCE_ID": f"quota-{spec.label}",
              "GPUAWARE_QUOTA_TREE": str(cfg.out / f"quota-queues-{spec.label}.yaml"),
              "GPUAWARE_QUOTA_REPORT_INTERVAL_S": "2"}
-    return {"binder": binder, "placement": placement, "agent": agent, "health": health, "quota": quota}
+    forecasting = {**common, **nats_login(cfg, FORECASTING), "GPUAWARE_FORECASTING_CLUSTER": spec.cluster,
+                   "GPUAWARE_FORECASTING_INSTANCE_ID": f"forecasting-{spec.label}"}
+    return {"binder": binder, "placement": placement, "agent": agent, "health": health, "quota": quota,
+            "forecasting": forecasting}
 
 
 class EventWriter:
@@ -773,9 +783,13 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
     snap_pods = 0
     failover: dict[str, Any] | None = None
     chaos_done: list[dict[str, Any]] = []
+    forecast: dict[str, Any] = {}
     try:
         drill = cfg.kill_leader_at_s > 0 and spec.label == "gpuaware"
         instances = ("p1", "p2") if drill else ("p1",)
+        forecast_on = spec.label == "gpuaware" and service_built("gpuaware.services.forecasting")
+        forecaster = (procs.start("forecasting", service_command("gpuaware.services.forecasting"), env["forecasting"],
+                                  logs / f"forecasting-{spec.label}.log") if forecast_on else None)
         placements = {}
         for i, inst in enumerate(instances):
             name = "placement" if i == 0 else f"placement-{inst}"
@@ -783,9 +797,18 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                 name, service_command("gpuaware.services.placement"),
                 {**env["placement"], "GPUAWARE_PLACEMENT_INSTANCE_ID": inst},
                 logs / f"{name}-{spec.label}.log")
+        if forecast_on:
+            # live before the binder's first pod: minutes it sees only while catching up are replayed
+            # (stepped, not published), as after a restart
+            async def forecasting_up() -> bool:
+                await bus.request(nc, FORECASTING_STATS, {}, dict, timeout=1.0)
+                return True
+
+            await wait_for(forecasting_up, timeout=90.0, what="the forecasting service",
+                           procs=[*placements.values(), forecaster], stop=stop)
         binder = procs.start("binder", service_command("gpuaware.services.binder"), env["binder"],
                              logs / f"binder-{spec.label}.log")
-        ours = [*placements.values(), binder]
+        ours = [*placements.values(), binder, *([forecaster] if forecaster else [])]
         if health_on:
             ours.append(procs.start("health-scoring", service_command("gpuaware.services.health_scoring"),
                                     env["health"], logs / f"health-scoring-{spec.label}.log"))
@@ -911,6 +934,10 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         if health_on:
             with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
                 health["stats"] = await bus.request(nc, HEALTH_STATS, {}, dict, timeout=5.0)
+        if forecast_on:
+            forecast["status"] = "running"
+            with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
+                forecast["stats"] = await bus.request(nc, FORECASTING_STATS, {}, dict, timeout=5.0)
     except Interrupted:
         failure = "interrupted"
         raise
@@ -919,7 +946,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         raise
     finally:
         for name in [p.name for p in procs.processes
-                     if p.name.startswith(("placement", "telemetry-agent-", "health-scoring", "quota"))]:
+                     if p.name.startswith(("placement", "telemetry-agent-", "health-scoring", "quota", "forecasting"))]:
             exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
         await asyncio.sleep(1.0)  # decisions already published reach the binder
         exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
@@ -949,13 +976,20 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
             quota = await demo_summary(pool, spec.cluster)
         except Exception as exc:  # the report says what failed; the run's other figures stand
             quota = {"status": f"no summary: {type(exc).__name__}: {exc}"}
+    if forecast.get("status") == "running":
+        from gpuaware.cli.demo_forecast import demand_accuracy
+        forecast["model"] = dict(cfg.demand_model)
+        try:
+            forecast["accuracy"] = await demand_accuracy(pool, spec.cluster, VIRTUAL_EPOCH)
+        except Exception as exc:  # the report says what failed; the run's other figures stand
+            forecast["accuracy"] = {"status": f"not scored: {type(exc).__name__}: {exc}"}
     return RunResult(spec=spec, log=run_log, gpus=gpus, nodes=n_nodes, started_at=VIRTUAL_EPOCH,
                      virtual_end=virtual_now, wall_s=time.monotonic() - wall0, reached_end=reached,
                      messages=messages, db=db, snapshot_violations=snap_bad,
                      snapshot_pods=snap_pods, exit_codes=exit_codes,
                      services={"placement": spec.policy, "binder": "twin"}, failure=failure, failover=failover,
                      node_names=node_names, clock=clock, telemetry=telemetry, health=health,
-                     quota=quota, chaos=chaos_done)
+                     quota=quota, chaos=chaos_done, forecast=forecast)
 
 
 async def operator_repair(nc: bus.Client, cluster: str, gpu: str, node: str, virtual_now: float) -> dict[str, Any]:

@@ -71,9 +71,10 @@ def _prepare(series: list[Path], fmt: str, test_days: float | None, split: str |
         raise typer.Exit(2) from None
 
 
-def _train(prepared: list[Prepared], horizons: list[int], iters: int, seconds: float) -> bytes:
+def train_blob(prepared: list[Prepared], horizons: list[int], iters: int, seconds: float) -> bytes:
+    """Train the LSTM with a progress bar; the streaming ONNX model's bytes. Raises ValueError /
+    SeriesError when the series cannot train a model."""
     from gpuaware.forecast.experiment import config_for, fit
-    from gpuaware.forecast.series import SeriesError
 
     config = config_for(prepared[0].series.step_s, horizons, max_iters=iters, max_seconds=seconds)
     with Progress(TextColumn("[bold]training LSTM"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -82,16 +83,22 @@ def _train(prepared: list[Prepared], horizons: list[int], iters: int, seconds: f
 
         def progress(it: int, total: int, loss: float, valid: float) -> None:
             fields = {"loss": loss} | ({"valid": f"{valid:.4f}"} if np.isfinite(valid) else {})
-            bar.update(task, completed=it, **fields)
+            bar.update(task, completed=it, total=total, **fields)
 
-        try:
-            result, blob = fit(prepared, config, progress)
-        except (ValueError, SeriesError) as exc:
-            console.print(f"[red]cannot train:[/red] {exc}")
-            raise typer.Exit(2) from None
+        result, blob = fit(prepared, config, progress)
     console.print(f"trained {result.iters} iterations in {result.seconds:.1f} s, best validation pinball "
                   f"{result.best_valid_loss:.4f}")
     return blob
+
+
+def _train(prepared: list[Prepared], horizons: list[int], iters: int, seconds: float) -> bytes:
+    from gpuaware.forecast.series import SeriesError
+
+    try:
+        return train_blob(prepared, horizons, iters, seconds)
+    except (ValueError, SeriesError) as exc:
+        console.print(f"[red]cannot train:[/red] {exc}")
+        raise typer.Exit(2) from None
 
 
 def _load_model(spec: str) -> tuple[StreamingModel, str]:

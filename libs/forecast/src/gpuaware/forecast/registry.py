@@ -17,8 +17,9 @@ __all__ = ["RegistryEntry", "accuracy_async", "latest", "latest_async", "latest_
            "store_points_async"]
 
 _COLUMNS = "version, name, created_at, step_s, data_window, metrics, meta, sha256, onnx"
-_LATEST = f"SELECT {_COLUMNS} FROM forecast_models WHERE (%(name)s::text IS NULL OR name = %(name)s) ORDER BY version DESC LIMIT 1"
-_LATEST_VERSION = "SELECT max(version) FROM forecast_models WHERE (%(name)s::text IS NULL OR name = %(name)s)"
+_WHICH = "(%(name)s::text IS NULL OR name = %(name)s) AND (%(exclude)s::text IS NULL OR name <> %(exclude)s)"
+_LATEST = f"SELECT {_COLUMNS} FROM forecast_models WHERE {_WHICH} ORDER BY version DESC LIMIT 1"
+_LATEST_VERSION = f"SELECT max(version) FROM forecast_models WHERE {_WHICH}"
 _PUBLISH = ("INSERT INTO forecast_models (name, step_s, data_window, metrics, meta, sha256, onnx) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING version")
 
@@ -63,18 +64,19 @@ def publish(conn: Any, name: str, onnx: bytes, metrics: dict | None = None) -> i
     return int(row[0])
 
 
-def latest(conn: Any, name: str | None = None) -> RegistryEntry | None:
-    return _entry(conn.execute(_LATEST, {"name": name}).fetchone())
+def latest(conn: Any, name: str | None = None, *, exclude: str | None = None) -> RegistryEntry | None:
+    """The newest version of ``name`` (of any name but ``exclude`` when ``name`` is None)."""
+    return _entry(conn.execute(_LATEST, {"name": name, "exclude": exclude}).fetchone())
 
 
-async def latest_async(conn: Any, name: str | None = None) -> RegistryEntry | None:
-    cur = await conn.execute(_LATEST, {"name": name})
+async def latest_async(conn: Any, name: str | None = None, *, exclude: str | None = None) -> RegistryEntry | None:
+    cur = await conn.execute(_LATEST, {"name": name, "exclude": exclude})
     return _entry(await cur.fetchone())
 
 
-async def latest_version_async(conn: Any, name: str | None = None) -> int | None:
+async def latest_version_async(conn: Any, name: str | None = None, *, exclude: str | None = None) -> int | None:
     """The cheap poll behind hot reload: the newest version number only."""
-    cur = await conn.execute(_LATEST_VERSION, {"name": name})
+    cur = await conn.execute(_LATEST_VERSION, {"name": name, "exclude": exclude})
     row = await cur.fetchone()
     return None if row is None or row[0] is None else int(row[0])
 

@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from gpuaware.forecast.demand import TOTAL
 from gpuaware.forecast.runtime import StepResult, StreamingModel, Streams
 from gpuaware.schemas import DemandPredicted, DemandSeries, GpuForecast, GpuUtilPredicted
 
-__all__ = ["Drift", "Point", "Server"]
+__all__ = ["Drift", "Point", "Server", "demand_key", "series_name"]
 
 BASELINE = "persistence"
 
@@ -66,6 +67,21 @@ class Drift:
     baseline_rmse: float
     points: int
     horizon_s: float
+
+
+TOTAL_KEY = "*"
+"""the demand key of the cluster's total (no queue name can be ``*``)"""
+
+
+def demand_key(cluster: str, queue: str) -> tuple[str, str, str]:
+    return ("demand", cluster, TOTAL_KEY if queue == TOTAL else queue)
+
+
+def series_name(key: tuple[str, str, str]) -> str:
+    """How ``forecast_points`` names a series: ``gpu/<node>/<uuid>``, ``node/<node>``,
+    ``demand/<cluster>/<queue>`` (``demand/<cluster>/*`` the cluster's total)."""
+    kind, node, gpu = key
+    return f"{kind}/{node}/{gpu}" if gpu else f"{kind}/{node}"
 
 
 class Server:
@@ -120,14 +136,23 @@ class Server:
         """Every series one step at ``window_start``: ``gpus`` are (node, gpu uuid, util %) of the window;
         series not in it are gaps; each node's series is the mean of its GPUs."""
         per_node: dict[str, list[float]] = {}
-        values: dict[int, float] = {}
+        values: dict[tuple[str, str, str], float] = {}
         for node, gpu, util in gpus:
-            values[self._row(("gpu", node, gpu))] = util
+            values["gpu", node, gpu] = util
             per_node.setdefault(node, []).append(util)
         for node, utils in per_node.items():
-            values[self._row(("node", node, ""))] = float(np.mean(utils))
+            values["node", node, ""] = float(np.mean(utils))
+        return self.step_series(window_start, values)
+
+    def step_demand(self, window_start: float, cluster: str, demand: Mapping[str, float]) -> StepResult:
+        """Every demand series one step: ``demand`` is GPUs per queue (``demand.TOTAL`` the cluster's)."""
+        return self.step_series(window_start, {demand_key(cluster, q): v for q, v in demand.items()})
+
+    def step_series(self, window_start: float, values: Mapping[tuple[str, str, str], float]) -> StepResult:
+        """Every series one step at ``window_start``; a known series missing from ``values`` is a gap."""
+        rows = {self._row(key): v for key, v in values.items()}
         row = np.full(len(self.index), np.nan)
-        for i, v in values.items():
+        for i, v in rows.items():
             row[i] = v
         self.last_window = window_start
         result = self.streams.step(row, window_start)
@@ -195,13 +220,15 @@ class Server:
         return tuple(tuple(float(x) for x in np.interp(grid, self.horizons_s, at_horizons[:, q]))
                      for q in range(at_horizons.shape[1]))
 
+    def _common(self, issued_at: float, emitted_at: float, source: str) -> dict:
+        return {"source": source, "emitted_at": emitted_at, "issued_at": issued_at, "start": issued_at + 600.0,
+                "step_s": 600.0, "horizon_steps": 6, "quantiles": tuple(self.streams.quantiles)}
+
     def events(self, result: StepResult, cluster: str, issued_at: float, nodes: Iterable[str],
                emitted_at: float, source: str) -> list[GpuUtilPredicted | DemandPredicted]:
         """The messages of one step for the nodes that reported in the window."""
         nodes = set(nodes)
-        quantiles = tuple(self.streams.quantiles)
-        common = {"source": source, "emitted_at": emitted_at, "issued_at": issued_at, "start": issued_at + 600.0,
-                  "step_s": 600.0, "horizon_steps": 6, "quantiles": quantiles}
+        common = self._common(issued_at, emitted_at, source)
         gpu_groups: dict[tuple[str, str, str], list[GpuForecast]] = {}
         demand_groups: dict[tuple[str, str], list[DemandSeries]] = {}
         for (kind, node, gpu), i in self.index.items():
@@ -233,13 +260,34 @@ class Server:
             if node not in nodes:
                 continue
             model, version = self._who(result.reasons[i])
-            name = f"{kind}/{node}/{gpu}" if gpu else f"{kind}/{node}"
+            name = series_name((kind, node, gpu))
             for j, h in enumerate(self.horizons_s):
                 v = result.values[i, j]
                 out.append(Point(name, issued_at, h, float(v[qi[0]]) if qi[0] >= 0 else float(v[0]),
                                  float(v[qi[1]]) if qi[1] >= 0 else float("nan"), model, version,
                                  result.reasons[i] or ""))
         return out
+
+    def demand_events(self, result: StepResult, cluster: str, issued_at: float, emitted_at: float,
+                      source: str) -> list[DemandPredicted]:
+        """One ``DemandPredicted`` per (model, version) with a series per queue (``labels`` ``queue``) and
+        the cluster's total (no ``queue`` label), metric ``gpus_requested`` (running + pending)."""
+        groups: dict[tuple[str, str], list[DemandSeries]] = {}
+        for (kind, of, queue), i in self.index.items():
+            if kind != "demand" or of != cluster:
+                continue
+            labels = {"cluster": cluster} if queue == TOTAL_KEY else {"cluster": cluster, "queue": queue}
+            groups.setdefault(self._who(result.reasons[i]), []).append(
+                DemandSeries(metric="gpus_requested", labels=labels, values=self._path(result.values[i])))
+        common = self._common(issued_at, emitted_at, source)
+        return [DemandPredicted(cluster=cluster, model=model, model_version=version, series=tuple(series), **common)
+                for (model, version), series in sorted(groups.items())]
+
+    def demand_actuals(self, observed_at: float, cluster: str,
+                       demand: Mapping[str, float]) -> list[tuple[str, float, float]]:
+        """(series, target time, actual) of a closed demand minute (``observed_at``: its end, where the
+        forecasts issued ``h`` earlier point), named as ``points`` names them."""
+        return [(series_name(demand_key(cluster, q)), observed_at, float(v)) for q, v in demand.items()]
 
     def actuals(self, window_start: float, gpus: Iterable[tuple[str, str, float]]) -> list[tuple[str, float, float]]:
         """(series, target time, actual) for the points whose target is this window."""

@@ -1,28 +1,34 @@
-"""Forecasting handlers: rollups in, one batched model step per window, forecasts out.
+"""Forecasting handlers: rollups and pod events in, one batched model step per window, forecasts out.
 
     reads                                              does
     follow telemetry.gpu.rolledup.v1.<c>.> (1m only)   buffers a window's rollups; steps every series
                                                        once (gpuaware.forecast.serving.Server: one
                                                        onnxruntime call for all of them) when the next
                                                        window starts or ``flush_s`` after the first
-    every reload_s: the registry (forecast_models)     a higher version -> loaded and served (hot
-                                                       reload); an unusable one is refused with the
-                                                       reason and the current model kept
-    forecasting.stats (request/reply)                  counters, the model served, why not
+    follow binder.pod.{pending,finished,preempted,     GPU demand (running + pending) per queue and the
+           bind_failed}.v1 (all clusters': its own     cluster's total, per minute of the events' own
+           kept)                                       clock (gpuaware.forecast.demand); each closed
+                                                       minute steps the demand model's series once
+    every reload_s: the registry (forecast_models)     a higher version of either model (utilisation:
+                                                       ``model_name``; demand: ``demand_model_name``) ->
+                                                       loaded and served (hot reload); an unusable one
+                                                       is refused with the reason, the current one kept
+    forecasting.stats (request/reply)                  counters, the models served, why not
 
     publishes  forecast.gpu.predicted.v1.<c>.<node>    per node and (model, version): p50/p90 paths
-               forecast.demand.predicted.v1.<c>        the node-level series, per (model, version)
+               forecast.demand.predicted.v1.<c>        node-level utilisation series, and per minute the
+                                                       demand series (``gpus_requested``, per queue)
                alerts.gpu.raised|resolved.v1.<c>       forecast_model_drift: the model's recent error
                                                        above persistence's (it then serves persistence)
     stores     forecast_points                         each forecast, then its actual (accuracy)
 
 Why follow, not a durable consumer: forecasts are for now; a restarted instance replays the stream's
-retained rollups to warm every series' state (no forecast is published for a replayed window), then
-goes on live. A model is served only where ``runtime.Streams`` trusts it; elsewhere, and whenever the
+retained rollups and pod events to warm every series' state and the demand book (no forecast is
+published for a replayed window), then goes on live. A model is served only where ``runtime.Streams`` trusts it; elsewhere, and whenever the
 registry is empty or its model unusable, persistence is published with ``model="persistence"`` and
 ``model_version="baseline: <reason>"``.
 
-Not here yet (issue 11): per GPU model and per queue series.
+Not here yet (issue 11): per GPU model series.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import msgspec
 
 from gpuaware import bus, tsdb
 from gpuaware.forecast import registry
+from gpuaware.forecast.demand import DemandBook, DemandRow, pod_gpus
 from gpuaware.forecast.runtime import ModelError, StreamingModel
 from gpuaware.forecast.serving import Server
 from gpuaware.runtime import ServiceContext
@@ -46,15 +53,23 @@ from gpuaware.schemas import (
     DEMAND_PREDICTED,
     GPU_ROLLED_UP,
     GPU_UTIL_PREDICTED,
+    POD_BIND_FAILED,
+    POD_FINISHED,
+    POD_PENDING,
+    POD_PREEMPTED,
     AlertRaised,
     AlertResolved,
     DemandPredicted,
     GpuRolledUp,
     GpuUtilPredicted,
+    PodBindFailed,
+    PodFinished,
+    PodPending,
+    PodPreempted,
     Severity,
     fingerprint,
 )
-from gpuaware.schemas.streams import TELEMETRY
+from gpuaware.schemas.streams import BINDER, TELEMETRY
 from gpuaware.services.forecasting.settings import ForecastingSettings
 
 log = logging.getLogger(__name__)
@@ -66,6 +81,9 @@ RAISED = bus.Channel(ALERT_RAISED, AlertRaised)
 RESOLVED = bus.Channel(ALERT_RESOLVED, AlertResolved)
 DRIFT_RULE = "forecast_model_drift"
 STATS_SUBJECT = "forecasting.stats"
+UTIL, DEMAND = "util", "demand"
+POD_EVENTS = (bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_FINISHED, PodFinished),
+              bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_BIND_FAILED, PodBindFailed))
 
 
 class StatsRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +102,12 @@ class ForecastStats(msgspec.Struct, frozen=True, kw_only=True):
     store_failures: int
     reloads: int
     drift_alerts: int
+    demand_model: str = ""
+    """``name@version`` of the demand model served, or empty"""
+    demand_unusable: str = ""
+    demand_series: int = 0
+    demand_minutes: int = 0
+    demand_published: int = 0
 
 
 class ForecastService:
@@ -92,49 +116,68 @@ class ForecastService:
         self.js = js
         self.pool = pool
         self.source = f"{settings.service_name}/{instance}"
-        self.server = Server(None, "", unusable="no model in the registry")
-        self.version: int | None = None
+        self.servers = {UTIL: Server(None, "", unusable="no model in the registry"),
+                        DEMAND: Server(None, "", unusable=f"no {settings.demand_model_name!r} model in the registry")}
+        self.versions: dict[str, int | None] = {UTIL: None, DEMAND: None}
+        self.book = DemandBook(step_s=60.0)
         self.pending: dict[float, list[GpuRolledUp]] = {}
         self.flushers: dict[float, asyncio.TimerHandle] = {}
         self.lock = asyncio.Lock()
         self.counts = {"windows": 0, "published": 0, "late_windows": 0, "store_failures": 0, "reloads": 0,
-                       "drift_alerts": 0}
+                       "drift_alerts": 0, "demand_minutes": 0, "demand_published": 0}
         self.drift_started: float | None = None
         self.follower: Any = None
+        self.pod_follower: Any = None
         self._reloader: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- registry ------------------------------------------------------------------------------------
 
     async def reload(self) -> bool:
-        """Serve the registry's newest version if it is newer than the one served; True if it changed."""
-        name = self.settings.model_name or None
+        """Serve the registry's newest versions (the utilisation model and the demand model) where they
+        are newer than the ones served; True if either changed."""
+        changed = await self._reload(UTIL)
+        return await self._reload(DEMAND) or changed
+
+    async def _reload(self, slot: str) -> bool:
+        st = self.settings
+        name, exclude = ((st.model_name or None, st.demand_model_name) if slot == UTIL
+                         else (st.demand_model_name, None))
         async with self.pool.connection() as conn:
-            newest = await registry.latest_version_async(conn, name)
-            if newest is None or newest == self.version:
+            newest = await registry.latest_version_async(conn, name, exclude=exclude)
+            if newest is None or newest == self.versions[slot]:
                 return False
-            entry = await registry.latest_async(conn, name)
+            entry = await registry.latest_async(conn, name, exclude=exclude)
         if entry is None:
             return False
         try:
             model = StreamingModel.load(entry.onnx)
         except ModelError as exc:
             log.warning("registry model %s refused: %s", entry.label, exc)
-            self.version = entry.version  # not retried until a newer version appears
-            if self.server.model is None:
-                self._swap(Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}"))
+            self.versions[slot] = entry.version  # not retried until a newer version appears
+            if self.servers[slot].model is None:
+                self._swap(slot, Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}"))
             return False
-        self.version = entry.version
-        st = self.settings
-        self._swap(Server(model, entry.label, drift_halflife=st.drift_halflife, drift_min_points=st.drift_min_points,
-                          drift_margin=st.drift_margin))
+        self.versions[slot] = entry.version
+        self._swap(slot, Server(model, entry.label, drift_halflife=st.drift_halflife,
+                                drift_min_points=st.drift_min_points, drift_margin=st.drift_margin))
         self.counts["reloads"] += 1
-        log.info("serving %s", entry.label)
+        log.info("serving %s (%s)", entry.label, slot)
         return True
 
-    def _swap(self, server: Server) -> None:
-        server.adopt(self.server)
-        self.server = server
+    def _swap(self, slot: str, server: Server) -> None:
+        server.adopt(self.servers[slot])
+        self.servers[slot] = server
+
+    @property
+    def server(self) -> Server:
+        """The utilisation model's server (per-GPU and per-node forecasts from rollups)."""
+        return self.servers[UTIL]
+
+    @property
+    def demand(self) -> Server:
+        """The demand model's server (GPUs requested per queue, from the binder's pod events)."""
+        return self.servers[DEMAND]
 
     async def _reload_loop(self) -> None:
         while True:
@@ -190,14 +233,55 @@ class ForecastService:
                 self.counts["published"] += 1
             for change in server.drift():
                 await self._alert(server, change)
-            if self.settings.store_points:
-                try:
-                    async with self.pool.connection() as conn:
-                        await registry.store_points_async(conn, server.points(result, issued, nodes),
-                                                          server.actuals(issued, gpus))
-                except Exception as exc:  # forecasts already left; losing their record is logged, counted
-                    self.counts["store_failures"] += 1
-                    log.warning("storing forecasts failed: %s: %s", type(exc).__name__, exc)
+            await self._store(server.points(result, issued, nodes), server.actuals(issued, gpus))
+
+    async def _store(self, points: list[Any], actuals: list[tuple[str, float, float]]) -> None:
+        if not self.settings.store_points:
+            return
+        try:
+            async with self.pool.connection() as conn:
+                await registry.store_points_async(conn, points, actuals)
+        except Exception as exc:  # forecasts already left; losing their record is logged, counted
+            self.counts["store_failures"] += 1
+            log.warning("storing forecasts failed: %s: %s", type(exc).__name__, exc)
+
+    # --- demand --------------------------------------------------------------------------------------
+
+    async def _on_pod(self, ev: Any, delivery: Any) -> None:
+        if ev.cluster != self.settings.cluster:
+            return
+        book = self.book
+        if isinstance(ev, PodPending):
+            rows = book.pending(ev.pod_uid, ev.queue, pod_gpus(ev.num_gpu, ev.gpu_milli), ev.submitted_at)
+        elif isinstance(ev, PodFinished):
+            rows = book.left(ev.pod_uid, ev.finished_at)
+        elif isinstance(ev, PodPreempted):
+            rows = book.left(ev.pod_uid, ev.preempted_at, requeued=ev.requeued)
+        elif isinstance(ev, PodBindFailed):
+            rows = book.left(ev.pod_uid, ev.failed_at, requeued=ev.transient)
+        else:
+            return
+        for row in rows:
+            await self._demand_step(row, publish=not delivery.replay)
+
+    async def _demand_step(self, row: DemandRow, *, publish: bool) -> None:
+        """One closed minute of demand: every queue's series one step, the forecast published."""
+        async with self.lock:
+            cluster = self.settings.cluster
+            server = self.demand
+            result = server.step_demand(row.start, cluster, row.demand)
+            self.counts["demand_minutes"] += 1
+            if not publish:
+                return
+            issued = row.start + server.step_s
+            for ev in server.demand_events(result, cluster, issued, time.time(), self.source):
+                await bus.publish(self.js, DEMAND_OUT.at(cluster), ev)
+                self.counts["demand_published"] += 1
+            for change in server.drift():
+                await self._alert(server, change)
+            # an actual is keyed by the time it was observed (the minute's end), as forecasts' targets are
+            await self._store(server.points(result, issued, [cluster]), server.demand_actuals(issued, cluster,
+                                                                                              row.demand))
 
     async def _alert(self, server: Server, change: Any) -> None:
         labels = {"cluster": self.settings.cluster, "model": server.model_label}
@@ -231,15 +315,21 @@ class ForecastService:
         self.follower = await bus.follow(self.js, [ROLLED.at(self.settings.cluster)], self._on_rollup,
                                          stream=TELEMETRY.name, deliver="all", with_suffixes=True,
                                          name="forecasting-rollups")
+        # the binder publishes pod events on the base subjects (any routing suffix is optional): every
+        # cluster's, filtered by the events' own ``cluster``
+        self.pod_follower = await bus.follow(self.js, list(POD_EVENTS), self._on_pod,
+                                             stream=BINDER.name, deliver="all", with_suffixes=True,
+                                             name="forecasting-pods")
 
     async def stop(self) -> None:
         if self._reloader is not None:
             self._reloader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reloader
-        if self.follower is not None:
-            with contextlib.suppress(Exception):
-                await self.follower.stop()
+        for follower, delete in ((self.follower, True), (self.pod_follower, False)):
+            if follower is not None:
+                with contextlib.suppress(Exception):
+                    await follower.stop(delete=delete)  # BINDER's consumers are not ours to delete
         for t in self.flushers.values():
             t.cancel()
         for task in list(self._tasks):
@@ -248,9 +338,11 @@ class ForecastService:
         await self.pool.close()
 
     def stats(self) -> ForecastStats:
-        s = self.server
+        s, d = self.server, self.demand
         return ForecastStats(model=s.model_label if s.model else "", unusable="" if s.model else (s.unusable or ""),
-                             series=len(s.index), **self.counts)
+                             series=len(s.index), demand_model=d.model_label if d.model else "",
+                             demand_unusable="" if d.model else (d.unusable or ""), demand_series=len(d.index),
+                             **self.counts)
 
 
 async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endpoint[Any, Any]]:

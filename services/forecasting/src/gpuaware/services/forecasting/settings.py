@@ -3,7 +3,8 @@
 
 Sample::
 
-    GPUAWARE_FORECASTING_MODEL_NAME=helios      # serve the newest version of this registry name
+    GPUAWARE_FORECASTING_MODEL_NAME=gentd26     # utilisation: the newest version of this registry name
+    GPUAWARE_FORECASTING_DEMAND_MODEL_NAME=demand  # demand per queue (trained on Helios VCs' demand)
     GPUAWARE_FORECASTING_RELOAD_S=30            # how often the registry is asked for a newer version
 """
 
@@ -23,7 +24,10 @@ class ForecastingSettings(ServiceSettings, frozen=True, kw_only=True):
     service_name: str = FORECASTING
 
     model_name: str = ""
-    """the registry name served (its highest version); empty = the newest model of any name"""
+    """the utilisation model's registry name (its highest version served); empty = the newest model
+    of any name but the demand model's"""
+    demand_model_name: str = "demand"
+    """the demand model's registry name (GPUs requested per queue, per minute)"""
     reload_s: float = 30.0
     """how often the registry is polled for a newer version (hot reload)"""
     flush_s: float = 5.0
