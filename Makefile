@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv demo test test-faults fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-extender bench-fairness bench-soak clean up down
+.PHONY: venv tools demo test test-faults fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-extender bench-fairness bench-soak clean up down
 
 venv: $(STAMP)
 
@@ -21,8 +21,18 @@ $(STAMP): constraints.txt requirements-dev.txt $(PYPROJECTS)
 demo: $(STAMP)
 	$(VENV)/bin/gpuaware demo
 
-test: $(STAMP)
+test: $(STAMP) tools
 	$(PY) -m pytest tests
+
+# Prometheus and Alertmanager (promtool, amtool) for the observe tests, from Debian's packages, when this
+# runs as root with apt-get; otherwise those tests skip and say why. Never fails the build.
+tools:
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing prometheus and prometheus-alertmanager (Debian packages) for the observe tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			prometheus prometheus-alertmanager >/dev/null) || echo "could not install them: the observe tests that need them skip"; \
+	else echo "prometheus/alertmanager absent and no root apt-get: the observe tests that need them skip"; fi
 
 # the fault scenarios of `make test` alone (kill -9 of services and servers, outages, a lost NATS node)
 test-faults: $(STAMP)

@@ -83,15 +83,16 @@ class Recorder:
         await self.nc.flush()
         return self
 
-    async def pending(self, uid: str, queue: str, gpus: int, minute: float) -> None:
+    async def pending(self, uid: str, queue: str, gpus: int, minute: float, *, name: str = "") -> None:
         await bus.publish(self.js, PENDING, PodPending(  # the base subject, as the binder publishes
-            source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid, pod_name=uid,
+            source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid, pod_name=name or uid,
             namespace="default", submitted_at=T0 + 60 * minute, num_gpu=gpus, queue=queue))
 
-    async def finished(self, uid: str, minute: float) -> None:
+    async def finished(self, uid: str, minute: float, *, started: float | None = None, name: str = "") -> None:
         await bus.publish(self.js, FINISHED, PodFinished(
-            source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid, pod_name=uid,
-            namespace="default", outcome=PodOutcome.SUCCEEDED, finished_at=T0 + 60 * minute))
+            source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid, pod_name=name or uid,
+            namespace="default", outcome=PodOutcome.SUCCEEDED, finished_at=T0 + 60 * minute,
+            started_at=None if started is None else T0 + 60 * started))
 
     def demand_of(self, queue: str | None) -> list[tuple[float, str, float]]:
         """(issued_at, model, p50 at the first step) of every demand forecast for ``queue`` (None: total)."""

@@ -3,14 +3,18 @@ the baseline (and why) when the registry is empty or its model unusable; hot rel
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import numpy as np
 import psycopg
 import pytest
 from forecasting_helpers import T0, eventually, forecasting, model_bytes, recorder
 
-from gpuaware import tsdb
+from gpuaware import bus, tsdb
 from gpuaware.forecast import registry
 from gpuaware.forecast.runtime import ModelError
+from gpuaware.schemas import FORECAST_DURATION, DurationReply, DurationRequest
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -117,3 +121,33 @@ async def test_the_demand_model_serves_demand_only(nats_proc, fresh_database_url
         await eventually(lambda: any(m == "lstm" for _, m, _ in rec.demand_of(None)), what="a demand model forecast")
         served = [ev for ev in rec.demand if ev.model == "lstm"]
         assert all(ev.model_version == "demand@1" for ev in served)
+
+
+async def test_job_durations_are_learnt_from_finished_pods_and_served(nats_proc, fresh_database_url: str,
+                                                                       cluster: str) -> None:
+    async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster) as svc, \
+            bus.connected(nats_proc.url, name="asker") as nc:
+        def ask(name: str, queue: str = "team-a", gpus: int = 2, on: str = cluster) -> Any:
+            return bus.request(nc, FORECAST_DURATION, DurationRequest(
+                source="test", emitted_at=time.time(), cluster=on, pod_name=name, queue=queue, num_gpu=gpus),
+                DurationReply, timeout=5.0)
+
+        nothing = await ask("train-bert-run1")
+        assert (nothing.seconds, nothing.basis, nothing.runs_observed) == (3600.0, "default", 0)  # conservative
+        # two runs of a recurring job (run tokens differ) and one short job of the same queue
+        for i, (start, end) in enumerate([(0, 30), (40, 70)]):
+            await rec.pending(f"u{i}", "team-a", 2, start, name=f"train-bert-run{i + 1}")
+            await rec.finished(f"u{i}", end, started=start, name=f"train-bert-run{i + 1}")
+        await rec.pending("u9", "team-a", 1, 71, name="notebook-x")
+        await rec.finished("u9", 73, started=71, name="notebook-x")
+        await eventually(lambda: svc.stats().runtimes_learnt == 3, what="three runtimes learnt")
+        again = await ask("train-bert-run3")
+        assert again.basis == "recurring (2 runs)" and again.runs_observed == 3
+        assert 1500 < again.seconds < 1900, again  # 30 min twice, shrunk a little toward the queue's p75
+        novel = await ask("eval-gpt-run1")
+        assert novel.basis == "novel: tenant p75" and novel.seconds == pytest.approx(1800.0, rel=0.01)
+        other = await ask("eval-gpt-run1", queue="team-z")
+        assert other.basis == "novel: cluster p75"
+        with pytest.raises(bus.ServiceError, match="serves cluster"):
+            await ask("train-bert-run3", on="elsewhere")
+    assert svc.jobs == {}  # every pod it followed has left

@@ -308,7 +308,8 @@ def test_webhooks_are_served_by_the_binder_with_a_certificate_the_ca_bundle_trus
     binder = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpuaware-binder")
     c = binder["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["GPUAWARE_BINDER_WEBHOOK_PORT"] == str(c["ports"][0]["containerPort"])
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert env["GPUAWARE_BINDER_WEBHOOK_PORT"] == str(ports["webhook"])
     assert svc["spec"]["selector"] == binder["spec"]["selector"]["matchLabels"]
     hooks = mutating["webhooks"] + validating["webhooks"]
     assert {h["clientConfig"]["service"]["path"] for h in hooks} == {"/mutate", "/validate"}

@@ -158,6 +158,8 @@ def _samples() -> dict[type, msgspec.Struct]:
         s.CordonReply(**EV, gpu_uuid="GPU-0", action=s.CordonAction.CORDON, previous=s.HealthState.DEGRADED,
                       current=s.HealthState.QUARANTINED, at=T0, by="alice", reason="RMA ticket 42: ECC storm",
                       node="node-a", changed=True),
+        s.DurationRequest(**EV, pod_name="train-bert-run17", queue="team-a", image="registry/bert:2", num_gpu=8),
+        s.DurationReply(**EV, seconds=5400.0, basis="recurring (16 runs)", runs_observed=1200),
         s.WorldSnapshotRequest(**EV, node_offset=500, limit=500),
         s.WorldSnapshotReply(**EV, world="twin", at=T0, generation=42, total_nodes=1, total_pods=1, pending_pods=3,
                              nodes=(s.WorldNode(name="node-a", cpu_milli=96000, memory_mib=393216, gpu_model="A100",

@@ -61,6 +61,12 @@ nats://{{ include "gpuaware.name" . }}-nats:4222
 {{- end }}
 - name: {{ .prefix }}CLUSTER
   value: {{ .root.Values.cluster | quote }}
+{{- if .root.Values.metrics.enabled }}
+- name: {{ .prefix }}METRICS_PORT
+  value: {{ .root.Values.metrics.port | quote }}
+- name: {{ .prefix }}METRICS_ADDR
+  value: "0.0.0.0"
+{{- end }}
 {{- range $k, $v := .env }}
 - name: {{ $k }}
   value: {{ $v | quote }}

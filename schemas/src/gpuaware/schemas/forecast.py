@@ -15,6 +15,11 @@ Two granularities, both from the forecasting service:
 
 ``model`` and ``model_version`` name the registry entry that produced the forecast, so accuracy
 tracking can join forecasts with what really happened.
+
+And one request/reply endpoint, ``forecasting.duration``: how long will this job run? The forecasting
+service learns the runtimes of recurring jobs from the binder's pod events (fingerprint: the name with
+run tokens masked, the queue, the image, the GPUs) and answers with a conservative default for a job it
+has never seen; quota's backfill asks it before starting a short job in a reservation's gap.
 """
 
 from __future__ import annotations
@@ -24,13 +29,16 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gpuaware.schemas.base import Event, Label, Name, Timestamp
+from gpuaware.schemas.base import Event, Label, Name, Reply, Request, Text, Timestamp
 
 __all__ = [
     "DEMAND_PREDICTED",
+    "FORECAST_DURATION",
     "GPU_UTIL_PREDICTED",
     "DemandPredicted",
     "DemandSeries",
+    "DurationReply",
+    "DurationRequest",
     "Forecast",
     "GpuForecast",
     "GpuUtilPredicted",
@@ -38,6 +46,7 @@ __all__ = [
 
 DEMAND_PREDICTED = "forecast.demand.predicted.v1"
 GPU_UTIL_PREDICTED = "forecast.gpu.predicted.v1"
+FORECAST_DURATION = "forecasting.duration"
 
 Quantile = Annotated[float, Meta(gt=0, lt=1)]
 Values = tuple[tuple[float, ...], ...]
@@ -111,3 +120,23 @@ class GpuUtilPredicted(Forecast, frozen=True, kw_only=True, tag=GPU_UTIL_PREDICT
         super().__post_init__()
         for g in self.gpus:
             _check_shape(g.values, len(self.quantiles), self.horizon_steps, f"gpu {g.gpu_uuid} {g.metric}")
+
+
+class DurationRequest(Request, frozen=True, kw_only=True, tag="forecasting.duration.request"):
+    """How long will this job run? (What a pod says about itself; any part may be empty.)"""
+
+    pod_name: Name
+    queue: Name = "default"
+    """the tenant whose past runs inform a job never seen before"""
+    image: Label = ""
+    num_gpu: Annotated[int, Meta(ge=0, le=64)] = 0
+
+
+class DurationReply(Reply, frozen=True, kw_only=True, tag="forecasting.duration.reply"):
+    """The predicted runtime and what it rests on."""
+
+    seconds: Annotated[float, Meta(gt=0)]
+    basis: Text
+    """``recurring (n runs)``, ``novel: tenant p75``, ``novel: cluster p75`` or ``default``"""
+    runs_observed: Annotated[int, Meta(ge=0)] = 0
+    """finished runs the service has learnt from (all fingerprints)"""

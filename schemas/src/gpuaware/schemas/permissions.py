@@ -63,7 +63,7 @@ from gpuaware.schemas.alerts import ALERT_RAISED, ALERT_RESOLVED
 from gpuaware.schemas.binder import POD_BIND_FAILED, POD_BOUND, POD_FINISHED, POD_PREEMPTED
 from gpuaware.schemas.checkpoint import CHECKPOINT_ACKNOWLEDGED, CHECKPOINT_REQUESTED
 from gpuaware.schemas.deadletter import dead_letter_subject
-from gpuaware.schemas.forecast import DEMAND_PREDICTED, GPU_UTIL_PREDICTED
+from gpuaware.schemas.forecast import DEMAND_PREDICTED, FORECAST_DURATION, GPU_UTIL_PREDICTED
 from gpuaware.schemas.health import DRAIN_RECOMMENDED, GPU_SCORED, GPU_STATE_CHANGED, HEALTH_CORDON
 from gpuaware.schemas.inventory import NODE_INVENTORY
 from gpuaware.schemas.placement import (
@@ -283,18 +283,19 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                            allow_responses=True)
     if identity == QUOTA_ID:
         # follows the binder's pod events (what runs: the ledger, chargeback), answers quota.admit,
-        # publishes usage snapshots
+        # publishes usage snapshots, asks forecasting.duration (backfill)
         consumed = [s for f in (POD_PENDING, POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
-        pub = [*_event(QUOTA_USAGE_REPORTED), *_js_base(), *_follow(BINDER),
+        pub = [*_event(QUOTA_USAGE_REPORTED), FORECAST_DURATION, *_js_base(), *_follow(BINDER),
                *_dead_letters([*consumed, QUOTA_ADMIT])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [QUOTA_ADMIT])]),
                            allow_responses=True)
     if identity == FORECASTING:
-        # follows its cluster's one-minute rollups and pod events (demand), publishes demand and per-GPU
-        # forecasts, answers forecasting.stats, raises and resolves its models' drift alerts (the registry
-        # is in PostgreSQL); it may not delete consumers on BINDER (the binder's durable lives there)
+        # follows its cluster's one-minute rollups and pod events (demand, job durations), publishes
+        # demand and per-GPU forecasts, answers forecasting.duration and forecasting.stats, raises and
+        # resolves its models' drift alerts (the registry is in PostgreSQL); it may not delete consumers
+        # on BINDER (the binder's durable lives there)
         consumed = [*_event(GPU_ROLLED_UP)]
-        endpoints = list(OPERATIONAL_ENDPOINTS[identity])
+        endpoints = [FORECAST_DURATION, *OPERATIONAL_ENDPOINTS[identity]]
         pub = [*_event(DEMAND_PREDICTED), *_event(GPU_UTIL_PREDICTED), *_event(ALERT_RAISED), *_event(ALERT_RESOLVED),
                *_js_base(), *_follow(TELEMETRY), *_follow(BINDER, delete=False),
                *_dead_letters([*consumed, *endpoints])]

@@ -35,7 +35,15 @@ from gpuaware.schemas.checkpoint import (
     CheckpointAcknowledged,
     CheckpointRequested,
 )
-from gpuaware.schemas.forecast import DEMAND_PREDICTED, GPU_UTIL_PREDICTED, DemandPredicted, GpuUtilPredicted
+from gpuaware.schemas.forecast import (
+    DEMAND_PREDICTED,
+    FORECAST_DURATION,
+    GPU_UTIL_PREDICTED,
+    DemandPredicted,
+    DurationReply,
+    DurationRequest,
+    GpuUtilPredicted,
+)
 from gpuaware.schemas.health import (
     DRAIN_RECOMMENDED,
     GPU_SCORED,
@@ -112,6 +120,7 @@ REQUESTS: dict[str, tuple[type[Request], type[Reply]]] = {
     PLACEMENT_EXPLAIN: (ExplainRequest, ExplainReply),
     WORLD_SNAPSHOT: (WorldSnapshotRequest, WorldSnapshotReply),
     HEALTH_CORDON: (CordonRequest, CordonReply),
+    FORECAST_DURATION: (DurationRequest, DurationReply),
 }
 
 #: every event type, as one tagged union (decode with ``msgspec.json.decode(data, type=AnyEvent)``)

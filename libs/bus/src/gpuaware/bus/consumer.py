@@ -112,6 +112,9 @@ class ConsumerStats:
     """undecodable or schema-violating (also counted in dead_lettered)"""
     duplicates: int = 0
     """skipped because the deduper had seen the message id"""
+    pending: int = 0
+    """messages still waiting for this consumer after the last one delivered (the server's count in
+    that message's metadata): its lag"""
 
 
 def _client_of(js: JetStreamContext) -> Client:
@@ -268,6 +271,7 @@ class DurableConsumer(Generic[T]):
 
     def _delivery(self, msg: Msg) -> Delivery:
         meta = msg.metadata
+        self.stats.pending = meta.num_pending
         headers = msg.headers or {}
         return Delivery(subject=msg.subject, stream=meta.stream, consumer=meta.consumer,
                         stream_seq=meta.sequence.stream, attempt=meta.num_delivered,

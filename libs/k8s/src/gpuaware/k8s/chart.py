@@ -2,7 +2,8 @@
 
 Why generated, not templated: Helm cannot run Python, and both are defined once in Python (the
 Structs behind the CRDs, the per-service subject permissions). ``python -m gpuaware.k8s.chart``
-writes ``helm/gpuaware/crds/*.yaml`` and ``helm/gpuaware/files/nats-permissions.json``; the chart's
+writes ``helm/gpuaware/crds/*.yaml``, ``helm/gpuaware/files/nats-permissions.json`` and a copy of the
+alert rules (``deploy/prometheus/rules.yaml`` -> ``files/prometheus-rules.yaml``); the chart's
 template renders nats-server's ``authorization`` block from that file with each user's password taken
 from the environment (``$NATS_PASSWORD_<IDENTITY>``, from a Secret); tests/helm checks the files are
 what this module generates now. Cluster-specific subjects (durables named after the cluster) carry
@@ -33,12 +34,20 @@ def render_permissions() -> str:
     return json.dumps(nats_permissions(), indent=1, sort_keys=True) + "\n"
 
 
+def prometheus_rules(repo: Path) -> str:
+    """The alert rules the chart ships as a PrometheusRule: ``deploy/prometheus/rules.yaml``, verbatim
+    (Helm reads only files inside the chart)."""
+    return (repo / "deploy" / "prometheus" / "rules.yaml").read_text()
+
+
 def generate(chart: Path) -> list[Path]:
     out = crds.write(chart / "crds")
     f = chart / "files" / "nats-permissions.json"
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(render_permissions())
-    return [*out, f]
+    rules = chart / "files" / "prometheus-rules.yaml"
+    rules.write_text(prometheus_rules(chart.resolve().parents[1]))
+    return [*out, f, rules]
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """gpuaware.runtime: what every service process shares, and nothing service-specific.
 
 Settings from a prefixed environment (`ServiceSettings`), structured logging with secrets
-scrubbed, OpenTelemetry set-up, signal handling and a graceful drain (`run_service`), and a NATS
-micro identity with stats for every instance.
+scrubbed, OpenTelemetry set-up, signal handling and a graceful drain (`run_service`), a NATS
+micro identity with stats for every instance, and Prometheus metrics on `metrics_port` (`metrics`).
 """
 
 from gpuaware.runtime.logs import setup_logging

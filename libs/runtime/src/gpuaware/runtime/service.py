@@ -11,7 +11,8 @@ forever; as `nats_user` when set), declares the platform's JetStream streams (id
 least-privilege user may not create or change them, so a refusal is tolerated when the stream
 exists with a compatible configuration and stops the service, naming the stream, otherwise: an
 admin provisions them, see `provision_streams`), calls `mount(ctx)` so the
-service can start its durable consumers and return its request/reply endpoints, and registers a
+service can start its durable consumers, add its Prometheus sources to `ctx.metrics` and return its
+request/reply endpoints (the metrics are then served on `metrics_port` when it is set), and registers a
 NATS micro service named after the service: `$SRV.PING/INFO/STATS` then report the instance and
 each endpoint's request/error counts, with or without endpoints of its own. On SIGTERM/SIGINT (or
 `stop.set()`) it stops consumers first (in-flight messages finish and are acked), then the
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 
 from gpuaware import bus
 from gpuaware.runtime.logs import setup_logging
+from gpuaware.runtime.metrics import ServiceMetrics
 from gpuaware.runtime.settings import ServiceSettings
 from gpuaware.runtime.signals import stop_on_signals
 from gpuaware.runtime.tracing import setup_tracing
@@ -52,6 +54,8 @@ class ServiceContext:
     nc: Any
     js: Any
     instance_id: str
+    metrics: ServiceMetrics
+    """the process's Prometheus registry: a service adds its sources and histograms in `mount`"""
     closers: list[Stoppable] = field(default_factory=list)
 
     def on_stop(self, resource: Stoppable) -> Stoppable:
@@ -86,9 +90,14 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
         js = nc.jetstream()
         for spec in streams:
             await declare_stream(js, spec, user=settings.nats_user or "this user")
-        ctx = ServiceContext(settings=settings, nc=nc, js=js, instance_id=instance_id(settings))
+        iid = instance_id(settings)
+        ctx = ServiceContext(settings=settings, nc=nc, js=js, instance_id=iid,
+                             metrics=ServiceMetrics(settings.service_name, version, settings.cluster, iid))
         try:
             endpoints = list(await mount(ctx) or [])
+            if settings.metrics_port:
+                ctx.metrics.serve(settings.metrics_port, settings.metrics_addr)
+                ctx.on_stop(ctx.metrics)
             service = await bus.add_service(
                 nc, settings.service_name, version, endpoints,
                 metadata={"instance": ctx.instance_id, "cluster": settings.cluster})

@@ -52,6 +52,10 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     """`none`, `console`, or `memory` (tests); an OTLP exporter can be added in the chart's image."""
     drain_timeout_s: float = 10.0
     """How long a service drains in-flight work after SIGTERM before it exits anyway."""
+    metrics_port: int = 0
+    """Serve Prometheus metrics on this port (`/metrics`); 0 = off. The chart uses 9464."""
+    metrics_addr: str = "127.0.0.1"
+    """Address the metrics endpoint listens on (the chart: 0.0.0.0, for Prometheus in the cluster)."""
     profile_out: str = ""
     """Write a cProfile of the service while it serves (pstats format) to this file when it stops;
     empty = off. How the benchmarks find where the CPU goes (`bench/results/*_profile.txt`)."""

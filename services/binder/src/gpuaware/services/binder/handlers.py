@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuaware import bus
 from gpuaware.runtime import ServiceContext
+from gpuaware.runtime.metrics import Sample, consumer_samples, counter
 from gpuaware.runtime.service import Mount
 from gpuaware.schemas import (
     CHECKPOINT_ACKNOWLEDGED,
@@ -126,6 +127,20 @@ def _default_world(settings: BinderSettings, source: str) -> World:
     return build_world(settings, source=source)
 
 
+def binder_samples(binder: Binder, consumers: list[Any]) -> Iterable[Sample]:
+    """The binder's Prometheus series: decisions applied, pods bound / failed / preempted / finished,
+    checkpoint handshakes, and its durable consumers' lag and dead letters."""
+    st = binder.stats
+    for outcome, n in (("bound", st.bound), ("failed", st.bind_failed), ("duplicate", st.duplicates)):
+        yield counter("gpuaware_binder_binds", "placement decisions applied, by outcome", n, outcome=outcome)
+    yield counter("gpuaware_binder_preempted", "pods evicted by a decision's preemption plan", st.preempted)
+    yield counter("gpuaware_binder_finished", "pods that finished", st.finished)
+    for outcome, n in (("requested", st.checkpoints_requested), ("completed", st.checkpoints_completed),
+                       ("timed_out", st.checkpoint_timeouts)):
+        yield counter("gpuaware_binder_checkpoints", "checkpoint handshakes before an eviction", n, outcome=outcome)
+    yield from consumer_samples(consumers)
+
+
 async def _published(js: bus.JetStream, cluster: str) -> list[Event]:
     """Everything a binder of ``cluster`` published that is still on the BINDER stream, in order."""
     events: list[Event] = []
@@ -183,12 +198,16 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
             except bus.BusError as exc:
                 raise bus.TransientError(f"publishing the outcome failed: {exc}", delay=1.0) from exc
 
-        ctx.on_stop(await bus.subscribe_durable(
-            ctx.js, ANSWERS, f"{settings.durable}-checkpoints", on_answer, deliver_policy="new",
-            ack_wait=settings.ack_wait_s, poll=settings.poll_s))
-        ctx.on_stop(await bus.subscribe_durable(
-            ctx.js, DECISIONS, settings.durable, on_decision, ack_wait=settings.ack_wait_s,
-            max_deliver=settings.max_deliver, poll=settings.poll_s))
+        consumers = [
+            await bus.subscribe_durable(
+                ctx.js, ANSWERS, f"{settings.durable}-checkpoints", on_answer, deliver_policy="new",
+                ack_wait=settings.ack_wait_s, poll=settings.poll_s),
+            await bus.subscribe_durable(
+                ctx.js, DECISIONS, settings.durable, on_decision, ack_wait=settings.ack_wait_s,
+                max_deliver=settings.max_deliver, poll=settings.poll_s)]
+        for consumer in consumers:
+            ctx.on_stop(consumer)
+        ctx.metrics.source(lambda: binder_samples(binder, consumers))
         ctx.on_stop(WorldLoop(world, binder))
         explain = getattr(world, "unschedulable", None)
         if explain is not None:  # Kubernetes: placement's "why pending" becomes an Event on the pod

@@ -13,6 +13,8 @@
                                                        ``model_name``; demand: ``demand_model_name``) ->
                                                        loaded and served (hot reload); an unusable one
                                                        is refused with the reason, the current one kept
+    forecasting.duration (request/reply)               a job's predicted runtime (gpuaware.forecast.duration:
+                                                       learnt from the pods that finished, by fingerprint)
     forecasting.stats (request/reply)                  counters, the models served, why not
 
     publishes  forecast.gpu.predicted.v1.<c>.<node>    per node and (model, version): p50/p90 paths
@@ -37,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -44,13 +47,17 @@ import msgspec
 from gpuaware import bus, tsdb
 from gpuaware.forecast import registry
 from gpuaware.forecast.demand import DemandBook, DemandRow, pod_gpus
+from gpuaware.forecast.duration import DurationPredictor, Fingerprint
+from gpuaware.forecast.duration import fingerprint as job_fingerprint
 from gpuaware.forecast.runtime import ModelError, StreamingModel
 from gpuaware.forecast.serving import Server
 from gpuaware.runtime import ServiceContext
+from gpuaware.runtime.metrics import Sample, counter, gauge
 from gpuaware.schemas import (
     ALERT_RAISED,
     ALERT_RESOLVED,
     DEMAND_PREDICTED,
+    FORECAST_DURATION,
     GPU_ROLLED_UP,
     GPU_UTIL_PREDICTED,
     POD_BIND_FAILED,
@@ -60,10 +67,13 @@ from gpuaware.schemas import (
     AlertRaised,
     AlertResolved,
     DemandPredicted,
+    DurationReply,
+    DurationRequest,
     GpuRolledUp,
     GpuUtilPredicted,
     PodBindFailed,
     PodFinished,
+    PodOutcome,
     PodPending,
     PodPreempted,
     Severity,
@@ -108,6 +118,8 @@ class ForecastStats(msgspec.Struct, frozen=True, kw_only=True):
     demand_series: int = 0
     demand_minutes: int = 0
     demand_published: int = 0
+    runtimes_learnt: int = 0
+    """finished runs the duration predictor learnt from"""
 
 
 class ForecastService:
@@ -120,11 +132,14 @@ class ForecastService:
                         DEMAND: Server(None, "", unusable=f"no {settings.demand_model_name!r} model in the registry")}
         self.versions: dict[str, int | None] = {UTIL: None, DEMAND: None}
         self.book = DemandBook(step_s=60.0)
+        self.durations = DurationPredictor()
+        self.jobs: dict[str, Fingerprint] = {}
+        """pods seen pending and not gone yet: their fingerprint, learnt from when they finish"""
         self.pending: dict[float, list[GpuRolledUp]] = {}
         self.flushers: dict[float, asyncio.TimerHandle] = {}
         self.lock = asyncio.Lock()
         self.counts = {"windows": 0, "published": 0, "late_windows": 0, "store_failures": 0, "reloads": 0,
-                       "drift_alerts": 0, "demand_minutes": 0, "demand_published": 0}
+                       "drift_alerts": 0, "demand_minutes": 0, "demand_published": 0, "runtimes_learnt": 0}
         self.drift_started: float | None = None
         self.follower: Any = None
         self.pod_follower: Any = None
@@ -253,12 +268,21 @@ class ForecastService:
         book = self.book
         if isinstance(ev, PodPending):
             rows = book.pending(ev.pod_uid, ev.queue, pod_gpus(ev.num_gpu, ev.gpu_milli), ev.submitted_at)
+            self.jobs[ev.pod_uid] = job_fingerprint(ev.pod_name, ev.queue, "", ev.num_gpu)
         elif isinstance(ev, PodFinished):
             rows = book.left(ev.pod_uid, ev.finished_at)
+            fp = self.jobs.pop(ev.pod_uid, None)
+            if fp is not None and ev.outcome == PodOutcome.SUCCEEDED and ev.started_at is not None:
+                self.durations.observe(fp, ev.finished_at - ev.started_at)
+                self.counts["runtimes_learnt"] += 1
         elif isinstance(ev, PodPreempted):
             rows = book.left(ev.pod_uid, ev.preempted_at, requeued=ev.requeued)
+            if not ev.requeued:
+                self.jobs.pop(ev.pod_uid, None)
         elif isinstance(ev, PodBindFailed):
             rows = book.left(ev.pod_uid, ev.failed_at, requeued=ev.transient)
+            if not ev.transient:
+                self.jobs.pop(ev.pod_uid, None)
         else:
             return
         for row in rows:
@@ -337,6 +361,11 @@ class ForecastService:
                 await task
         await self.pool.close()
 
+    def duration(self, req: DurationRequest) -> DurationReply:
+        seconds, basis = self.durations.predict(job_fingerprint(req.pod_name, req.queue, req.image, req.num_gpu))
+        return DurationReply(source=self.source, emitted_at=time.time(), cluster=self.settings.cluster,
+                             seconds=seconds, basis=basis, runs_observed=self.counts["runtimes_learnt"])
+
     def stats(self) -> ForecastStats:
         s, d = self.server, self.demand
         return ForecastStats(model=s.model_label if s.model else "", unusable="" if s.model else (s.unusable or ""),
@@ -359,7 +388,34 @@ async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endp
     async def stats(_req: StatsRequest) -> ForecastStats:
         return service.stats()
 
-    return [bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
+    async def duration(req: DurationRequest) -> DurationReply:
+        if req.cluster != settings.cluster:
+            raise bus.ServiceError(404, f"this forecasting instance serves cluster {settings.cluster!r}, "
+                                        f"not {req.cluster!r}")
+        return service.duration(req)
+
+    ctx.metrics.source(lambda: forecasting_samples(service))
+    return [bus.Endpoint(name="duration", subject=FORECAST_DURATION, request_type=DurationRequest, handler=duration),
+            bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
+
+
+def forecasting_samples(service: ForecastService) -> Iterable[Sample]:
+    """Forecasting's Prometheus series: forecasts published, whether each model is served or drifting
+    (``gpuaware_forecast_model_drift`` 1 = its recent error is above persistence's: persistence is
+    served), minutes of demand stepped, runtimes learnt."""
+    c = service.counts
+    yield counter("gpuaware_forecast_published", "forecast messages published", c["published"] + c["demand_published"])
+    yield counter("gpuaware_forecast_demand_minutes", "closed minutes of demand stepped", c["demand_minutes"])
+    yield counter("gpuaware_forecast_store_failures", "forecasts whose record could not be stored", c["store_failures"])
+    yield counter("gpuaware_forecast_reloads", "models loaded from the registry (hot reloads)", c["reloads"])
+    for slot, server in service.servers.items():
+        label = server.model_label if server.model is not None else ""
+        yield gauge("gpuaware_forecast_model_served", "1 when a registry model serves (0: persistence)",
+                    int(server.model is not None), slot=slot, model=label)
+        yield gauge("gpuaware_forecast_model_drift", "1 while the model's recent error is above persistence's",
+                    int(server.drifting), slot=slot, model=label)
+    yield counter("gpuaware_forecast_runtimes_learnt", "finished runs the duration predictor learnt from",
+                  c["runtimes_learnt"])
 
 
 def mounter(on_service: Any) -> Any:

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -50,6 +50,7 @@ import msgspec
 
 from gpuaware import bus, tsdb
 from gpuaware.runtime import ServiceContext
+from gpuaware.runtime.metrics import Sample, consumer_samples, counter, gauge
 from gpuaware.schemas import (
     GPU_ROLLED_UP,
     GPU_SAMPLED,
@@ -299,8 +300,27 @@ async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endp
     async def stats(_req: StatsRequest) -> HealthStats:
         return service.stats()
 
+    ctx.metrics.source(lambda: health_samples(service))
     return [bus.Endpoint(name="cordon", subject=HEALTH_CORDON, request_type=CordonRequest, handler=service.cordon),
             bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
+
+
+def health_samples(service: HealthService) -> Iterable[Sample]:
+    """Health-scoring's Prometheus series: GPUs per state, open alerts, what it published, bad input met,
+    and its durable consumer's lag and dead letters."""
+    st = service.stats()
+    for state in ("healthy", "degraded", "quarantined", *sorted(set(st.states) - {"healthy", "degraded", "quarantined"})):
+        yield gauge("gpuaware_health_gpus", "GPUs per health state", st.states.get(state, 0), state=state)
+    yield gauge("gpuaware_health_open_alerts", "alerts raised and not yet resolved", st.open_alerts)
+    for subject, n in sorted(st.published.items()):
+        yield counter("gpuaware_health_published", "events published, by kind", n, kind=subject)
+    for issue, n in sorted(st.issues.items()):
+        yield counter("gpuaware_health_bad_input", "bad telemetry met, by kind (each explained, none flips a state)",
+                      n, issue=issue)
+    yield counter("gpuaware_health_checkpoint_failures", "state checkpoints that could not be written",
+                  st.checkpoint_failures)
+    if service.consumer is not None:
+        yield from consumer_samples([service.consumer])
 
 
 def mounter(on_service: Any) -> Any:

@@ -54,6 +54,7 @@ from gpuaware.services.placement.channels import (
     UNSCHEDULABLE,
 )
 from gpuaware.services.placement.explaining import Explainer
+from gpuaware.services.placement.metrics import placement_samples
 from gpuaware.services.placement.partitions import partition_filters
 from gpuaware.services.placement.quota_permit import QuotaPermit
 from gpuaware.services.placement.settings import PlacementSettings
@@ -74,6 +75,9 @@ class PlacementService:
         self.nc = ctx.nc
         self.js = ctx.js
         self.source = f"placement/{ctx.instance_id}"[:253]
+        self.latency = ctx.metrics.histogram("gpuaware_placement_decision_latency_seconds",
+                                             "a pending pod's event emitted -> its decision sent")
+        ctx.metrics.source(lambda: placement_samples(self))
         typical = convert.typical_from_file(s.typical_pods_file) if s.typical_pods_file else None
         self.state = PlacementState(
             cluster_name=s.cluster, source=self.source, policy_name=s.policy_name, policy_config=s.policy_config,
@@ -302,7 +306,10 @@ class PlacementService:
             raise bus.TransientError(str(exc), delay=1.0) from None
         if not outcomes:
             return None
-        return await self._send(outcomes, pending=True)
+        done = await self._send(outcomes, pending=True)
+        if any(isinstance(o, Decided) and o.msg.pod_uid == pod.pod_uid for o in outcomes):
+            self.latency.observe(max(0.0, time.time() - pod.emitted_at))
+        return done
 
     async def _retry_loop(self) -> None:
         s = self.settings

@@ -33,12 +33,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gpuaware import bus, tsdb
 from gpuaware.quota import QuotaConfigError, validate
 from gpuaware.runtime import ServiceContext
+from gpuaware.runtime.metrics import Sample, counter, gauge
 from gpuaware.schemas import (
     POD_BIND_FAILED,
     POD_BOUND,
@@ -85,6 +87,7 @@ class QuotaService:
         self.writer = Writer(pool, settings.cluster)
         self.follower: bus.Follower | None = None
         self.reports = 0
+        self.last_report: QuotaUsageReported | None = None
         self.last_tree_error = ""
         self._tree_mtime = Path(settings.tree).stat().st_mtime_ns if settings.tree else None
         self._task: asyncio.Task[None] | None = None
@@ -144,6 +147,7 @@ class QuotaService:
                           msg_id=f"quota-{self.settings.cluster}-{r.as_of:.3f}")
         self.writer.usage(r)
         self.reports += 1
+        self.last_report = r
         return r
 
     def reload(self) -> bool:
@@ -196,7 +200,29 @@ async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endp
     await service.start()
     if on_service is not None:
         on_service(service)
+    ctx.metrics.source(lambda: quota_samples(service))
     return [bus.Endpoint(name="admit", subject=QUOTA_ADMIT, request_type=AdmitRequest, handler=service.admit)]
+
+
+def quota_samples(service: QuotaService) -> Iterable[Sample]:
+    """Quota's Prometheus series, from its last usage report: per queue GPUs used, guaranteed, limit (when
+    bounded) and fair share, pods pending; Jain's index over the queues asking; reclaims; refused trees."""
+    yield counter("gpuaware_quota_trees_refused", "queue tree files refused (the running tree stayed)",
+                  service.view.counts.get("tree_rejected", 0))
+    r = service.last_report
+    if r is None:
+        return
+    if r.jain_index is not None:
+        yield gauge("gpuaware_quota_jain_index", "Jain's index of fair share over the queues asking", r.jain_index)
+    yield counter("gpuaware_quota_reclaims", "reclaims planned for queues taking back what they lent", r.reclaims)
+    for q in r.queues:
+        gpus = {"used": q.used.gpu_milli, "guaranteed": q.guaranteed.gpu_milli, "fair_share": q.fair_share.gpu_milli}
+        if q.limit is not None:
+            gpus["limit"] = q.limit.gpu_milli
+        for kind, milli in gpus.items():
+            yield gauge("gpuaware_quota_queue_gpus", "GPUs of a queue: used, guaranteed, limit, fair share",
+                        milli / 1000.0, queue=q.queue, kind=kind)
+        yield gauge("gpuaware_quota_queue_pending_pods", "pods of a queue waiting", q.pending_pods, queue=q.queue)
 
 
 def mounter(on_service: Any) -> Any:

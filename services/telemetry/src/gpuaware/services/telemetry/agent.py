@@ -31,7 +31,7 @@ import logging
 import socket
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -51,6 +51,7 @@ from gpuaware.gpu import (
     SimulatedFleet,
     system_clock,
 )
+from gpuaware.runtime.metrics import Sample, counter
 from gpuaware.schemas import (
     GPU_SAMPLED,
     NODE_INVENTORY,
@@ -329,12 +330,22 @@ class AgentRunner:
         await self.agent.stop()
 
 
+def agent_samples(agent: Agent) -> Iterable[Sample]:
+    """The agent's Prometheus series: GPU rows read and published, read and publish errors."""
+    st = agent.stats
+    yield counter("gpuaware_telemetry_agent_rows", "GPU sample rows published", st.rows)
+    yield counter("gpuaware_telemetry_agent_messages", "sample messages published", st.messages)
+    for kind, n in (("read", st.read_errors), ("publish", st.publish_errors)):
+        yield counter("gpuaware_telemetry_agent_errors", "failed GPU reads and publishes", n, kind=kind)
+
+
 async def mount_agent(ctx: Any) -> list[bus.Endpoint[Any, Any]]:
     settings: AgentSettings = ctx.settings
     backends, fleet = make_backends(settings)
     runner = AgentRunner(Agent(settings, ctx.js, backends, fleet=fleet, instance=ctx.instance_id))
     await runner.start()
     ctx.on_stop(runner)
+    ctx.metrics.source(lambda: agent_samples(runner.agent))
     log.info("agent reading %d node(s) every %.3gs (%s sampling, allocations from %s)", len(backends),
              settings.fast_s, "fixed" if settings.fixed_rate else "adaptive", runner.agent.allocation_mode)
     return []

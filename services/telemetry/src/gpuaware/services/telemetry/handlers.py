@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ import msgspec
 
 from gpuaware import bus, tsdb
 from gpuaware.runtime import ServiceContext
+from gpuaware.runtime.metrics import Sample, consumer_samples, counter, gauge
 from gpuaware.schemas import (
     GpuRolledUp,
     GpuSampled,
@@ -295,4 +296,19 @@ async def mount_collector(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
     async def stats(_req: StatsRequest) -> CollectorStats:
         return handlers.stats()
 
+    ctx.metrics.source(lambda: collector_samples(handlers))
     return [bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
+
+
+def collector_samples(handlers: CollectorHandlers) -> Iterable[Sample]:
+    """The collector's Prometheus series: rows stored, COPY failures, the durable consumers' lag and dead
+    letters (``gpuaware_bus_*``), rollups published."""
+    w = handlers.writer.stats
+    yield counter("gpuaware_telemetry_samples_ingested", "GPU samples (one GPU's reading, one row) stored for the "
+                  "first time", w.new_rows)
+    yield counter("gpuaware_telemetry_rows_written", "GPU sample rows written by COPY (redelivered ones again)", w.rows)
+    yield counter("gpuaware_telemetry_copy_failures", "COPY batches that failed (retried until stored)", w.failures)
+    for window, n in sorted(handlers.maintenance.published.items()):
+        yield counter("gpuaware_telemetry_rollups_published", "node rollup messages published", n, window=window)
+    yield gauge("gpuaware_telemetry_inventory_gpus", "GPUs known from the agents' inventories", len(handlers.gpu_index))
+    yield from consumer_samples(handlers.consumers)

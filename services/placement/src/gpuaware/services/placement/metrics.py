@@ -1,0 +1,39 @@
+"""Placement's Prometheus series: what its view and planner count, read when Prometheus scrapes, and
+the pending -> decision latency observed as each decision leaves.
+
+    gpuaware_placement_leader                      1 while this instance decides for its cluster
+    gpuaware_placement_pods{phase}                 pods in the view by phase (pending, parked, holding...)
+    gpuaware_placement_decisions_total             decisions published by this instance
+    gpuaware_placement_unschedulable_total         verdicts "cannot place now", with the reason on the bus
+    gpuaware_placement_preemptions_planned_total   victims planned by decisions
+    gpuaware_placement_gpu_milli{state}            GPU compute in the view: used / total (thousandths)
+    gpuaware_placement_decision_latency_seconds    histogram: the pending event's emission -> its decision sent
+
+``gpuaware_placement_pods{phase="pending"}`` is the scheduler backlog the alert rules watch; a cluster
+whose every instance reports ``leader 0`` has lost its leader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from gpuaware.runtime.metrics import Sample, counter, gauge
+
+__all__ = ["placement_samples"]
+
+
+def placement_samples(service: Any) -> Iterable[Sample]:
+    summary = service.state.summary()
+    yield gauge("gpuaware_placement_leader", "1 while this instance decides for its cluster", int(service.leading))
+    for phase, n in sorted(summary["pods"].items()):
+        yield gauge("gpuaware_placement_pods", "pods in placement's view by phase", n, phase=phase)
+    if "pending" not in summary["pods"]:
+        yield gauge("gpuaware_placement_pods", "pods in placement's view by phase", 0, phase="pending")
+    c = summary["counters"]
+    yield counter("gpuaware_placement_decisions", "decisions published by this instance", c["decided"])
+    yield counter("gpuaware_placement_unschedulable", "pods judged unschedulable for now", c["unschedulable"])
+    yield counter("gpuaware_placement_preemptions_planned", "victims planned by decisions", c["victims_planned"])
+    for state in ("used", "total"):
+        yield gauge("gpuaware_placement_gpu_milli", "GPU compute in the view, thousandths of a GPU",
+                    summary[f"gpu_milli_{state}"], state=state)
