@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuaware.cli import demo, drill, evaluate, forecast, health, quota, stack
+from gpuaware.cli import alerts, demo, drill, evaluate, forecast, health, quota, stack
 
 app = typer.Typer(
     name="gpuaware",
@@ -25,6 +25,7 @@ app.add_typer(evaluate.app, name="eval")
 app.add_typer(health.app, name="health")
 app.add_typer(forecast.app, name="forecast")
 app.add_typer(quota.app, name="quota")
+app.add_typer(alerts.app, name="alerts")
 
 if __name__ == "__main__":  # pragma: no cover
     app()
