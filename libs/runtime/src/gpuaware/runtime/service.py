@@ -36,7 +36,7 @@ from gpuaware.runtime.logs import setup_logging
 from gpuaware.runtime.metrics import ServiceMetrics
 from gpuaware.runtime.settings import ServiceSettings
 from gpuaware.runtime.signals import stop_on_signals
-from gpuaware.runtime.tracing import setup_tracing
+from gpuaware.runtime.tracing import setup_tracing, shutdown_tracing
 from gpuaware.schemas.streams import STREAMS, StreamSpec
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,7 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
             profiler.dump_stats(settings.profile_out)
         log.info("%s draining", settings.service_name)
         await _drain(ctx, service, settings.drain_timeout_s)
+    await asyncio.to_thread(shutdown_tracing)
     log.info("%s stopped", settings.service_name)
 
 

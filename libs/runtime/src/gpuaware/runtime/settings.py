@@ -49,7 +49,7 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     log_format: str = "json"
     """`json` (one object per line, for collectors) or `console` (for humans)."""
     otel_exporter: str = "none"
-    """`none`, `console`, or `memory` (tests); an OTLP exporter can be added in the chart's image."""
+    """`none`, `console`, `memory` (tests) or `otlp` (OTLP over HTTP to `OTEL_EXPORTER_OTLP_ENDPOINT`)."""
     drain_timeout_s: float = 10.0
     """How long a service drains in-flight work after SIGTERM before it exits anyway."""
     metrics_port: int = 0
