@@ -24,15 +24,17 @@ demo: $(STAMP)
 test: $(STAMP) tools
 	$(PY) -m pytest tests
 
-# Prometheus and Alertmanager (promtool, amtool) for the observe tests, from Debian's packages, when this
-# runs as root with apt-get; otherwise those tests skip and say why. Never fails the build.
+# Prometheus and Alertmanager (promtool, amtool) for the observe tests and Chromium for the report's
+# screenshot test, from Debian's packages, when this runs as root with apt-get; otherwise those tests
+# skip (or leave that check out) and say why. Never fails the build.
 tools:
-	@if command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null; then :; \
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null \
+		&& command -v chromium >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing prometheus and prometheus-alertmanager (Debian packages) for the observe tests"; \
+		echo "installing prometheus, prometheus-alertmanager and chromium (Debian packages) for the observe tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			prometheus prometheus-alertmanager >/dev/null) || echo "could not install them: the observe tests that need them skip"; \
-	else echo "prometheus/alertmanager absent and no root apt-get: the observe tests that need them skip"; fi
+			prometheus prometheus-alertmanager chromium >/dev/null) || echo "could not install them: the tests that need them skip"; \
+	else echo "prometheus/alertmanager/chromium absent and no root apt-get: the tests that need them skip"; fi
 
 # the fault scenarios of `make test` alone (kill -9 of services and servers, outages, a lost NATS node)
 test-faults: $(STAMP)

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +34,31 @@ from gpuaware.cli.main import app
 from gpuaware.placement import DEFAULT_PROFILE
 
 LOOP = ("binder.pod.pending.v1", "placement.pod.decided.v1", "binder.pod.bound.v1")
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _every_image_shows_in_chromium(report: Path, images: int) -> None:
+    """Open report.html in headless Chromium (Debian's `chromium`, which `make test` installs when it can):
+    once loaded, every image has decoded (complete, non-zero width), and the page screenshots. A copy of
+    the page carries the check (a script writing the count into the title, read back with --dump-dom)."""
+    if CHROMIUM is None:
+        print("chromium not installed: report.html not opened in a browser (make test installs it as root)")
+        return
+    probe = report.with_name("report-check.html")
+    script = ("<script>window.addEventListener('load',()=>{const i=[...document.images];document.title="
+              "'IMAGES '+i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length;});</script>")
+    probe.write_text(report.read_text().replace("</head>", script + "</head>", 1))
+    with tempfile.TemporaryDirectory() as profile:  # the browser's profile, outside what the secret scan reads
+        flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}"]
+        dom = subprocess.run([*flags, "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+                             capture_output=True, text=True, timeout=120).stdout
+        assert f"<title>IMAGES {images}/{images}</title>" in dom, re.findall(r"<title>[^<]*</title>", dom)
+        shot = report.with_name("report.png")
+        subprocess.run([*flags, "--window-size=1200,4000", f"--screenshot={shot}", report.as_uri()],
+                       capture_output=True, timeout=120, check=True)
+    assert shot.stat().st_size > 100_000  # a page of plots and tables, not a blank one
 
 
 def _children_of(pid: int) -> list[int]:
@@ -142,12 +171,19 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
         assert acc["at_horizon_min"][h]["points"] > 900 and acc["at_horizon_min"][h]["rmse"] is not None, acc
     assert report["services"]["forecasting"].startswith("took part")
 
+    # the Grafana dashboards' SQL panels ran on this demo's database, each returned rows, each drawn
+    panels = report["dashboards"]
+    assert len(panels) >= 15 and all("error" not in x for x in panels), [x for x in panels if "error" in x]
+    assert [x["title"] for x in panels if not x["rows"]] == []
+    assert all((out / x["image"]).stat().st_size > 1000 for x in panels)
+
     assert report["roundtrip"]["ok"] and report["ok"], report["invariants"]
     assert result.exit_code == 0, result.output
     assert report["services"]["placement"].startswith("took part")
     assert report["services"]["binder"].startswith("took part")
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") >= 4
+    assert html.count("data:image/png;base64,") >= 4 + len(panels)
+    _every_image_shows_in_chromium(out / "report.html", html.count("<img "))
     for name in ("allocation.png", "fragmentation.png", "queue_delay.png", "fairness.png", "forecast.png",
                  "messages.png"):
         assert (out / name).stat().st_size > 1000

@@ -362,6 +362,18 @@ async def _measured_utilisation(pool: Any, run: RunResult, cfg: DemoConfig) -> d
                        "utilisation": [None if math.isnan(m) else round(m, 4) for m in means]}}
 
 
+async def _dashboard_panels(pool: Any, cfg: DemoConfig, run: RunResult) -> list[dict[str, Any]]:
+    """The Grafana dashboards' SQL panels over this demo's database (the gpuaware run), drawn as images,
+    over the twin's virtual day or, for telemetry, the run's wall-clock minutes."""
+    from gpuaware.cli.demo_panels import render_panels
+
+    now = time.time()
+    ranges = {"the virtual day": (datetime.fromtimestamp(run.started_at, UTC), datetime.fromtimestamp(run.virtual_end, UTC)),
+              "the run's wall clock": (datetime.fromtimestamp(now - run.wall_s - 600, UTC), datetime.fromtimestamp(now, UTC))}
+    with console.status("drawing the dashboards' panels from their SQL"):
+        return await render_panels(pool, run.spec.cluster, ranges, cfg.out / "panels")
+
+
 async def _keep_stack_up(data_dir: Path, every_s: float = 1.0) -> None:
     """A server of the demo's own stack that dies (nats-server killed, PostgreSQL stopped) is started
     again where it ran; the services and the demo's own connections reconnect by themselves."""
@@ -431,6 +443,7 @@ async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started:
                         await asyncio.sleep(1.5)  # the collector's last batches reach PostgreSQL
                         for label, r in results.items():
                             telemetry[label] = await _measured_utilisation(pool, r, cfg)
+                    report["dashboards"] = await _dashboard_panels(pool, cfg, results["gpuaware"])
                 finally:
                     await asyncio.to_thread(procs.stop)
     finally:
@@ -669,6 +682,12 @@ def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], 
         colour = "green" if status.startswith(("took part", "running")) else "yellow"
         svc.add_row(name, f"[{colour}]{status}[/{colour}]")
     console.print(svc)
+    panels = report.get("dashboards") or []
+    if panels:
+        with_rows = sum(1 for x in panels if x.get("rows"))
+        failed = [x["title"] for x in panels if "error" in x]
+        console.print(f"dashboards: {len(panels)} Grafana panels drawn from their SQL in {cfg.out / 'panels'} "
+                      f"({with_rows} with data" + (f"; failed: {', '.join(failed)}" if failed else "") + ")")
     console.print(f"report: {cfg.out / 'report.html'} (self-contained), {cfg.out / 'report.json'}; plots: "
                   + ", ".join(str(p) for p in plots) + f"; service logs: {cfg.out / 'logs'}")
     console.print(f"demo took {report['seconds']:.0f}s")

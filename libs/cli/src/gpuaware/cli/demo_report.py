@@ -632,6 +632,21 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
     for p in plots:
         data = base64.b64encode(p.read_bytes()).decode()
         parts.append(f"<p><img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'></p>")
+    panels = report.get("dashboards") or []
+    if panels:
+        parts.append("<h2>Dashboards</h2><p>The Grafana dashboards' panels (deploy/grafana, the same SQL), drawn "
+                     "from this demo's database for the gpuaware run.</p>")
+        for board in dict.fromkeys(x["dashboard"] for x in panels):
+            parts.append(f"<h3>{html.escape(board)}</h3>")
+            for x in (x for x in panels if x["dashboard"] == board):
+                if "image" in x and (path.parent / x["image"]).is_file():
+                    data = base64.b64encode((path.parent / x["image"]).read_bytes()).decode()
+                    parts.append(f"<figure><img class='panel' alt='{html.escape(x['title'])}' "
+                                 f"src='data:image/png;base64,{data}'><figcaption>{html.escape(x['title'])}: "
+                                 f"{x['rows']} rows over {html.escape(x.get('range', ''))} (<a href='{html.escape(x['image'])}'>image</a>)"
+                                 "</figcaption></figure>")
+                else:
+                    parts.append(f"<p class='bad'>{html.escape(x['title'])}: {html.escape(x.get('error', 'no image'))}</p>")
     parts.append("<h2>Messages per subject, and what landed in PostgreSQL</h2>")
     subjects = sorted({s for r in runs.values() for s in (*r["messages"], *r["placement_events_rows"])})
     mrows = [(s, *(x for r in runs.values() for x in (r["messages"].get(s), r["recorded"].get(s),
