@@ -46,6 +46,27 @@ def test_every_panel_has_a_datasource_and_a_query(uid: str) -> None:
             assert "prometheus" in variables
 
 
+def test_every_grafana_alert_rule_is_a_sql_query_and_a_condition(fresh_database_url: str) -> None:
+    import yaml
+
+    from gpuaware.dashboards.alerts import ALERT_RULES, DATASOURCE_UID
+
+    prov = yaml.safe_load((DEPLOYED / "provisioning" / "alerting" / "gpuaware.yaml").read_text())
+    (group,) = prov["groups"]
+    assert [r["uid"] for r in group["rules"]] == [r.uid for r in ALERT_RULES]
+    datasources = yaml.safe_load((DEPLOYED / "provisioning" / "datasources" / "gpuaware.yaml").read_text())
+    assert DATASOURCE_UID in {d["uid"] for d in datasources["datasources"]}
+    tsdb.migrate(fresh_database_url)
+    with psycopg.connect(fresh_database_url) as conn:
+        for rule in group["rules"]:
+            sql_q, cond = rule["data"]
+            assert rule["condition"] == cond["refId"] == cond["model"]["refId"] == "B"
+            assert cond["datasourceUid"] == "__expr__" and "$A" in cond["model"]["expression"]
+            assert sql_q["datasourceUid"] == sql_q["model"]["datasource"]["uid"] == DATASOURCE_UID
+            row = conn.execute(sql_q["model"]["rawSql"]).fetchall()
+            assert len(row) == 1 and len(row[0]) == 1 and float(row[0][0]) >= 0, rule["title"]
+
+
 def test_every_sql_panel_runs_on_the_schema(fresh_database_url: str) -> None:
     tsdb.migrate(fresh_database_url)
     start, end = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)

@@ -78,6 +78,17 @@ WHERE $__timeFilter(time) ORDER BY 1""", "none"),
     SqlPanel(CLUSTER, "Measured GPU utilisation (telemetry, every GPU)", "timeseries", """
 SELECT $__timeGroupAlias(bucket, '5m'), avg(util_avg) / 100.0 AS utilisation
 FROM gpu_metrics_1m WHERE $__timeFilter(bucket) GROUP BY 1 ORDER BY 1""", "percentunit"),
+    SqlPanel(CLUSTER, "Fragmentation: free compute on partly used GPUs (at the end of the range)", "stat", """
+SELECT round(coalesce(sum(CASE WHEN used > 0 AND used < 1000 THEN 1000 - used ELSE 0 END), 0)
+             / greatest(1000.0 * (SELECT count(*) FROM gpu_inventory), 1), 4) AS fragmentation
+FROM (SELECT s->>'gpu_uuid' AS gpu,
+             sum(CASE WHEN e.subject LIKE 'binder.pod.bound%' THEN (s->>'gpu_milli')::int
+                      ELSE -(s->>'gpu_milli')::int END) AS used
+      FROM placement_events e CROSS JOIN LATERAL jsonb_array_elements(e.payload->'slices') s
+      WHERE e.cluster = '$cluster' AND e.event_at <= $__timeTo()
+        AND (e.subject LIKE 'binder.pod.bound%' OR e.subject LIKE 'binder.pod.finished%'
+             OR e.subject LIKE 'binder.pod.preempted%')
+      GROUP BY 1) g""", "percentunit"),
     SqlPanel(CLUSTER, "GPUs by model", "table", """
 SELECT model, count(*) AS gpus, round(sum(memory_mib) / 1024.0) AS memory_gib, count(DISTINCT node) AS nodes
 FROM gpu_inventory GROUP BY model ORDER BY gpus DESC"""),
