@@ -1,6 +1,8 @@
 """Grafana alert rules over the database, for a Grafana that pages without Prometheus (the same
-conditions as deploy/prometheus/rules.yaml where the database holds them), written as Grafana's alerting
-provisioning file by ``python -m gpuaware.dashboards``.
+conditions as deploy/prometheus/rules.yaml where the database holds them: GPU health, quota, backlog,
+forecast drift; dead letters and a lost placement leader are only in the services' metrics, so only
+Prometheus's rules have them), written as Grafana's alerting provisioning file by
+``python -m gpuaware.dashboards``.
 
 Each rule: query ``A`` is SQL returning one number (the current value), ``B`` a server-side math
 expression comparing it with the threshold; ``B`` is the condition. Built with the foundation SDK's
@@ -51,6 +53,16 @@ SELECT count(*) AS queues FROM (
   WHERE ts > now() - interval '10 minutes' ORDER BY cluster, queue, ts DESC) q
 WHERE guaranteed_gpu_milli > 0 AND used_gpu_milli >= guaranteed_gpu_milli AND pending_pods > 0""", 0, "15m", "info",
               "Queues at their guaranteed GPUs have pods waiting: they borrow or wait (the tenants dashboard)."),
+    AlertRule("gpuaware-scheduler-backlog", "More than 100 pods pending", """
+SELECT count(*) AS pending FROM (
+  SELECT DISTINCT ON (cluster, pod_uid) subject FROM placement_events
+  WHERE event_at > now() - interval '1 day' ORDER BY cluster, pod_uid, event_at DESC) p
+WHERE subject LIKE 'binder.pod.pending%' OR subject LIKE 'placement.pod.unschedulable%'""", 100, "10m", "warning",
+              "Pods wait for placement: the cluster is full or the queue trees refuse them (the scheduling dashboard)."),
+    AlertRule("gpuaware-forecast-drift", "A forecast model is worse than persistence", """
+SELECT count(*) AS drifting FROM forecast_points
+WHERE issued_at > now() - interval '30 minutes' AND fallback LIKE 'model worse than persistence%'""", 0, "30m",
+              "warning", "Persistence is served instead of the model: retrain and publish a new version."),
     AlertRule("gpuaware-unfair-share", "Jain's index under 0.8 for an hour", """
 SELECT coalesce(min(jain_index), 1) AS jain FROM quota_usage WHERE ts > now() - interval '10 minutes'""",
               -0.8, "1h", "info", "The queues asking for GPUs are served unevenly (Jain's index of fair share)."),
