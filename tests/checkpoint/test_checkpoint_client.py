@@ -114,4 +114,6 @@ async def test_the_example_survives_preemption_and_resumes(nats_url: str, tmp_pa
                           text=True, timeout=120, check=True)
     second = json.loads(done.stdout.strip().splitlines()[-1])
     assert second == {**second, "event": "finished", "resumed_at": first["step"], "step": first["step"] + 50}
-    assert second["loss"] <= first["loss"] * 1.5
+    # resumed from the checkpoint, not from scratch: the loss did not jump back up (once the tiny model has
+    # converged its loss sits at floating-point noise, ~1e-14, where "1.5 times" means nothing)
+    assert second["loss"] <= first["loss"] * 1.5 + 1e-9
