@@ -79,7 +79,9 @@ async def test_one_connected_trace_per_pod_over_otlp(tmp_path: Path, nats_proc) 
                 assert not dead, f"{dead[0].name} exited:\n{dead[0].log_tail()}"
                 assert time.monotonic() < deadline, (len(receiver.spans), {s["name"] for s in receiver.spans})
                 await asyncio.sleep(0.5)
-            procs.stop()  # flushes what the batch processors hold
+            # SIGTERM: each service flushes what its batch processor holds, to the receiver on this loop
+            # (so the loop must keep serving while they stop)
+            await asyncio.to_thread(procs.stop)
     finally:
         await runner.cleanup()
     traces = bound_traces()
