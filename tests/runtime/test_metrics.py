@@ -4,6 +4,7 @@ process's labels on every series, a broken source costing only its own series.""
 from __future__ import annotations
 
 import asyncio
+import threading
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -72,20 +73,26 @@ async def test_a_stuck_loop_costs_the_sources_not_the_endpoint(monkeypatch) -> N
 
     monkeypatch.setattr(module, "SCRAPE_TIMEOUT_S", 0.2)
     m = ServiceMetrics("quota", "0", "c", "q")
-    m.source(lambda: [gauge("gpuaware_quota_jain_index", "jain", 0.9)])
+    release = threading.Event()
+
+    def stuck():  # the service's loop is busy (here: in this very source) when Prometheus scrapes
+        release.wait(10)
+        return [gauge("gpuaware_quota_jain_index", "jain", 0.9)]
+
+    m.source(stuck)
     h = m.histogram("gpuaware_x_seconds", "x")
     h.observe(1.0)
     port = m.serve(0)
-    try:
-        import time
 
-        def blocked_scrape():
+    def scrape_then_release():
+        try:
             return scrape(port)
+        finally:
+            release.set()
 
-        task = asyncio.get_running_loop().run_in_executor(None, blocked_scrape)
-        time.sleep(0.5)  # the loop is blocked while the scrape waits for it
-        got = await task
+    try:
+        got = await asyncio.to_thread(scrape_then_release)
     finally:
         await m.stop()
-    assert "gpuaware_quota_jain_index" not in got  # the source could not be read on the stuck loop
+    assert "gpuaware_quota_jain_index" not in got  # the sources could not be read on the stuck loop
     assert got["gpuaware_x_seconds_count"][0][1] == 1.0  # the histograms still answer
