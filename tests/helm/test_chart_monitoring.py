@@ -5,6 +5,8 @@ Services and a PrometheusRule with exactly deploy/prometheus/rules.yaml's groups
 
 from __future__ import annotations
 
+import json
+
 import kubernetes_validate
 import yaml
 from chart_helpers import CHART, K8S_VERSION, REPO, render
@@ -60,3 +62,18 @@ def test_metrics_off_means_no_port_no_service_no_operator_objects() -> None:
         for c in (d.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or ()):
             assert not any(e["name"].endswith("METRICS_PORT") for e in c.get("env", [])), d["metadata"]["name"]
             assert "metrics" not in {p["name"] for p in c.get("ports", [])}
+
+
+def test_grafana_dashboards_ship_as_sidecar_configmaps() -> None:
+    files = {p.name: p.read_text() for p in sorted((CHART / "files" / "dashboards").glob("*.json"))}
+    assert files == gen.grafana_dashboards(REPO), (
+        "helm/gpuaware/files/dashboards is stale: run `python -m gpuaware.k8s.chart helm/gpuaware`")
+    assert not [d for d in render() if d["kind"] == "ConfigMap" and "-dashboard-" in d["metadata"]["name"]]
+    docs = [d for d in render({"grafanaDashboards": {"enabled": True}})
+            if d["kind"] == "ConfigMap" and "-dashboard-" in d["metadata"]["name"]]
+    assert len(docs) == len(files) == 5
+    for d in docs:
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+        assert d["metadata"]["labels"]["grafana_dashboard"] == "1"
+        ((name, text),) = d["data"].items()
+        assert json.loads(text) == json.loads(files[name])  # the dashboard, intact
