@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaware.forecast.demand import TOTAL, DemandBook, pod_gpus
+from gpuaware.forecast.demand import TOTAL, DemandBook
+from gpuaware.schemas import PodPending
 
 
 def test_demand_counts_pending_and_running_until_the_pod_leaves() -> None:
@@ -51,10 +52,14 @@ def test_a_quiet_stretch_is_filled_and_a_long_jump_restarts() -> None:
     assert book.advance(float("nan")) == []
 
 
-def test_pod_gpus() -> None:
-    assert pod_gpus(2, 1000) == 2.0
-    assert pod_gpus(1, 250) == 0.25
-    assert pod_gpus(0, 1000) == 0.0
+def test_the_gpus_a_pending_pod_asks() -> None:  # what the service books for each pod (the contract's count)
+    def gpus(num_gpu: int, gpu_milli: int) -> float:
+        return PodPending(source="t", emitted_at=0.0, pod_uid="u", pod_name="p", namespace="n", submitted_at=0.0,
+                          num_gpu=num_gpu, gpu_milli=gpu_milli).gpu_milli_total / 1000.0
+
+    assert gpus(2, 1000) == 2.0
+    assert gpus(1, 250) == 0.25
+    assert gpus(0, 1000) == 0.0
 
 
 def test_step_must_be_positive() -> None:

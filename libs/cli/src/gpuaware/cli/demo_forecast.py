@@ -62,14 +62,13 @@ def ensure_demand_model(database_url: str, data_dir: Path, shared: Path, train_s
     cache = data_dir / "models" / f"demand-helios-{_fingerprint(files, train_s)}.onnx"
     how = "cached"
     if not cache.is_file():
-        from gpuaware.cli.forecast import parse_horizons, train_blob
+        from gpuaware.cli.forecast import train_blob
         from gpuaware.forecast.experiment import prepare
 
         console.print(f"training the demand model on {len(files)} Helios virtual clusters for at most "
                       f"{train_s:g} s (once per data folder; --forecast-train-s)")
         try:
-            blob = train_blob(prepare(files, "helios", test_days=7), parse_horizons(",".join(map(str, HORIZONS))),
-                              iters=2_000, seconds=train_s)
+            blob = train_blob(prepare(files, "helios", test_days=7), HORIZONS, iters=2_000, seconds=train_s)
         except Exception as exc:  # training failed: the run goes on with persistence, saying why
             return {"status": "none", "reason": f"training failed ({type(exc).__name__}: {exc}): persistence is served"}
         cache.parent.mkdir(parents=True, exist_ok=True)

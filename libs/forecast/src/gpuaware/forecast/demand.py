@@ -4,7 +4,8 @@ forecasts.
 Demand is what Helios counts per virtual cluster (and what the demand model is trained on): the GPUs
 of pods running plus pods pending, sampled at the end of each minute. A pod counts from its
 ``binder.pod.pending`` until it finishes, is preempted without being requeued, or fails to bind for
-good; GPUs are ``num_gpu`` x ``gpu_milli`` / 1000 (a fractional pod asks part of one GPU). Times are
+good; its GPUs are the caller's (``PodPending.gpu_milli_total`` / 1000: part of one GPU for a fractional
+pod). Times are
 the events' own (``submitted_at``, ``bound_at``, ``finished_at``, ``preempted_at``, ``failed_at``),
 so a digital twin's accelerated clock gives virtual minutes and a real cluster wall-clock ones.
 
@@ -21,17 +22,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["TOTAL", "DemandBook", "DemandRow", "pod_gpus"]
+__all__ = ["TOTAL", "DemandBook", "DemandRow"]
 
 TOTAL = ""
 """the queue key of the cluster's total"""
-
-
-def pod_gpus(num_gpu: int, gpu_milli: int) -> float:
-    """GPUs a pod asks: whole GPUs, or the fraction of one a shared pod asks."""
-    if num_gpu <= 0:
-        return 0.0
-    return float(num_gpu) if gpu_milli >= 1000 else num_gpu * gpu_milli / 1000.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,7 +46,7 @@ import msgspec
 
 from gpuaware import bus, tsdb
 from gpuaware.forecast import registry
-from gpuaware.forecast.demand import DemandBook, DemandRow, pod_gpus
+from gpuaware.forecast.demand import DemandBook, DemandRow
 from gpuaware.forecast.duration import DurationPredictor, Fingerprint
 from gpuaware.forecast.duration import fingerprint as job_fingerprint
 from gpuaware.forecast.runtime import ModelError, StreamingModel
@@ -267,7 +267,7 @@ class ForecastService:
             return
         book = self.book
         if isinstance(ev, PodPending):
-            rows = book.pending(ev.pod_uid, ev.queue, pod_gpus(ev.num_gpu, ev.gpu_milli), ev.submitted_at)
+            rows = book.pending(ev.pod_uid, ev.queue, ev.gpu_milli_total / 1000.0, ev.submitted_at)
             self.jobs[ev.pod_uid] = job_fingerprint(ev.pod_name, ev.queue, "", ev.num_gpu)
         elif isinstance(ev, PodFinished):
             rows = book.left(ev.pod_uid, ev.finished_at)
