@@ -17,6 +17,7 @@ from gpuaware.sim.metrics import (
     queue_delays,
     slo_attainment,
     tenant_service,
+    time_in_system,
     time_weighted_mean,
     utilisation_series,
 )
@@ -212,3 +213,10 @@ def test_a_stretch_the_twin_jumped_over_is_a_gap_not_the_last_reading_held_flat(
     # without gaps the old behaviour: 10 % held across the jump
     _, held, _ = utilisation_series(samples, 1, 0.0, 10_150.0, 1_000.0)
     assert held[5] == pytest.approx(0.1)
+
+
+def test_time_in_system_counts_unfinished_jobs_to_the_end_of_the_window():
+    pods = [pod("done", 0.0, 10.0, 100.0, finished=100.0), pod("running", 50.0, 60.0, None),
+            pod("waiting", 150.0), pod("late", 500.0)]
+    assert time_in_system(pods, horizon=200.0) == [100.0, 150.0, 50.0]  # "late" arrived after the window
+    assert jct(pods) == [100.0]  # the finished-only mean would hide the two still in the system

@@ -245,7 +245,7 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                     POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, PLACEMENT_DECIDED, POD_UNSCHEDULABLE]
         consumed = [s for f in [*followed, POD_PENDING] for s in _event(f)]
         pub = [*_event(PLACEMENT_DECIDED), *_event(POD_UNSCHEDULABLE), *_event(PLACEMENT_EXPLAINED),
-               QUOTA_ADMIT, WORLD_SNAPSHOT, *_js_base(),
+               QUOTA_ADMIT, WORLD_SNAPSHOT, FORECAST_DURATION, *_js_base(),
                *_durable(BINDER, placement_durable(cluster)),
                *(api for s in (TELEMETRY, ALERTS, FORECAST, BINDER, PLACEMENT) for api in _follow(s)),
                f"{JS_API}.STREAM.MSG.GET.{PLACEMENT.name}",  # reading back a previous leader's decision

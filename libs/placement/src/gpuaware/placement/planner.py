@@ -40,6 +40,7 @@ from gpuaware.placement.gang import GangTable
 from gpuaware.placement.ledger import HOLDING, Ledger, Phase, PodEntry
 from gpuaware.placement.model import GpuModel, NodeSpec, PodRequest
 from gpuaware.placement.preempt import Victim
+from gpuaware.placement.queue_order import order_for
 from gpuaware.placement.registry import REGISTRY
 from gpuaware.placement.session import Framework, Placed, Session, Waiting
 
@@ -110,6 +111,16 @@ class PlannerConfig:
     max_refused_nodes: int = 4
     extra_filters: tuple[Any, ...] = ()
     """built Filter plugins every profile gets on top of its own (strict partitions from the quota tree)"""
+    queue_order: str = "priority"
+    """the order parked pods are retried in: ``priority`` or ``fair-share`` (queue_order.py)"""
+    starved_below: float = 1.0
+    """fair-share: a tenant running less than this fraction of its share goes first, and may reclaim"""
+    duration_default_s: float = 3600.0
+    """fair-share: the runtime of a pod nobody predicted yet"""
+    reclaim_min_runtime_s: float = 600.0
+    """fair-share: a running pod is not reclaimed before it ran this long (world seconds since its bind)"""
+    max_reclaims: int = 4
+    """fair-share: reclaims planned per retry pass at most"""
 
 
 @dataclass(slots=True)
@@ -127,6 +138,7 @@ class Counters:
     other_cluster: int = 0
     preemptions_planned: int = 0
     victims_planned: int = 0
+    fair_reclaims: int = 0
 
 
 class Planner:
@@ -151,6 +163,9 @@ class Planner:
         self._shapes: deque[tuple[int, int, int, str]] = deque(maxlen=max(1, config.typical_window))
         self._since_learn = 0
         self._learned = False
+        self.order = order_for(config.queue_order, capacity=self._gpu_capacity, starved_below=config.starved_below,
+                               default_s=config.duration_default_s, min_runtime_s=config.reclaim_min_runtime_s)
+        """the fair-share order, or None for the ledger's own (priority, then arrival)"""
 
     # -- the node set ---------------------------------------------------------------------------------
 
@@ -268,10 +283,45 @@ class Planner:
         out: list[Outcome] = []
         for gang_id in gangs:
             out += self._place_gang(gang_id)
+        if self.order is not None:
+            singles = self.order.sort(singles, self.order.demand(self.ledger))
         left = max(0, limit - sum(isinstance(o, Decided) for o in out))
         got, tried = self._decide(singles, publish=set(), limit=left)
+        if self.order is not None:
+            got += self._reclaim_for_starved(singles[:tried])
         self.counters.retried_decided += sum(isinstance(o, Decided) for o in got)
         return out + got, tried < len(singles)
+
+    def _reclaim_for_starved(self, tried: Sequence[PodEntry]) -> list[Outcome]:
+        """Fair share: starved tenants' pods the pass could not place evict what `queue_order` allows
+        (at most ``max_reclaims`` per pass, the demand recomputed after each)."""
+        assert self.order is not None
+        out: list[Outcome] = []
+        for entry in tried:
+            if len(out) >= self.config.max_reclaims:
+                break
+            if entry.phase not in (Phase.PARKED, Phase.QUEUED) or entry.request is None:
+                continue
+            demand = self.order.demand(self.ledger)
+            holding = [e for e in self.ledger if e.phase == Phase.BOUND]
+            # a bound pod's `since` is the world's bind time: judge runtimes on the world's clock (the
+            # latest bind seen, when the world runs ahead of this one -- the digital twin's virtual time)
+            now = max([self.clock(), *(e.since for e in holding)])
+            victims = self.order.reclaim_victims(entry, holding, demand, now)
+            if victims:
+                placed = self.reclaim(entry.uid, victims)
+                if placed is not None:
+                    self.counters.fair_reclaims += 1
+                    out.append(placed)
+        return out
+
+    def _gpu_capacity(self) -> float:
+        return float(sum(s.num_gpu for s in self.specs.values()))
+
+    def predict(self, uid: str, seconds: float) -> None:
+        """The duration predictor's runtime for a waiting pod (fair-share order's shortest-first)."""
+        if self.order is not None and uid in self.ledger.pods:
+            self.order.predicted[uid] = seconds
 
     def undo(self, uid: str) -> None:
         """A decision was not stored, or an asynchronous permit denied it: forget it (the pod is
@@ -420,6 +470,8 @@ class Planner:
     def forget(self, uid: str) -> None:
         """The pod left: drop what was kept about it outside the ledger."""
         self.refused.pop(uid, None)
+        if self.order is not None:
+            self.order.predicted.pop(uid, None)
         for plugin in self.framework.post_filters if self.framework is not None else ():
             forget = getattr(plugin, "forget", None)
             if forget is not None:

@@ -53,6 +53,7 @@ from gpuaware.services.placement.channels import (
     SCORED,
     UNSCHEDULABLE,
 )
+from gpuaware.services.placement.durations import DurationAsker
 from gpuaware.services.placement.explaining import Explainer
 from gpuaware.services.placement.metrics import placement_samples
 from gpuaware.services.placement.partitions import partition_filters
@@ -85,7 +86,9 @@ class PlacementService:
             typical_window=s.typical_window, typical_drift=s.typical_drift, seed=s.seed,
             max_tombstones=s.max_tombstones, preemption=s.preemption,
             preemption_cooldown_s=s.preemption_cooldown_s, max_victims=s.max_victims,
-            checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree))
+            checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree),
+            queue_order=s.queue_order, starved_below=s.starved_below, duration_default_s=s.duration_default_s,
+            reclaim_min_runtime_s=s.reclaim_min_runtime_s)
         self.followers: list[bus.Follower] = []
         self.lease: bus.LeaderLease | None = None  # or gpuaware.k8s.election.KubeLeaderLease (same interface)
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None
@@ -95,6 +98,7 @@ class PlacementService:
         self._report_task: asyncio.Task[None] | None = None
         self._world_task: asyncio.Task[None] | None = None
         self.quota = QuotaPermit(self.nc, s, self.source, self.state, self.loop_later)
+        self.durations = DurationAsker(self.nc, self.state, self.source, s.cluster, s.duration_timeout_s)
         self.leading_since: float | None = None
         self._mine: collections.OrderedDict[str, float] = collections.OrderedDict()
         """ids of decisions this instance stored and whose echo has not come back yet: the echo is
@@ -146,6 +150,7 @@ class PlacementService:
         for task in (self._report_task, self._world_task):
             if task is not None:
                 task.cancel()
+        await self.durations.stop()
         for f in self.followers:
             await f.stop()
 
@@ -335,6 +340,7 @@ class PlacementService:
         decided again), PermanentError for an invalid request (after its verdict was stored)."""
         if self.settings.quota_enabled:  # reclaim plans executed, refused decisions parked (quota_permit.py)
             outcomes = await self.quota.permit(outcomes)
+        self.durations.ask_about(outcomes)  # fair-share order: parked pods' predicted runtimes, in the background
         sent: list[tuple[Outcome, asyncio.Future[bus.PubAck]]] = []
         failure: BaseException | None = None
         for o in outcomes:

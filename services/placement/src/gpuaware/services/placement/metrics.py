@@ -6,6 +6,8 @@ the pending -> decision latency observed as each decision leaves.
     gpuaware_placement_decisions_total             decisions published by this instance
     gpuaware_placement_unschedulable_total         verdicts "cannot place now", with the reason on the bus
     gpuaware_placement_preemptions_planned_total   victims planned by decisions
+    gpuaware_placement_fair_reclaims_total         decisions reclaiming for a starved tenant (fair-share order)
+    gpuaware_placement_durations_predicted_total   parked pods' runtimes answered by forecasting.duration
     gpuaware_placement_gpu_milli{state}            GPU compute in the view: used / total (thousandths)
     gpuaware_placement_decision_latency_seconds    histogram: the pending event's emission -> its decision sent
 
@@ -34,6 +36,10 @@ def placement_samples(service: Any) -> Iterable[Sample]:
     yield counter("gpuaware_placement_decisions", "decisions published by this instance", c["decided"])
     yield counter("gpuaware_placement_unschedulable", "pods judged unschedulable for now", c["unschedulable"])
     yield counter("gpuaware_placement_preemptions_planned", "victims planned by decisions", c["victims_planned"])
+    yield counter("gpuaware_placement_fair_reclaims", "decisions reclaiming GPUs for a starved tenant",
+                  c["fair_reclaims"])
+    yield counter("gpuaware_placement_durations_predicted", "parked pods' runtimes the duration predictor answered",
+                  service.durations.answered)
     for state in ("used", "total"):
         yield gauge("gpuaware_placement_gpu_milli", "GPU compute in the view, thousandths of a GPU",
                     summary[f"gpu_milli_{state}"], state=state)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from gpuaware.placement import DEFAULT_PROFILE, REGISTRY, ProfileError
+from gpuaware.placement.queue_order import ORDERS
 from gpuaware.runtime import ServiceSettings, SettingsError
 
 
@@ -104,6 +105,17 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     """least time between two preemption plans for the same pod"""
     max_victims: int = 16
     """most pods one plan may evict"""
+    queue_order: str = "priority"
+    """The order parked pods get freed capacity in: ``priority`` (then arrival; kube-scheduler's
+    PrioritySort) or ``fair-share`` (starved tenants first and they may reclaim from tenants above
+    their share; then shortest predicted runtime: `gpuaware.placement.queue_order`)."""
+    starved_below: float = 1.0
+    """fair-share: a tenant running less than this fraction of its fair share is starved"""
+    reclaim_min_runtime_s: float = 600.0
+    """fair-share: a pod runs at least this long (world seconds since its bind) before it is reclaimed"""
+    duration_default_s: float = 3600.0
+    """fair-share: the runtime assumed for a pod until the duration predictor (`forecasting.duration`) answers"""
+    duration_timeout_s: float = 1.0
     checkpoint_grace_s: float = 60.0
     """how long (world time) a victim that can checkpoint is given to do so before it is evicted"""
     extender_port: int = 0
@@ -141,6 +153,13 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
                 or self.takeover_cooldown_s < 0:
             raise SettingsError("GPUAWARE_PLACEMENT_TAKEOVER_BACKOFF_S, _BACKOFF_CAP_S and _SYNC_TIMEOUT_S must be > 0, "
                                 "_COOLDOWN_S >= 0")
+        if self.queue_order not in ORDERS:
+            raise SettingsError(f"GPUAWARE_PLACEMENT_QUEUE_ORDER must be one of {', '.join(ORDERS)}, "
+                                f"not {self.queue_order!r}")
+        if not 0 < self.starved_below <= 1 or self.reclaim_min_runtime_s < 0 or self.duration_default_s <= 0 \
+                or self.duration_timeout_s <= 0:
+            raise SettingsError("GPUAWARE_PLACEMENT_STARVED_BELOW must be in (0, 1], _RECLAIM_MIN_RUNTIME_S >= 0, "
+                                "_DURATION_DEFAULT_S and _DURATION_TIMEOUT_S > 0")
         if self.pending_batch < 1 or self.retry_batch < 1:
             raise SettingsError("GPUAWARE_PLACEMENT_PENDING_BATCH and _RETRY_BATCH must be >= 1")
 

@@ -1,0 +1,136 @@
+"""The fair-share queue order: who gets freed capacity first, and what a starved tenant may reclaim."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuaware.placement.ledger import Phase, PodEntry
+from gpuaware.placement.model import NodeSpec, PodRequest
+from gpuaware.placement.planner import Decided, Planner, PlannerConfig
+from gpuaware.placement.queue_order import FairShareOrder, TenantDemand, order_for
+from gpuaware.placement.registry import REGISTRY
+
+
+def pod(uid: str, queue: str, gpus: int = 1, *, priority: int = 0, checkpointable: bool = True) -> PodRequest:
+    return PodRequest(name=uid, cpu_milli=100, num_gpu=gpus, gpu_milli=1000, queue=queue, priority=priority,
+                      checkpointable=checkpointable)
+
+
+def entry(uid: str, queue: str, phase: Phase, gpus: int = 1, *, seq: int = 0, since: float = 0.0,
+          priority: int = 0, checkpointable: bool = True) -> PodEntry:
+    return PodEntry(uid, 0, phase, pod(uid, queue, gpus, priority=priority, checkpointable=checkpointable),
+                    since=since, seq=seq)
+
+
+def test_fair_share_is_water_filled_over_running_plus_waiting_gpus():
+    entries = [entry("a1", "a", Phase.BOUND, 2), entry("b1", "b", Phase.BOUND, 6), entry("b2", "b", Phase.PARKED, 4)]
+    d = TenantDemand.of(entries, capacity=8)
+    assert d.share == pytest.approx({"a": 2.0, "b": 6.0})
+    assert d.capped("b") and not d.capped("a")
+    assert d.attained("a") == pytest.approx(1.0) and d.attained("b") == pytest.approx(1.0)
+
+
+def test_a_starved_tenant_goes_first_then_shortest_predicted_then_arrival():
+    order = FairShareOrder(capacity=lambda: 8, starved_below=0.5, default_s=3600)
+    held = [entry(f"big{i}", "big", Phase.BOUND) for i in range(8)]
+    waiting = [entry("big-long", "big", Phase.PARKED, seq=1), entry("big-short", "big", Phase.PARKED, seq=2),
+               entry("big-unknown", "big", Phase.PARKED, seq=3), entry("small", "small", Phase.PARKED, 2, seq=4)]
+    order.predicted.update({"big-long": 7200.0, "big-short": 60.0})
+    demand = order.demand([*held, *waiting])
+    assert order.starved("small", demand) and not order.starved("big", demand)
+    got = [e.uid for e in order.sort(waiting, demand)]
+    assert got == ["small", "big-short", "big-unknown", "big-long"]  # unknown counts default_s (3600)
+
+
+def test_priority_still_comes_first():
+    order = FairShareOrder(capacity=lambda: 4)
+    waiting = [entry("starved-low", "s", Phase.PARKED, seq=1), entry("rich-high", "r", Phase.PARKED, seq=2, priority=10)]
+    held = [entry(f"r{i}", "r", Phase.BOUND) for i in range(4)]
+    got = [e.uid for e in order.sort(waiting, order.demand([*held, *waiting]))]
+    assert got == ["rich-high", "starved-low"]
+
+
+def test_reclaim_takes_only_what_capped_tenants_hold_above_their_share():
+    order = FairShareOrder(capacity=lambda: 8, min_runtime_s=100)
+    held = [entry(f"big{i}", "big", Phase.BOUND, since=float(i)) for i in range(7)]
+    held.append(entry("young", "big", Phase.BOUND, since=950.0))  # runs 50 s at now=1000: too young
+    waiting = [entry("big-more", "big", Phase.PARKED, 4), entry("small", "small", Phase.PARKED, 3)]
+    demand = order.demand([*held, *waiting])
+    assert demand.share["small"] == pytest.approx(3.0) and demand.share["big"] == pytest.approx(5.0)
+    victims = order.reclaim_victims(waiting[1], held, demand, now=1000.0)
+    # big holds 8 against a share of 5: any of its pods may go (newest first; the session takes the
+    # fewest on one node), never the one under min runtime
+    assert victims == ["big6", "big5", "big4", "big3", "big2", "big1", "big0"]
+    # a capped tenant's pod is never starved, so it reclaims nothing
+    assert order.reclaim_victims(waiting[0], held, demand, now=1000.0) == []
+
+
+def test_reclaim_spares_pods_that_cannot_checkpoint_or_outrank_the_starved_pod():
+    order = FairShareOrder(capacity=lambda: 4, min_runtime_s=0)
+    held = [entry("solid", "big", Phase.BOUND, checkpointable=False), entry("vip", "big", Phase.BOUND, priority=5),
+            entry("ok", "big", Phase.BOUND), entry("ok2", "big", Phase.BOUND)]
+    waiting = [entry("big-more", "big", Phase.PARKED, 2), entry("small", "small", Phase.PARKED, 1)]
+    demand = order.demand([*held, *waiting])
+    assert demand.share["big"] == pytest.approx(3.0)
+    assert set(order.reclaim_victims(waiting[1], held, demand, now=10.0)) == {"ok", "ok2"}
+    # at its share exactly, a tenant gives nothing
+    at_share = order.demand([*held[:3], *waiting])
+    assert order.reclaim_victims(waiting[1], held[:3], at_share, now=10.0) == []
+
+
+def test_unknown_order_is_refused_with_the_choices():
+    assert order_for("priority") is None
+    with pytest.raises(ValueError, match="priority, fair-share"):
+        order_for("lottery")
+
+
+def _planner(order: str) -> Planner:
+    now = [1000.0]
+    p = Planner(PlannerConfig(policy_name="BestFit", policy_config=REGISTRY.policy_config("BestFit"),
+                              learn_typical=False, queue_order=order,
+                              prior={(100, 1000, 1, ""): 1.0},
+                              reclaim_min_runtime_s=60.0), clock=lambda: now[0])
+    p.set_node(NodeSpec("n0", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
+    p.now = now  # type: ignore[attr-defined]
+    return p
+
+
+def _fill_with_big(p: Planner) -> None:
+    for i in range(4):
+        out = p.submit(f"big{i}", 0, pod(f"big{i}", "big"))
+        d = out[0]
+        assert isinstance(d, Decided)
+        p.ledger.bound(d.entry.uid, 0, d.node, d.gpus, now=0.0)
+    for i in range(4, 8):  # big wants more than the cluster: it is capped at its share
+        p.submit(f"big{i}", 0, pod(f"big{i}", "big"))
+
+
+def test_the_planner_reclaims_for_a_starved_tenant_in_its_retry_pass():
+    p = _planner("fair-share")
+    _fill_with_big(p)
+    assert p.submit("small", 0, pod("small", "small", 2))[0].__class__.__name__ == "Parked"
+    outcomes, _ = p.retry()
+    decided = [o for o in outcomes if isinstance(o, Decided)]
+    assert [o.entry.uid for o in decided] == ["small"]
+    assert len(decided[0].victims) == 2 and {v.uid for v in decided[0].victims} <= {f"big{i}" for i in range(4)}
+    assert decided[0].preemption_reason == "reclaim"
+    assert p.counters.fair_reclaims == 1
+
+
+def test_the_priority_order_never_reclaims():
+    p = _planner("priority")
+    _fill_with_big(p)
+    p.submit("small", 0, pod("small", "small", 2))
+    outcomes, _ = p.retry()
+    assert not [o for o in outcomes if isinstance(o, Decided)]
+
+
+def test_predictions_are_kept_only_for_pods_the_planner_holds():
+    p = _planner("fair-share")
+    p.submit("w", 0, pod("w", "t"))
+    p.predict("w", 42.0)
+    p.predict("ghost", 1.0)
+    assert p.order is not None and p.order.predicted == {"w": 42.0}
+    p.forget("w")
+    assert p.order.predicted == {}
+
