@@ -134,3 +134,52 @@ def test_predictions_are_kept_only_for_pods_the_planner_holds():
     p.forget("w")
     assert p.order.predicted == {}
 
+
+
+def test_a_reservation_holds_the_node_that_frees_first_by_predicted_ends():
+    order = FairShareOrder(capacity=lambda: 16, default_s=1000.0)
+    # n0: 8 GPUs, 6 used by pods predicted to end at 100 and 5,000; n1: 8 GPUs, 6 used ending at 300
+    held = [PodEntry("a", 0, Phase.BOUND, pod("a", "x", 3), since=0.0, node="n0"),
+            PodEntry("b", 0, Phase.BOUND, pod("b", "x", 3), since=0.0, node="n0"),
+            PodEntry("c", 0, Phase.BOUND, pod("c", "x", 6), since=0.0, node="n1")]
+    order.predicted.update({"a": 100.0, "b": 5000.0, "c": 300.0})
+    wide = entry("wide", "small", Phase.PARKED, 6)
+    r = order.reserve(wide, held, {"n0": 8, "n1": 8}, {}, now=50.0)
+    # n0 has 2 free + 3 at t=100 = 5 < 6 (it needs b too: 5,000); n1 frees 8 at 300
+    assert r is not None and (r.node, r.shadow) == ("n1", 300.0)
+    assert r.admits(250.0) and not r.admits(251.0)  # a pod ending by 300 may backfill n1
+
+
+def test_an_overdue_pod_is_expected_to_run_as_long_again():
+    order = FairShareOrder(capacity=lambda: 8, default_s=100.0)
+    held = [PodEntry("old", 0, Phase.BOUND, pod("old", "x", 8), since=0.0, node="n0")]  # predicted 100, ran 1,000
+    r = order.reserve(entry("w", "s", Phase.PARKED, 4), held, {"n0": 8}, {}, now=1000.0)
+    assert r is not None and r.shadow == 2000.0
+    assert order.reserve(entry("huge", "s", Phase.PARKED, 9), held, {"n0": 8}, {}, now=1000.0) is None
+
+
+def test_the_planner_holds_the_reserved_node_for_the_starved_pod_and_backfills_short_ones():
+    p = _planner("fair-share")
+    p.set_node(NodeSpec("n1", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
+    # big fills both nodes with non-checkpointable pods (no reclaim possible) and wants more
+    for i in range(8):
+        req = pod(f"big{i}", "big", checkpointable=False)
+        d = p.submit(req.name, 0, req)[0]
+        assert isinstance(d, Decided)
+        p.ledger.bound(d.entry.uid, 0, d.node, d.gpus, now=1000.0)
+        p.predict(req.name, 60.0 if d.node == "n0" else 10_000.0)  # n0 frees soon, n1 late
+    for name, runtime in (("big-long", 5000.0), ("big-short", 30.0)):
+        p.submit(name, 0, pod(name, "big"))
+        p.predict(name, runtime)
+    p.submit("wide", 0, pod("wide", "small", 4))  # starved: small wants 4 GPUs and runs none
+    p.retry()
+    assert p.reservation is not None and (p.reservation.uid, p.reservation.node) == ("wide", "n0")
+    assert p.reservation.shadow == pytest.approx(1060.0)
+    # two GPUs free on n0: only a pod that ends before the wide pod's turn may take one
+    on_n0 = [e.uid for e in p.ledger if e.node == "n0"]
+    for uid in on_n0[:2]:
+        p.ledger.release(uid)
+        p.forget(uid)
+    outcomes, _ = p.retry()
+    placed = {o.entry.uid: o.node for o in outcomes if isinstance(o, Decided)}
+    assert placed == {"big-short": "n0"}, placed  # big-long (5,000 s) waits although a GPU is free

@@ -40,7 +40,7 @@ from gpuaware.placement.gang import GangTable
 from gpuaware.placement.ledger import HOLDING, Ledger, Phase, PodEntry
 from gpuaware.placement.model import GpuModel, NodeSpec, PodRequest
 from gpuaware.placement.preempt import Victim
-from gpuaware.placement.queue_order import order_for
+from gpuaware.placement.queue_order import Reservation, order_for, queue_of
 from gpuaware.placement.registry import REGISTRY
 from gpuaware.placement.session import Framework, Placed, Session, Waiting
 
@@ -139,6 +139,7 @@ class Counters:
     preemptions_planned: int = 0
     victims_planned: int = 0
     fair_reclaims: int = 0
+    reservations: int = 0
 
 
 class Planner:
@@ -166,6 +167,8 @@ class Planner:
         self.order = order_for(config.queue_order, capacity=self._gpu_capacity, starved_below=config.starved_below,
                                default_s=config.duration_default_s, min_runtime_s=config.reclaim_min_runtime_s)
         """the fair-share order, or None for the ledger's own (priority, then arrival)"""
+        self.reservation: Reservation | None = None
+        """the node held for a starved tenant's waiting pod (fair-share order), until the next retry pass"""
 
     # -- the node set ---------------------------------------------------------------------------------
 
@@ -283,14 +286,45 @@ class Planner:
         out: list[Outcome] = []
         for gang_id in gangs:
             out += self._place_gang(gang_id)
-        if self.order is not None:
-            singles = self.order.sort(singles, self.order.demand(self.ledger))
         left = max(0, limit - sum(isinstance(o, Decided) for o in out))
-        got, tried = self._decide(singles, publish=set(), limit=left)
-        if self.order is not None:
-            got += self._reclaim_for_starved(singles[:tried])
+        if self.order is None:
+            got, tried = self._decide(singles, publish=set(), limit=left)
+            more = tried < len(singles)
+        else:
+            got, more = self._fair_pass(singles, left)
         self.counters.retried_decided += sum(isinstance(o, Decided) for o in got)
-        return out + got, tried < len(singles)
+        return out + got, more
+
+    def _fair_pass(self, singles: list[PodEntry], limit: int) -> tuple[list[Outcome], bool]:
+        """The fair-share order's pass: starved tenants' pods first (placed, else reclaiming), the
+        first of them still waiting gets a node reserved; then everyone else, shortest predicted
+        first, the reserved node only for pods that end before it is needed (queue_order.py)."""
+        assert self.order is not None
+        demand = self.order.demand(self.ledger)
+        ordered = self.order.sort(singles, demand)
+        starved = [e for e in ordered if self.order.starved(queue_of(e), demand)]
+        rest = ordered[len(starved):]
+        self.reservation = None
+        got, tried = self._decide(starved, publish=set(), limit=limit)
+        got += self._reclaim_for_starved(starved[:tried])
+        head = next((e for e in starved[:tried] if e.phase in (Phase.PARKED, Phase.QUEUED)), None)
+        if head is not None:
+            holding = [e for e in self.ledger if e.phase in HOLDING and not e.evicting]
+            self.reservation = self.order.reserve(
+                head, holding, {n: s.num_gpu for n, s in self.specs.items()},
+                {n: s.gpu_model for n, s in self.specs.items()}, self._world_now(holding))
+            if self.reservation is not None:
+                self.counters.reservations += 1
+        left = max(0, limit - sum(isinstance(o, Decided) for o in got))
+        if tried < len(starved) or not rest:
+            return got, tried < len(starved) or bool(rest)
+        later, n = self._decide(rest, publish=set(), limit=left)
+        return got + later, n < len(rest)
+
+    def _world_now(self, holding: Sequence[PodEntry]) -> float:
+        """A bound pod's `since` is the world's bind time: the world's clock is the latest bind seen
+        when the world runs ahead of this one (the digital twin's virtual time), else this clock."""
+        return max([self.clock(), *(e.since for e in holding if e.phase == Phase.BOUND)])
 
     def _reclaim_for_starved(self, tried: Sequence[PodEntry]) -> list[Outcome]:
         """Fair share: starved tenants' pods the pass could not place evict what `queue_order` allows
@@ -304,10 +338,7 @@ class Planner:
                 continue
             demand = self.order.demand(self.ledger)
             holding = [e for e in self.ledger if e.phase == Phase.BOUND]
-            # a bound pod's `since` is the world's bind time: judge runtimes on the world's clock (the
-            # latest bind seen, when the world runs ahead of this one -- the digital twin's virtual time)
-            now = max([self.clock(), *(e.since for e in holding)])
-            victims = self.order.reclaim_victims(entry, holding, demand, now)
+            victims = self.order.reclaim_victims(entry, holding, demand, self._world_now(holding))
             if victims:
                 placed = self.reclaim(entry.uid, victims)
                 if placed is not None:
@@ -457,7 +488,14 @@ class Planner:
             nodes.add(node)
 
     def _excluded(self, pod: PodRequest) -> np.ndarray | None:
-        nodes = self.refused.get(pod.name)
+        nodes = set(self.refused.get(pod.name, ()))
+        r = self.reservation
+        if r is not None and r.uid != pod.name and self.order is not None:
+            held = self.ledger.pods.get(r.uid)
+            if held is None or held.phase not in (Phase.PARKED, Phase.QUEUED):
+                self.reservation = None  # its pod was placed or left
+            elif not r.admits(self.order.predicted.get(pod.name, self.order.default_s)):
+                nodes.add(r.node)
         if not nodes or self.ledger.cluster is None:
             return None
         mask = np.zeros(self.ledger.cluster.num_nodes, bool)

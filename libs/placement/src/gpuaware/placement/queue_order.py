@@ -21,6 +21,13 @@ capped tenants holding more than their share, checkpointable (they resume from t
 binder asks for), past a minimum runtime; the session evicts the fewest of them on one node. Capped
 tenants never reclaim, so a victim's tenant dipping under its share does not take the GPUs back.
 
+Reclaim is not always possible (no node where evictable pods make room); then the starved tenant's
+first waiting pod gets a *reservation* (EASY backfilling, as quota's backfill and Slurm do it, per
+node here): the node where it fits soonest by the predicted ends of the pods running there (quota's
+``shadow``), held for it -- a pod that would still run at that time is not placed there, a shorter
+one is (backfill). A running pod past its prediction is expected to run as long again as it has run
+(runtimes are heavy-tailed), so an overdue node is not reserved on a promise already broken.
+
 Predicted runtimes come from the forecasting service's duration predictor (``predicted``: pod uid ->
 seconds, filled by the service as answers arrive); a pod nobody predicted yet counts ``default_s``.
 Pure: ledger entries in, an order or a victim list out.
@@ -31,11 +38,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpuaware.placement.ledger import HOLDING, WAITING, PodEntry
+from gpuaware.placement.ledger import HOLDING, WAITING, Phase, PodEntry
 from gpuaware.placement.model import MILLI
+from gpuaware.quota.backfill import Running, shadow
 from gpuaware.quota.fairshare import water_fill
 
-__all__ = ["ORDERS", "FairShareOrder", "TenantDemand", "order_for"]
+__all__ = ["ORDERS", "FairShareOrder", "Reservation", "TenantDemand", "order_for", "queue_of"]
 
 ORDERS = ("priority", "fair-share")
 
@@ -45,7 +53,7 @@ def _gpus(entry: PodEntry) -> float:
     return 0.0 if req is None else req.num_gpu * req.gpu_milli / MILLI
 
 
-def _tenant(entry: PodEntry) -> str:
+def queue_of(entry: PodEntry) -> str:
     return (entry.request.queue if entry.request is not None else "") or "default"
 
 
@@ -63,9 +71,9 @@ class TenantDemand:
         waiting: dict[str, float] = {}
         for e in entries:
             if e.phase in HOLDING and not e.evicting:
-                running[_tenant(e)] = running.get(_tenant(e), 0.0) + _gpus(e)
+                running[queue_of(e)] = running.get(queue_of(e), 0.0) + _gpus(e)
             elif e.phase in WAITING:
-                waiting[_tenant(e)] = waiting.get(_tenant(e), 0.0) + _gpus(e)
+                waiting[queue_of(e)] = waiting.get(queue_of(e), 0.0) + _gpus(e)
         demand = {t: running.get(t, 0.0) + waiting.get(t, 0.0) for t in {*running, *waiting}}
         share = water_fill(capacity, {t: d for t, d in demand.items() if d > 0}, {})
         return cls(running, waiting, share)
@@ -101,11 +109,16 @@ class FairShareOrder:
     def sort(self, waiting: list[PodEntry], demand: TenantDemand) -> list[PodEntry]:
         def key(e: PodEntry) -> tuple[float, int, float, int]:
             prio = -(e.request.priority if e.request is not None else 0)
-            t = _tenant(e)
+            t = queue_of(e)
             if self.starved(t, demand):
                 return (prio, 0, demand.attained(t), e.seq)
             return (prio, 1, self.predicted.get(e.uid, self.default_s), e.seq)
         return sorted(waiting, key=key)
+
+    def reserve(self, entry: PodEntry, holding: Iterable[PodEntry], gpus_of_node: Mapping[str, int],
+                models: Mapping[str, str], now: float) -> Reservation | None:
+        """The node ``entry`` fits on soonest and when (see the module docstring); None when none ever."""
+        return _reserve(self, entry, holding, gpus_of_node, models, now)
 
     def reclaim_victims(self, entry: PodEntry, holding: Iterable[PodEntry], demand: TenantDemand,
                         now: float) -> list[str]:
@@ -113,18 +126,62 @@ class FairShareOrder:
         of capped tenants holding more than their share (each one: its tenant keeps its share without
         it), of no higher priority, running at least ``min_runtime_s`` -- most over-served tenant first,
         newest pod first. The session evicts the fewest of them on one node (`Session.reclaim`)."""
-        tenant = _tenant(entry)
+        tenant = queue_of(entry)
         if entry.request is None or not self.starved(tenant, demand):
             return []
         prio = entry.request.priority
         candidates = sorted(
             (e for e in holding
-             if e.request is not None and _tenant(e) != tenant and not e.evicting and e.request.checkpointable
-             and e.request.priority <= prio and not e.request.gang_id and demand.capped(_tenant(e))
+             if e.request is not None and queue_of(e) != tenant and not e.evicting and e.request.checkpointable
+             and e.request.priority <= prio and not e.request.gang_id and demand.capped(queue_of(e))
              and now - e.since >= self.min_runtime_s),
-            key=lambda e: (-demand.attained(_tenant(e)), -e.since))
+            key=lambda e: (-demand.attained(queue_of(e)), -e.since))
         return [e.uid for e in candidates
-                if demand.running.get(_tenant(e), 0.0) - _gpus(e) >= demand.share.get(_tenant(e), 0.0) - 1e-9]
+                if demand.running.get(queue_of(e), 0.0) - _gpus(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A node held for one waiting pod until ``shadow`` (world time): others go there only if they end first."""
+
+    uid: str
+    node: str
+    shadow: float
+    now: float
+    """the world's time when it was made"""
+
+    def admits(self, runtime_s: float) -> bool:
+        return self.now + runtime_s <= self.shadow
+
+
+def _reserve(order: FairShareOrder, entry: PodEntry, holding: Iterable[PodEntry], gpus_of_node: Mapping[str, int],
+             models: Mapping[str, str], now: float) -> Reservation | None:
+    req = entry.request
+    if req is None or req.num_gpu == 0:
+        return None
+    need = req.num_gpu
+    running: dict[str, list[Running]] = {}
+    used: dict[str, int] = {}
+    for e in holding:
+        if not e.node or e.request is None or e.request.num_gpu == 0:
+            continue
+        n = e.request.num_gpu
+        used[e.node] = used.get(e.node, 0) + n
+        start = now if e.phase == Phase.DECIDED else min(e.since, now)  # a decided pod's `since` is not the world's
+        end = start + order.predicted.get(e.uid, order.default_s)
+        if end <= now:
+            end = now + (now - start)  # overdue: as long again as it has run
+        running.setdefault(e.node, []).append(Running(n, end))
+    best: tuple[float, int, str] | None = None
+    for node, total in gpus_of_node.items():
+        if total < need or (req.gpu_types and models.get(node) not in req.gpu_types):
+            continue
+        t, extra = shadow(max(0, total - used.get(node, 0)), running.get(node, []), need, now)
+        if best is None or (t, extra, node) < best:
+            best = (t, extra, node)
+    if best is None or best[0] == float("inf"):
+        return None
+    return Reservation(entry.uid, best[2], best[0], now)
 
 
 def order_for(name: str, **kwargs: object) -> FairShareOrder | None:
