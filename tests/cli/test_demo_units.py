@@ -166,6 +166,19 @@ def test_replay_catches_an_over_allocated_gpu() -> None:
     assert [(v.gpu, v.milli, v.pod) for v in ledger.violations] == [("g0", 1500, "b")]
 
 
+def test_replay_follows_the_world_clock_when_a_release_reaches_the_stream_late() -> None:
+    # b was bound at t=5 on the GPU a gave back at t=4; a's event was published after b's
+    log = feed(RunLog(C), pending("a", 0), bound("a", 1, slices(("g0", 1000))),
+               pending("b", 0), bound("b", 5, slices(("g0", 1000))), preempted("a", 4))
+    ledger, _, _ = log.replay({"g0": 0})
+    assert ledger.violations == [] and ledger.holding() == {"b": (("g0", 1000, 0),)}
+    # bound while a still held it (a left at t=6): caught
+    log = feed(RunLog(C), pending("a", 0), bound("a", 1, slices(("g0", 1000))),
+               pending("b", 0), bound("b", 5, slices(("g0", 1000))), preempted("a", 6))
+    ledger, _, _ = log.replay({"g0": 0})
+    assert [(v.gpu, v.milli, v.pod) for v in ledger.violations] == [("g0", 2000, "b")]
+
+
 def test_workload_fingerprint_compares_requests_not_outcomes() -> None:
     a = feed(RunLog(C), pending("p", 0), pending("q", 10, milli=250))
     b = feed(RunLog(C), pending("q", 10, milli=250), pending("p", 0), bound("p", 5, slices(("g0", 1000))))

@@ -42,6 +42,18 @@ def test_a_starved_tenant_goes_first_then_shortest_predicted_then_arrival():
     assert got == ["small", "big-short", "big-unknown", "big-long"]  # unknown counts default_s (3600)
 
 
+def test_a_capped_tenant_is_starved_only_far_below_its_share():
+    order = FairShareOrder(capacity=lambda: 8, starved_below=1.0)
+    held = [entry("a1", "a", Phase.BOUND), *(entry(f"b{i}", "b", Phase.BOUND) for i in range(7))]
+    waiting = [entry(f"a-w{i}", "a", Phase.PARKED) for i in range(6)] + [entry("b-w", "b", Phase.PARKED, 4)]
+    demand = order.demand([*held, *waiting])
+    assert demand.capped("a") and demand.capped("b") and demand.share["a"] == pytest.approx(4.0)
+    assert order.starved("a", demand)  # 1 of 4 running: under CAPPED_STARVED (0.75) of its share
+    assert not order.starved("b", demand)
+    held[1].evicting = "d"  # b loses one: a at 1/4 still starved, b (6 of 4) still not
+    assert [order.starved(t, order.demand([*held, *waiting])) for t in "ab"] == [True, False]
+
+
 def test_priority_still_comes_first():
     order = FairShareOrder(capacity=lambda: 4)
     waiting = [entry("starved-low", "s", Phase.PARKED, seq=1), entry("rich-high", "r", Phase.PARKED, seq=2, priority=10)]
@@ -61,7 +73,7 @@ def test_reclaim_takes_only_what_capped_tenants_hold_above_their_share():
     # big holds 8 against a share of 5: any of its pods may go (newest first; the session takes the
     # fewest on one node), never the one under min runtime
     assert victims == ["big6", "big5", "big4", "big3", "big2", "big1", "big0"]
-    # a capped tenant's pod is never starved, so it reclaims nothing
+    # big, capped and above its share, is not starved: it reclaims nothing
     assert order.reclaim_victims(waiting[0], held, demand, now=1000.0) == []
 
 
@@ -183,3 +195,21 @@ def test_the_planner_holds_the_reserved_node_for_the_starved_pod_and_backfills_s
     outcomes, _ = p.retry()
     placed = {o.entry.uid: o.node for o in outcomes if isinstance(o, Decided)}
     assert placed == {"big-short": "n0"}, placed  # big-long (5,000 s) waits although a GPU is free
+
+
+def test_a_pod_kept_off_the_reserved_node_waits_for_gpus_not_for_the_binder():
+    p = _planner("fair-share")
+    p.set_node(NodeSpec("n1", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
+    for i in range(8):
+        req = pod(f"big{i}", "big", checkpointable=False)
+        d = p.submit(req.name, 0, req)[0]
+        p.ledger.bound(d.entry.uid, 0, d.node, d.gpus, now=1000.0)
+        p.predict(req.name, 60.0 if d.node == "n0" else 10_000.0)
+    p.submit("wide", 0, pod("wide", "small", 4))
+    p.retry()
+    assert p.reservation is not None and p.reservation.node == "n0"
+    uid = next(e.uid for e in p.ledger if e.node == "n0")
+    p.ledger.release(uid)
+    p.forget(uid)
+    out = p.submit("long", 0, pod("long", "big"))  # the default runtime (3,600 s) outlasts the reservation
+    assert [type(o).__name__ for o in out] == ["Parked"] and out[0].reason == "insufficient_gpu"

@@ -40,6 +40,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -393,10 +394,15 @@ class RunLog:
 
     def replay(self, gpus: dict[str, int]) -> tuple[GpuLedger, int, int]:
         """The GPU ledger replayed from the binder's events (over-allocation caught per event), and
-        (fractional pods put on a GPU already in use, fractional pods bound)."""
+        (fractional pods put on a GPU already in use, fractional pods bound).
+
+        Replayed in the world's time order, releases before binds at the same instant: the binder
+        applies decisions concurrently, so a pod bound on GPUs another decision's victim just gave
+        back can reach the stream before that victim's ``preempted`` event does (the world evicted it
+        first: it refuses a bind on a full GPU). Arrival order breaks the remaining ties."""
         ledger = GpuLedger(gpus)
         shared = fractional = 0
-        for ev in self.binder_events:
+        for ev in sorted(self.binder_events, key=_world_order):
             if isinstance(ev, PodBound):
                 asked = self.pending.get(ev.pod_uid)
                 asked_milli = asked.gpu_milli if asked is not None else max((s.gpu_milli for s in ev.slices), default=0)
@@ -410,6 +416,16 @@ class RunLog:
             elif isinstance(ev, PodPreempted):
                 ledger.release(ev.preempted_at, ev.pod_uid)
         return ledger, shared, fractional
+
+
+def _world_order(ev: object) -> tuple[float, int]:
+    if isinstance(ev, PodBound):
+        return ev.bound_at, 1
+    if isinstance(ev, PodFinished):
+        return ev.finished_at, 0
+    if isinstance(ev, PodPreempted):
+        return ev.preempted_at, 0
+    return math.inf, 2
 
 
 @dataclass

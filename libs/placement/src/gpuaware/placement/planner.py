@@ -444,7 +444,8 @@ class Planner:
         unresolvable = status.code == Code.UNRESOLVABLE
         override = None
         if status.plugin == "exclude":
-            override = REFUSED_BY_BINDER
+            # the nodes left were refused by the binder, or one is held for a starved pod (capacity)
+            override = REFUSED_BY_BINDER if self.refused.get(entry.uid) else INSUFFICIENT_GPU
         elif status.plugin == "gang":
             override = INSUFFICIENT_GPU
         if not publish and override is None and entry.phase in (Phase.PARKED, Phase.UNRESOLVABLE) \

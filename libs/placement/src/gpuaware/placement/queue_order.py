@@ -10,16 +10,17 @@ waiting pods that fit, so the order of the waiting pods *is* the scheduling poli
 Fair share is water-filled over what each tenant wants *now* -- its running plus waiting GPUs -- with
 equal weights (``gpuaware.quota.water_fill``, quota's one implementation): a tenant wanting less than
 an equal split gets all it wants, the rest is split among the others. A tenant is *starved* while it
-runs less than ``starved_below`` of that share and wants no more than an equal split (it is not one
-of the capped tenants: those share what is left, and among them the shortest predicted job goes
-first -- shortest-job-first with predicted runtimes, PAI's and Tiresias's finding: order by runtime
-cuts average completion time). Measured on the Philly demo's day (prototype replays beside the
-issue's numbers): tenant-order alone keeps wide jobs of small tenants waiting for hours, because a
-whole node never drains while one-GPU jobs keep taking each freed GPU; so a starved tenant's pod that
-fits nowhere may also *reclaim*: ``reclaim_victims`` names the running pods it may evict -- pods of
-capped tenants holding more than their share, checkpointable (they resume from the checkpoint the
-binder asks for), past a minimum runtime; the session evicts the fewest of them on one node. Capped
-tenants never reclaim, so a victim's tenant dipping under its share does not take the GPUs back.
+runs less than ``starved_below`` of that share (a *capped* tenant -- one wanting more than an equal
+split, sharing what is left with the others like it -- only below ``CAPPED_STARVED`` of that, or the
+capped tenants would take turns reclaiming from each other). Everyone not starved goes shortest
+predicted job first (shortest-job-first with predicted runtimes, PAI's and Tiresias's finding: order by
+runtime cuts average completion time). Measured on the Philly demo's day: tenant order alone keeps
+wide jobs of small tenants waiting for hours, because a whole node never drains while one-GPU jobs
+keep taking each freed GPU; so a starved tenant's pod that fits nowhere may also *reclaim*:
+``reclaim_victims`` names the running pods it may evict -- pods of capped tenants holding more than
+their share, checkpointable (they resume from the checkpoint the binder asks for), past a minimum
+runtime; the session evicts the fewest of them on one node. A victim's tenant dipping under its share
+is not starved for it, so it does not take the GPUs straight back.
 
 Reclaim is not always possible (no node where evictable pods make room); then the starved tenant's
 first waiting pod gets a *reservation* (EASY backfilling, as quota's backfill and Slurm do it, per
@@ -30,7 +31,7 @@ one is (backfill). A running pod past its prediction is expected to run as long 
 
 Predicted runtimes come from the forecasting service's duration predictor (``predicted``: pod uid ->
 seconds, filled by the service as answers arrive); a pod nobody predicted yet counts ``default_s``.
-Pure: ledger entries in, an order or a victim list out.
+Pure: ledger entries in, an order, a victim list or a reservation out.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from gpuaware.quota.fairshare import water_fill
 __all__ = ["ORDERS", "FairShareOrder", "Reservation", "TenantDemand", "order_for", "queue_of"]
 
 ORDERS = ("priority", "fair-share")
+CAPPED_STARVED = 0.75
+"""a capped tenant is starved below this fraction of ``starved_below`` (see ``FairShareOrder.starved``)"""
 
 
 def _gpus(entry: PodEntry) -> float:
@@ -104,7 +107,10 @@ class FairShareOrder:
         return TenantDemand.of(entries, self.capacity())
 
     def starved(self, tenant: str, demand: TenantDemand) -> bool:
-        return not demand.capped(tenant) and demand.attained(tenant) < self.starved_below
+        """Below ``starved_below`` of its share; a capped tenant only below ``CAPPED_STARVED`` of that (it
+        shares the remainder with the other capped tenants, and they would otherwise take turns reclaiming)."""
+        limit = self.starved_below * (CAPPED_STARVED if demand.capped(tenant) else 1.0)
+        return demand.attained(tenant) < limit
 
     def sort(self, waiting: list[PodEntry], demand: TenantDemand) -> list[PodEntry]:
         def key(e: PodEntry) -> tuple[float, int, float, int]:
