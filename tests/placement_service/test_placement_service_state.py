@@ -308,3 +308,27 @@ def test_a_standby_reading_the_bind_failure_before_the_plan_keeps_the_victims() 
     standby.apply_decided(hi)
     standby.ledger.check()
     assert {"low0", "low1"} <= set(standby.ledger.cluster.allocations) and not standby.ledger.evicting()
+
+
+def test_a_requeued_victim_is_kept_when_its_preempted_event_comes_after_its_next_attempt() -> None:
+    """PodPreempted names the preemptor's decision (the contract): its attempt number says nothing
+    about the victim's, and the victim's next attempt may be pending here before the event arrives."""
+    from gpuaware.schemas.binder import PodPreempted
+
+    st = _state()
+    _full_of_low_priority(st)
+    hi = st.on_pending(pending("c", "hi", num_gpu=2, priority=1000, attempt=3))[0]
+    assert isinstance(hi, Decided) and [v.pod_uid for v in hi.msg.preemptions] == ["low1"]
+    victim_node = st.ledger.pods["low1"].node
+    again = st.on_pending(pending("c", "low1", num_gpu=2, checkpointable=True, attempt=1))  # re-queued, first
+    assert [type(o) for o in again] == [Unschedulable] and again[0].msg.attempt == 1
+    gone = PodPreempted(source="binder", emitted_at=0.0, cluster="c", pod_uid="low1", pod_name="low1",
+                        namespace="ns", node=victim_node, reason="priority", preempted_at=0.0,
+                        decision_id=hi.msg.decision_id, preemptor_pod_uid="hi", checkpointed=True, requeued=True)
+    assert not st.apply_preempted(gone)  # nothing of attempt 1 is released or closed
+    entry = st.ledger.pods["low1"]
+    assert entry.attempt == 1 and entry.phase == "parked" and not st.ledger.is_stale("low1", 1)
+    st.apply_finished(_finished("low0"))
+    got, _ = st.retry()
+    assert [o.msg.pod_uid for o in got if isinstance(o, Decided)] == ["low1"]  # placed when room came back
+    st.ledger.check()

@@ -316,10 +316,19 @@ class PlacementState:
         return self.ledger.rollback(ev.pod_uid, ev.decision_id, attempt if attempt is not None else ev.attempt)
 
     def apply_preempted(self, ev: PodPreempted) -> bool:
+        """The victim left its GPUs. The event's ``decision_id`` is the decision that planned the
+        preemption (the preemptor's), not the victim's attempt, and the victim's next attempt may be
+        here already (the binder re-queues it right after; the pending stream and this follower are
+        not ordered): only the holding it was evicted from is released -- the same node, bound no
+        later than the eviction -- and no attempt is closed on the preemptor's number."""
         if ev.cluster != self.cluster_name:
             return False
+        entry = self.ledger.pods.get(ev.pod_uid)
+        if entry is None or entry.phase not in HOLDING or entry.node != ev.node \
+                or (entry.phase == Phase.BOUND and entry.since > ev.preempted_at):
+            return False
         self.planner.forget(ev.pod_uid)
-        return self.ledger.release(ev.pod_uid, attempt_of(ev.decision_id))
+        return self.ledger.release(ev.pod_uid)
 
     def apply_finished(self, ev: PodFinished) -> bool:
         if ev.cluster != self.cluster_name:
