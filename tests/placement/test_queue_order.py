@@ -170,16 +170,22 @@ def test_an_overdue_pod_is_expected_to_run_as_long_again():
     assert order.reserve(entry("huge", "s", Phase.PARKED, 9), held, {"n0": 8}, {}, now=1000.0) is None
 
 
-def test_the_planner_holds_the_reserved_node_for_the_starved_pod_and_backfills_short_ones():
+def _two_nodes_full_of_big() -> Planner:
+    """n0 and n1 (4 GPUs each) full of big's pods that cannot checkpoint (no reclaim possible),
+    bound at t=1000; those on n0 predicted to end at 1060, those on n1 at 11,000."""
     p = _planner("fair-share")
     p.set_node(NodeSpec("n1", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
-    # big fills both nodes with non-checkpointable pods (no reclaim possible) and wants more
     for i in range(8):
         req = pod(f"big{i}", "big", checkpointable=False)
         d = p.submit(req.name, 0, req)[0]
         assert isinstance(d, Decided)
         p.ledger.bound(d.entry.uid, 0, d.node, d.gpus, now=1000.0)
-        p.predict(req.name, 60.0 if d.node == "n0" else 10_000.0)  # n0 frees soon, n1 late
+        p.predict(req.name, 60.0 if d.node == "n0" else 10_000.0)
+    return p
+
+
+def test_the_planner_holds_the_reserved_node_for_the_starved_pod_and_backfills_short_ones():
+    p = _two_nodes_full_of_big()
     for name, runtime in (("big-long", 5000.0), ("big-short", 30.0)):
         p.submit(name, 0, pod(name, "big"))
         p.predict(name, runtime)
@@ -198,13 +204,7 @@ def test_the_planner_holds_the_reserved_node_for_the_starved_pod_and_backfills_s
 
 
 def test_a_pod_kept_off_the_reserved_node_waits_for_gpus_not_for_the_binder():
-    p = _planner("fair-share")
-    p.set_node(NodeSpec("n1", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
-    for i in range(8):
-        req = pod(f"big{i}", "big", checkpointable=False)
-        d = p.submit(req.name, 0, req)[0]
-        p.ledger.bound(d.entry.uid, 0, d.node, d.gpus, now=1000.0)
-        p.predict(req.name, 60.0 if d.node == "n0" else 10_000.0)
+    p = _two_nodes_full_of_big()
     p.submit("wide", 0, pod("wide", "small", 4))
     p.retry()
     assert p.reservation is not None and p.reservation.node == "n0"

@@ -951,6 +951,15 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
             final = await world_snapshot(nc, spec.cluster, nodes=False, pods=True, timeout=5.0)
             snap_bad, snap_pods = snapshot_violations(final, gpus)
+        # the world stops before the last explanations: a decision the binder applies now may still
+        # preempt pods and re-queue them, and a pod re-queued after placement answered for the pending
+        # ones would be left with no verdict. Placement then sees the binder's last events.
+        exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
+        for f in followers:
+            await f.sync(timeout=5.0)
+        await asyncio.sleep(1.0)  # placement decides (or parks) what the binder's last events re-queued
+        for f in followers:
+            await f.sync(timeout=5.0)
         await explain_pending(nc, spec.cluster, run_log, cfg.explain_limit)
         if health_on:
             with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
@@ -969,8 +978,8 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         for name in [p.name for p in procs.processes
                      if p.name.startswith(("placement", "telemetry-agent-", "health-scoring", "quota", "forecasting"))]:
             exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
-        await asyncio.sleep(1.0)  # decisions already published reach the binder
-        exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
+        await asyncio.sleep(1.0)  # a run cut short: decisions already published reach the binder
+        exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))  # (stopped already otherwise)
         with contextlib.suppress(Exception):
             for f in followers:
                 await f.sync(timeout=5.0)

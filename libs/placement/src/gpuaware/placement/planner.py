@@ -9,7 +9,9 @@ decision goes through (session.py). A pod's path:
     submit(uid, attempt, request, payload)        once, from the pending stream
       -> ledger QUEUED -> Session.run([pod] or [gang])  (allocate, then preempt when it fits nowhere)
       -> Decided (the ledger reserved it; victims are marked evicting)  |  Parked (why, explained)
-    retry(limit)                                  parked pods again after capacity was freed
+    retry(limit)                                  parked pods again after capacity was freed, in the
+                                                  configured order (queue_order.py: priority, or fair
+                                                  share with reclaim, reservations and shortest first)
     reclaim(uid, victims)                         a parked pod placed by evicting the pods quota's
                                                   reclaim plan named (borrowed capacity given back)
 
@@ -444,8 +446,9 @@ class Planner:
         unresolvable = status.code == Code.UNRESOLVABLE
         override = None
         if status.plugin == "exclude":
-            # the nodes left were refused by the binder, or one is held for a starved pod (capacity)
-            override = REFUSED_BY_BINDER if self.refused.get(entry.uid) else INSUFFICIENT_GPU
+            # the nodes left were refused by the binder, or one is held for a starved pod: then it
+            # waits for capacity like any other, explained as such
+            override = REFUSED_BY_BINDER if self.refused.get(entry.uid) else None
         elif status.plugin == "gang":
             override = INSUFFICIENT_GPU
         if not publish and override is None and entry.phase in (Phase.PARKED, Phase.UNRESOLVABLE) \
