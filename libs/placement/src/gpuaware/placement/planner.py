@@ -329,23 +329,33 @@ class Planner:
         return max([self.clock(), *(e.since for e in holding if e.phase == Phase.BOUND)])
 
     def _reclaim_for_starved(self, tried: Sequence[PodEntry]) -> list[Outcome]:
-        """Fair share: starved tenants' pods the pass could not place evict what `queue_order` allows
-        (at most ``max_reclaims`` per pass, the demand recomputed after each)."""
+        """Fair share: starved tenants' pods the pass could not place evict what `queue_order` allows:
+        at most ``max_reclaims`` per pass and four times as many tries (each plans a preemption), the
+        view recomputed after each reclaim; a tenant and priority with no victims is not asked again."""
         assert self.order is not None
         out: list[Outcome] = []
+        tries = 0
+        nothing: set[tuple[str, int]] = set()
+        demand = self.order.demand(self.ledger)
+        holding = [e for e in self.ledger if e.phase == Phase.BOUND]
+        now = self._world_now(holding)
         for entry in tried:
-            if len(out) >= self.config.max_reclaims:
+            if len(out) >= self.config.max_reclaims or tries >= 4 * self.config.max_reclaims:
                 break
-            if entry.phase not in (Phase.PARKED, Phase.QUEUED) or entry.request is None:
+            req = entry.request
+            if entry.phase not in (Phase.PARKED, Phase.QUEUED) or req is None or (queue_of(entry), req.priority) in nothing:
                 continue
-            demand = self.order.demand(self.ledger)
-            holding = [e for e in self.ledger if e.phase == Phase.BOUND]
-            victims = self.order.reclaim_victims(entry, holding, demand, self._world_now(holding))
-            if victims:
-                placed = self.reclaim(entry.uid, victims)
-                if placed is not None:
-                    self.counters.fair_reclaims += 1
-                    out.append(placed)
+            victims = self.order.reclaim_victims(entry, holding, demand, now)
+            if not victims:
+                nothing.add((queue_of(entry), req.priority))
+                continue
+            tries += 1
+            placed = self.reclaim(entry.uid, victims)
+            if placed is not None:
+                self.counters.fair_reclaims += 1
+                out.append(placed)
+                demand = self.order.demand(self.ledger)
+                holding = [e for e in self.ledger if e.phase == Phase.BOUND]
         return out
 
     def _gpu_capacity(self) -> float:
