@@ -53,7 +53,7 @@ CAPPED_STARVED = 0.75
 
 def _gpus(entry: PodEntry) -> float:
     req = entry.request
-    return 0.0 if req is None else req.num_gpu * req.gpu_milli / MILLI
+    return 0.0 if req is None else req.total_gpu_milli / MILLI
 
 
 def queue_of(entry: PodEntry) -> str:
@@ -73,10 +73,10 @@ class TenantDemand:
         running: dict[str, float] = {}
         waiting: dict[str, float] = {}
         for e in entries:
-            if e.phase in HOLDING and not e.evicting:
-                running[queue_of(e)] = running.get(queue_of(e), 0.0) + _gpus(e)
-            elif e.phase in WAITING:
-                waiting[queue_of(e)] = waiting.get(queue_of(e), 0.0) + _gpus(e)
+            into = running if e.phase in HOLDING and not e.evicting else waiting if e.phase in WAITING else None
+            if into is not None:
+                t = queue_of(e)
+                into[t] = into.get(t, 0.0) + _gpus(e)
         demand = {t: running.get(t, 0.0) + waiting.get(t, 0.0) for t in {*running, *waiting}}
         share = water_fill(capacity, {t: d for t, d in demand.items() if d > 0}, {})
         return cls(running, waiting, share)
@@ -124,7 +124,33 @@ class FairShareOrder:
     def reserve(self, entry: PodEntry, holding: Iterable[PodEntry], gpus_of_node: Mapping[str, int],
                 models: Mapping[str, str], now: float) -> Reservation | None:
         """The node ``entry`` fits on soonest and when (see the module docstring); None when none ever."""
-        return _reserve(self, entry, holding, gpus_of_node, models, now)
+        req = entry.request
+        if req is None or req.num_gpu == 0:
+            return None
+        need = req.num_gpu
+        running: dict[str, list[Running]] = {}
+        used: dict[str, int] = {}
+        for e in holding:
+            if not e.node or e.request is None or e.request.num_gpu == 0:
+                continue
+            n = e.request.num_gpu
+            used[e.node] = used.get(e.node, 0) + n
+            # a decided pod's `since` is this service's clock, not the world's: count it as starting now
+            start = now if e.phase == Phase.DECIDED else min(e.since, now)
+            end = start + self.predicted.get(e.uid, self.default_s)
+            if end <= now:
+                end = now + (now - start)  # overdue: as long again as it has run
+            running.setdefault(e.node, []).append(Running(n, end))
+        best: tuple[float, int, str] | None = None
+        for node, total in gpus_of_node.items():
+            if total < need or (req.gpu_types and models.get(node) not in req.gpu_types):
+                continue
+            t, extra = shadow(max(0, total - used.get(node, 0)), running.get(node, []), need, now)
+            if best is None or (t, extra, node) < best:
+                best = (t, extra, node)
+        if best is None or best[0] == float("inf"):
+            return None
+        return Reservation(entry.uid, best[2], best[0], now)
 
     def reclaim_victims(self, entry: PodEntry, holding: Iterable[PodEntry], demand: TenantDemand,
                         now: float) -> list[str]:
@@ -158,36 +184,6 @@ class Reservation:
 
     def admits(self, runtime_s: float) -> bool:
         return self.now + runtime_s <= self.shadow
-
-
-def _reserve(order: FairShareOrder, entry: PodEntry, holding: Iterable[PodEntry], gpus_of_node: Mapping[str, int],
-             models: Mapping[str, str], now: float) -> Reservation | None:
-    req = entry.request
-    if req is None or req.num_gpu == 0:
-        return None
-    need = req.num_gpu
-    running: dict[str, list[Running]] = {}
-    used: dict[str, int] = {}
-    for e in holding:
-        if not e.node or e.request is None or e.request.num_gpu == 0:
-            continue
-        n = e.request.num_gpu
-        used[e.node] = used.get(e.node, 0) + n
-        start = now if e.phase == Phase.DECIDED else min(e.since, now)  # a decided pod's `since` is not the world's
-        end = start + order.predicted.get(e.uid, order.default_s)
-        if end <= now:
-            end = now + (now - start)  # overdue: as long again as it has run
-        running.setdefault(e.node, []).append(Running(n, end))
-    best: tuple[float, int, str] | None = None
-    for node, total in gpus_of_node.items():
-        if total < need or (req.gpu_types and models.get(node) not in req.gpu_types):
-            continue
-        t, extra = shadow(max(0, total - used.get(node, 0)), running.get(node, []), need, now)
-        if best is None or (t, extra, node) < best:
-            best = (t, extra, node)
-    if best is None or best[0] == float("inf"):
-        return None
-    return Reservation(entry.uid, best[2], best[0], now)
 
 
 def order_for(name: str, **kwargs: object) -> FairShareOrder | None:

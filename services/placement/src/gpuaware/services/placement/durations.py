@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from gpuaware import bus
 from gpuaware.schemas.forecast import FORECAST_DURATION, DurationReply, DurationRequest
 from gpuaware.schemas.pods import PodPending
+from gpuaware.services.placement.absence import Absence
 from gpuaware.services.placement.state import PlacementState, Unschedulable
 
 log = logging.getLogger(__name__)
@@ -45,12 +46,11 @@ class DurationAsker:
         self.failed = 0
         self._slots = asyncio.Semaphore(CONCURRENT)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._absent_until = 0.0
-        self._absent_logged = False
+        self.absence = Absence()
 
     @property
     def active(self) -> bool:
-        return self.state.planner.order is not None and time.monotonic() >= self._absent_until
+        return self.state.planner.order is not None and self.absence.present
 
     def ask_about(self, outcomes: Iterable[object]) -> None:
         """Start a question for each newly parked pod of `outcomes` (never blocks)."""
@@ -83,12 +83,10 @@ class DurationAsker:
             try:
                 reply = await bus.request(self.nc, FORECAST_DURATION, req, DurationReply, timeout=self.timeout_s)
             except bus.NoResponders:
-                self._absent_until = time.monotonic() + RECHECK_S
                 self.asked.discard((pod.pod_uid, pod.attempt))
-                if not self._absent_logged:
-                    self._absent_logged = True
-                    log.info("no forecasting service answers %s: parked pods count %.0f s each (asking again "
-                             "in %.0f s)", FORECAST_DURATION, self.state.planner.config.duration_default_s, RECHECK_S)
+                self.absence.noticed(RECHECK_S, "no forecasting service answers %s: parked pods count %.0f s each "
+                                     "(asking again in %.0f s)", FORECAST_DURATION,
+                                     self.state.planner.config.duration_default_s, RECHECK_S)
                 return
             except Exception as exc:  # advice only: the default stands
                 self.failed += 1

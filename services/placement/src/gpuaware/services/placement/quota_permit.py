@@ -41,6 +41,7 @@ from gpuaware.placement.ledger import Phase
 from gpuaware.schemas.placement import PodUnschedulable
 from gpuaware.schemas.pods import PodPending
 from gpuaware.schemas.quota import QUOTA_ADMIT, AdmitReply, AdmitRequest
+from gpuaware.services.placement.absence import Absence
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Unschedulable
 
@@ -60,8 +61,7 @@ class QuotaPermit:
         self.source = source
         self.state = state
         self.retry_later = retry_later
-        self._absent_until = 0.0
-        self._absent_logged = False
+        self.absence = Absence()
         self.due: dict[str, float] = {}
         """pod uid -> when to ask quota for a reclaim plan again (monotonic): not reclaimable yet"""
         self._unplanned: dict[str, int] = {}
@@ -72,7 +72,7 @@ class QuotaPermit:
     @property
     def active(self) -> bool:
         """Worth asking: enabled, and a quota service answered (or was not known absent) lately."""
-        return self.settings.quota_enabled and time.monotonic() >= self._absent_until
+        return self.settings.quota_enabled and self.absence.present
 
     async def permit(self, outcomes: list[Outcome]) -> list[Outcome]:
         """What to publish once quota was asked: reclaim plans executed, refused decisions parked.
@@ -83,7 +83,7 @@ class QuotaPermit:
         if not self.active:
             wanted = [o.msg.pod_uid for o in outcomes if isinstance(o, Unschedulable) and self._wants(o.msg)]
             if wanted:
-                self._later(wanted, max(0.0, self._absent_until - time.monotonic()))
+                self._later(wanted, self.absence.wait_s)
             return outcomes
         outcomes = await self.reclaim(outcomes)
         decided = [o for o in outcomes if isinstance(o, Decided)]
@@ -190,11 +190,8 @@ class QuotaPermit:
         try:
             return await bus.request(self.nc, QUOTA_ADMIT, req, AdmitReply, timeout=s.quota_timeout_s)
         except bus.NoResponders:
-            self._absent_until = time.monotonic() + s.quota_recheck_s
-            if not self._absent_logged:
-                self._absent_logged = True
-                log.info("no quota service answers %s: admitting every pod (asking again every %.0fs)",
-                         QUOTA_ADMIT, s.quota_recheck_s)
+            self.absence.noticed(s.quota_recheck_s, "no quota service answers %s: admitting every pod (asking again "
+                                 "every %.0fs)", QUOTA_ADMIT, s.quota_recheck_s)
             return None
         except bus.RequestTimeout as exc:
             raise bus.TransientError(f"quota did not answer: {exc}", delay=1.0) from None
