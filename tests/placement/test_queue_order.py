@@ -191,8 +191,8 @@ def test_the_planner_holds_the_reserved_node_for_the_starved_pod_and_backfills_s
         p.predict(name, runtime)
     p.submit("wide", 0, pod("wide", "small", 4))  # starved: small wants 4 GPUs and runs none
     p.retry()
-    assert p.reservation is not None and (p.reservation.uid, p.reservation.node) == ("wide", "n0")
-    assert p.reservation.shadow == pytest.approx(1060.0)
+    assert "wide" in p.reservations and p.reservations["wide"].node == "n0"
+    assert p.reservations["wide"].shadow == pytest.approx(1060.0)
     # two GPUs free on n0: only a pod that ends before the wide pod's turn may take one
     on_n0 = [e.uid for e in p.ledger if e.node == "n0"]
     for uid in on_n0[:2]:
@@ -207,9 +207,42 @@ def test_a_pod_kept_off_the_reserved_node_waits_for_gpus_not_for_the_binder():
     p = _two_nodes_full_of_big()
     p.submit("wide", 0, pod("wide", "small", 4))
     p.retry()
-    assert p.reservation is not None and p.reservation.node == "n0"
+    assert p.reservations["wide"].node == "n0"
     uid = next(e.uid for e in p.ledger if e.node == "n0")
     p.ledger.release(uid)
     p.forget(uid)
     out = p.submit("long", 0, pod("long", "big"))  # the default runtime (3,600 s) outlasts the reservation
     assert [type(o).__name__ for o in out] == ["Parked"] and out[0].reason == "insufficient_gpu"
+
+
+def test_the_worlds_clock_is_its_latest_event_plus_the_time_since_not_this_clock():
+    p = _planner("fair-share")
+    assert p.world_now() == 1000.0  # nothing heard from the world yet: this clock
+    p.world_event(50_000.0)  # the digital twin's virtual time, on its own epoch
+    p.now[0] += 10.0  # type: ignore[attr-defined]
+    assert p.world_now() == 50_010.0
+    p.world_event(40_000.0)  # an older event read late does not turn the clock back
+    assert p.world_now() == 50_010.0
+
+
+def test_a_pod_is_not_reclaimed_before_its_minimum_runtime_on_the_worlds_clock():
+    p = _planner("fair-share")  # this clock says 1,000; reclaim_min_runtime_s is 60
+    _fill_with_big(p)  # bound at world time 0
+    p.world_event(30.0)  # the world is 30 s past those binds: too young to evict
+    p.submit("small", 0, pod("small", "small", 2))
+    outcomes, _ = p.retry()
+    assert not [o for o in outcomes if isinstance(o, Decided)]
+    p.world_event(100.0)
+    outcomes, _ = p.retry()
+    assert [o.entry.uid for o in outcomes if isinstance(o, Decided)] == ["small"]
+
+
+def test_each_starved_tenants_first_wide_pod_holds_its_own_node_and_one_gpu_pods_none():
+    p = _two_nodes_full_of_big()
+    p.submit("wide", 0, pod("wide", "small", 4))
+    p.submit("pair", 0, pod("pair", "other", 2))
+    p.submit("pair-2", 0, pod("pair-2", "other", 2))  # the same tenant's second wide pod waits its turn
+    p.submit("one", 0, pod("one", "third", 1))
+    p.retry()
+    assert set(p.reservations) == {"wide", "pair"}
+    assert {r.node for r in p.reservations.values()} == {"n0", "n1"}

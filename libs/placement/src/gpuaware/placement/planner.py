@@ -123,6 +123,8 @@ class PlannerConfig:
     """fair-share: a running pod is not reclaimed before it ran this long (world seconds since its bind)"""
     max_reclaims: int = 4
     """fair-share: reclaims planned per retry pass at most"""
+    max_reservations: int = 4
+    """fair-share: nodes held for starved tenants' wide pods at once (one per tenant)"""
 
 
 @dataclass(slots=True)
@@ -169,8 +171,11 @@ class Planner:
         self.order = order_for(config.queue_order, capacity=self._gpu_capacity, starved_below=config.starved_below,
                                default_s=config.duration_default_s, min_runtime_s=config.reclaim_min_runtime_s)
         """the fair-share order, or None for the ledger's own (priority, then arrival)"""
-        self.reservation: Reservation | None = None
-        """the node held for a starved tenant's waiting pod (fair-share order), until the next retry pass"""
+        self._world: tuple[float, float] | None = None
+        """the world's latest event time and this clock when it was seen (``world_now``)"""
+        self.reservations: dict[str, Reservation] = {}
+        """nodes held for starved tenants' waiting wide pods (fair-share order), by pod uid; each retry
+        pass renews them (``_reserve_for``)"""
 
     # -- the node set ---------------------------------------------------------------------------------
 
@@ -298,35 +303,70 @@ class Planner:
         return out + got, more
 
     def _fair_pass(self, singles: list[PodEntry], limit: int) -> tuple[list[Outcome], bool]:
-        """The fair-share order's pass: starved tenants' pods first (placed, else reclaiming), the
-        first of them still waiting gets a node reserved; then everyone else, shortest predicted
-        first, the reserved node only for pods that end before it is needed (queue_order.py)."""
+        """The fair-share order's pass: starved tenants' pods first (placed, else reclaiming); each
+        starved tenant's first wide pod still waiting gets a node reserved; then everyone else, shortest
+        predicted first, a reserved node only for pods that end before it is needed (queue_order.py)."""
         assert self.order is not None
         demand = self.order.demand(self.ledger)
         ordered = self.order.sort(singles, demand)
         starved = [e for e in ordered if self.order.starved(queue_of(e), demand)]
         rest = ordered[len(starved):]
-        self.reservation = None
-        got, tried = self._decide(starved, publish=set(), limit=limit)
+        got, tried = self._decide(starved, publish=set(), limit=limit)  # the nodes held so far stay held
         got += self._reclaim_for_starved(starved[:tried])
-        head = next((e for e in starved[:tried] if e.phase in (Phase.PARKED, Phase.QUEUED)), None)
-        if head is not None:
-            holding = [e for e in self.ledger if e.phase in HOLDING and not e.evicting]
-            self.reservation = self.order.reserve(
-                head, holding, {n: s.num_gpu for n, s in self.specs.items()},
-                {n: s.gpu_model for n, s in self.specs.items()}, self._world_now(holding))
-            if self.reservation is not None:
-                self.counters.reservations += 1
+        held, self.reservations = self.reservations, {}
+        self._reserve_for(starved[:tried], held)
         left = max(0, limit - sum(isinstance(o, Decided) for o in got))
         if tried < len(starved) or not rest:
             return got, tried < len(starved) or bool(rest)
         later, n = self._decide(rest, publish=set(), limit=left)
         return got + later, n < len(rest)
 
-    def _world_now(self, holding: Sequence[PodEntry]) -> float:
-        """A bound pod's `since` is the world's bind time: the world's clock is the latest bind seen
-        when the world runs ahead of this one (the digital twin's virtual time), else this clock."""
-        return max([self.clock(), *(e.since for e in holding if e.phase == Phase.BOUND)])
+    def _reserve_for(self, starved: Sequence[PodEntry], held: Mapping[str, Reservation]) -> None:
+        """A node for each starved tenant's first waiting pod wider than one GPU (a one-GPU pod is first
+        in line for the next GPU freed anywhere; a wider one needs GPUs to free on one node at once), at
+        most ``max_reservations``, on distinct nodes. A pod that held a node keeps it unless another
+        frees more than a quarter sooner: moving the hold every pass would let the backfill fill each
+        node in turn. Nodes held stay held through the starved pods' own pass (a hold only the waiting
+        pods of other tenants respected would never drain)."""
+        assert self.order is not None
+        heads: dict[str, PodEntry] = {}
+        for e in starved:
+            if e.phase in (Phase.PARKED, Phase.QUEUED) and e.request is not None and e.request.num_gpu > 1:
+                heads.setdefault(queue_of(e), e)
+        if not heads:
+            return
+        holding = [e for e in self.ledger if e.phase in HOLDING and not e.evicting]
+        now = self.world_now()
+        gpus = {n: s.num_gpu for n, s in self.specs.items()}
+        models = {n: s.gpu_model for n, s in self.specs.items()}
+        for head in list(heads.values())[:self.config.max_reservations]:
+            taken = {r.node for r in self.reservations.values()}
+            free = {n: g for n, g in gpus.items() if n not in taken}
+            before = held.get(head.uid)
+            r = self.order.reserve(head, holding, free, models, now)
+            if r is not None and before is not None and before.node in free and before.node != r.node:
+                kept = self.order.reserve(head, holding, {before.node: free[before.node]}, models, now)
+                if kept is not None and kept.shadow - now <= 1.25 * (r.shadow - now):
+                    r = kept  # moving for little would let the backfill fill each node in turn
+            if r is not None:
+                self.reservations[head.uid] = r
+                self.counters.reservations += before is None
+
+    def world_event(self, at: float) -> None:
+        """The world reported something that happened at ``at`` on its clock (a bind, a departure:
+        Kubernetes' time, or the digital twin's virtual time); a bound pod's ``since`` is on that clock."""
+        if self._world is None or at > self._world[0]:
+            self._world = (at, self.clock())
+
+    def world_now(self) -> float:
+        """The world's clock now: its latest event's time plus what this clock ran since, this clock
+        before the world said anything. Not this clock alone: the digital twin's virtual time is neither
+        this clock nor ahead of it (it starts at its own epoch and runs faster), and a bound pod's age
+        on the wrong clock is months, which made every pod look overdue and older than any minimum."""
+        if self._world is None:
+            return self.clock()
+        at, seen = self._world
+        return at + max(0.0, self.clock() - seen)
 
     def _reclaim_for_starved(self, tried: Sequence[PodEntry]) -> list[Outcome]:
         """Fair share: starved tenants' pods the pass could not place evict what `queue_order` allows:
@@ -338,7 +378,7 @@ class Planner:
         nothing: set[tuple[str, int]] = set()
         demand = self.order.demand(self.ledger)
         holding = [e for e in self.ledger if e.phase == Phase.BOUND]
-        now = self._world_now(holding)
+        now = self.world_now()
         for entry in tried:
             if len(out) >= self.config.max_reclaims or tries >= 4 * self.config.max_reclaims:
                 break
@@ -503,11 +543,12 @@ class Planner:
 
     def _excluded(self, pod: PodRequest) -> np.ndarray | None:
         nodes = set(self.refused.get(pod.name, ()))
-        r = self.reservation
-        if r is not None and r.uid != pod.name and self.order is not None:
+        for r in list(self.reservations.values()):
+            if r.uid == pod.name or self.order is None:
+                continue
             held = self.ledger.pods.get(r.uid)
             if held is None or held.phase not in (Phase.PARKED, Phase.QUEUED):
-                self.reservation = None  # its pod was placed or left
+                del self.reservations[r.uid]  # its pod was placed or left
             elif not r.admits(self.order.predicted.get(pod.name, self.order.default_s)):
                 nodes.add(r.node)
         if not nodes or self.ledger.cluster is None:

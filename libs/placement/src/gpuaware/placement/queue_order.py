@@ -22,9 +22,10 @@ their share, checkpointable (they resume from the checkpoint the binder asks for
 runtime; the session evicts the fewest of them on one node. A victim's tenant dipping under its share
 is not starved for it, so it does not take the GPUs straight back.
 
-Reclaim is not always possible (no node where evictable pods make room); then the starved tenant's
-first waiting pod gets a *reservation* (EASY backfilling, as quota's backfill and Slurm do it, per
-node here): the node where it fits soonest by the predicted ends of the pods running there (quota's
+Reclaim is not always possible (no node where evictable pods make room); then each starved tenant's
+first waiting pod wider than one GPU gets a *reservation* (EASY backfilling, as quota's backfill and
+Slurm do it, per node here; a one-GPU pod takes the next GPU freed anywhere, being first in line): the
+node where it fits soonest by the predicted ends of the pods running there (quota's
 ``shadow``), held for it -- a pod that would still run at that time is not placed there, a shorter
 one is (backfill). A running pod past its prediction is expected to run as long again as it has run
 (runtimes are heavy-tailed), so an overdue node is not reserved on a promise already broken.

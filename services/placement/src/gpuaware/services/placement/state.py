@@ -157,6 +157,7 @@ class PlacementState:
                                                checkpointable=pod.checkpointable)
             self.ledger.bound(pod.pod_uid, attempt, pod.node, slots, request, pod.decision_id or "", pod.bound_at,
                               gpu_mem=pod.slices[0].memory_mib if pod.slices else 0)
+            self.planner.world_event(pod.bound_at)
             self._remember(pod.pod_uid, pod)
             if pod.gang_id:
                 self.planner.gangs.gangs.setdefault(pod.gang_id, Gang(pod.gang_id, 1, placed=True)).placed = True
@@ -302,6 +303,7 @@ class PlacementState:
             request = convert.observed_request(ev.pod_uid, 0, 0, ev.slices)
         self.ledger.bound(ev.pod_uid, attempt, ev.node, self._slots(ev.node, ev.slices), request,
                           ev.decision_id or "", ev.bound_at, gpu_mem=ev.slices[0].memory_mib if ev.slices else 0)
+        self.planner.world_event(ev.bound_at)
         self._remember(ev.pod_uid, ev)
         self.planner.refused.pop(ev.pod_uid, None)
 
@@ -323,6 +325,7 @@ class PlacementState:
         later than the eviction -- and no attempt is closed on the preemptor's number."""
         if ev.cluster != self.cluster_name:
             return False
+        self.planner.world_event(ev.preempted_at)
         entry = self.ledger.pods.get(ev.pod_uid)
         if entry is None or entry.phase not in HOLDING or entry.node != ev.node \
                 or (entry.phase == Phase.BOUND and entry.since > ev.preempted_at):
@@ -333,6 +336,7 @@ class PlacementState:
     def apply_finished(self, ev: PodFinished) -> bool:
         if ev.cluster != self.cluster_name:
             return False
+        self.planner.world_event(ev.finished_at)
         self.planner.forget(ev.pod_uid)
         return self.ledger.release(ev.pod_uid)
 
