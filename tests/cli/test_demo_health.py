@@ -142,3 +142,30 @@ def test_health_figures_catch_faults_and_check_every_decision_against_quarantine
     write_html(tmp_path / "r.html", report, [])
     page = (tmp_path / "r.html").read_text()
     assert "faults injected into the twin" in page and "NOT CAUGHT" in page and "gpu_xid_critical" in page
+
+
+def test_a_fault_caught_inside_a_gap_of_clock_samples_is_caught_not_dated_before_it_began() -> None:
+    """A slow snapshot on a busy machine left the report no (wall, virtual) sample for a while; the twin
+    skipped ahead meanwhile. The quarantine came after the last sample before the fault: it is the
+    fault's detection, although interpolating across the gap would date it half an hour too early."""
+    log = RunLog(C)
+    clock = [(W0, VIRTUAL_EPOCH), (W0 + 10, VIRTUAL_EPOCH + 1000), (W0 + 12, VIRTUAL_EPOCH + 20_000)]
+    for ev in (_change("g0", None, HealthState.HEALTHY, W0),
+               _change("g0", HealthState.HEALTHY, HealthState.QUARANTINED, W0 + 10.5)):
+        log.on_health(ev, "health.gpu.state_changed.v1")
+    fault = {"kind": "xid", "label": "XID 79", "node": "n1", "gpu_index": 0, "gpu_uuid": "g0", "at_s": 8000.0,
+             "until_s": None}
+    run = RunResult(spec=RunSpec("gpuaware", "GpuAware", C), log=log, gpus={"g0": 0}, nodes=1,
+                    started_at=VIRTUAL_EPOCH, virtual_end=VIRTUAL_EPOCH + 20_000, wall_s=12, reached_end=True,
+                    messages={}, db={}, snapshot_violations=[], snapshot_pods=0, exit_codes={}, services={},
+                    clock=clock, health={"status": "running", "faults": [fault]})
+    (f,) = health_figures(run)["faults"]
+    # interpolated, wall +10.5 is virtual 5,750 s: before the fault's 8,000 s
+    assert f["caught"] and f["caught_state"] == "quarantined"
+    assert f["detected_after_virtual_min"] == 0.0 and f["detected_after_wall_s"] >= 0.0
+    # a quarantine before the last sample preceding the fault is not its detection
+    early = RunResult(**{**run.__dict__, "log": RunLog(C)})
+    for ev in (_change("g0", None, HealthState.HEALTHY, W0),
+               _change("g0", HealthState.HEALTHY, HealthState.QUARANTINED, W0 + 5)):
+        early.log.on_health(ev, "health.gpu.state_changed.v1")
+    assert not health_figures(early)["faults"][0]["caught"]

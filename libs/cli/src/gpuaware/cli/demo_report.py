@@ -253,6 +253,15 @@ def virtual_clock(clock: Sequence[tuple[float, float]]) -> tuple[Callable[[float
     return (lambda t: interp(walls, virt, t)), (lambda t: interp(virt, walls, t))
 
 
+def sampled_before(clock: Sequence[tuple[float, float]], virtual: float) -> float:
+    """The wall time of the last (wall, virtual) sample at or before ``virtual`` (-inf when none).
+    Between two samples the wall -> virtual mapping is a guess (the twin skips quiet stretches, and a
+    slow snapshot on a busy machine leaves a gap of an hour of virtual time): whatever happened after
+    that sample may already be past ``virtual``, so a fault's detection is not dated before it by
+    interpolation (the philly demo once reported an ECC storm "caught" half an hour before it began)."""
+    return max((w for w, v in clock if v <= virtual), default=-math.inf)
+
+
 def _quarantines(run: RunResult) -> dict[str, list[list[float | None]]]:
     """Per GPU, [published, lifted] wall times of each quarantine (lifted None while it lasts)."""
     out: dict[str, list[list[float | None]]] = {}
@@ -313,8 +322,9 @@ def health_figures(run: RunResult) -> dict[str, Any]:
     for f in h.get("faults", []):
         gpu, start_v = f["gpu_uuid"], t0 + f["at_s"]
         mine = [c for c in changes if c.gpu_uuid == gpu]
-        caught = next((c for c in mine if c.current is not HealthState.HEALTHY and virt(c.changed_at) >= start_v - 60),
-                      None)
+        after = sampled_before(run.clock, start_v - 60)
+        caught = next((c for c in mine if c.current is not HealthState.HEALTHY
+                       and (virt(c.changed_at) >= start_v - 60 or c.changed_at >= after)), None)
         entry: dict[str, Any] = {
             **f, "at_h": round(f["at_s"] / 3600, 3), "caught": caught is not None,
             "timeline": [{"at_h": vh(c.changed_at), "from": c.previous.value if c.previous else None,
@@ -327,8 +337,8 @@ def health_figures(run: RunResult) -> dict[str, Any]:
                                                if gpu in gs and virt(t) >= start_v)}
         if caught is not None:
             entry.update(caught_state=caught.current.value, caught_at_h=vh(caught.changed_at),
-                         detected_after_virtual_min=round((virt(caught.changed_at) - start_v) / 60, 1),
-                         detected_after_wall_s=round(caught.emitted_at - wall(start_v), 2),
+                         detected_after_virtual_min=round(max(0.0, virt(caught.changed_at) - start_v) / 60, 1),
+                         detected_after_wall_s=round(max(0.0, caught.emitted_at - wall(start_v)), 2),
                          pods_running_when_caught=_running_on(run, gpu, virt(caught.changed_at)),
                          caught_reasons=[r for r in caught.reasons if r != "recovering"][:8])
         drains = [d for d in run.log.drains if d.gpu_uuid == gpu and virt(d.recommended_at) >= start_v - 60]
