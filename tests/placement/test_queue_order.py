@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuaware.placement.ledger import Phase, PodEntry
@@ -239,6 +241,7 @@ def test_a_pod_is_not_reclaimed_before_its_minimum_runtime_on_the_worlds_clock()
 
 def test_each_starved_tenants_first_wide_pod_holds_its_own_node_and_one_gpu_pods_none():
     p = _two_nodes_full_of_big()
+    p.config = replace(p.config, max_reservations=2)  # one by default
     p.submit("wide", 0, pod("wide", "small", 4))
     p.submit("pair", 0, pod("pair", "other", 2))
     p.submit("pair-2", 0, pod("pair-2", "other", 2))  # the same tenant's second wide pod waits its turn
@@ -246,3 +249,6 @@ def test_each_starved_tenants_first_wide_pod_holds_its_own_node_and_one_gpu_pods
     p.retry()
     assert set(p.reservations) == {"wide", "pair"}
     assert {r.node for r in p.reservations.values()} == {"n0", "n1"}
+    p.config = replace(p.config, max_reservations=1)
+    p.retry()
+    assert set(p.reservations) == {"wide"}  # the most starved tenant's
