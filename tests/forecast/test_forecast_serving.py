@@ -68,3 +68,26 @@ def test_a_model_of_another_step_is_not_served_and_says_why() -> None:
     events = server.events(res, "c", T0 + 60, ["n1"], 0.0, "test")
     assert events[0].model == "persistence"
     assert events[0].model_version == "baseline: philly@3's step is 600 s, the rollups' 60 s"
+
+
+def test_each_gpu_model_gets_a_series_the_mean_of_its_gpus_across_nodes() -> None:
+    server = Server(None, "", unusable="no model in the registry")
+    models = {"a0": "A100", "a1": "A100", "h0": "H100"}  # "x" has no inventory yet: in no model's series
+    window = [("n1", "a0", 20.0), ("n2", "a1", 60.0), ("n2", "h0", 90.0), ("n3", "x", 10.0)]
+    for k in range(3):
+        res = server.step(T0 + 60 * k, window, models)
+    assert server.window_models == {"A100", "H100"}
+    (event,) = [e for e in server.events(res, "c", T0 + 180, ["n1", "n2", "n3"], 0.0, "test")
+                if e.__class__.__name__ == "DemandPredicted"]
+    by_model = {s.labels["gpu_model"]: s.values[0][0] for s in event.series if "gpu_model" in s.labels}
+    assert by_model == {"A100": 40.0, "H100": 90.0}  # persistence of each model's mean, not of a node's
+    actuals = dict((name, v) for name, _, v in server.actuals(T0 + 180, window, models))
+    assert actuals["model/A100"] == 40.0 and actuals["node/n2"] == 75.0 and "model/x" not in actuals
+    names = {p.series for p in server.points(res, T0 + 180, ["n1"])}
+    assert {"model/A100", "model/H100", "node/n1", "gpu/n1/a0"} <= names and "node/n2" not in names
+    # a window where no H100 reported: its series is a gap, and it is not published for that window
+    res = server.step(T0 + 240, window[:2], models)
+    assert server.window_models == {"A100"}
+    (event,) = [e for e in server.events(res, "c", T0 + 300, ["n1", "n2"], 0.0, "test")
+                if e.__class__.__name__ == "DemandPredicted"]
+    assert {s.labels.get("gpu_model") for s in event.series} == {None, "A100"}

@@ -22,13 +22,16 @@ from gpuaware.schemas import (
     DEMAND_PREDICTED,
     GPU_ROLLED_UP,
     GPU_UTIL_PREDICTED,
+    NODE_INVENTORY,
     POD_FINISHED,
     POD_PENDING,
     STREAMS,
     DemandPredicted,
+    GpuInfo,
     GpuRolledUp,
     GpuRollup,
     GpuUtilPredicted,
+    NodeInventory,
     PodFinished,
     PodOutcome,
     PodPending,
@@ -40,6 +43,7 @@ from gpuaware.services.forecasting.settings import ForecastingSettings
 ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
 PENDING = bus.Channel(POD_PENDING, PodPending)
 FINISHED = bus.Channel(POD_FINISHED, PodFinished)
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 T0 = float(int(time.time() // 60 * 60) - 86_400)
 
 
@@ -102,6 +106,14 @@ class Recorder:
                 if s.metric == "gpus_requested" and s.labels.get("queue") == queue:
                     out.append((ev.issued_at, ev.model, s.values[0][0]))
         return sorted(out)
+
+    async def inventory(self, node: str, models: list[str]) -> None:
+        """The node's GPUs (named as ``rollup`` names them) and their models."""
+        gpus = tuple(GpuInfo(uuid=f"GPU-{node}-{i}", index=i, model=m, memory_mib=81_920, pci_bus_id=f"0000:0{i}:00.0")
+                     for i, m in enumerate(models))
+        await bus.publish(self.js, INVENTORY.at(self.cluster, node),
+                          NodeInventory(source="agent/test", emitted_at=time.time(), cluster=self.cluster, node=node,
+                                        gpus=gpus))
 
     async def rollup(self, node: str, minute: int, utils: list[float]) -> None:
         await bus.publish(self.js, ROLLED.at(self.cluster, node), rollup(self.cluster, node, T0 + 60 * minute, utils))

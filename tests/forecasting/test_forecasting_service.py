@@ -38,6 +38,24 @@ async def test_empty_registry_serves_persistence_and_says_so(nats_proc, fresh_da
     assert n == 3 * 3 * 3 and models == ["persistence"]  # 3 windows x 3 series x 3 horizons
 
 
+async def test_gpu_model_series_from_the_inventories(nats_proc, fresh_database_url: str, cluster: str) -> None:
+    async with recorder(nats_proc.url, cluster) as rec:
+        await rec.inventory("node-a", ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"])
+        await rec.inventory("node-b", ["NVIDIA A100-SXM4-80GB"])
+        async with forecasting(nats_proc.url, fresh_database_url, cluster):  # the inventories replayed at start
+            for minute in range(3):
+                await rec.rollup("node-a", minute, [10.0 + minute, 80.0])
+                await rec.rollup("node-b", minute, [30.0 + minute])
+            await eventually(lambda: any("gpu_model" in s.labels for ev in rec.demand for s in ev.series),
+                             what="a GPU-model forecast")
+            await eventually(lambda: len(rec.demand) >= 3, what="three windows of forecasts")
+    last = {s.labels["gpu_model"]: s.values[0][0] for s in rec.demand[-1].series if "gpu_model" in s.labels}
+    assert last == {"NVIDIA A100-SXM4-80GB": 22.0, "NVIDIA H100 80GB HBM3": 80.0}  # (12 + 32) / 2, and one H100
+    with psycopg.connect(fresh_database_url) as conn:
+        names = {r[0] for r in conn.execute("SELECT DISTINCT series FROM forecast_points")}
+    assert {"model/NVIDIA A100-SXM4-80GB", "model/NVIDIA H100 80GB HBM3"} <= names
+
+
 async def test_a_registry_model_is_served_named_and_hot_reloaded(nats_proc, fresh_database_url: str, cluster: str) -> None:
     await __import__("asyncio").to_thread(tsdb.migrate, fresh_database_url)
     with tsdb.connect(fresh_database_url) as conn:

@@ -1,7 +1,8 @@
 """What the forecasting service does with a closed window of rollups, as pure code (no bus, no database).
 
 ``Server`` keeps one ``runtime.Streams`` for every series it has seen (one per GPU: its mean SM
-utilisation over the window; one per node: the mean over its GPUs) and, once per window, steps them
+utilisation over the window; one per node: the mean over its GPUs; one per GPU model: the mean over
+the cluster's GPUs of that model) and, once per window, steps them
 all in one batched onnxruntime call. ``events`` turns the step into the contract's messages:
 
 * ``GpuUtilPredicted`` per node, one message per (node, model, version): GPUs the model served and
@@ -9,7 +10,8 @@ all in one batched onnxruntime call. ``events`` turns the step into the contract
   so ``model`` / ``model_version`` always say who produced the numbers; a fallback's
   ``model_version`` is ``baseline: <reason>``;
 * ``DemandPredicted`` per (model, version): the node-level series (``metric`` ``util_pct_mean``,
-  ``labels`` ``{"node": ...}``).
+  ``labels`` ``{"node": ...}``) and the GPU-model-level ones (``labels`` ``{"gpu_model": ...}``: the
+  mean over the cluster's GPUs of that model, from the nodes' inventories).
 
 Drift: every step scores the forecasts whose target window just arrived, the model's own (trusted
 rows, in the shadow when persistence is being served) against persistence's from the same origins,
@@ -79,9 +81,26 @@ def demand_key(cluster: str, queue: str) -> tuple[str, str, str]:
 
 def series_name(key: tuple[str, str, str]) -> str:
     """How ``forecast_points`` names a series: ``gpu/<node>/<uuid>``, ``node/<node>``,
-    ``demand/<cluster>/<queue>`` (``demand/<cluster>/*`` the cluster's total)."""
+    ``model/<gpu model>``, ``demand/<cluster>/<queue>`` (``demand/<cluster>/*`` the cluster's total)."""
     kind, node, gpu = key
     return f"{kind}/{node}/{gpu}" if gpu else f"{kind}/{node}"
+
+
+def window_values(gpus: Iterable[tuple[str, str, float]],
+                  models: Mapping[str, str] | None = None) -> dict[tuple[str, str, str], float]:
+    """One window's value of every utilisation series: each GPU's, each node's (the mean of its GPUs)
+    and each GPU model's (the mean of the cluster's GPUs of that model that reported: what a buyer of
+    one more A100 or a placement that needs one wants to know ahead)."""
+    values: dict[tuple[str, str, str], float] = {}
+    per: dict[tuple[str, str, str], list[float]] = {}
+    for node, gpu, util in gpus:
+        values["gpu", node, gpu] = util
+        per.setdefault(("node", node, ""), []).append(util)
+        model = (models or {}).get(gpu)
+        if model:
+            per.setdefault(("model", model, ""), []).append(util)
+    values.update({key: float(np.mean(u)) for key, u in per.items()})
+    return values
 
 
 class Server:
@@ -112,8 +131,10 @@ class Server:
         self._changes: list[Drift] = []
         self._issued: OrderedDict[float, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self.index: dict[tuple[str, str, str], int] = {}
-        """(kind "gpu" | "node", node, gpu uuid or "") -> row"""
+        """(kind "gpu" | "node" | "model" | "demand", node / GPU model / cluster, gpu uuid / queue or "") -> row"""
         self.last_window: float | None = None
+        self.window_models: set[str] = set()
+        """the GPU models that reported in the last window stepped"""
 
     @property
     def horizons_s(self) -> list[float]:
@@ -132,16 +153,13 @@ class Server:
             self._row(key)
         self.last_window = other.last_window
 
-    def step(self, window_start: float, gpus: Iterable[tuple[str, str, float]]) -> StepResult:
-        """Every series one step at ``window_start``: ``gpus`` are (node, gpu uuid, util %) of the window;
-        series not in it are gaps; each node's series is the mean of its GPUs."""
-        per_node: dict[str, list[float]] = {}
-        values: dict[tuple[str, str, str], float] = {}
-        for node, gpu, util in gpus:
-            values["gpu", node, gpu] = util
-            per_node.setdefault(node, []).append(util)
-        for node, utils in per_node.items():
-            values["node", node, ""] = float(np.mean(utils))
+    def step(self, window_start: float, gpus: Iterable[tuple[str, str, float]],
+             models: Mapping[str, str] | None = None) -> StepResult:
+        """Every series one step at ``window_start``: ``gpus`` are (node, gpu uuid, util %) of the window,
+        ``models`` each GPU's model name where known (the nodes' inventories); see ``window_values``.
+        Series not in the window are gaps."""
+        values = window_values(gpus, models)
+        self.window_models = {name for kind, name, _ in values if kind == "model"}
         return self.step_series(window_start, values)
 
     def step_demand(self, window_start: float, cluster: str, demand: Mapping[str, float]) -> StepResult:
@@ -208,6 +226,12 @@ class Server:
         out, self._changes = self._changes, []
         return out
 
+    def _reported(self, key: tuple[str, str, str], nodes: set[str]) -> bool:
+        """Is the series in the window just stepped: a GPU's or node's when its node reported (``nodes``;
+        a demand series is keyed by its cluster, so ``nodes`` holds the cluster there), a GPU model's when
+        any GPU of that model did."""
+        return key[1] in (self.window_models if key[0] == "model" else nodes)
+
     def _who(self, reason: str | None) -> tuple[str, str]:
         if reason is None:
             return "lstm", self.model_label
@@ -232,7 +256,7 @@ class Server:
         gpu_groups: dict[tuple[str, str, str], list[GpuForecast]] = {}
         demand_groups: dict[tuple[str, str], list[DemandSeries]] = {}
         for (kind, node, gpu), i in self.index.items():
-            if node not in nodes:
+            if not self._reported((kind, node, gpu), nodes):
                 continue
             model, version = self._who(result.reasons[i])
             path = self._path(result.values[i])
@@ -240,8 +264,9 @@ class Server:
                 gpu_groups.setdefault((node, model, version), []).append(
                     GpuForecast(gpu_uuid=gpu, metric="util_pct", values=path))
             else:
+                label = "gpu_model" if kind == "model" else "node"
                 demand_groups.setdefault((model, version), []).append(
-                    DemandSeries(metric="util_pct_mean", labels={"node": node, "cluster": cluster}, values=path))
+                    DemandSeries(metric="util_pct_mean", labels={label: node, "cluster": cluster}, values=path))
         out: list[GpuUtilPredicted | DemandPredicted] = []
         for (node, model, version), gpus in sorted(gpu_groups.items()):
             out.append(GpuUtilPredicted(cluster=cluster, node=node, model=model,
@@ -257,7 +282,7 @@ class Server:
         qi = [self.streams.quantiles.index(q) if q in self.streams.quantiles else -1 for q in (0.5, 0.9)]
         out = []
         for (kind, node, gpu), i in self.index.items():
-            if node not in nodes:
+            if not self._reported((kind, node, gpu), nodes):
                 continue
             model, version = self._who(result.reasons[i])
             name = series_name((kind, node, gpu))
@@ -289,12 +314,7 @@ class Server:
         forecasts issued ``h`` earlier point), named as ``points`` names them."""
         return [(series_name(demand_key(cluster, q)), observed_at, float(v)) for q, v in demand.items()]
 
-    def actuals(self, window_start: float, gpus: Iterable[tuple[str, str, float]]) -> list[tuple[str, float, float]]:
+    def actuals(self, window_start: float, gpus: Iterable[tuple[str, str, float]],
+                models: Mapping[str, str] | None = None) -> list[tuple[str, float, float]]:
         """(series, target time, actual) for the points whose target is this window."""
-        per_node: dict[str, list[float]] = {}
-        out = []
-        for node, gpu, util in gpus:
-            out.append((f"gpu/{node}/{gpu}", window_start, util))
-            per_node.setdefault(node, []).append(util)
-        out += [(f"node/{node}", window_start, float(np.mean(u))) for node, u in per_node.items()]
-        return out
+        return [(series_name(key), window_start, v) for key, v in window_values(gpus, models).items()]

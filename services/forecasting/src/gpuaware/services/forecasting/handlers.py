@@ -1,6 +1,7 @@
 """Forecasting handlers: rollups and pod events in, one batched model step per window, forecasts out.
 
     reads                                              does
+    follow telemetry.node.inventory.v1.<c>.>          each GPU's model (the per-GPU-model series)
     follow telemetry.gpu.rolledup.v1.<c>.> (1m only)   buffers a window's rollups; steps every series
                                                        once (gpuaware.forecast.serving.Server: one
                                                        onnxruntime call for all of them) when the next
@@ -18,8 +19,9 @@
     forecasting.stats (request/reply)                  counters, the models served, why not
 
     publishes  forecast.gpu.predicted.v1.<c>.<node>    per node and (model, version): p50/p90 paths
-               forecast.demand.predicted.v1.<c>        node-level utilisation series, and per minute the
-                                                       demand series (``gpus_requested``, per queue)
+               forecast.demand.predicted.v1.<c>        node- and GPU-model-level utilisation series, and
+                                                       per minute the demand series (``gpus_requested``,
+                                                       per queue)
                alerts.gpu.raised|resolved.v1.<c>       forecast_model_drift: the model's recent error
                                                        above persistence's (it then serves persistence)
     stores     forecast_points                         each forecast, then its actual (accuracy)
@@ -29,8 +31,6 @@ retained rollups and pod events to warm every series' state and the demand book 
 published for a replayed window), then goes on live. A model is served only where ``runtime.Streams`` trusts it; elsewhere, and whenever the
 registry is empty or its model unusable, persistence is published with ``model="persistence"`` and
 ``model_version="baseline: <reason>"``.
-
-Not here yet (issue 11): per GPU model series.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from gpuaware.schemas import (
     FORECAST_DURATION,
     GPU_ROLLED_UP,
     GPU_UTIL_PREDICTED,
+    NODE_INVENTORY,
     POD_BIND_FAILED,
     POD_FINISHED,
     POD_PENDING,
@@ -71,6 +72,7 @@ from gpuaware.schemas import (
     DurationRequest,
     GpuRolledUp,
     GpuUtilPredicted,
+    NodeInventory,
     PodBindFailed,
     PodFinished,
     PodOutcome,
@@ -85,6 +87,7 @@ from gpuaware.services.forecasting.settings import ForecastingSettings
 log = logging.getLogger(__name__)
 
 ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 GPU_OUT = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
 DEMAND_OUT = bus.Channel(DEMAND_PREDICTED, DemandPredicted)
 RAISED = bus.Channel(ALERT_RAISED, AlertRaised)
@@ -135,6 +138,8 @@ class ForecastService:
         self.durations = DurationPredictor()
         self.jobs: dict[str, Fingerprint] = {}
         """pods seen pending and not gone yet: their fingerprint, learnt from when they finish"""
+        self.gpu_models: dict[str, str] = {}
+        """GPU uuid -> model name, from the nodes' inventories"""
         self.pending: dict[float, list[GpuRolledUp]] = {}
         self.flushers: dict[float, asyncio.TimerHandle] = {}
         self.lock = asyncio.Lock()
@@ -204,8 +209,16 @@ class ForecastService:
 
     # --- rollups -------------------------------------------------------------------------------------
 
+    async def _on_telemetry(self, msg: GpuRolledUp | NodeInventory, delivery: Any) -> None:
+        if msg.cluster != self.settings.cluster:
+            return
+        if isinstance(msg, NodeInventory):
+            self.gpu_models.update({g.uuid: g.model for g in msg.gpus})
+        else:
+            await self._on_rollup(msg, delivery)
+
     async def _on_rollup(self, msg: GpuRolledUp, delivery: Any) -> None:
-        if msg.cluster != self.settings.cluster or msg.window.value != "1m":
+        if msg.window.value != "1m":
             return
         w = msg.window_start
         last = self.server.last_window
@@ -236,7 +249,7 @@ class ForecastService:
             gpus = [(m.node, g.gpu_uuid, g.util_pct.mean) for m in msgs for g in m.gpus if g.util_pct is not None]
             nodes = {m.node for m in msgs}
             server = self.server
-            result = server.step(w, gpus)
+            result = server.step(w, gpus, self.gpu_models)
             self.counts["windows"] += 1
             if not publish:
                 return
@@ -248,7 +261,7 @@ class ForecastService:
                 self.counts["published"] += 1
             for change in server.drift():
                 await self._alert(server, change)
-            await self._store(server.points(result, issued, nodes), server.actuals(issued, gpus))
+            await self._store(server.points(result, issued, nodes), server.actuals(issued, gpus, self.gpu_models))
 
     async def _store(self, points: list[Any], actuals: list[tuple[str, float, float]]) -> None:
         if not self.settings.store_points:
@@ -336,9 +349,9 @@ class ForecastService:
         except Exception as exc:
             log.warning("model registry unreadable at start (serving persistence): %s", exc)
         self._reloader = asyncio.create_task(self._reload_loop())
-        self.follower = await bus.follow(self.js, [ROLLED.at(self.settings.cluster)], self._on_rollup,
-                                         stream=TELEMETRY.name, deliver="all", with_suffixes=True,
-                                         name="forecasting-rollups")
+        self.follower = await bus.follow(self.js, [INVENTORY.at(self.settings.cluster), ROLLED.at(self.settings.cluster)],
+                                         self._on_telemetry, stream=TELEMETRY.name, deliver="all",
+                                         with_suffixes=True, name="forecasting-rollups")
         # the binder publishes pod events on the base subjects (any routing suffix is optional): every
         # cluster's, filtered by the events' own ``cluster``
         self.pod_follower = await bus.follow(self.js, list(POD_EVENTS), self._on_pod,
