@@ -11,8 +11,10 @@ nats-server and a PostgreSQL in a temporary folder):
                 into the TELEMETRY stream) publishes `--ticks` ticks while `--collectors` collector
                 processes (`python -m gpuaware.services.telemetry collector`, the real service) store
                 them. Rate = rows counted in the database / (last row in - first publish). Zero loss
-                is checked by count: every published row, once. The agents' CPU competes with the
-                collector here; in a cluster they run on the GPU nodes.
+                is checked by count: every published row, once. The agents' CPU (encoding and
+                publishing; the simulated GPUs' samples are made before the clock starts, as raw
+                COPY's rows are) competes with the collector here; in a cluster they run on the GPU
+                nodes.
   drain         the collectors' own rate: the same ticks are published first, then the collectors
                 start and empty the stream (timed from the first row stored to the last).
   paced         the acceptance case in real time: the same fleet at 1 Hz (`--gpus` GPU rows per
@@ -150,12 +152,17 @@ def raw_copy(url: str, gpus: int, ticks: int) -> dict[str, Any]:
 
 # --- the agents' side: a load-generator process -------------------------------------------------------
 
-def loadgen_main(url: str, gpus: int, ticks: int, paced: bool, t0: float, out: Any) -> None:
-    asyncio.run(_loadgen(url, gpus, ticks, paced, t0, out))
+def loadgen_main(url: str, gpus: int, ticks: int, paced: bool, t0: float, out: Any, go: Any) -> None:
+    asyncio.run(_loadgen(url, gpus, ticks, paced, t0, out, go))
 
 
-async def _loadgen(url: str, gpus: int, ticks: int, paced: bool, t0: float, out: Any) -> None:
+async def _loadgen(url: str, gpus: int, ticks: int, paced: bool, t0: float, out: Any, go: Any) -> None:
+    """Announce the fleet's inventories, say ``ready``, wait for ``go`` (the parent lets the collectors
+    store the inventories first, as a running fleet's are), then publish every tick."""
     fleet = fleet_of(gpus)
+    # every tick's messages simulated before the clock starts, as raw_copy builds its rows first: playing
+    # 10,000 GPUs is the simulator's work, not the pipeline's (the agent's own cost is agent_cpu's)
+    ticks_of = [fleet.sample(t0 + k).to_messages(source="bench-agents", interval_s=1.0, seq=k) for k in range(ticks)]
     cpu0 = time.process_time()
     async with bus.connected(url, name="bench-agents", initial_timeout=10) as nc:
         js = nc.jetstream()
@@ -163,6 +170,7 @@ async def _loadgen(url: str, gpus: int, ticks: int, paced: bool, t0: float, out:
         for inv in fleet.inventories():
             await bus.publish(js, INVENTORY.at("default", inv.node), inv)
         out.put(("ready", time.time()))
+        await asyncio.to_thread(go.get, True, 120)
         first = None
         acks: list[asyncio.Future[bus.PubAck]] = []
         tick_done: list[float] = []
@@ -170,7 +178,7 @@ async def _loadgen(url: str, gpus: int, ticks: int, paced: bool, t0: float, out:
         for k in range(ticks):
             if paced:
                 await asyncio.sleep(max(0.0, wall0 + k - time.monotonic()))
-            for msg in fleet.sample(t0 + k).to_messages(source="bench-agents", interval_s=1.0, seq=k):
+            for msg in ticks_of[k]:
                 if first is None:
                     first = time.time()
                 acks.append(await bus.publish_async(js, channels[msg.node], msg))
@@ -222,6 +230,15 @@ async def wait_ready(nats_url: str, n: int, timeout: float = 60) -> None:
             await asyncio.sleep(0.3)
 
 
+async def inventory_stored(db_url: str, nodes: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    with tsdb.connect(db_url, autocommit=True) as conn:
+        while len({g.node for g in tsdb.list_inventory(conn)}) < nodes:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the collectors did not store {nodes} nodes' inventories in {timeout:g} s")
+            await asyncio.sleep(0.1)
+
+
 async def end_to_end(nats_url: str, db_url: str, *, gpus: int, ticks: int, collectors: int, mode: str,
                      log: Path, servers: dict[str, list[int]], profile_dir: Path | None = None) -> dict[str, Any]:
     """mode: `concurrent` (agents publish as fast as they can while the collectors store), `prefill`
@@ -230,16 +247,22 @@ async def end_to_end(nats_url: str, db_url: str, *, gpus: int, ticks: int, colle
     with tsdb.connect(db_url, autocommit=True) as conn:
         conn.execute("TRUNCATE gpu_samples")
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
+    out, go = ctx.Queue(), ctx.Queue()
     procs: list[subprocess.Popen[bytes]] = []
     try:
         if mode != "prefill":
             procs = start_collectors(collectors, nats_url, db_url, log)
             await wait_ready(nats_url, collectors)
-        gen = ctx.Process(target=loadgen_main, args=(nats_url, gpus, ticks, paced, start_time(), out))
+        gen = ctx.Process(target=loadgen_main, args=(nats_url, gpus, ticks, paced, start_time(), out, go))
         gen.start()
         kind, _ = await asyncio.to_thread(out.get, True, 120)
         assert kind == "ready"
+        if mode != "prefill":
+            # a running fleet's inventories are stored long before its samples flow: without this, a
+            # collector handed a node's first samples before the replica that took its inventory stored
+            # it waits them out with back-off (up to 4,244 redeliveries, the rate halved, run to run)
+            await inventory_stored(db_url, gpus // GPUS_PER_NODE)
+        go.put(True)
         if mode == "prefill":
             kind, gen_report = await asyncio.to_thread(out.get, True, 600)
             procs = start_collectors(collectors, nats_url, db_url, log, profile_dir)
