@@ -174,8 +174,9 @@ def test_an_overdue_pod_is_expected_to_run_as_long_again():
 
 def _two_nodes_full_of_big() -> Planner:
     """n0 and n1 (4 GPUs each) full of big's pods that cannot checkpoint (no reclaim possible),
-    bound at t=1000; those on n0 predicted to end at 1060, those on n1 at 11,000."""
+    bound at t=1000; those on n0 predicted to end at 1060, those on n1 at 11,000. One node may be held."""
     p = _planner("fair-share")
+    p.config = replace(p.config, max_reservations=1)  # none by default
     p.set_node(NodeSpec("n1", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
     for i in range(8):
         req = pod(f"big{i}", "big", checkpointable=False)
@@ -241,7 +242,7 @@ def test_a_pod_is_not_reclaimed_before_its_minimum_runtime_on_the_worlds_clock()
 
 def test_each_starved_tenants_first_wide_pod_holds_its_own_node_and_one_gpu_pods_none():
     p = _two_nodes_full_of_big()
-    p.config = replace(p.config, max_reservations=2)  # one by default
+    p.config = replace(p.config, max_reservations=2)
     p.submit("wide", 0, pod("wide", "small", 4))
     p.submit("pair", 0, pod("pair", "other", 2))
     p.submit("pair-2", 0, pod("pair-2", "other", 2))  # the same tenant's second wide pod waits its turn

@@ -14,3 +14,6 @@ def test_the_service_refuses_an_unknown_order_and_out_of_range_knobs():
         PlacementSettings(queue_order="lottery")
     with pytest.raises(SettingsError, match="STARVED_BELOW"):
         PlacementSettings(starved_below=0.0)
+    with pytest.raises(SettingsError, match="_RESERVATIONS >= 0"):
+        PlacementSettings(reservations=-1)
+    assert PlacementSettings().reservations == 0  # none held unless asked for (see the setting)

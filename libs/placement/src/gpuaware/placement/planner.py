@@ -123,9 +123,9 @@ class PlannerConfig:
     """fair-share: a running pod is not reclaimed before it ran this long (world seconds since its bind)"""
     max_reclaims: int = 4
     """fair-share: reclaims planned per retry pass at most"""
-    max_reservations: int = 1
-    """fair-share: nodes held for starved tenants' wide pods at once (one per tenant, most starved first;
-    on the philly demo four cut allocation from 0.77 to 0.75 and were no fairer)"""
+    max_reservations: int = 0
+    """fair-share: nodes held for starved tenants' wide pods at once (one per tenant, most starved first);
+    none by default: on the philly demo one cut allocation (0.75-0.77 against 0.774) and was no fairer"""
 
 
 @dataclass(slots=True)

@@ -22,7 +22,9 @@ their share, checkpointable (they resume from the checkpoint the binder asks for
 runtime; the session evicts the fewest of them on one node. A victim's tenant dipping under its share
 is not starved for it, so it does not take the GPUs straight back.
 
-Reclaim is not always possible (no node where evictable pods make room); then each starved tenant's
+Reclaim is not always possible (no node where evictable pods make room); then, where the planner's
+``max_reservations`` allows (none by default: on the philly demo a held node cost allocation and
+bought no fairness), each starved tenant's
 first waiting pod wider than one GPU gets a *reservation* (EASY backfilling, as quota's backfill and
 Slurm do it, per node here; a one-GPU pod takes the next GPU freed anywhere, being first in line): the
 node where it fits soonest by the predicted ends of the pods running there (quota's
