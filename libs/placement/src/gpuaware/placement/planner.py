@@ -304,9 +304,10 @@ class Planner:
         return out + got, more
 
     def _fair_pass(self, singles: list[PodEntry], limit: int) -> tuple[list[Outcome], bool]:
-        """The fair-share order's pass: starved tenants' pods first (placed, else reclaiming); each
-        starved tenant's first wide pod still waiting gets a node reserved; then everyone else, shortest
-        predicted first, a reserved node only for pods that end before it is needed (queue_order.py)."""
+        """The fair-share order's pass: starved tenants' pods first (placed, else reclaiming); where
+        ``max_reservations`` allows, starved tenants' first wide pods still waiting get a node held; then
+        everyone else, shortest predicted first, a held node only for pods that end before it is needed
+        (queue_order.py)."""
         assert self.order is not None
         demand = self.order.demand(self.ledger)
         ordered = self.order.sort(singles, demand)
@@ -330,6 +331,8 @@ class Planner:
         node in turn. Nodes held stay held through the starved pods' own pass (a hold only the waiting
         pods of other tenants respected would never drain)."""
         assert self.order is not None
+        if self.config.max_reservations <= 0:
+            return
         heads: dict[str, PodEntry] = {}
         for e in starved:
             if e.phase in (Phase.PARKED, Phase.QUEUED) and e.request is not None and e.request.num_gpu > 1:
