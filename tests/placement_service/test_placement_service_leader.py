@@ -154,7 +154,7 @@ async def test_start_seeds_the_view_from_the_worlds_snapshot(world: World, nats_
         # two pages: nodes 0-1 with the pod, then node 2
         first = req.node_offset == 0
         return WorldSnapshotReply(
-            source="binder/test", emitted_at=0.0, cluster=cluster, world="twin", at=1.0, generation=1,
+            source="binder/test", emitted_at=0.0, cluster=cluster, world="twin", at=5000.0, generation=1,
             nodes=nodes[:2] if first else nodes[2:], pods=(held,) if req.pod_offset == 0 else (),
             total_nodes=3, total_pods=1, next_node_offset=2 if first else None, next_pod_offset=None)
 
@@ -163,6 +163,8 @@ async def test_start_seeds_the_view_from_the_worlds_snapshot(world: World, nats_
     try:
         async with placement(nats_proc.url, cluster, world_snapshot=True) as svc:
             assert sorted(svc.state.specs) == ["w0", "w1", "w2"]
+            # the world's clock is the snapshot's time, not its last bind's (the pod bound at t=1)
+            assert 5000.0 <= svc.state.planner.world_now() < 5060.0
             assert svc.state.ledger.pods["old"].phase == "bound" and svc.state.ledger.cluster.used_gpu_milli == 1000
             svc.state.ledger.check()
             # 6 GPUs, 1 held: five 1-GPU pods fit, none on the held GPU; the sixth waits

@@ -144,8 +144,10 @@ class PlacementState:
         return self._set_node(*convert.node_of(inv))
 
     def apply_world(self, page: WorldSnapshotReply) -> int:
-        """One page of the world's truth: its nodes replace the view's, its bound pods are committed.
-        Returns the number of pods applied."""
+        """One page of the world's truth: its nodes replace the view's, its bound pods are committed,
+        its time is the world's now (a quiet world's latest bind may be hours old). Returns the number
+        of pods applied."""
+        self.planner.world_event(page.at)
         for n in page.nodes:
             self.world_nodes.add(n.name)
             self._set_node(*convert.node_of_world(n))
