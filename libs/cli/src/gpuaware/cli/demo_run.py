@@ -978,8 +978,9 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         for name in [p.name for p in procs.processes
                      if p.name.startswith(("placement", "telemetry-agent-", "health-scoring", "quota", "forecasting"))]:
             exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
-        await asyncio.sleep(1.0)  # a run cut short: decisions already published reach the binder
-        exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))  # (stopped already otherwise)
+        if any(p.name == "binder" for p in procs.processes):  # a run cut short (stopped already otherwise)
+            await asyncio.sleep(1.0)  # decisions already published reach the binder
+            exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
         with contextlib.suppress(Exception):
             for f in followers:
                 await f.sync(timeout=5.0)

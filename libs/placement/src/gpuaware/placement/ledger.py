@@ -57,7 +57,8 @@ class Phase(StrEnum):
 
 
 WAITING = (Phase.PARKED, Phase.HELD, Phase.UNRESOLVABLE, Phase.QUEUED)
-_RETRIED = (Phase.PARKED, Phase.QUEUED)
+RETRIED = (Phase.PARKED, Phase.QUEUED)
+"""the phases a retry pass tries again"""
 HOLDING = (Phase.DECIDED, Phase.BOUND)
 
 
@@ -195,7 +196,7 @@ class Ledger:
 
     def set_phase(self, entry: PodEntry, phase: Phase) -> None:
         entry.phase = phase
-        if phase in _RETRIED:
+        if phase in RETRIED:
             self._waiting[entry.uid] = entry
         else:
             self._waiting.pop(entry.uid, None)
@@ -301,7 +302,7 @@ class Ledger:
         """Pods in `phases`, highest priority first, then oldest first (parked and queued pods are
         indexed: asking for those costs their number, not the ledger's size)."""
         wanted = set(phases)
-        pool = self._waiting.values() if wanted <= set(_RETRIED) else self.pods.values()
+        pool = self._waiting.values() if wanted <= set(RETRIED) else self.pods.values()
         out = [e for e in pool if e.phase in wanted and e.request is not None]
         out.sort(key=lambda e: (-(e.request.priority if e.request else 0), e.seq))
         return out
@@ -471,7 +472,7 @@ class Ledger:
 
     def check(self) -> None:
         """The cluster's ledger matches the holding pods (tests)."""
-        assert set(self._waiting) == {e.uid for e in self.pods.values() if e.phase in _RETRIED}, "waiting index"
+        assert set(self._waiting) == {e.uid for e in self.pods.values() if e.phase in RETRIED}, "waiting index"
         if self.cluster is None:
             return
         self.cluster.check()

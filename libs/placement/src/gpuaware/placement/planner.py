@@ -39,7 +39,7 @@ from gpuaware.placement.explain import PodExplanation, explain, node_class_names
 from gpuaware.placement.frag import TypicalPods
 from gpuaware.placement.framework import Code
 from gpuaware.placement.gang import GangTable
-from gpuaware.placement.ledger import HOLDING, Ledger, Phase, PodEntry
+from gpuaware.placement.ledger import HOLDING, RETRIED, Ledger, Phase, PodEntry
 from gpuaware.placement.model import GpuModel, NodeSpec, PodRequest
 from gpuaware.placement.preempt import Victim
 from gpuaware.placement.queue_order import Reservation, order_for, queue_of
@@ -335,7 +335,7 @@ class Planner:
             return
         heads: dict[str, PodEntry] = {}
         for e in starved:
-            if e.phase in (Phase.PARKED, Phase.QUEUED) and e.request is not None and e.request.num_gpu > 1:
+            if e.phase in RETRIED and e.request is not None and e.request.num_gpu > 1:
                 heads.setdefault(queue_of(e), e)
         if not heads:
             return
@@ -387,7 +387,7 @@ class Planner:
             if len(out) >= self.config.max_reclaims or tries >= 4 * self.config.max_reclaims:
                 break
             req = entry.request
-            if entry.phase not in (Phase.PARKED, Phase.QUEUED) or req is None or (queue_of(entry), req.priority) in nothing:
+            if entry.phase not in RETRIED or req is None or (queue_of(entry), req.priority) in nothing:
                 continue
             victims = self.order.reclaim_victims(entry, holding, demand, now)
             if not victims:
@@ -431,7 +431,7 @@ class Planner:
         not waiting, belongs to a gang (gangs are all-or-none; not reclaimed for yet), or quota's
         victims cannot make room on any one node: it stays parked."""
         entry = self.ledger.pods.get(uid)
-        if (entry is None or entry.request is None or entry.phase not in (Phase.PARKED, Phase.QUEUED)
+        if (entry is None or entry.request is None or entry.phase not in RETRIED
                 or (entry.request.gang_id and entry.request.gang_min_members > 1) or not self.ensure_cluster()):
             return None
         session = self.session()
@@ -546,15 +546,17 @@ class Planner:
             nodes.add(node)
 
     def _excluded(self, pod: PodRequest) -> np.ndarray | None:
-        nodes = set(self.refused.get(pod.name, ()))
-        for r in list(self.reservations.values()):
-            if r.uid == pod.name or self.order is None:
-                continue
-            held = self.ledger.pods.get(r.uid)
-            if held is None or held.phase not in (Phase.PARKED, Phase.QUEUED):
-                del self.reservations[r.uid]  # its pod was placed or left
-            elif not r.admits(self.order.predicted.get(pod.name, self.order.default_s)):
-                nodes.add(r.node)
+        nodes = self.refused.get(pod.name)
+        if self.reservations:  # (none held: nothing copied on the decision path)
+            nodes = set(nodes or ())
+            for r in list(self.reservations.values()):
+                if r.uid == pod.name or self.order is None:
+                    continue
+                held = self.ledger.pods.get(r.uid)
+                if held is None or held.phase not in RETRIED:
+                    del self.reservations[r.uid]  # its pod was placed or left
+                elif not r.admits(self.order.predicted.get(pod.name, self.order.default_s)):
+                    nodes.add(r.node)
         if not nodes or self.ledger.cluster is None:
             return None
         mask = np.zeros(self.ledger.cluster.num_nodes, bool)

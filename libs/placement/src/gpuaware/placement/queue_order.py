@@ -24,11 +24,10 @@ is not starved for it, so it does not take the GPUs straight back.
 
 Reclaim is not always possible (no node where evictable pods make room); then, where the planner's
 ``max_reservations`` allows (none by default: on the philly demo a held node cost allocation and
-bought no fairness), each starved tenant's
-first waiting pod wider than one GPU gets a *reservation* (EASY backfilling, as quota's backfill and
-Slurm do it, per node here; a one-GPU pod takes the next GPU freed anywhere, being first in line): the
-node where it fits soonest by the predicted ends of the pods running there (quota's
-``shadow``), held for it -- a pod that would still run at that time is not placed there, a shorter
+bought no fairness), each starved tenant's first waiting pod wider than one GPU gets a *reservation*
+(EASY backfilling, as quota's backfill and Slurm do it, per node here; a one-GPU pod takes the next
+GPU freed anywhere, being first in line): the node where it fits soonest by the predicted ends of the
+pods running there (quota's ``shadow``), held for it -- a pod that would still run at that time is not placed there, a shorter
 one is (backfill). A running pod past its prediction is expected to run as long again as it has run
 (runtimes are heavy-tailed), so an overdue node is not reserved on a promise already broken.
 

@@ -159,7 +159,6 @@ class PlacementState:
                                                checkpointable=pod.checkpointable)
             self.ledger.bound(pod.pod_uid, attempt, pod.node, slots, request, pod.decision_id or "", pod.bound_at,
                               gpu_mem=pod.slices[0].memory_mib if pod.slices else 0)
-            self.planner.world_event(pod.bound_at)
             self._remember(pod.pod_uid, pod)
             if pod.gang_id:
                 self.planner.gangs.gangs.setdefault(pod.gang_id, Gang(pod.gang_id, 1, placed=True)).placed = True
