@@ -179,6 +179,11 @@ def test_inventory_upsert_replaces_and_roundtrip_ignores_redelivery(conn: psycop
     assert [(g.gpu_uuid, g.mig_mode, g.nvlink_island) for g in listed] == [("GPU-a", True, "island-0"),
                                                                         ("GPU-b", False, None)]
     assert all(g.updated_at is not None for g in listed)
+    # one statement for many GPUs: a GPU named twice (a node announcing twice in one batch) keeps the last
+    moved = [InventoryGpu("GPU-c", "node-2", 0, "A100", 40_960), InventoryGpu("GPU-c", "node-3", 2, "A100", 40_960)]
+    assert upsert_inventory(conn, moved) == 1
+    assert [(g.node, g.gpu_index) for g in list_inventory(conn, node="node-3")] == [("node-3", 2)]
+    assert upsert_inventory(conn, []) == 0
 
     assert store_roundtrip(conn, "msg-1", "demo.ping.v1", {"n": 1}) is True
     assert store_roundtrip(conn, "msg-1", "demo.ping.v1", {"n": 2}) is False

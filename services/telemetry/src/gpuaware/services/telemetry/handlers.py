@@ -5,7 +5,7 @@ the agents published them (an agent announces its inventory before its first sam
 rarely meets a node the collector does not know yet). Dispositions, as exceptions (gpuaware.bus):
 
     message                         outcome
-    NodeInventory                   upserted, the node's GPUs become known; then ack
+    NodeInventory                   the node's GPUs known at once; a batch's changed nodes upserted together; ack
     GpuSampled, valid               queued for the next COPY; ack once committed
     GpuSampled, refused             dead letter with the reason (`check_batch` codes), counted per code;
                                     "no inventory yet" / "unknown GPU" wait `inventory_attempts` first
@@ -113,8 +113,9 @@ class CollectorHandlers:
         # (every agent announces at once when a cluster starts)
         self._small_writes = asyncio.Semaphore(max(1, settings.pool_size - settings.writers))
         self._waiting: dict[int, tuple[float, list[bus.Delivery]]] = {}
-        self._stored_inventory: dict[str, list[tsdb.InventoryGpu]] = {}
-        """per node, the inventory rows this process last upserted"""
+        self._stored_inventory: dict[str, frozenset[tsdb.InventoryGpu]] = {}
+        """per node, the inventory rows the database holds as far as this process knows (read at start,
+        then what it upserted), without their ``updated_at``"""
         self._reload: asyncio.Future[None] | None = None
         self._reloaded_at = 0.0
         self._heartbeat_task = asyncio.create_task(self._heartbeat(), name="telemetry-in-progress")
@@ -124,17 +125,23 @@ class CollectorHandlers:
         replica of the durable (each inventory message reaches one replica only)."""
         async with self._small_writes, self.pool.connection() as conn:
             rows = await tsdb.list_inventory_async(conn)
-        by_node: dict[str, set[str]] = {}
+        by_node: dict[str, set[tsdb.InventoryGpu]] = {}
         for r in rows:
-            by_node.setdefault(r.node, set()).add(r.gpu_uuid)
+            by_node.setdefault(r.node, set()).add(r._replace(updated_at=None))
             self.gpu_index[r.gpu_uuid] = r.gpu_index
-        self.known.update({node: frozenset(gpus) for node, gpus in by_node.items()})
+        self.known.update({node: frozenset(g.gpu_uuid for g in gpus) for node, gpus in by_node.items()})
+        # a restarted collector re-reading a stream of announcements rewrites none that stand already
+        self._stored_inventory.update({node: frozenset(gpus) for node, gpus in by_node.items()})
 
     # --- dispatch --------------------------------------------------------------------------------
     async def handle_batch(self, msgs: Sequence[Any], deliveries: Sequence[bus.Delivery]) -> dict[int, Exception]:
-        """A pulled batch at once: inventories and usage reports applied in order, the valid sample
-        batches written by one COPY, each refused or failed member given its own fate."""
+        """A pulled batch at once: its inventories known before anything waits and upserted together,
+        usage reports applied in order, the valid sample batches written by one COPY, each refused or
+        failed member given its own fate."""
         failures: dict[int, Exception] = {}
+        nodes = [i for i, msg in enumerate(msgs) if isinstance(msg, NodeInventory)]
+        if nodes:
+            failures.update(await self.on_inventories([msgs[i] for i in nodes], nodes))
         samples: list[GpuSampled] = []
         where: list[int] = []
         for i, (msg, delivery) in enumerate(zip(msgs, deliveries, strict=True)):
@@ -143,8 +150,8 @@ class CollectorHandlers:
                     await self._check_sampled(msg, delivery)
                     samples.append(msg)
                     where.append(i)
-                elif isinstance(msg, NodeInventory):
-                    await self.on_inventory(msg, delivery)
+                elif isinstance(msg, NodeInventory):  # GPUs it no longer announces: refused from here on
+                    self.known[msg.node] = frozenset(g.uuid for g in msg.gpus)
                 elif isinstance(msg, PodUsageReported):
                     await self.on_usage(msg, delivery)
             except Exception as exc:
@@ -204,18 +211,31 @@ class CollectorHandlers:
                         with contextlib.suppress(Exception):  # a lost heartbeat only risks a harmless redelivery
                             await delivery.in_progress()
 
-    async def on_inventory(self, inv: NodeInventory, _delivery: bus.Delivery) -> None:
-        # known before the first await, so samples handled right after this message pass the check
-        self.known[inv.node] = frozenset(g.uuid for g in inv.gpus)
-        for g in inv.gpus:
-            self.gpu_index[g.uuid] = g.index
-        rows = [tsdb.InventoryGpu(gpu_uuid=g.uuid, node=inv.node, gpu_index=g.index, model=g.model,
-                                  memory_mib=g.memory_mib, mig_mode=g.mig_mode == MigMode.ENABLED,
-                                  nvlink_island=g.nvlink_island, numa_node=g.numa_node) for g in inv.gpus]
-        if self._stored_inventory.get(inv.node) == rows:
-            return  # agents re-announce every few minutes: what this process stored already stands
-        await self._db(tsdb.upsert_inventory_async, rows)
-        self._stored_inventory[inv.node] = rows
+    async def on_inventories(self, inventories: Sequence[NodeInventory], where: Sequence[int]) -> dict[int, Exception]:
+        """Every node of the batch known at once, before the first await: a pull loop handling the
+        same nodes' samples meanwhile finds them (one by one, a cluster's start-up announcements kept
+        the other loops' samples bouncing for want of an inventory being written). Until the batch's
+        samples up to its announcement are checked, a node's old GPUs count too (`handle_batch`). Changed
+        nodes are upserted in one statement; if it fails, each of these members gets that fate."""
+        rows: dict[str, frozenset[tsdb.InventoryGpu]] = {}
+        for inv in inventories:
+            self.known[inv.node] = self.known.get(inv.node, frozenset()) | {g.uuid for g in inv.gpus}
+            for g in inv.gpus:
+                self.gpu_index[g.uuid] = g.index
+            rows[inv.node] = frozenset(tsdb.InventoryGpu(
+                gpu_uuid=g.uuid, node=inv.node, gpu_index=g.index, model=g.model, memory_mib=g.memory_mib,
+                mig_mode=g.mig_mode == MigMode.ENABLED, nvlink_island=g.nvlink_island, numa_node=g.numa_node)
+                for g in inv.gpus)
+        # agents re-announce every few minutes: what the database holds already stands
+        changed = {node: r for node, r in rows.items() if self._stored_inventory.get(node) != r}
+        if not changed:
+            return {}
+        try:
+            await self._db(tsdb.upsert_inventory_async, [row for r in changed.values() for row in r])
+        except Exception as exc:
+            return dict.fromkeys(where, exc)
+        self._stored_inventory.update(changed)
+        return {}
 
     async def on_usage(self, report: PodUsageReported, _delivery: bus.Delivery) -> None:
         rows = [tsdb.PodUsage(window_start=_ts(report.window_start), window_s=report.window_s, node=report.node,
