@@ -60,11 +60,15 @@ class Channel(Generic[T]):
     type: type[T]
     id_of: Callable[[T], str] | None = None
     decoder: msgspec.json.Decoder = field(init=False, repr=False, compare=False)
+    _version: tuple[int, str] | None = field(init=False, repr=False, compare=False)
+    """where the subject's version token is, and the token (checked for every message received)"""
 
     def __post_init__(self) -> None:
         if not self.subject or " " in self.subject:
             raise ValueError(f"invalid subject {self.subject!r}")
         object.__setattr__(self, "decoder", decoder_for(self.type))
+        at = self._version_at()
+        object.__setattr__(self, "_version", None if at is None else (at, self.subject.split(".")[at]))
 
     def at(self, *tokens: str) -> Channel[T]:
         """The same channel on `subject.token1.token2...` (tokens must not contain dots)."""
@@ -92,11 +96,10 @@ class Channel(Generic[T]):
 
     def foreign_version(self, subject: str) -> str | None:
         """Why a message on ``subject`` is not this channel's version, or None when it is."""
-        at = self._version_at()
-        if at is None:
+        if self._version is None:
             return None
-        mine = self.subject.split(".")[at]
-        theirs = subject.split(".")
+        at, mine = self._version
+        theirs = subject.split(".", at + 1)
         if at < len(theirs) and theirs[at] != mine and theirs[at] != "*":
             return (f"version {theirs[at]} of {'.'.join(theirs[:at])} is not supported here "
                     f"(this consumer reads {mine})")

@@ -14,7 +14,9 @@ later, retired pages before); ``retired_pages`` is also stored as reported. See 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
+from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -47,39 +49,38 @@ class ColumnBatch(NamedTuple):
         return len(self.ts)
 
 
+_METRICS: tuple[str, ...] = (*METRIC_COLUMNS, "anomaly_flags")
+_KINDS: tuple[str, ...] = tuple(COLUMNS[name].kind if name in COLUMNS else "i" for name in _METRICS)
+_METRICS_OF = operator.attrgetter(*_METRICS)
+
+
 def _array(kind: str, values: list[Any]) -> np.ndarray:
     if kind == "f":
-        if None in values:
-            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-        return np.array(values, dtype=np.float64)
-    if None in values:
+        return np.array(values, dtype=np.float64)  # None becomes NaN
+    try:
+        return np.array(values, dtype=np.int64)
+    except TypeError:  # a None: not a number
         return np.array([-1 if v is None else v for v in values], dtype=np.int64)
-    return np.array(values, dtype=np.int64)
 
 
 def to_columns(batches: Sequence[GpuSampled]) -> ColumnBatch:
-    """Concatenate ``batches`` into table columns (rows in batch order, GPUs in batch order)."""
+    """Concatenate ``batches`` into table columns (rows in batch order, GPUs in batch order).
+
+    The per-batch work is one attribute fetch of all metrics at once; each metric is then joined
+    over the batches and converted by numpy, in C."""
     sizes = [len(b.gpu_uuid) for b in batches]
     ts = np.repeat(np.array([b.sampled_at for b in batches], dtype=np.float64), sizes)
-    node: list[str] = []
-    uuids: list[str] = []
-    for b, n in zip(batches, sizes, strict=True):
-        node += [b.node] * n
-        uuids += b.gpu_uuid
+    node = list(chain.from_iterable(map(repeat, (b.node for b in batches), sizes)))
+    uuids = list(chain.from_iterable(b.gpu_uuid for b in batches))
     metrics: dict[str, np.ndarray] = {}
-    for name in (*METRIC_COLUMNS, "anomaly_flags"):
-        kind = COLUMNS[name].kind if name in COLUMNS else "i"
-        values: list[Any] = []
-        present = False
-        for b, n in zip(batches, sizes, strict=True):
-            col = getattr(b, name)
-            if col:
-                values += col
-                present = True
-            else:
-                values += [None] * n
-        if present:
-            metrics[DB_COLUMN_OF[name]] = _array(kind, values)
+    for name, kind, columns in zip(_METRICS, _KINDS, zip(*map(_METRICS_OF, batches), strict=True), strict=False):
+        if all(columns):
+            values = list(chain.from_iterable(columns))
+        elif any(columns):  # some agents do not collect it: None (NULL) for their GPUs
+            values = list(chain.from_iterable(c or repeat(None, n) for c, n in zip(columns, sizes, strict=True)))
+        else:
+            continue
+        metrics[DB_COLUMN_OF[name]] = _array(kind, values)
     remapped = metrics.get("retired_rows")
     pages = metrics.get("retired_pages")
     if pages is not None:

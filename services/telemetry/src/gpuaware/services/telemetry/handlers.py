@@ -42,7 +42,7 @@ from gpuaware.schemas import (
 )
 from gpuaware.services.telemetry.collector import Maintenance, SampleWriter, Watermark
 from gpuaware.services.telemetry.settings import CollectorSettings
-from gpuaware.telemetry import check_batch
+from gpuaware.telemetry import Rejection, check_batch
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +144,16 @@ class CollectorHandlers:
             failures.update(await self.on_inventories([msgs[i] for i in nodes], nodes))
         samples: list[GpuSampled] = []
         where: list[int] = []
+        known = self.known if self.settings.require_inventory else None
+        now = self.clock()
         for i, (msg, delivery) in enumerate(zip(msgs, deliveries, strict=True)):
             try:
                 if isinstance(msg, GpuSampled):
-                    await self._check_sampled(msg, delivery)
+                    if delivery.attempt > 1:
+                        self.redeliveries += 1
+                    rejection = check_batch(msg, known=known, now=now, limits=self.limits)
+                    if rejection is not None:
+                        await self._refused(msg, delivery, rejection)
                     samples.append(msg)
                     where.append(i)
                 elif isinstance(msg, NodeInventory):  # GPUs it no longer announces: refused from here on
@@ -171,17 +177,16 @@ class CollectorHandlers:
                                       delay=min(self.settings.retry_cap_s, 2.0 ** min(attempt, 10)))
         return exc
 
-    async def _check_sampled(self, batch: GpuSampled, delivery: bus.Delivery) -> None:
-        """Raise the batch's fate when it cannot be stored (yet): `check_batch`'s verdict."""
+    async def _refused(self, batch: GpuSampled, delivery: bus.Delivery, rejection: Rejection) -> None:
+        """Raise the fate of a batch `check_batch` refused; one that named a node or GPU this process
+        does not know is checked again after reloading the inventory, and returns if it now passes."""
         s = self.settings
-        if delivery.redelivered:
-            self.redeliveries += 1
-        rejection = check_batch(batch, known=self.known if s.require_inventory else None, now=self.clock(),
-                                limits=self.limits)
-        if rejection is not None and rejection.code in ("no_inventory", "unknown_gpu"):
+        verdict: Rejection | None = rejection
+        if rejection.code in ("no_inventory", "unknown_gpu"):
             await self._reload_inventory()
-            rejection = check_batch(batch, known=self.known, now=self.clock(), limits=self.limits)
-        if rejection is not None:
+            verdict = check_batch(batch, known=self.known, now=self.clock(), limits=self.limits)
+        if verdict is not None:
+            rejection = verdict
             waits = rejection.code in ("no_inventory", "unknown_gpu")
             if waits and delivery.attempt < s.inventory_attempts:
                 # doubling waits (1, 2, 4 ... s): the inventory may sit unacknowledged at a replica that
