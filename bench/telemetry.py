@@ -58,7 +58,8 @@ from profile_summary import summarise
 from gpuaware import bus, tsdb
 from gpuaware.devstack import start_nats, start_postgres
 from gpuaware.gpu import FleetNode, FleetSpec, ManualClock, PodLoad, SimulatedFleet, UtilTrace
-from gpuaware.schemas import GPU_SAMPLED, NODE_INVENTORY, STREAMS, TELEMETRY, GpuSampled, NodeInventory
+from gpuaware.schemas import NODE_INVENTORY, STREAMS, TELEMETRY, NodeInventory
+from gpuaware.services.telemetry.agent import SAMPLED  # the agents' channel, as they publish
 from gpuaware.services.telemetry.settings import CollectorSettings
 from gpuaware.telemetry import AdaptivePolicy, NodeEdge, to_columns
 
@@ -67,7 +68,6 @@ PROFILE = RESULTS.with_name("telemetry_profile.txt")
 REPO = Path(__file__).resolve().parents[1]
 METRICS_PER_ROW = 25
 GPUS_PER_NODE = 8
-SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
 INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 COLLECTOR_DURABLE = CollectorSettings().durable
 

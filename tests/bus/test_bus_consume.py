@@ -106,6 +106,22 @@ async def test_same_msg_id_is_stored_once(js, stream, channel, names: Names) -> 
     assert (await js.stream_info(stream)).state.messages == 3
 
 
+async def test_a_channel_without_dedupe_sends_no_id_and_no_header(js, stream, names: Names) -> None:
+    """High-rate samples: no Nats-Msg-Id (nothing would retry them), so no header at all; identical
+    messages are both stored, for the consumer's natural key to dedupe. An explicit id still counts."""
+    plain = bus.Channel(names.subject, Sample, dedupe=False)
+    assert not plain.at("n1").dedupe
+    s = Sample(id="same", gpu="g", util=5.0)
+    acks = [await bus.publish(js, plain, s), await (await bus.publish_async(js, plain, s))]
+    assert [(a.duplicate, a.msg_id) for a in acks] == [(False, ""), (False, "")]
+    assert (await js.stream_info(stream)).state.messages == 2
+    named = await bus.publish(js, plain, s, msg_id="given")
+    again = await bus.publish(js, plain, s, msg_id="given")
+    assert (named.msg_id, named.duplicate, again.duplicate) == ("given", False, True)
+    stored = [await js.get_msg(stream, seq) for seq in (1, 2, 3)]
+    assert [m.headers for m in stored] == [None, None, {bus.MSG_ID: "given"}]
+
+
 async def test_garbage_and_schema_violations_are_dead_lettered_and_consumer_keeps_serving(
         nc, js, stream, channel, names: Names) -> None:
     dead = await collect_dead_letters(nc, names.subject)

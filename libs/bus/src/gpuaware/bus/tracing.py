@@ -30,9 +30,12 @@ def _tracer() -> trace.Tracer | None:
     one, a span would be a non-recording copy of its parent's context, so skipping it carries
     exactly the same headers and saves ~30 µs per message on the telemetry path.
     """
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        return None
-    return trace.get_tracer(_TRACER_NAME)
+    return trace.get_tracer(_TRACER_NAME) if recording() else None
+
+
+def recording() -> bool:
+    """Whether spans are recorded (an SDK is installed); without, only the context is carried."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def inject(headers: MutableMapping[str, str]) -> MutableMapping[str, str]:

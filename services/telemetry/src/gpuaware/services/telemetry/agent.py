@@ -71,7 +71,8 @@ from gpuaware.telemetry import AllocationLedger, NodeEdge, PodAlloc, allocations
 
 log = logging.getLogger(__name__)
 
-SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
+# no message id: a sample is never re-published, and the collector stores it once by (gpu_uuid, ts)
+SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled, dedupe=False)
 INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 USAGE = bus.Channel(POD_USAGE_REPORTED, PodUsageReported)
 BinderEvent = PodBound | PodFinished | PodPreempted | PodPending | PodBindFailed
