@@ -44,6 +44,7 @@ import msgspec
 import numpy as np
 from machine_info import load_average
 from machine_info import machine as shared_machine
+from profile_summary import summarise
 
 from gpuaware import bus
 from gpuaware.devstack import start_nats
@@ -56,6 +57,7 @@ from gpuaware.schemas.streams import STREAMS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "loop.json"
+PROFILE = ROOT / "bench" / "results" / "loop_profile.txt"
 CLUSTER = "bench"
 BAR = {"pods_per_s": 500, "p99_ms": 20.0, "goal_pods_per_s": 1000}
 
@@ -345,6 +347,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["runs"] = runs
             report["verdicts"] = dict(world.verdicts)
             report["pods_finished_by_world"] = world.finished
+            report["decisions"] = len(world.decided)
             report["by_rate"] = by_rate(runs)
             # a rate counts when it kept up in every repeat and its median p99 is within the bar
             kept = [r["offered_per_s"] for r in report["by_rate"] if r["keeps_up_every_time"]]
@@ -397,7 +400,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=128, help="placement's pending pull batch")
     ap.add_argument("--policy", default="", help="placement policy (default: the service's)")
     ap.add_argument("--out", default=str(RESULTS))
-    ap.add_argument("--profile", default="", help="run placement under cProfile, writing this file")
+    ap.add_argument("--profile", default="", help="run placement under cProfile, writing this file, and its "
+                    "summary to bench/results/loop_profile.txt (a profiled run is slower: not for the figures)")
     ap.add_argument("--repeat", type=int, default=3, help="run the whole rate series this many times")
     args = ap.parse_args()
     args.rates = [float(x) for x in args.rates.split(",") if x]
@@ -412,6 +416,12 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")
+    if args.profile:  # written by the service when it stopped
+        rates = "/".join(f"{r:g}" for r in args.rates)
+        PROFILE.write_text(summarise(Path(args.profile), per="decision", count=report.get("decisions", 0),
+                                     title=f"placement service at {rates} pods/s offered ({report.get('decisions', 0):,} "
+                                           "decisions, start-up included), one process, cProfile"))
+        print(f"wrote {PROFILE.relative_to(ROOT)}")
     return 0
 
 

@@ -17,6 +17,10 @@ nats-server and a PostgreSQL in a temporary folder):
                 nodes.
   drain         the collectors' own rate: the same ticks are published first, then the collectors
                 start and empty the stream (timed from the first row stored to the last).
+  rounds        raw COPY, saturated and drain run `--rounds` times in a row (default 3), each ratio against
+                its own round's raw COPY; the round with the median ratio is reported per path, every
+                round's ratios beside it. Progress is read from the durable consumer's acks (the
+                collectors ack only what committed), the rows counted in the database once at the end.
   paced         the acceptance case in real time: the same fleet at 1 Hz (`--gpus` GPU rows per
                 second) for `--paced-seconds`; the collector keeps up if the last tick is stored
                 within 2 s of being published.
@@ -41,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import multiprocessing as mp
 import os
 import subprocess
@@ -136,6 +141,7 @@ def raw_copy(url: str, gpus: int, ticks: int) -> dict[str, Any]:
     encode_s = time.perf_counter() - started
     rows = sum(len(b.gpu_uuid) for b in batches)
     with tsdb.connect(url) as conn:
+        conn.execute("TRUNCATE gpu_samples")  # a previous round's rows share these seconds
         tsdb.ensure_partitions(conn, tsdb.SampleColumns(*to_columns(batches[:1])).days())
         conn.commit()
         started = time.perf_counter()
@@ -498,16 +504,29 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             js = nc.jetstream()
             for spec in STREAMS:
                 await bus.ensure_stream(js, spec)
-        print(f"raw COPY of {args.gpus:,} GPUs x {args.raw_ticks} ticks ...", flush=True)
-        report["raw_copy"] = raw_copy(pg.url, args.gpus, args.raw_ticks)
         servers = {"nats": [nats.pid], "postgres": [pg.pid]}
         log = tmp / "collectors.log"
-        for mode, ticks in (("saturated", args.ticks), ("drain", args.ticks), ("paced", args.paced_seconds)):
-            print(f"end to end, {mode}: {args.gpus:,} GPUs x {ticks} ticks, {args.collectors} collector(s) ...",
-                  flush=True)
-            report[mode] = await end_to_end(nats.url, pg.url, gpus=args.gpus, ticks=ticks, collectors=args.collectors,
-                                            mode={"saturated": "concurrent", "drain": "prefill"}.get(mode, mode),
-                                            log=log, servers=servers)
+        rounds = []
+        for k in range(args.rounds):
+            print(f"round {k + 1}/{args.rounds}: raw COPY of {args.gpus:,} GPUs x {args.raw_ticks} ticks, then end "
+                  f"to end saturated and drain, {args.gpus:,} GPUs x {args.ticks} ticks, {args.collectors} "
+                  "collector(s) ...", flush=True)
+            raw = raw_copy(pg.url, args.gpus, args.raw_ticks)
+            runs = {mode: await end_to_end(nats.url, pg.url, gpus=args.gpus, ticks=args.ticks,
+                                           collectors=args.collectors, mode=how, log=log, servers=servers)
+                    for mode, how in (("saturated", "concurrent"), ("drain", "prefill"))}
+            rounds.append({"raw_copy": raw, **runs} | {
+                f"{mode}_vs_raw_copy": runs[mode]["rows_per_s"] / raw["rows_per_s"] for mode in runs})
+        report["rounds"] = rounds
+        # the round with the median ratio stands for each path (its own raw COPY beside it)
+        median = {mode: sorted(rounds, key=lambda r, m=mode: r[f"{m}_vs_raw_copy"])[len(rounds) // 2]
+                  for mode in ("saturated", "drain")}
+        report["raw_copy"] = median["saturated"]["raw_copy"]
+        for mode in ("saturated", "drain"):
+            report[mode] = median[mode][mode] | {"vs_raw_copy": median[mode][f"{mode}_vs_raw_copy"]}
+        print(f"end to end, paced: {args.gpus:,} GPUs x {args.paced_seconds} ticks ...", flush=True)
+        report["paced"] = await end_to_end(nats.url, pg.url, gpus=args.gpus, ticks=args.paced_seconds,
+                                           collectors=args.collectors, mode="paced", log=log, servers=servers)
         print(f"agent CPU for {args.agent_seconds} s ...", flush=True)
         report["agent_cpu"] = await agent_cpu(nats.url, args.agent_seconds)
         print("adaptive vs fixed ...", flush=True)
@@ -522,7 +541,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                          title=f"collector alone draining {run['messages']:,} sample messages "
                                                f"({GPUS_PER_NODE} GPUs each), one process, cProfile"))
             print(f"wrote {PROFILE.relative_to(REPO)}")
-        report["ratio_e2e_to_raw_copy"] = report["saturated"]["rows_per_s"] / report["raw_copy"]["rows_per_s"]
+        report["ratio_e2e_to_raw_copy"] = report["saturated"]["vs_raw_copy"]
+        report["ratio_drain_to_raw_copy"] = report["drain"]["vs_raw_copy"]
+        report["sizing"] = sizing(report["saturated"])
         report["acceptance"] = acceptance(report)
         out = Path(args.out).resolve()
         shown = str(out.relative_to(REPO)) if out.is_relative_to(REPO) else out.name  # never a machine's path
@@ -542,14 +563,32 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def sizing(run: dict[str, Any]) -> dict[str, Any]:
+    """Collectors a fleet needs at 1 Hz, from the collectors' measured CPU per row (the saturated run:
+    collectors started before the clock, so no start-up in it), each kept at half a core or less."""
+    per_row_us = 1e6 * run["cpu_s"]["collector"] / run["rows_stored"]
+    db_per_row_us = 1e6 * run["cpu_s"]["postgres"] / run["rows_stored"]
+    rows_per_core = 1e6 / per_row_us
+    return {"collector_cpu_us_per_row": round(per_row_us, 2), "rows_per_s_per_collector_core": round(rows_per_core),
+            "postgres_cpu_us_per_row": round(db_per_row_us, 2),
+            "collectors_at_half_a_core": {f"{g:,} GPUs at 1 Hz": max(1, math.ceil(g / (rows_per_core / 2)))
+                                          for g in (10_000, 100_000)},
+            "postgres_cores": {f"{g:,} GPUs at 1 Hz": round(g * db_per_row_us / 1e6, 2) for g in (10_000, 100_000)}}
+
+
 def acceptance(r: dict[str, Any]) -> dict[str, Any]:
-    """The issue's acceptance numbers, measured values next to the bar."""
-    runs = [r[k] for k in ("saturated", "drain", "paced")]
+    """The issues' acceptance numbers, measured values next to the bar (ratios: the median round)."""
+    runs = [r["paced"]] + [x[k] for x in r["rounds"] for k in ("saturated", "drain")]
     return {
         "e2e_samples_per_s": round(r["saturated"]["samples_per_s"]),
         "bar_250k_met": r["saturated"]["samples_per_s"] >= 250_000,
         "goal_1m_met": r["saturated"]["samples_per_s"] >= 1_000_000,
         "e2e_vs_raw_copy": round(r["ratio_e2e_to_raw_copy"], 3),
+        "e2e_vs_raw_copy_every_round": [round(x["saturated_vs_raw_copy"], 3) for x in r["rounds"]],
+        "e2e_goal_0.4_met": r["ratio_e2e_to_raw_copy"] >= 0.4,
+        "drain_vs_raw_copy": round(r["ratio_drain_to_raw_copy"], 3),
+        "drain_vs_raw_copy_every_round": [round(x["drain_vs_raw_copy"], 3) for x in r["rounds"]],
+        "drain_goal_0.5_met": r["ratio_drain_to_raw_copy"] >= 0.5,
         "zero_loss": all(x["lost"] == 0 and x["duplicated"] == 0 and not x["dead_lettered"] for x in runs),
         "paced_10k_gpus_1hz_keeps_up": (r["paced"].get("last_tick_lag_s") or 99) < 2.0,
         "agent_core_pct": {m: round(r["agent_cpu"][m]["core_pct"], 3) for m in ("adaptive", "fixed")},
@@ -584,7 +623,8 @@ def show(r: dict[str, Any]) -> None:
             notes = f"1 Hz x {e['ticks']} s; last tick stored {e.get('last_tick_lag_s', float('nan')):.2f} s after " \
                     f"publish; max {e.get('max_rows_behind', 0):,} rows behind"
         t.add_row(labels[name], f"{e['rows_per_s']:,.0f}", f"{e['samples_per_s']:,.0f}",
-                  f"{e['rows_per_s'] / raw['rows_per_s']:.2f}", f"{e['rows_stored']:,}", str(e["lost"]),
+                  f"{e.get('vs_raw_copy', e['rows_per_s'] / raw['rows_per_s']):.2f}", f"{e['rows_stored']:,}",
+                  str(e["lost"]),
                   str(e["duplicated"]), str(e["dead_lettered"]), notes)
     console.print(t)
     a = r["agent_cpu"]
@@ -605,6 +645,7 @@ def show(r: dict[str, Any]) -> None:
         t3.add_row(trace, f"{x['nodes']} x {x['seconds']}", f"{x['fixed_messages']:,}", f"{x['adaptive_messages']:,}",
                    f"{x['message_ratio']:.1f}x", f"{x['row_ratio']:.1f}x")
     console.print(t3)
+    console.print("sizing:", r["sizing"])
     console.print("acceptance:", r["acceptance"])
 
 
@@ -612,6 +653,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpus", type=int, default=10_000, help="GPUs of the simulated cluster (8 per node)")
     p.add_argument("--ticks", type=int, default=30, help="ticks (seconds of samples) in the saturated run")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds of raw COPY + saturated + drain; the median round's ratios are reported (one "
+                        "4-second run moves by +-5 %% with what else the 2 cores do)")
     p.add_argument("--raw-ticks", type=int, default=20, help="ticks in the raw COPY measurement")
     p.add_argument("--paced-seconds", type=int, default=20, help="duration of the 1 Hz real-time run")
     p.add_argument("--collectors", type=int, default=2,

@@ -11,7 +11,8 @@ import pytest
 from gpuaware.tsdb import ChecksumMismatchError, MigrationError, applied_migrations, load_migrations, migrate
 from gpuaware.tsdb.migrator import default_source, load_catalog
 
-ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012"]
+ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
+                "0013"]
 
 
 def _copy_migrations(dest: Path) -> Path:
@@ -52,7 +53,8 @@ def test_first_run_applies_everything_in_order_and_second_run_is_a_no_op(fresh_d
                     ("0006", "samples_contract_columns", "common", 64, True),
                     ("0007", "pod_usage", "common", 64, True), ("0008", "window_rollups", "common", 64, True),
                     ("0009", "placement_events", "common", 64, True), ("0010", "health", "native", 64, True),
-                    ("0011", "quota", "common", 64, True), ("0012", "forecast", "common", 64, True)]
+                    ("0011", "quota", "common", 64, True), ("0012", "forecast", "common", 64, True),
+                    ("0013", "maintenance_lock", "native", 64, True)]
 
 
 def test_an_edited_applied_migration_is_rejected_naming_the_file(fresh_database_url: str, tmp_path: Path) -> None:
@@ -82,7 +84,7 @@ def test_a_failing_migration_names_its_file_and_leaves_nothing_half_applied(
     (source / "0099_broken.sql").write_text("CREATE TABLE half (id int);\nSELECT no_such_function();\n")
     with pytest.raises(MigrationError, match=r"0099_broken\.sql.*no_such_function"):
         migrate(fresh_database_url, source=source)
-    assert applied_migrations(fresh_database_url) == ALL_VERSIONS  # 0001-0012 committed one by one
+    assert applied_migrations(fresh_database_url) == ALL_VERSIONS  # 0001-0013 committed one by one
     with psycopg.connect(fresh_database_url) as conn:
         assert conn.execute("SELECT to_regclass('half')").fetchone() == (None,)
 
@@ -130,7 +132,7 @@ def test_a_malformed_migration_folder_is_rejected(tmp_path: Path, files: list[st
 def test_a_pending_version_older_than_an_applied_one_is_an_error(migrated_url: str) -> None:
     with psycopg.connect(migrated_url, autocommit=True) as conn:
         conn.execute("DELETE FROM schema_migrations WHERE version = '0004'")
-    with pytest.raises(MigrationError, match=r"0004_rollups\.native\.sql: not applied, but the later 0012"):
+    with pytest.raises(MigrationError, match=r"0004_rollups\.native\.sql: not applied, but the later 0013"):
         migrate(migrated_url)
 
 

@@ -117,3 +117,35 @@ def test_writers_racing_into_a_new_day_create_its_partition_once(migrated_url: s
     with psycopg.connect(migrated_url) as conn:
         assert [p.name for p in list_partitions(conn)] == ["gpu_samples_default", "gpu_samples_p20250401"]
         assert conn.execute("SELECT count(*) FROM gpu_samples_p20250401").fetchone() == (200 * writers,)
+
+
+def test_replicas_maintaining_at_once_never_deadlock(migrated_url: str) -> None:
+    """Two collectors start together and both run a pass while stray rows wait in the default partition:
+    one pass read the default partition and then waited for the parent, while the other, holding the
+    parent, waited to attach a partition (which locks the default one). Passes now queue instead."""
+    errors: list[BaseException] = []
+    for day in range(1, 9):
+        with psycopg.connect(migrated_url, autocommit=True) as conn, conn.transaction():
+            copy_rows(conn, "gpu_samples", SAMPLE_COLUMNS,  # raw COPY: lands in the default partition
+                      [tuple(sample(f"2025-05-{day:02d} 08:00:00", gpu=f"GPU-{day}"))], types=SAMPLE_PG_TYPES)
+        barrier = threading.Barrier(2)
+
+        def maintain(now: str, barrier: threading.Barrier = barrier) -> None:
+            with psycopg.connect(migrated_url, autocommit=True) as conn:
+                barrier.wait()
+                try:
+                    maintain_partitions(conn, now=at(now), ahead_days=2, retention=timedelta(days=400))
+                except BaseException as exc:  # collected and asserted below
+                    errors.append(exc)
+
+        # each pass has days of its own to premake, so both attach partitions
+        threads = [threading.Thread(target=maintain, args=(f"2025-{month}-{3 * day:02d} 12:00:00",))
+                   for month in ("06", "07")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert errors == []
+    with psycopg.connect(migrated_url) as conn:
+        assert conn.execute("SELECT count(*) FROM gpu_samples_default").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM gpu_samples").fetchone() == (8,)

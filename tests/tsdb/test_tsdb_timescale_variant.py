@@ -74,7 +74,8 @@ def test_timescale_plan_runs_the_extension_statements_and_no_native_ones() -> No
                                           "0004_rollups.timescale.sql", "0005_bus_roundtrip.sql",
                                           "0006_samples_contract_columns.sql", "0007_pod_usage.sql",
                                           "0008_window_rollups.sql", "0009_placement_events.sql",
-                                          "0010_health.timescale.sql", "0011_quota.sql", "0012_forecast.sql"]
+                                          "0010_health.timescale.sql", "0011_quota.sql", "0012_forecast.sql",
+                                          "0013_maintenance_lock.timescale.sql"]
     text = "\n".join(m.sql for m in plan)
     for statement in [
         "CREATE EXTENSION IF NOT EXISTS timescaledb;",
@@ -189,7 +190,8 @@ def stubbed_timescale_url(postgres_server, tmp_path: Path) -> Iterator[str]:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(STUBS)
     assert migrate(url, backend="timescale", source=source) == ["0001", "0002", "0003", "0004", "0005", "0006",
-                                                                "0007", "0008", "0009", "0010", "0011", "0012"]
+                                                                "0007", "0008", "0009", "0010", "0011", "0012",
+                                                                "0013"]
     yield url
     with psycopg.connect(postgres_server.admin_url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
