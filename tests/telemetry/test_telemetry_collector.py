@@ -1,4 +1,5 @@
-"""The collector against real servers: bad input, rollups, a collector killed mid-stream, a database outage.
+"""The collector against real servers: bad input, rollups, two replicas sharing a stream, a collector killed
+mid-stream, a database outage.
 
 The database outage lasts 30 seconds, as the acceptance list asks: COPYs are held and retried in
 place, then handed back for redelivery, and the pool reconnects when PostgreSQL returns.
@@ -34,6 +35,7 @@ from telemetry_helpers import (
 from gpuaware import bus
 from gpuaware.gpu import ManualClock
 from gpuaware.schemas import GPU_ROLLED_UP, HEADER_REASON, GpuRolledUp, GpuSampled
+from gpuaware.services.telemetry.handlers import CollectorStats
 from gpuaware.tsdb import migrate
 
 pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
@@ -160,6 +162,48 @@ async def test_collector_killed_mid_stream_loses_and_duplicates_no_sample(own_na
     # the second collector added exactly what the first had not committed
     assert stats.rows_new == expected - at_kill and stats.rows_written >= stats.rows_new
     assert stats.dead_lettered == 0
+
+
+async def test_two_collectors_on_one_durable_share_a_stream_without_duplicates(own_nats, fresh_database_url,
+                                                                             tmp_path) -> None:
+    """Scale-out: two collector processes started together on a filled stream split it (each stores a
+    part), every row once, and neither one's partition upkeep fails (the race itself: test_tsdb_partitions)."""
+    fleet = quiet_fleet(40, 8, [flat_trace(50)], clock=ManualClock(T0))
+    batches = fleet_batches(fleet, T0, 60)  # 2,400 messages, 19,200 GPU rows
+    expected = _published_rows(batches)
+    log = tmp_path / "collectors.log"
+    env = {"GPUAWARE_TELEMETRY_COLLECTOR_FETCH_BATCH": "32", "GPUAWARE_TELEMETRY_COLLECTOR_LOG_LEVEL": "INFO"}
+    async with bus.connected(own_nats.url, name="test") as nc:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        await publish_inventory(js, fleet)
+        await publish_batches(js, batches)
+        procs = [start_collector_process(own_nats.url, fresh_database_url, log,
+                                         GPUAWARE_TELEMETRY_COLLECTOR_INSTANCE_ID=name, **env) for name in ("a", "b")]
+        try:
+            await wait_for(lambda: count_rows(fresh_database_url) == expected, 60, what=f"{expected} rows")
+            await wait_for(lambda: _settled(js), 15, what="every message acked")
+            seen: dict[str, CollectorStats] = {}
+            for _ in range(40):  # the endpoint is a queue group: ask until both replicas answered
+                stats = await collector_stats(nc)
+                seen[stats.instance] = stats
+                if len(seen) == 2:
+                    break
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            assert [p.wait(20) for p in procs] == [0, 0]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+    with psycopg.connect(fresh_database_url) as conn:
+        rows, distinct = conn.execute("SELECT count(*), count(DISTINCT (gpu_uuid, ts)) FROM gpu_samples").fetchone()
+    assert (rows, distinct) == (expected, expected)
+    assert set(seen) == {"a", "b"}
+    assert all(x.rows_new > 0 for x in seen.values()), {k: x.rows_new for k, x in seen.items()}
+    assert sum(x.rows_new for x in seen.values()) == expected
+    assert sum(x.dead_lettered for x in seen.values()) == 0
+    assert "upkeep failed" not in log.read_text()
 
 
 async def _settled(js) -> bool:
