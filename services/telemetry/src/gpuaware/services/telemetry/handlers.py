@@ -181,19 +181,19 @@ class CollectorHandlers:
         """Raise the fate of a batch `check_batch` refused; one that named a node or GPU this process
         does not know is checked again after reloading the inventory, and returns if it now passes."""
         s = self.settings
-        verdict: Rejection | None = rejection
-        if rejection.code in ("no_inventory", "unknown_gpu"):
+        waits = rejection.code in ("no_inventory", "unknown_gpu")
+        if waits:
             await self._reload_inventory()
-            verdict = check_batch(batch, known=self.known, now=self.clock(), limits=self.limits)
-        if verdict is not None:
-            rejection = verdict
-            waits = rejection.code in ("no_inventory", "unknown_gpu")
-            if waits and delivery.attempt < s.inventory_attempts:
-                # doubling waits (1, 2, 4 ... s): the inventory may sit unacknowledged at a replica that
-                # died, coming back only after its ack wait; a fixed short delay gave up before that
-                raise bus.TransientError(str(rejection), delay=min(s.retry_cap_s, 2.0 ** (delivery.attempt - 1)))
-            self.rejected[rejection.code] += 1
-            raise bus.PermanentError(str(rejection))
+            again = check_batch(batch, known=self.known, now=self.clock(), limits=self.limits)
+            if again is None:
+                return
+            rejection, waits = again, again.code in ("no_inventory", "unknown_gpu")
+        if waits and delivery.attempt < s.inventory_attempts:
+            # doubling waits (1, 2, 4 ... s): the inventory may sit unacknowledged at a replica that
+            # died, coming back only after its ack wait; a fixed short delay gave up before that
+            raise bus.TransientError(str(rejection), delay=min(s.retry_cap_s, 2.0 ** (delivery.attempt - 1)))
+        self.rejected[rejection.code] += 1
+        raise bus.PermanentError(str(rejection))
 
     async def _wait_written(self, fut: asyncio.Future[None], deliveries: list[bus.Delivery]) -> None:
         """Wait for the COPY holding these batches. One plain await: a single heartbeat task keeps
