@@ -84,3 +84,22 @@ async def test_with_an_sdk_the_consumer_span_is_a_child_of_the_publish_span(
     assert process.parent.span_id == send.context.span_id and process.kind == trace.SpanKind.CONSUMER
     assert process.context.trace_id == root.context.trace_id
     assert process.attributes["messaging.consumer.group.name"] == names.durable()
+
+
+def test_a_message_without_context_leaves_the_handlers_context_alone() -> None:
+    from opentelemetry import context as otel_context
+
+    from gpuaware.bus import tracing
+
+    with tracer.start_as_current_span("around"):  # e.g. a service task that runs inside a span
+        outer = current_ids()
+        before = otel_context.get_current()
+        with tracing.receive_span("s", {}):
+            assert current_ids() == outer and otel_context.get_current() is before  # nothing attached
+        carried: dict[str, str] = {}
+        with tracer.start_as_current_span("producer"):
+            tracing.inject(carried)
+            producer = current_ids()
+        with tracing.receive_span("s", {"Nats-Msg-Id": "x", **carried}):
+            assert current_ids() == producer  # the producer's context is current
+        assert current_ids() == outer

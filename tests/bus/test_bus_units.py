@@ -93,3 +93,18 @@ def test_stream_and_consumer_diffs() -> None:
         "max_deliver", "ack_wait"}
     with pytest.raises(ValueError):
         ConsumerSpec(durable="d", max_deliver=2, backoff=(1.0, 2.0)).config()
+
+
+@pytest.mark.parametrize("reply", [
+    "$JS.ACK.PODS.placement.3.1042.977.1764150000000000000.12",                     # the usual layout
+    "$JS.ACK.hub.ACCOUNTHASH.PODS.placement.3.1042.977.1764150000000000000.12.tok",  # with a domain
+])
+def test_position_reads_the_reply_subject_as_nats_py_does(reply: str) -> None:
+    from nats.aio.msg import Msg
+
+    from gpuaware.bus.position import position
+
+    msg = Msg(_client=None, subject="pods.pending", reply=reply, data=b"")  # type: ignore[arg-type]
+    meta = msg.metadata
+    assert position(msg) == (meta.stream, meta.consumer, meta.num_delivered, meta.sequence.stream,
+                             meta.num_pending) == ("PODS", "placement", 3, 1042, 12)

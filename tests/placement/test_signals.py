@@ -107,6 +107,56 @@ def test_snapshots_carry_the_signals_read_only_and_rows_view_keeps_them() -> Non
     assert float(view.gpu_power_frac[0, 1]) == pytest.approx(0.9) and float(view.gpu_util_forecast[0, 1]) == 0.5
 
 
+# (set_gpu_signals or set_gpu_health on GPU (node, gpu), the kinds some GPU has a signal of afterwards)
+SIGNAL_KIND_STEPS = [
+    (("signals", 0, 0, {"temp_c": 71.0}), {"thermal"}),
+    (("signals", 1, 1, {"power_frac": 0.9}), {"thermal"}),
+    (("signals", 0, 0, {"temp_c": NAN}), {"thermal"}),               # b's power reading is still there
+    (("signals", 1, 1, {"power_frac": NAN, "util_forecast": 0.4}), {"forecast"}),
+    (("signals", 0, 1, {"health_score": 100}), {"forecast"}),        # 100 is the neutral health
+    (("signals", 0, 1, {"health_score": 60}), {"forecast", "health"}),
+    (("health", 1, 0, DEGRADED), {"forecast", "health"}),
+    (("signals", 0, 1, {"health_score": NAN}), {"forecast", "health"}),  # b's GPU 0 is still DEGRADED
+    (("health", 1, 0, 0), {"forecast"}),                             # HEALTHY again
+    (("signals", 1, 1, {"util_forecast": NAN}), set()),
+]
+
+
+def test_snapshots_name_the_signal_kinds_some_gpu_has() -> None:
+    c = Cluster([node("a"), node("b")])
+    assert c.snapshot().signals == frozenset()
+    for (how, n, g, arg), kinds in SIGNAL_KIND_STEPS:
+        if how == "signals":
+            c.set_gpu_signals(n, g, **arg)
+        else:
+            c.set_gpu_health(n, g, arg)
+        assert c.snapshot().signals == kinds, (how, n, g, arg)
+        assert rows_view(c.snapshot(), np.array([0])).signals == kinds
+
+
+@pytest.mark.parametrize("plugin", [HealthScore(), ForecastHeadroomScore(), ThermalPowerScore()])
+@pytest.mark.parametrize("pod", [share(milli=300), share(milli=1000), whole(gpus=1), whole(gpus=2)])
+def test_a_signal_no_gpu_has_scores_what_computing_it_gives(plugin, pod: PodRequest) -> None:
+    # the shortcut (nothing computed while no GPU has the score's kind of signal) is exact on every
+    # node the pod fits; once one GPU has it, that node is computed and the others keep 100
+    c = Cluster([node("a"), node("b", gpus=8, model="G2", cpu=96_000), node("c")])
+    occupy(c, "a", {0: 600})
+    occupy(c, "b", {1: 300}, whole=(2, 3))
+    snap = c.snapshot()
+    feasible = policy("BestFit").feasible(CycleState(), pod, snap)
+    assert snap.signals == frozenset() and feasible.size >= 2
+    assert plugin.score(CycleState(), pod, snap, feasible).tolist() == plugin.compute(pod, snap, feasible).tolist()
+    bad = {"health": {"health_score": 10}, "thermal": {"temp_c": 89.0}, "forecast": {"util_forecast": 1.0}}
+    for gpu in range(8):
+        c.set_gpu_signals(1, gpu, **bad[plugin.signal])
+    snap = c.snapshot()
+    got = dict(zip(feasible.tolist(), plugin.score(CycleState(), pod, snap, feasible).tolist(), strict=True))
+    assert snap.signals == {plugin.signal}
+    assert all(v == 100 for n, v in got.items() if n != 1)
+    if 1 in got:
+        assert got[1] < 100
+
+
 # -- the four scores by hand ---------------------------------------------------------------------------
 
 

@@ -43,6 +43,7 @@ from gpuaware.bus.dedupe import Deduper
 from gpuaware.bus.errors import PermanentError, TransientError
 from gpuaware.bus.headers import MSG_ID
 from gpuaware.bus.jetstream import ConsumerSpec, ensure_consumer
+from gpuaware.bus.position import position
 from gpuaware.bus.pull import Puller
 
 log = logging.getLogger(__name__)
@@ -270,12 +271,12 @@ class DurableConsumer(Generic[T]):
             log.exception("consumer %s: could not settle a message", self._name)
 
     def _delivery(self, msg: Msg) -> Delivery:
-        meta = msg.metadata
-        self.stats.pending = meta.num_pending
+        at = position(msg)
+        self.stats.pending = at.pending
         headers = msg.headers or {}
-        return Delivery(subject=msg.subject, stream=meta.stream, consumer=meta.consumer,
-                        stream_seq=meta.sequence.stream, attempt=meta.num_delivered,
-                        max_deliver=self.max_deliver, msg_id=headers.get(MSG_ID), headers=headers, _msg=msg)
+        return Delivery(subject=msg.subject, stream=at.stream, consumer=at.consumer, stream_seq=at.stream_seq,
+                        attempt=at.delivered, max_deliver=self.max_deliver, msg_id=headers.get(MSG_ID),
+                        headers=headers, _msg=msg)
 
     async def _handle_unguarded(self, msg: Msg) -> None:
         self.stats.received += 1

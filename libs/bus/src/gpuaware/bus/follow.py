@@ -36,6 +36,7 @@ from nats.js import JetStreamContext, api
 from gpuaware.bus.codec import Channel, DecodeFailure
 from gpuaware.bus.deadletter import DeadLetters
 from gpuaware.bus.headers import MSG_ID
+from gpuaware.bus.position import position
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,8 @@ class Follower:
             await asyncio.sleep(0)
 
     async def _handle(self, msg: Any) -> None:
-        seq, pending = _position(msg)
+        at = position(msg)
+        seq, pending = at.stream_seq, at.pending
         if seq <= self.last_seq:
             return  # a recreated consumer overlapped: already handled
         self.last_seq = seq
@@ -203,17 +205,6 @@ class Follower:
             self.stats["handler_errors"] += 1
             log.exception("follower %s/%s: handler failed on %s seq %d (skipped)", self.stream, self.name,
                           msg.subject, seq)
-
-
-def _position(msg: Any) -> tuple[int, int]:
-    """(stream sequence, messages pending) from the delivery's reply subject
-    `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (nats-py's `metadata`
-    parses much more, per message), falling back to it for other layouts (domains, hashes)."""
-    tokens = msg.reply.split(".") if msg.reply else ()
-    if len(tokens) == 9 and tokens[0] == "$JS":
-        return int(tokens[5]), int(tokens[8])
-    meta = msg.metadata
-    return meta.sequence.stream, meta.num_pending
 
 
 async def follow(js: JetStreamContext, channels: Sequence[Channel[Any]], handler: FollowHandler, *,

@@ -38,6 +38,11 @@ def recording() -> bool:
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
+def _fields() -> set[str]:
+    """The header names the global propagator reads."""
+    return propagate.get_global_textmap().fields
+
+
 def inject(headers: MutableMapping[str, str]) -> MutableMapping[str, str]:
     """Write the current context (`traceparent`, `tracestate`, baggage) into `headers`."""
     propagate.inject(headers)
@@ -71,7 +76,13 @@ def send_span(subject: str, headers: MutableMapping[str, str], *, kind: SpanKind
 def receive_span(subject: str, headers: Mapping[str, str] | None, *, kind: SpanKind = SpanKind.CONSUMER,
                  operation: str = "process", attributes: Mapping[str, str | int] | None = None,
                  ) -> Iterator[Span]:
-    """Make the producer's context current and open a child span for handling one message."""
+    """Make the producer's context current and open a child span for handling one message.
+
+    A message that carries no context (none of the propagator's headers) while no SDK is installed
+    has nothing to make current or record: the handler runs as it is (a few µs per message saved)."""
+    if (not headers or _fields().isdisjoint(headers)) and _tracer() is None:
+        yield trace.INVALID_SPAN
+        return
     parent = extract(headers)
     token = otel_context.attach(parent)
     try:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -56,16 +57,19 @@ _ARRAYS = ("model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", 
            "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast", "gpu_mem_total", "gpu_mem_free")
 
 
+_shape = attrgetter(*_SHAPE_FIELDS)
+
+
 def shape_of(pod: PodRequest) -> tuple[Any, ...]:
     """Everything about a request that filters and scores may read (all fields but the name)."""
-    return tuple(getattr(pod, f) for f in _SHAPE_FIELDS)
+    return _shape(pod)
 
 
 def rows_view(snap: Snapshot, rows: np.ndarray) -> Snapshot:
     """The snapshot restricted to `rows` (for per-node filters; scorers get the full snapshot)."""
     names = snap.node_names
     return Snapshot(snap.cluster_uid, snap.generation, [names[i] for i in rows], snap.models,
-                    **{k: getattr(snap, k)[rows] for k in _ARRAYS})
+                    **{k: getattr(snap, k)[rows] for k in _ARRAYS}, signals=snap.signals)
 
 
 class _FitRows:
@@ -94,7 +98,7 @@ class _FitRows:
 class _Entry:
     version: np.ndarray  # [N] node version the row was computed at (-1: never)
     feasible: np.ndarray  # [N] bool
-    total: np.ndarray  # [N] float64 weighted score sum (valid where feasible)
+    total: np.ndarray  # [N] float64 weighted score sum where feasible, -inf elsewhere
     gpu: np.ndarray  # [N] int64 GPU picked by the score plugin (-1: none)
 
 
@@ -140,7 +144,7 @@ class CachedScheduler:
         entry = self._entries.get(key)
         n = snap.num_nodes
         if entry is None:
-            entry = _Entry(np.full(n, -1, np.int64), np.zeros(n, bool), np.zeros(n, np.float64),
+            entry = _Entry(np.full(n, -1, np.int64), np.zeros(n, bool), np.full(n, -np.inf),
                            np.full(n, -1, np.int64))
             self._entries[key] = entry
             if len(self._entries) > self.max_shapes:
@@ -177,6 +181,7 @@ class CachedScheduler:
                 nodes, gpus = cycle[self.gpu_key]
                 entry.gpu[nodes] = gpus
         entry.feasible[stale] = mask
+        entry.total[stale] = -np.inf
         entry.total[ok] = total
         entry.version[stale] = snap.version[stale]
         return entry
@@ -194,9 +199,7 @@ class CachedScheduler:
         entry = self._entry(pod, snap)
         if isinstance(entry, Status):
             return entry
-        masked = np.where(entry.feasible, entry.total, -np.inf)
-        if exclude is not None:
-            masked[exclude] = -np.inf
+        masked = entry.total if exclude is None else np.where(exclude, -np.inf, entry.total)
         best = masked.max()
         if best == -np.inf:
             if exclude is not None and entry.feasible.any():

@@ -12,7 +12,9 @@ utilisation) ride along for the signal scores (signals.py). They are stored *qua
 points, temperature to 2 degC, power and forecast to 0.05) and a node's version moves only when a
 quantised value changes: telemetry is noisy, and every version bump throws away that node's cached
 scores (the FGD-family caches, CachedScheduler), so a GPU drifting from 61.3 to 61.9 degC must not
-cost a recompute. Unknown is NaN (health: 100), and an unknown signal scores neutral.
+cost a recompute. Unknown is NaN (health: 100), and an unknown signal scores neutral. The cluster
+counts, per kind of signal, the GPUs that have one (`Snapshot.signals`): a kind no GPU has scores
+every node alike, and its score is not computed at all (a cluster without telemetry, the loop bench).
 
 GPU memory is part of the model too: a sharing pod holds the memory it asks for (or, asking none, its
 compute share of the GPU's memory, rounded down, so proportional pods can never run out of memory
@@ -39,6 +41,10 @@ UNACCOUNTED = 1 << 40
 
 HEALTHY, DEGRADED, QUARANTINED = 0, 1, 2
 """GPU health states: quarantined GPUs take no new pods; degraded ones do (health scoring may avoid them)."""
+
+SIGNALS = frozenset({"health", "thermal", "forecast"})
+"""The kinds of per-GPU signal: health (telemetry score below 100, or DEGRADED), thermal (a temperature
+or power reading), forecast (a utilisation forecast)."""
 
 _uids = itertools.count(1)
 
@@ -92,6 +98,9 @@ class Snapshot:
     gpu_util_forecast: np.ndarray  # [N, G] float32 forecast p90 utilisation 0..1, 0.05 steps (NaN = unknown)
     gpu_mem_total: np.ndarray  # [N, G] int64 GPU memory per slot, MiB (0 = undisclosed, not accounted)
     gpu_mem_free: np.ndarray  # [N, G] int64 free GPU memory, MiB (UNACCOUNTED where total is 0)
+    signals: frozenset[str] = SIGNALS
+    """the signal kinds some GPU has a non-neutral value of (a kind not named is neutral on every GPU, so
+    its score is the same for every node); the default, every kind, is always safe"""
 
     @property
     def num_nodes(self) -> int:
@@ -180,6 +189,8 @@ class Cluster:
         self.total_gpu_milli = int(self.gpu_count.sum()) * MILLI
         self.used_gpu_milli = 0
         self._views: dict[str, np.ndarray] | None = None
+        self._signalled = dict.fromkeys(sorted(SIGNALS), 0)
+        """per signal kind, how many GPUs have a non-neutral value (kept by the two signal writers)"""
 
     @property
     def num_nodes(self) -> int:
@@ -196,7 +207,19 @@ class Cluster:
                 "gpu_mem_free",
             )
             views = self._views = {k: _readonly(getattr(self, k)) for k in names}
-        return Snapshot(self.uid, self.generation, self.node_names, self.models, **views)
+        signals = frozenset(k for k, count in self._signalled.items() if count)
+        return Snapshot(self.uid, self.generation, self.node_names, self.models, **views, signals=signals)
+
+    def _signal_kinds(self, node: int, gpu: int) -> tuple[bool, bool, bool]:
+        """Whether GPU (node, gpu) has a non-neutral health, thermal and forecast signal."""
+        return (bool(self.gpu_health_score[node, gpu] < 100 or self.gpu_health[node, gpu] == DEGRADED),
+                not (math.isnan(self.gpu_temp_c[node, gpu]) and math.isnan(self.gpu_power_frac[node, gpu])),
+                not math.isnan(self.gpu_util_forecast[node, gpu]))
+
+    def _count_signals(self, node: int, gpu: int, before: tuple[bool, bool, bool]) -> None:
+        for kind, was, now in zip(("health", "thermal", "forecast"), before, self._signal_kinds(node, gpu),
+                                  strict=True):
+            self._signalled[kind] += int(now) - int(was)
 
     # -- the ledger -------------------------------------------------------------------------------
 
@@ -285,8 +308,10 @@ class Cluster:
             raise RequestError(f"unknown GPU health state {state}")
         if not 0 <= gpu < self.gpu_count[node]:
             raise RequestError(f"node {self.node_names[node]} has no GPU {gpu}")
+        before = self._signal_kinds(node, gpu)
         self.gpu_health[node, gpu] = state
         self.gpu_free[node, gpu] = 0 if state == QUARANTINED else MILLI - self.gpu_used[node, gpu]
+        self._count_signals(node, gpu, before)
         self._touch(node)
 
     def set_gpu_signals(
@@ -312,6 +337,7 @@ class Cluster:
         if not 0 <= gpu < self.gpu_count[node]:
             raise RequestError(f"node {self.node_names[node]} has no GPU {gpu}")
         changed = False
+        before = self._signal_kinds(node, gpu)
         if health_score is not None:
             h = 100 if math.isnan(health_score) else _step(min(100.0, max(0.0, float(health_score))), 5.0)
             if self.gpu_health_score[node, gpu] != h:
@@ -330,6 +356,7 @@ class Cluster:
                 arr[node, gpu] = q
                 changed = True
         if changed:
+            self._count_signals(node, gpu, before)
             self._touch(node)
         return changed
 

@@ -114,16 +114,18 @@ class PodRequest:
     def __post_init__(self) -> None:
         if not self.name:
             raise RequestError("pod name is empty")
-        for fld in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_memory_mib", "min_gpu_memory_mib"):
-            if getattr(self, fld) < 0:
-                raise RequestError(f"pod {self.name}: {fld} is negative ({getattr(self, fld)})")
+        if min(self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli, self.gpu_memory_mib,
+               self.min_gpu_memory_mib) < 0:
+            for fld in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_memory_mib", "min_gpu_memory_mib"):
+                if getattr(self, fld) < 0:
+                    raise RequestError(f"pod {self.name}: {fld} is negative ({getattr(self, fld)})")
         if self.num_gpu == 0 and self.gpu_milli != 0:
             raise RequestError(f"pod {self.name}: gpu_milli={self.gpu_milli} without any GPU (num_gpu=0)")
         if self.num_gpu > 0 and not 0 < self.gpu_milli <= MILLI:
             raise RequestError(f"pod {self.name}: gpu_milli must be in 1..{MILLI}, got {self.gpu_milli}")
         if self.num_gpu > 1 and self.gpu_milli != MILLI:
             raise RequestError(f"pod {self.name}: a {self.num_gpu}-GPU pod must take whole GPUs (gpu_milli=1000)")
-        unknown = set(self.capabilities) - CAPABILITIES
+        unknown = set(self.capabilities) - CAPABILITIES if self.capabilities else None
         if unknown:
             raise RequestError(f"pod {self.name}: unknown capabilities {sorted(unknown)}")
         if self.topology not in ("", "nvlink", "numa"):

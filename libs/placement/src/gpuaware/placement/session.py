@@ -183,6 +183,8 @@ class Session:
     """`running()` read once per session, on first need (nothing becomes running inside a session)"""
 
     def __post_init__(self) -> None:
+        if self.actions is ACTIONS:  # the default (a session per decision: kept cheap)
+            return
         unknown = [a for a in self.actions if a not in ACTIONS]
         if unknown:
             raise ValueError(f"unknown session action(s) {unknown}; known: {', '.join(ACTIONS)}")
@@ -350,7 +352,7 @@ class Session:
                 return Waiting(pod, status if status.plugin else Status(status.code, status.reason, plugin.name))
             stmt.on_discard(lambda p=plugin: p.unreserve(cycle, pod, decision))
         reclaim: list[str] = []
-        snap = self.cluster.snapshot()
+        snap = self.cluster.snapshot() if self.framework.permits else None
         for permit in self.framework.permits:
             verdict = permit.permit(cycle, pod, decision, snap)
             if not verdict.allowed:

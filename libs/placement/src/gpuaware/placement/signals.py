@@ -24,7 +24,8 @@ since: scoring all 1,213 openb nodes four times over per pod would triple the de
 left, measured on openb's default trace (seed 42, this 2-core machine, noisy): GpuAware costs about
 0.08 ms more per decision than WasteGradient with the bare scheduler (0.15 -> 0.23 ms mean) and
 0.05 ms more under CachedScheduler (0.10 -> 0.15 ms), mostly numpy's per-call overhead on the one or
-two nodes each decision changes.
+two nodes each decision changes. A kind of signal no GPU has (no telemetry yet, or none of that
+kind) costs nothing: its score is 100 on every node the pod fits without computing (`Snapshot.signals`).
 
 `SignalAwareGpu` wraps a GPU selector (WasteGradient's pick for sharing pods) and overrides its choice
 only when the picked GPU is clearly worse on the signals than the best fitting one on the node.
@@ -89,6 +90,8 @@ def gpu_quality(snap: Snapshot, rows: np.ndarray, share: float) -> np.ndarray:
 
 def has_signals(snap: Snapshot, node: int) -> bool:
     """Whether any GPU of `node` has a signal that is not neutral (a cheap test before ranking GPUs)."""
+    if not snap.signals:
+        return False
     return bool((snap.gpu_health_score[node] < 100).any() or (snap.gpu_health[node] == DEGRADED).any()
                 or not np.isnan(snap.gpu_temp_c[node]).all() or not np.isnan(snap.gpu_power_frac[node]).all()
                 or not np.isnan(snap.gpu_util_forecast[node]).all())
@@ -111,7 +114,11 @@ def _neutral(nodes: np.ndarray) -> np.ndarray:
 
 class _CachedScore:
     """A per-node score kept per (GPUs, milli) and node version: `compute(pod, snap, rows)` runs for
-    the nodes whose version moved since they were last scored for this shape."""
+    the nodes whose version moved since they were last scored for this shape. While no GPU in the
+    cluster has the score's `signal` (`Snapshot.signals`), every node scores 100 without computing:
+    exactly what `compute` gives a node whose GPUs all read neutral, on every node the pod fits."""
+
+    signal: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         self.cache = _SpecCache()
@@ -120,7 +127,7 @@ class _CachedScore:
         raise NotImplementedError
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
-        if pod.num_gpu == 0:
+        if pod.num_gpu == 0 or (self.signal is not None and self.signal not in snap.signals):
             return _neutral(nodes)
         ver, val, _ = self.cache.get(snap, (pod.num_gpu, pod.gpu_milli))
         stale = nodes[ver[nodes] != snap.version[nodes]]
@@ -148,6 +155,7 @@ class HealthScore(_CachedScore):
     """
 
     name: ClassVar[str] = "health"
+    signal: ClassVar[str | None] = "health"
 
     def compute(self, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
         return pod_gpu_value(health_values(snap, rows), pod, snap.gpu_free[rows])
@@ -164,6 +172,7 @@ class ForecastHeadroomScore(_CachedScore):
     """
 
     name: ClassVar[str] = "forecast-headroom"
+    signal: ClassVar[str | None] = "forecast"
 
     def compute(self, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
         return pod_gpu_value(forecast_values(snap, rows, _share(pod)), pod, snap.gpu_free[rows])
@@ -209,6 +218,7 @@ class ThermalPowerScore(_CachedScore):
     """
 
     name: ClassVar[str] = "thermal-power"
+    signal: ClassVar[str | None] = "thermal"
 
     def compute(self, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
         return pod_gpu_value(thermal_power_values(snap, rows), pod, snap.gpu_free[rows])
