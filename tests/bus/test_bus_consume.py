@@ -4,6 +4,8 @@ retries and dead letters decided by the handler's exceptions."""
 from __future__ import annotations
 
 import asyncio
+import importlib
+import time
 
 import msgspec
 import pytest
@@ -120,6 +122,43 @@ async def test_a_channel_without_dedupe_sends_no_id_and_no_header(js, stream, na
     assert (named.msg_id, named.duplicate, again.duplicate) == ("given", False, True)
     stored = [await js.get_msg(stream, seq) for seq in (1, 2, 3)]
     assert [m.headers for m in stored] == [None, None, {bus.MSG_ID: "given"}]
+
+
+async def test_publish_async_settles_every_future_a_refusal_no_stream_or_silence_included(
+        nc, js, stream, channel, names: Names, monkeypatch) -> None:
+    """Stored, refused by the stream (nats-py's own publish_async never settles that one), no stream
+    for the subject, and no reply at all: each future settles, and a full pipeline waits for room."""
+    from nats.js.errors import APIError, NoStreamResponseError
+
+    publishing = importlib.import_module("gpuaware.bus.publish")  # the module (bus.publish is the function)
+
+    ok = await (await bus.publish_async(js, channel, Sample(id="a", gpu="g", util=1.0)))
+    assert (ok.stream, ok.seq, ok.duplicate, ok.msg_id) == (stream, 1, False, "a")
+    refused = await bus.publish_async(js, channel, Sample(id="b", gpu="g", util=1.0),
+                                      headers={"Nats-Expected-Last-Sequence": "99"})
+    with pytest.raises(APIError) as err:
+        await asyncio.wait_for(refused, 5)
+    assert err.value.code == 400
+    nowhere = bus.Channel(f"{names.subject}-nowhere", Sample)
+    with pytest.raises(NoStreamResponseError):
+        await asyncio.wait_for(await bus.publish_async(js, nowhere, Sample(id="c", gpu="g", util=1.0)), 5)
+    # a subject someone listens on but no stream stores: no reply ever comes
+    silent = bus.Channel(f"{names.subject}-silent", Sample)
+    listener = await nc.subscribe(silent.subject)
+    monkeypatch.setattr(publishing._AckInbox, "ack_timeout_s", 0.3)
+    monkeypatch.setattr(publishing._AckInbox, "sweep_s", 0.05)
+    box = await publishing._ack_inbox(js)
+    monkeypatch.setattr(box, "max_pending", 2)
+    first = [await bus.publish_async(js, silent, Sample(id=f"s{i}", gpu="g", util=1.0)) for i in range(2)]
+    started = time.monotonic()
+    third = await bus.publish_async(js, silent, Sample(id="s2", gpu="g", util=1.0))  # waits for room
+    assert time.monotonic() - started >= 0.2
+    for fut in (*first, third):
+        with pytest.raises(TimeoutError, match="no acknowledgement"):
+            await asyncio.wait_for(fut, 5)
+    assert not box.pending
+    assert (await (await bus.publish_async(js, channel, Sample(id="d", gpu="g", util=1.0)))).seq == 2
+    await listener.unsubscribe()
 
 
 async def test_garbage_and_schema_violations_are_dead_lettered_and_consumer_keeps_serving(

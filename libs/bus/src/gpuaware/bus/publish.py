@@ -5,17 +5,33 @@ its `Nats-Msg-Id` makes a retried publish (after a timeout, a crash between send
 once within the stream's duplicate window. `publish_async` pipelines many such publishes over one
 connection and returns the ack future; `publish_core` is fire-and-forget for subjects whose
 readers tolerate loss (or that a bounded stream captures anyway). All three carry trace context.
+
+`publish_async` does not use nats-py's `JetStreamContext.publish_async`. That one costs about 30 µs
+of client CPU per message (a semaphore taken through `asyncio.wait_for`, a random token read from the
+OS, the reply parsed by `json` into a dataclass, two futures and a callback settled), the largest
+bus cost of a placement decision. It also leaves the future pending forever when the stream answers
+with an error (its parser raises inside the reply callback). Here one reply subscription per
+connection (`_AckInbox`, under the connection's inbox prefix, so per-service permissions hold) maps
+a counter token to one future, and msgspec decodes the reply. An error reply fails the future with
+nats-py's own exception types; no stream, with `NoStreamResponseError`; and no reply within
+`ack_timeout_s`, with `TimeoutError`. Measured on the 2-core dev machine (20,000 pipelined
+publishes and their acks, client CPU): 30 µs per message through nats-py's, 16 µs here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import msgspec
 from nats.aio.client import Client
 from nats.js import JetStreamContext, api
+from nats.js.errors import APIError, NoStreamResponseError
 
 from gpuaware.bus import tracing
 from gpuaware.bus.codec import Channel
@@ -59,32 +75,137 @@ async def publish(js: JetStreamContext, channel: Channel[T], msg: T, *, msg_id: 
     return PubAck._of(ack, hdrs.get(MSG_ID, ""))
 
 
+class _Reply(msgspec.Struct):
+    """A JetStream publish reply: the receipt, or `error` ({code, err_code, description})."""
+
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: dict[str, Any] | None = None
+
+
+_REPLY = msgspec.json.Decoder(_Reply)
+_NO_RESPONDERS = "503"
+
+
+class _AckInbox:
+    """The replies to one connection's pipelined publishes: token -> (future, msg id, sent at)."""
+
+    max_pending = 4000
+    """publishes awaiting their reply before `publish_async` waits for room (nats-py's default too)"""
+    ack_timeout_s = 30.0
+    sweep_s = 1.0
+
+    def __init__(self, nc: Client) -> None:
+        self.nc = nc
+        self.prefix = ""
+        self.pending: dict[str, tuple[asyncio.Future[PubAck], str, float]] = {}
+        self._tokens = itertools.count()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._sweep: asyncio.TimerHandle | None = None
+        self._ready: asyncio.Task[None] | None = None
+
+    async def ready(self) -> None:
+        if self._ready is None:
+            self._ready = asyncio.get_running_loop().create_task(self._subscribe())
+        await asyncio.shield(self._ready)
+
+    async def _subscribe(self) -> None:
+        prefix = self.nc.new_inbox() + "."
+        await self.nc.subscribe(prefix + "*", cb=self._on_reply)
+        self.prefix = prefix
+
+    async def send(self, subject: str, payload: bytes, hdrs: dict[str, str]) -> asyncio.Future[PubAck]:
+        while len(self.pending) >= self.max_pending:
+            self._room.clear()
+            await self._room.wait()
+        token = str(next(self._tokens))
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PubAck] = loop.create_future()
+        self.pending[token] = (fut, hdrs.get(MSG_ID, ""), time.monotonic())
+        try:
+            await self.nc.publish(subject, payload, reply=self.prefix + token, headers=hdrs or None)
+        except BaseException:
+            self.pending.pop(token, None)
+            raise
+        if self._sweep is None:
+            self._sweep = loop.call_later(self.sweep_s, self._expire)
+        return fut
+
+    async def _on_reply(self, msg: Any) -> None:
+        got = self.pending.pop(msg.subject[len(self.prefix):], None)
+        if got is None:
+            return  # expired already
+        self._made_room()
+        fut, ident, _ = got
+        if fut.done():
+            return
+        if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS:
+            fut.set_exception(NoStreamResponseError())
+            return
+        try:
+            reply = _REPLY.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            fut.set_exception(APIError(description=f"undecodable publish reply: {exc}"))
+            return
+        if reply.error is not None:
+            try:
+                APIError.from_error(reply.error)  # raises the matching subclass
+            except APIError as exc:
+                fut.set_exception(exc)
+            except Exception as exc:  # a reply error without the usual fields
+                fut.set_exception(APIError(description=str(reply.error)[:200] or repr(exc)))
+            return
+        fut.set_result(PubAck(reply.stream, reply.seq, reply.duplicate, ident))
+
+    def _made_room(self) -> None:
+        if not self._room.is_set() and len(self.pending) < self.max_pending:
+            self._room.set()
+
+    def _expire(self) -> None:
+        """Fail the publishes no reply came for (a reply lost in a reconnect, a server gone)."""
+        self._sweep = None
+        cutoff = time.monotonic() - self.ack_timeout_s
+        closed = self.nc.is_closed
+        for token, (fut, _, sent) in list(self.pending.items()):
+            if sent > cutoff and not closed:
+                break  # in sending order: the rest are younger
+            del self.pending[token]
+            if not fut.done():
+                fut.set_exception(TimeoutError(
+                    "the connection closed before the stream acknowledged" if closed
+                    else f"no acknowledgement from the stream within {self.ack_timeout_s:g} s"))
+        self._made_room()
+        if self.pending:
+            self._sweep = asyncio.get_running_loop().call_later(self.sweep_s, self._expire)
+
+
+_INBOXES: weakref.WeakKeyDictionary[Client, _AckInbox] = weakref.WeakKeyDictionary()
+
+
+async def _ack_inbox(js: JetStreamContext) -> _AckInbox:
+    nc = js._nc
+    box = _INBOXES.get(nc)
+    if box is None:
+        box = _INBOXES[nc] = _AckInbox(nc)
+    if not box.prefix:
+        await box.ready()
+    return box
+
+
 async def publish_async(js: JetStreamContext, channel: Channel[T], msg: T, *, msg_id: str | None = None,
                         headers: Mapping[str, str] | None = None) -> asyncio.Future[PubAck]:
-    """Send without waiting for the ack; await the returned future (or
-    `js.publish_async_completed()`) to know it is stored. Blocks only when too many are pending."""
+    """Send without waiting for the ack; await the returned future to know it is stored (it fails
+    when the stream refuses, no stream takes the subject, or no ack came within 30 s). Blocks only
+    when too many are pending on the connection."""
     payload, hdrs = _prepare(channel, msg, msg_id, headers)
+    box = await _ack_inbox(js)
     if tracing.recording():
         with tracing.send_span(channel.subject, hdrs):
-            raw = await js.publish_async(channel.subject, payload, headers=hdrs or None)
-    else:  # an agent's every sample: what the span would do without an SDK, minus its machinery
-        tracing.inject(hdrs)
-        raw = await js.publish_async(channel.subject, payload, headers=hdrs or None)
-    done: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
-    ident = hdrs.get(MSG_ID, "")
-
-    def settle(f: asyncio.Future[api.PubAck]) -> None:
-        if done.cancelled():
-            return
-        if f.cancelled():
-            done.cancel()
-        elif (exc := f.exception()) is not None:
-            done.set_exception(exc)
-        else:
-            done.set_result(PubAck._of(f.result(), ident))
-
-    raw.add_done_callback(settle)
-    return done
+            return await box.send(channel.subject, payload, hdrs)
+    tracing.inject(hdrs)  # an agent's every sample: what the span would do without an SDK, minus its machinery
+    return await box.send(channel.subject, payload, hdrs)
 
 
 async def publish_core(nc: Client, channel: Channel[T], msg: T, *,
