@@ -123,6 +123,9 @@ class CachedScheduler:
         ) and all(isinstance(f, _PER_NODE_FILTERS) or getattr(f, "per_node", False) for f in scheduler.filters)
         self.total_weight = sum(ws.weight for ws in scheduler.scores) or 1
         self._builtin_filters = all(type(f) in _PER_NODE_FILTERS for f in scheduler.filters)
+        self._scores = tuple((ws, getattr(ws.plugin, "constant", None)) for ws in scheduler.scores)
+        """each weighted score with its `constant(pod, snap)` (a plugin's optional word that every node
+        scores alike this time: a signal no GPU has)"""
         self.stats = CacheStats()
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._uid = -1
@@ -171,9 +174,12 @@ class CachedScheduler:
         ok = stale[mask]
         total = np.zeros(ok.size, dtype=np.float64)
         if ok.size:
-            for ws in self.inner.scores:
+            for ws, constant in self._scores:
                 try:
-                    total += ws.weight * ws.plugin.score(cycle, pod, snap, ok)
+                    same = None if constant is None else constant(pod, snap)
+                    # a score that is the same on every node is added as one number: the same float
+                    # sums in the same order as adding its array
+                    total += ws.weight * (ws.plugin.score(cycle, pod, snap, ok) if same is None else same)
                 except Exception as exc:  # as Scheduler.schedule: the cycle fails, naming the plugin
                     entry.version[stale] = -1
                     return Status(Code.ERROR, f"{type(exc).__name__}: {exc}", ws.plugin.name)

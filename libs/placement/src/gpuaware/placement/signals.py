@@ -108,10 +108,6 @@ def pod_gpu_value(values: np.ndarray, pod: PodRequest, free: np.ndarray) -> np.n
     return np.rint(np.maximum(v, 0.0)).astype(np.int64)
 
 
-def _neutral(nodes: np.ndarray) -> np.ndarray:
-    return np.full(nodes.size, 100, dtype=np.int64)
-
-
 class _CachedScore:
     """A per-node score kept per (GPUs, milli) and node version: `compute(pod, snap, rows)` runs for
     the nodes whose version moved since they were last scored for this shape. While no GPU in the
@@ -126,9 +122,17 @@ class _CachedScore:
     def compute(self, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
+    def constant(self, pod: PodRequest, snap: Snapshot) -> int | None:
+        """The score of every node the pod fits when it is the same for all of them (nothing to
+        compute; CachedScheduler adds it as one number), else None."""
         if pod.num_gpu == 0 or (self.signal is not None and self.signal not in snap.signals):
-            return _neutral(nodes)
+            return 100
+        return None
+
+    def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
+        same = self.constant(pod, snap)
+        if same is not None:
+            return np.full(nodes.size, same, dtype=np.int64)
         ver, val, _ = self.cache.get(snap, (pod.num_gpu, pod.gpu_milli))
         stale = nodes[ver[nodes] != snap.version[nodes]]
         if stale.size:
@@ -188,10 +192,8 @@ class TopologyScore(_CachedScore):
 
     name: ClassVar[str] = "topology"
 
-    def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
-        if pod.num_gpu < 2:
-            return _neutral(nodes)
-        return super().score(cycle, pod, snap, nodes)
+    def constant(self, pod: PodRequest, snap: Snapshot) -> int | None:
+        return TOPOLOGY_NVLINK if pod.num_gpu < 2 else None
 
     def compute(self, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
         k = pod.num_gpu

@@ -244,7 +244,7 @@ class WasteGradientScore(FgdScore):
             delta, valid = frag_delta_share(st, snap, rows, pod.gpu_milli, pod.score_cpu_milli)
             if self.gap_weight:
                 a = snap.gpu_free[rows]
-                b = np.clip(a - pod.gpu_milli, 0, MILLI)
+                b = np.maximum(a - pod.gpu_milli, 0)  # a <= MILLI: only the floor can bind
                 delta = delta + self.gap_weight * (self.gap[a] - self.gap[b])
             best, gpu = self.pick_gpu(delta, valid)  # the GPU: FGD's rule on fragmentation + gap terms
             return best + strand, gpu
