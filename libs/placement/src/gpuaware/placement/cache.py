@@ -74,24 +74,28 @@ def rows_view(snap: Snapshot, rows: np.ndarray) -> Snapshot:
 
 class _FitRows:
     """The columns the framework's own filters (ResourcesFit, GpuFit, WholeGpuOnly) read, for `rows` only: a
-    cheaper stand-in for `rows_view` on the hot path (a custom per-node filter gets `rows_view`)."""
+    cheaper stand-in for `rows_view` on the hot path (a custom per-node filter gets `rows_view`). Each
+    column is gathered when a filter first reads it (a CPU-only pod's filters read two of the eleven)."""
 
-    __slots__ = ("cluster_uid", "cpu_free", "gpu_free", "gpu_health", "gpu_mem_free", "gpu_mem_total", "mem_free",
-                 "model_idx", "models", "num_nodes", "numa_node", "nvlink_island")
+    __slots__ = ("_rows", "_snap", "cluster_uid", "cpu_free", "gpu_free", "gpu_health", "gpu_mem_free", "gpu_mem_total",
+                 "mem_free", "model_idx", "models", "num_nodes", "numa_node", "nvlink_island")
 
     def __init__(self, snap: Snapshot, rows: np.ndarray) -> None:
+        self._snap = snap
+        self._rows = rows
         self.cluster_uid = snap.cluster_uid
         self.models = snap.models
         self.num_nodes = rows.size
-        self.cpu_free = snap.cpu_free[rows]
-        self.mem_free = snap.mem_free[rows]
-        self.gpu_free = snap.gpu_free[rows]
-        self.gpu_mem_free = snap.gpu_mem_free[rows]
-        self.gpu_health = snap.gpu_health[rows]
-        self.gpu_mem_total = snap.gpu_mem_total[rows]
-        self.model_idx = snap.model_idx[rows]
-        self.nvlink_island = snap.nvlink_island[rows]
-        self.numa_node = snap.numa_node[rows]
+
+    def __getattr__(self, name: str) -> np.ndarray:  # only for a column not gathered yet
+        if name not in _FIT_COLUMNS:
+            raise AttributeError(name)
+        column = getattr(self._snap, name)[self._rows]
+        setattr(self, name, column)
+        return column
+
+
+_FIT_COLUMNS = frozenset(_FitRows.__slots__) - {"_rows", "_snap", "cluster_uid", "models", "num_nodes"}
 
 
 @dataclass(slots=True)
