@@ -18,6 +18,12 @@ Measured per offered rate, over a window after a warm-up:
              2-core machine the three compete; the figures say how much each took), and the service's
              CPU milliseconds per decision (what one dedicated core would sustain: 1000 / that).
 
+CPU against an earlier commit (`--baseline REV`, by default bc1ec29, the commit before the throughput
+work): that commit's tree is taken with `git archive`, and its own bench/loop.py and this one run
+alternately at `--baseline-rate` (1,000/s), one rate and one repeat each, `--baseline-repeat` times,
+each against its own code (PYTHONPATH). So both figures come from one sitting on one machine. The
+medians, their ratio and every run are in `cpu_vs_baseline`. `--baseline ''` skips it.
+
 Run: `make bench-loop` or `.venv/bin/python bench/loop.py --help`. Writes bench/results/loop.json
 (machine noted). The openb traces are research-use-only and stay outside the repository: they are
 found through GPUAWARE_SHARED_DATA (default ../shared/data); without them a synthetic cluster of the
@@ -407,6 +413,61 @@ def by_rate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+BASELINE = "bc1ec29"
+"""the commit before the throughput work (#10): its placement CPU per decision is the one to halve"""
+
+
+def source_path(tree: Path) -> str:
+    """PYTHONPATH for a checkout's packages (every libs/*/src, services/*/src and schemas/src)."""
+    dirs = [*sorted(tree.glob("libs/*/src")), *sorted(tree.glob("services/*/src")), tree / "schemas" / "src"]
+    return os.pathsep.join(str(d) for d in dirs if d.is_dir())
+
+
+def loop_cpu(tree: Path, rate: float, out: Path, extra: list[str]) -> float | None:
+    """`tree`'s own bench/loop.py at one rate, one repeat, against `tree`'s code: placement CPU ms per
+    decision (None when that run failed)."""
+    env = {**os.environ, "PYTHONPATH": source_path(tree)}
+    where = subprocess.run([sys.executable, "-c", "import gpuaware.services.placement.handlers as m; print(m.__file__)"],
+                           env=env, capture_output=True, text=True, check=False).stdout.strip()
+    if not Path(where).resolve().is_relative_to(tree.resolve()):  # the installed copy would measure this tree twice
+        raise RuntimeError(f"{tree}: the placement service would be imported from {where!r}, not from that tree")
+    cmd = [sys.executable, str(tree / "bench" / "loop.py"), "--rates", f"{rate:g}", "--repeat", "1",
+           "--out", str(out), *extra]
+    done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not out.is_file():
+        print(f"  {tree.name}: failed (exit {done.returncode}): {done.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    runs = json.loads(out.read_text()).get("runs", [])
+    return runs[0]["placement_cpu_ms_per_decision"] if runs else None
+
+
+def cpu_vs_baseline(rev: str, rate: float, repeats: int) -> dict[str, Any]:
+    """Placement CPU per decision here and at commit `rev`, alternately, in this sitting."""
+    tmp = Path(tempfile.mkdtemp(prefix="gpuaware-bench-baseline-"))
+    base = tmp / rev
+    base.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=False)
+    if archive.returncode != 0:
+        return {"baseline": rev, "skipped": f"git archive {rev} failed: {archive.stderr.decode()[-200:].strip()}"}
+    subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
+    ours: list[float] = []
+    theirs: list[float] = []
+    for i in range(repeats):
+        for name, tree, extra, into in ((rev, base, [], theirs), ("this tree", ROOT, ["--baseline", ""], ours)):
+            got = loop_cpu(tree, rate, tmp / f"{i}-{tree.name}.json", extra)
+            print(f"  CPU at {rate:g}/s, {name}, round {i + 1}: "
+                  + ("failed" if got is None else f"{got:.3f} ms per decision"), flush=True)
+            if got is not None:
+                into.append(got)
+    report: dict[str, Any] = {"baseline": rev, "rate_per_s": rate, "rounds": repeats,
+                              "how": "each tree's own bench/loop.py, one rate and one repeat, alternately",
+                              "baseline_ms_per_decision": theirs, "ours_ms_per_decision": ours}
+    if ours and theirs:
+        b, o = float(np.median(theirs)), float(np.median(ours))
+        report |= {"baseline_median_ms": b, "ours_median_ms": o, "ratio": round(o / b, 3), "halved": o <= b / 2}
+    return report
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="250,500,1000,1500,2000", help="offered pods/s, comma-separated")
@@ -420,6 +481,10 @@ def main() -> int:
     ap.add_argument("--profile", default="", help="run placement under cProfile, writing this file, and its "
                     "summary to bench/results/loop_profile.txt (a profiled run is slower: not for the figures)")
     ap.add_argument("--repeat", type=int, default=3, help="run the whole rate series this many times")
+    ap.add_argument("--baseline", default=BASELINE, help="commit whose placement CPU per decision to measure "
+                    "alongside, in this sitting ('' skips it)")
+    ap.add_argument("--baseline-rate", type=float, default=1000.0, help="offered pods/s for that comparison")
+    ap.add_argument("--baseline-repeat", type=int, default=3, help="alternating rounds of that comparison")
     args = ap.parse_args()
     args.rates = [float(x) for x in args.rates.split(",") if x]
     report = asyncio.run(run(args))
@@ -432,6 +497,15 @@ def main() -> int:
         print(f"goal {rate}: median p99 <= {g['goal_p99_ms']:g} ms, kept up every time: "
               + ("not offered" if not g.get("measured", True) else
                  f"{g['median_p99_ms']:.2f} ms, {g['kept_up_every_time']} -> {'met' if g['met'] else 'NOT met'}"))
+    if args.baseline:
+        print(f"placement CPU per decision against {args.baseline}, alternately:", flush=True)
+        cmp = report["cpu_vs_baseline"] = cpu_vs_baseline(args.baseline, args.baseline_rate, args.baseline_repeat)
+        if "ratio" in cmp:
+            print(f"CPU per decision at {cmp['rate_per_s']:g}/s: median {cmp['ours_median_ms']:.3f} ms here, "
+                  f"{cmp['baseline_median_ms']:.3f} ms at {cmp['baseline']}: ratio {cmp['ratio']:.2f} "
+                  f"(halved: {cmp['halved']})")
+        else:
+            print(f"CPU comparison: {cmp.get('skipped', 'no complete run on one side')}")
     report["command"] = " ".join(["bench/loop.py", *sys.argv[1:]])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
