@@ -336,3 +336,20 @@ def test_only_the_contracts_version_token_is_a_version() -> None:
     ch = bus.Channel("telemetry.gpu.sampled.v1", Sample).at("v2", "node-a")
     assert ch.any_version == "telemetry.gpu.sampled.*.v2.node-a"
     assert ch.foreign_version("telemetry.gpu.sampled.v1.v2.node-a") is None
+
+
+async def test_a_consumer_waiting_on_a_quiet_stream_stops_at_once(js, stream, channel, names: Names) -> None:
+    """Its fetch waits up to `poll` for messages; stopping must not wait that out, and a message that
+    came meanwhile is handled first."""
+    got: list[str] = []
+
+    async def handle(msg: Sample, _d: bus.Delivery) -> None:
+        got.append(msg.id)
+
+    consumer = await bus.subscribe_durable(js, channel, names.durable(), handle, poll=30.0)
+    await bus.publish(js, channel, Sample(id="one", gpu="g", util=1.0))
+    await eventually(lambda: got == ["one"], what="the message handled")
+    await asyncio.sleep(0.2)  # now waiting in a fetch that would last 30 s
+    started = time.monotonic()
+    await consumer.stop()
+    assert time.monotonic() - started < 2.0 and not consumer.running

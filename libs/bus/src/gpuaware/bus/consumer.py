@@ -173,6 +173,8 @@ class DurableConsumer(Generic[T]):
     async def stop(self) -> None:
         """Finish the message in hand, give back the rest of the batch, unsubscribe."""
         self._stopping.set()
+        if self._puller is not None:
+            self._puller.interrupt()  # a fetch waiting for messages returns now
         if self._task is not None:
             await asyncio.wait([self._task])  # an abnormal end was already logged by _report_end
 
@@ -183,38 +185,28 @@ class DurableConsumer(Generic[T]):
         await self.stop()
 
     async def _run(self) -> None:
-        stop_wait = asyncio.create_task(self._stopping.wait())
         failures = 0
+        puller = self._puller
+        assert puller is not None
         try:
             while not self._stopping.is_set():
                 if self.nc.is_closed:
                     log.warning("consumer %s: connection closed, stopping", self._name)
                     break
-                assert self._puller is not None
-                fetch = asyncio.create_task(self._puller.fetch(self._batch, timeout=self._poll))
-                try:
-                    await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    if not fetch.done():
-                        fetch.cancel()
-                        with contextlib.suppress(asyncio.CancelledError, Exception):
-                            await fetch
-                if fetch.cancelled():
-                    break
-                exc = fetch.exception()
-                if exc is None:
-                    failures = 0
-                    await self._handle_batch(fetch.result())
-                elif isinstance(exc, NatsTimeoutError | asyncio.TimeoutError):
+                try:  # `stop()` wakes a waiting fetch: no task around it to cancel
+                    msgs = await puller.fetch(self._batch, timeout=self._poll)
+                except (TimeoutError, NatsTimeoutError):
                     continue  # nothing to do within `poll`, or a fetch lost in a reconnect
-                elif isinstance(exc, ConnectionClosedError):
+                except ConnectionClosedError:
                     break
-                else:
+                except Exception as exc:
                     failures += 1
                     log.warning("consumer %s: fetch failed (%s: %s)", self._name, type(exc).__name__, exc)
                     await self._recover(failures)
+                    continue
+                failures = 0
+                await self._handle_batch(msgs)
         finally:
-            stop_wait.cancel()
             await self._unsubscribe()
 
     async def _recover(self, failures: int) -> None:

@@ -7,6 +7,10 @@ request nats-py sends), receives the messages through a callback subscription on
 and wakes the waiting ``fetch`` once per burst: the server sends whatever is available at once,
 so a busy stream fills a batch in one wake-up, and a quiet one hands over each message as it comes.
 
+A waiting ``fetch`` is one future and one timer (not a task per wait), and `interrupt()` ends it
+early with what is buffered (a consumer stopping): the consumer awaits ``fetch`` directly, with no task
+around it, which at a thousand messages a second in small bursts was measurable.
+
 One request is outstanding at a time: ``batch`` messages, expiring after the fetch's ``timeout``.
 While it is open, later fetches take what it delivers (messages that arrive after a fetch returned
 wait in the buffer, already delivered: their ack wait runs). It ends when it delivered ``batch``,
@@ -18,7 +22,6 @@ lost in a reconnect, a second after its expiry. A 409 that says the consumer is 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from typing import Any
@@ -52,7 +55,8 @@ class Puller:
         self._remaining = 0
         self._deadline = 0.0
         self._error: PullError | None = None
-        self._ready = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+        self._interrupted = False
 
     async def start(self) -> Puller:
         self._inbox = self.nc.new_inbox()
@@ -75,7 +79,17 @@ class Puller:
         else:
             self._remaining = 0
             self._error = PullError(f"{status} {(msg.headers or {}).get(_DESCRIPTION, '')}".strip())
-        self._ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def interrupt(self) -> None:
+        """End a waiting `fetch` now, and keep later ones from waiting (the consumer is stopping)."""
+        self._interrupted = True
+        self._wake()
 
     @property
     def _open(self) -> bool:
@@ -88,10 +102,15 @@ class Puller:
             self._raise_error()
             if not self._open:
                 await self._request(batch, timeout)
-            self._ready.clear()
-            if not self._buffer:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._ready.wait(), timeout)
+            if not self._buffer and self._error is None and not self._interrupted:
+                loop = asyncio.get_running_loop()
+                waiter = self._waiter = loop.create_future()
+                timer = loop.call_later(timeout, self._wake)
+                try:
+                    await waiter
+                finally:
+                    timer.cancel()
+                    self._waiter = None
             self._raise_error()
             if not self._buffer:
                 raise TimeoutError
