@@ -252,3 +252,29 @@ def test_suite_scores_stay_in_0_to_100(name: str) -> None:
             assert s.dtype.kind in "iuf" and s.min() >= 0 and s.max() <= 100, ws.plugin.name
         d = sched.schedule(pod, snap)
         c.reserve(pod, d.node, d.gpus)
+
+
+def test_checking_one_gpu_agrees_with_usable_gpus_on_every_slot() -> None:
+    """fit_gpus checks a selector's pick GPU by GPU in scalars; it must say what usable_gpus says:
+    compute, memory held by pods that ask more than their share, DEGRADED GPUs, absent slots."""
+    from gpuaware.placement import DEGRADED, Cluster
+    from gpuaware.placement.framework import _usable, usable_gpus
+
+    c = Cluster([node("a", gpus=4, model="A100-SXM4-40GB"), node("b", gpus=2, model="T4"), node("c", gpus=2)])
+    occupy(c, "a", {0: 300, 1: 1000})
+    c.reserve(PodRequest("mem-hog", 0, 0, 1, 200, gpu_memory_mib=30_000), 0, (2,))  # compute free, memory not
+    c.set_gpu_health(1, 1, DEGRADED)
+    occupy(c, "c", {0: 500})
+    snap = c.snapshot()
+    assert snap.gpu_mem_total[0, 0] > 0 and snap.gpu_mem_free[0, 2] < 12_000  # memory is accounted there
+    pods = [share(milli=300), share(milli=800), whole(gpus=1), whole(gpus=2),
+            PodRequest("asks-mem", 0, 0, 1, 100, gpu_memory_mib=12_000),
+            PodRequest("tolerant", 0, 0, 1, 500, checkpointable=True)]
+    checked = 0
+    for pod in pods:
+        ok = usable_gpus(pod, snap)
+        for n in range(c.num_nodes):
+            for g in range(snap.gpu_free.shape[1]):
+                assert _usable(pod, snap, n, g) == bool(ok[n, g]), (pod.name, n, g)
+                checked += 1
+    assert checked == len(pods) * 3 * 4

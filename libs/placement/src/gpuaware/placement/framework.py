@@ -138,15 +138,25 @@ def usable_gpus(pod: PodRequest, snap: Snapshot, rows: np.ndarray | slice = slic
     return ok
 
 
+def _usable(pod: PodRequest, snap: Snapshot, node: int, gpu: int) -> bool:
+    """`usable_gpus` for one GPU, in scalars (checking a selector's pick costs no array work)."""
+    need = pod.gpu_milli if pod.is_gpu_share else MILLI
+    if int(snap.gpu_free[node, gpu]) < need:
+        return False
+    total = int(snap.gpu_mem_total[node, gpu])
+    held = (pod.gpu_memory_mib if total > 0 else 0) if pod.gpu_memory_mib else total * pod.gpu_milli // MILLI
+    if int(snap.gpu_mem_free[node, gpu]) < held:
+        return False
+    return pod.tolerates_failure or int(snap.gpu_health[node, gpu]) != DEGRADED
+
+
 def fit_gpus(pod: PodRequest, snap: Snapshot, node: int, gpus: tuple[int, ...]) -> tuple[int, ...]:
     """`gpus` when each can take the pod; otherwise the selector's choice is replaced within what fits:
     a sharing pod takes the tightest usable GPU, a whole-GPU pod the first usable ones (a score plugin
     that picks GPUs by compute alone cannot see memory held by pods that ask more than their share)."""
-    if not gpus:
+    if not gpus or all(_usable(pod, snap, node, g) for g in gpus):
         return gpus
     ok = usable_gpus(pod, snap, np.array([node]))[0]
-    if all(ok[g] for g in gpus):
-        return gpus
     if pod.is_gpu_share:
         row = np.where(ok, snap.gpu_free[node], np.iinfo(np.int64).max)
         return (int(np.argmin(row)),) if ok.any() else gpus
