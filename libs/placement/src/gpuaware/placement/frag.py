@@ -134,7 +134,7 @@ class FragModel:
     ) -> np.ndarray:
         """frag[..., M] for states given by leading-shaped arrays (cnt/small carry a trailing U axis)."""
         q3 = (
-            self.access[model_idx][..., :]
+            self.access[model_idx]
             & (cnt[..., self.um] >= self.num)
             & (cpu[..., None] >= self.cpu)
         )
@@ -210,7 +210,16 @@ def frag_delta_share(
     if kr.size == 0:
         return delta, valid
     av = a[kr, kg]
-    _, first, inv = np.unique(kr * (MILLI + 1) + av, return_index=True, return_inverse=True)
+    # distinct (node, free) pairs: np.unique's work without its wrapper's (a third of this function)
+    key = kr * (MILLI + 1) + av
+    order = np.argsort(key)
+    ordered = key[order]
+    new = np.empty(ordered.size, dtype=bool)
+    new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    first = order[new]  # one occurrence of each pair (any: they are the same pair)
+    inv = np.empty(ordered.size, dtype=np.intp)
+    inv[order] = np.cumsum(new) - 1
     base = rows[kr[first]]
     ua = av[first][:, None]
     ub = ua - milli
