@@ -28,8 +28,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from nats.js import JetStreamContext, api
 
@@ -46,9 +45,8 @@ _DELIVER = {"all": api.DeliverPolicy.ALL, "new": api.DeliverPolicy.NEW,
             "last_per_subject": api.DeliverPolicy.LAST_PER_SUBJECT}
 
 
-@dataclass(frozen=True, slots=True)
-class FollowDelivery:
-    """Where a followed message sits in its stream."""
+class FollowDelivery(NamedTuple):
+    """Where a followed message sits in its stream (a tuple: one is made for every followed message)."""
 
     subject: str
     stream_seq: int
@@ -196,7 +194,7 @@ class Follower:
         delivery = FollowDelivery(msg.subject, seq, pending, msg.headers or {}, replay)
         try:
             result = self.handler(value, delivery)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 await result
             self.stats["handled"] += 1
         except asyncio.CancelledError:
