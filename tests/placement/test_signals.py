@@ -107,6 +107,14 @@ def test_snapshots_carry_the_signals_read_only_and_rows_view_keeps_them() -> Non
     assert float(view.gpu_power_frac[0, 1]) == pytest.approx(0.9) and float(view.gpu_util_forecast[0, 1]) == 0.5
 
 
+def loaded_cluster() -> Cluster:
+    """Three nodes, no telemetry, some GPUs partly or wholly taken (node b: eight G2 GPUs)."""
+    c = Cluster([node("a"), node("b", gpus=8, model="G2", cpu=96_000), node("c")])
+    occupy(c, "a", {0: 600})
+    occupy(c, "b", {1: 300}, whole=(2, 3))
+    return c
+
+
 # (set_gpu_signals or set_gpu_health on GPU (node, gpu), the kinds some GPU has a signal of afterwards)
 SIGNAL_KIND_STEPS = [
     (("signals", 0, 0, {"temp_c": 71.0}), {"thermal"}),
@@ -139,9 +147,7 @@ def test_snapshots_name_the_signal_kinds_some_gpu_has() -> None:
 def test_a_signal_no_gpu_has_scores_what_computing_it_gives(plugin, pod: PodRequest) -> None:
     # the shortcut (nothing computed while no GPU has the score's kind of signal) is exact on every
     # node the pod fits; once one GPU has it, that node is computed and the others keep 100
-    c = Cluster([node("a"), node("b", gpus=8, model="G2", cpu=96_000), node("c")])
-    occupy(c, "a", {0: 600})
-    occupy(c, "b", {1: 300}, whole=(2, 3))
+    c = loaded_cluster()
     snap = c.snapshot()
     feasible = policy("BestFit").feasible(CycleState(), pod, snap)
     assert snap.signals == frozenset() and feasible.size >= 2
@@ -241,9 +247,7 @@ def test_topology_score(pod: PodRequest, expected: list[int]) -> None:
 @pytest.mark.parametrize("pod", [share(milli=300), whole(gpus=1), whole(gpus=2), cpu_only()])
 def test_unknown_signals_score_a_constant(plugin, pod: PodRequest) -> None:
     # no telemetry and no topology: every feasible node gets the same score, whatever its load
-    c = Cluster([node("a"), node("b", gpus=8, model="G2", cpu=96_000), node("c")])
-    occupy(c, "a", {0: 600})
-    occupy(c, "b", {1: 300}, whole=(2, 3))
+    c = loaded_cluster()
     snap = c.snapshot()
     feasible = policy("BestFit").feasible(CycleState(), pod, snap)
     assert feasible.size >= 2

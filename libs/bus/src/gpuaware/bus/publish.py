@@ -109,7 +109,13 @@ class _AckInbox:
     async def ready(self) -> None:
         if self._ready is None:
             self._ready = asyncio.get_running_loop().create_task(self._subscribe())
-        await asyncio.shield(self._ready)
+        task = self._ready
+        try:
+            await asyncio.shield(task)
+        except Exception:
+            if self._ready is task and task.done():
+                self._ready = None  # the next publish tries to subscribe again
+            raise
 
     async def _subscribe(self) -> None:
         prefix = self.nc.new_inbox() + "."

@@ -193,7 +193,7 @@ class TopologyScore(_CachedScore):
     name: ClassVar[str] = "topology"
 
     def constant(self, pod: PodRequest, snap: Snapshot) -> int | None:
-        return TOPOLOGY_NVLINK if pod.num_gpu < 2 else None
+        return 100 if pod.num_gpu < 2 else None  # one GPU or none: nothing to keep together
 
     def compute(self, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
         k = pod.num_gpu
