@@ -150,6 +150,43 @@ def test_explain_counts_each_node_once_under_its_first_failing_check() -> None:
     assert never.summary == "0/6 nodes available: 6 too_few_gpus"
 
 
+def test_explain_counts_every_class_as_a_node_by_node_recount_does() -> None:
+    """explain counts reasons per node class in C; the verdicts (and their order, ties included) must be
+    what counting node by node gives."""
+    import random
+    from collections import Counter
+
+    from gpuaware.placement.explain import node_class_names, node_reasons
+
+    rng = random.Random(5)
+    nodes = [NodeSpec(f"n{i}", rng.choice([8_000, 32_000, 96_000]), 131_072, rng.choice([0, 2, 4, 8]),
+                      rng.choice(["T4", "V100M32", "A100"])) for i in range(60)]
+    cluster = Cluster([n if n.num_gpu else NodeSpec(n.name, n.cpu_milli, n.memory_mib) for n in nodes])
+    for i, n in enumerate(cluster.specs):
+        for g in range(n.num_gpu):
+            if rng.random() < 0.5:
+                cluster.reserve(PodRequest(f"f{i}-{g}", 0, 0, 1, rng.choice([300, 700, 1000])), i, (g,))
+    snap = cluster.snapshot()
+    for pod in (PodRequest("a", 4000, 0, 1, 500), PodRequest("b", 40_000, 0, 2, 1000),
+                PodRequest("c", 1000, 0, 1, 1000, gpu_types=("A100",)), PodRequest("d", 1000, 0)):
+        why = explain(pod, snap)
+        reason, _ = node_reasons(pod, snap)
+        names = node_class_names(snap)
+        per_class: dict[str, Counter[str]] = {}
+        sizes: Counter[str] = Counter()
+        for i, cls in enumerate(names):  # the reference: one node at a time
+            sizes[cls] += 1
+            per_class.setdefault(cls, Counter())[reason[i]] += 1
+        expected = []
+        for cls, size in sizes.most_common():
+            counts = per_class[cls]
+            feasible = counts.pop("", 0)
+            expected.append((cls, size, feasible, list(counts.most_common())))
+        got = [(c.node_class, c.nodes, c.feasible, list(c.rejected.items())) for c in why.classes]
+        assert got == expected, pod.name
+        assert len(expected) > 3
+
+
 def test_gang_places_all_or_leaves_the_cluster_untouched() -> None:
     cluster = Cluster([NodeSpec("a", 64_000, 100_000, 4, "A100"), NodeSpec("b", 64_000, 100_000, 4, "A100")])
     session = Session(cluster, Framework.of(policy("DotProd")))

@@ -99,10 +99,12 @@ def node_reasons(pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, np.ndarra
     n = snap.num_nodes
     reason = np.full(n, "", dtype=object)
     static = np.zeros(n, dtype=bool)
+    unmarked = np.ones(n, dtype=bool)  # reason == "", kept as bools (comparing objects is slow)
 
     def mark(mask: np.ndarray, code: str, is_static: bool) -> None:
-        fresh = mask & (reason == "")
+        fresh = mask & unmarked
         reason[fresh] = code
+        unmarked[fresh] = False
         if is_static:
             static[fresh] = True
 
@@ -187,11 +189,14 @@ def explain(pod: PodRequest, snap: Snapshot, scheduler: Scheduler | None = None,
         if nodes.size:
             j = int(order[0])
             best_node, best_score = snap.node_names[int(nodes[j])], float(vals[j])
+    # counted in C, in node order (so ties keep the order of first appearance, as most_common does)
+    sizes: Counter[str] = Counter(names)
     per_class: dict[str, Counter[str]] = {}
-    sizes: Counter[str] = Counter()
-    for i, cls in enumerate(names):
-        sizes[cls] += 1
-        per_class.setdefault(cls, Counter())[reason[i]] += 1
+    for (cls, why), count in Counter(zip(names, reason.tolist(), strict=True)).items():
+        counts = per_class.get(cls)
+        if counts is None:
+            counts = per_class[cls] = Counter()
+        counts[why] = count
     verdicts = []
     for cls, size in sizes.most_common(max_classes):
         counts = per_class[cls]
@@ -200,7 +205,7 @@ def explain(pod: PodRequest, snap: Snapshot, scheduler: Scheduler | None = None,
         verdicts.append(ClassVerdict(cls, size, feasible, dict(counts.most_common()),
                                      best[0] if best else None, best[1] if best else None))
     feasible = int(passing.sum())
-    all_counts = Counter(r for r in reason if r)
+    all_counts = Counter(reason[~passing].tolist())
     resolvable = bool((~static).any())
     if feasible:
         headline = ""
