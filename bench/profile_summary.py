@@ -12,6 +12,7 @@ from pathlib import Path
 __all__ = ["summarise"]
 
 _SITE = re.compile(r"^.*?(?:site-packages|/src|/lib/python3\.\d+)/")
+_IDLE = re.compile(r"of 'select\.(?:epoll|poll|kqueue|devpoll)' objects|select\.select")
 
 
 def _where(key: tuple[str, int, str]) -> str:
@@ -23,10 +24,14 @@ def summarise(prof: Path, *, title: str, per: str = "", count: int = 0, top: int
     """Top ``top`` functions by own time and by cumulative time. With ``count`` (e.g. messages or
     decisions handled while profiled) each line also says microseconds per ``per``."""
     stats = pstats.Stats(str(prof), stream=io.StringIO())
-    total = stats.total_tt  # type: ignore[attr-defined]
-    rows = stats.stats  # type: ignore[attr-defined]
+    rows = dict(stats.stats)  # type: ignore[attr-defined]
+    # the event loop waiting in epoll/select is idle time, not work: reported apart, left out of the totals
+    idle_keys = [k for k in rows if k[0] == "~" and _IDLE.search(k[2])]
+    idle = sum(rows.pop(k)[2] for k in idle_keys)
+    total = stats.total_tt - idle  # type: ignore[attr-defined]
     out = [f"# {title}", f"profiled CPU: {total:.2f} s" + (f" over {count:,} {per}s: {total / count * 1e6:.0f} us per {per}"
-                                                           if count else "")]
+                                                           if count else "")
+           + (f" (and {idle:.2f} s idle, waiting for events)" if idle else "")]
     for label, idx in (("own time", 2), ("cumulative time", 3)):
         out.append(f"\n## top {top} by {label}")
         out.append(f"{'seconds':>9} {'%':>6} {'calls':>10}" + (f" {'us/' + per:>10}" if count else "") + "  function")
