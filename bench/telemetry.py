@@ -390,6 +390,32 @@ def agent_cpu_main(url: str, fixed: bool, seconds: float, out: Any) -> None:
     asyncio.run(_agent_cpu(url, fixed, seconds, out))
 
 
+class _TimedBackend:
+    """A GPU backend whose reads are timed in process CPU: the simulated GPUs stand in for NVML, so
+    what computing them costs is reported apart from the agent's own work (edge logic, publishing)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.cpu_s = 0.0
+
+    def sample(self, now: float) -> Any:
+        t = time.process_time()
+        try:
+            return self.inner.sample(now)
+        finally:
+            self.cpu_s += time.process_time() - t
+
+    def events(self, timeout: float) -> Any:
+        t = time.process_time()
+        try:
+            return self.inner.events(timeout)
+        finally:
+            self.cpu_s += time.process_time() - t
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 async def _agent_cpu(url: str, fixed: bool, seconds: float, out: Any) -> None:
     from gpuaware.services.telemetry.agent import Agent, make_backends
     from gpuaware.services.telemetry.settings import AgentSettings
@@ -398,6 +424,8 @@ async def _agent_cpu(url: str, fixed: bool, seconds: float, out: Any) -> None:
                              sim_prefix="fixed-node" if fixed else "adaptive-node", fixed_rate=fixed,
                              log_format="console")
     backends, fleet = make_backends(settings)
+    timed = {node: _TimedBackend(b) for node, b in backends.items()}
+    backends = timed  # type: ignore[assignment]
     async with bus.connected(url, name="bench-agent", initial_timeout=10) as nc:
         agent = Agent(settings, nc.jetstream(), backends, fleet=fleet, instance="bench")
         await agent.start()
@@ -407,8 +435,10 @@ async def _agent_cpu(url: str, fixed: bool, seconds: float, out: Any) -> None:
         await agent.run(stop)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         await agent.stop()
+    backend_cpu = sum(b.cpu_s for b in timed.values())
     out.put({"fixed": fixed, "cpu_s": cpu, "wall_s": wall, "reads": agent.stats.reads,
-             "messages": agent.stats.messages, "core_pct": 100 * cpu / wall})
+             "messages": agent.stats.messages, "core_pct": 100 * cpu / wall,
+             "simulated_backend_cpu_s": backend_cpu, "own_core_pct": 100 * (cpu - backend_cpu) / wall})
 
 
 def agent_read_cost(reads: int = 600) -> dict[str, float]:
@@ -609,6 +639,8 @@ def acceptance(r: dict[str, Any]) -> dict[str, Any]:
         "paced_10k_gpus_1hz_keeps_up": (r["paced"].get("last_tick_lag_s") or 99) < 2.0,
         "agent_core_pct": {m: round(r["agent_cpu"][m]["core_pct"], 3) for m in ("adaptive", "fixed")},
         "agent_within_1pct": all(r["agent_cpu"][m]["core_pct"] <= 1.0 for m in ("adaptive", "fixed")),
+        "agent_own_core_pct": {m: round(r["agent_cpu"][m]["own_core_pct"], 3) for m in ("adaptive", "fixed")},
+        "agent_own_within_1pct": all(r["agent_cpu"][m]["own_core_pct"] <= 1.0 for m in ("adaptive", "fixed")),
         "adaptive_message_ratio_stable": round(r["adaptive"]["stable"]["message_ratio"], 1),
         "adaptive_5x_met": r["adaptive"]["stable"]["message_ratio"] >= 5,
         "step_change_delay_s": r["adaptive"]["step_change_delay_s"],
@@ -645,11 +677,11 @@ def show(r: dict[str, Any]) -> None:
     console.print(t)
     a = r["agent_cpu"]
     t2 = Table(title="node agent: CPU per 8 simulated GPUs read at 1 Hz (target <= 1 % of one core)")
-    for col in ("mode", "% of one core", "reads", "messages", "CPU per read (no I/O)"):
+    for col in ("mode", "% of one core", "of it, the agent's own", "reads", "messages", "CPU per read (no I/O)"):
         t2.add_column(col, justify="left" if col == "mode" else "right")
     for mode in ("adaptive", "fixed"):
         x = a[mode]
-        t2.add_row(mode, f"{x['core_pct']:.3f}", str(x["reads"]), str(x["messages"]),
+        t2.add_row(mode, f"{x['core_pct']:.3f}", f"{x['own_core_pct']:.3f}", str(x["reads"]), str(x["messages"]),
                    f"{a['per_read_cpu_ms'][mode]:.2f} ms")
     console.print(t2)
     ad = r["adaptive"]
