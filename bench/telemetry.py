@@ -398,19 +398,18 @@ class _TimedBackend:
         self.inner = inner
         self.cpu_s = 0.0
 
-    def sample(self, now: float) -> Any:
+    def _timed(self, read: Any, arg: float) -> Any:
         t = time.process_time()
         try:
-            return self.inner.sample(now)
+            return read(arg)
         finally:
             self.cpu_s += time.process_time() - t
 
+    def sample(self, now: float) -> Any:
+        return self._timed(self.inner.sample, now)
+
     def events(self, timeout: float) -> Any:
-        t = time.process_time()
-        try:
-            return self.inner.events(timeout)
-        finally:
-            self.cpu_s += time.process_time() - t
+        return self._timed(self.inner.events, timeout)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
