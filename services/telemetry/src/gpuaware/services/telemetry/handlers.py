@@ -149,7 +149,7 @@ class CollectorHandlers:
         for i, (msg, delivery) in enumerate(zip(msgs, deliveries, strict=True)):
             try:
                 if isinstance(msg, GpuSampled):
-                    if delivery.attempt > 1:
+                    if delivery.redelivered:
                         self.redeliveries += 1
                     rejection = check_batch(msg, known=known, now=now, limits=self.limits)
                     if rejection is not None:
