@@ -10,7 +10,8 @@ The arithmetic is organised around the distinct milli thresholds of the typical 
 threshold we keep how many GPUs have at least that much free (`cnt`) and how much free milli sits on
 GPUs below it (`small`). Moving one GPU from a to b free milli changes those two numbers by simple
 indicator terms, so "fragmentation after placing the pod on GPU g" is computed for every (node, GPU)
-pair at once without copying node states.
+pair without copying node states. The loops themselves are compiled (frag_kernels.py): a decision
+rescores a handful of nodes, where numpy's per-call overhead was most of the cost.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuaware.placement import frag_kernels as kernels
 from gpuaware.placement.model import MILLI, GpuModel, PodRequest
 
 SpecKey = tuple[int, int, int, str]  # (score CPU milli, num GPU, milli per GPU, GPU types "a|b")
@@ -101,7 +103,7 @@ def type_allowed(models: Sequence[GpuModel], spec: str) -> np.ndarray:
 
 
 class FragModel:
-    """Typical pods bound to one cluster's GPU model list, ready for vectorised evaluation."""
+    """Typical pods bound to one cluster's GPU model list, as the arrays the kernels read."""
 
     def __init__(self, typical: TypicalPods, models: Sequence[GpuModel]) -> None:
         self.typical = typical
@@ -119,31 +121,22 @@ class FragModel:
                 acc[:, j] = type_allowed(models, key[3])
         acc[-1, :] = False
         self.access = acc
-
-    # per-node statistics ------------------------------------------------------------------------
-
-    def stats(self, left: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """cnt[K,U] GPUs with >= u free; small[K,U] free milli on GPUs below u; total[K] free milli."""
-        ge = left[:, :, None] >= self.u
-        cnt = ge.sum(axis=1)
-        small = np.where(ge, 0, left[:, :, None]).sum(axis=1)
-        return cnt, small, left.sum(axis=1)
-
-    def frag_matrix(
-        self, cnt: np.ndarray, small: np.ndarray, total: np.ndarray, cpu: np.ndarray, model_idx: np.ndarray
-    ) -> np.ndarray:
-        """frag[..., M] for states given by leading-shaped arrays (cnt/small carry a trailing U axis)."""
-        q3 = (
-            self.access[model_idx]
-            & (cnt[..., self.um] >= self.num)
-            & (cpu[..., None] >= self.cpu)
-        )
-        return np.where(q3, small[..., self.um], total[..., None])
+        self.arrays = (self.u.astype(np.int64), self.um.astype(np.int64), self.num.astype(np.int64),
+                       self.cpu.astype(np.int64), self.p, np.ascontiguousarray(acc))
+        """what the kernels take: u, um, num, cpu, p, access"""
 
     def node_frag(self, left: np.ndarray, cpu: np.ndarray, model_idx: np.ndarray) -> np.ndarray:
-        """F[K] = sum_m p_m frag(node, m) for K node states."""
-        cnt, small, total = self.stats(left)
-        return self.frag_matrix(cnt, small, total, cpu, model_idx) @ self.p
+        """F[K] = sum_m p_m frag(node, m) for K node states (free milli per GPU, free CPU, model index)."""
+        k = left.shape[0]
+        rows = np.arange(k)
+        cnt = np.zeros((k, len(self.u)), dtype=np.int64)
+        small = np.zeros((k, len(self.u)), dtype=np.int64)
+        frag = np.zeros((k, len(self.p)), dtype=np.int64)
+        F = np.zeros(k, dtype=np.float64)
+        kernels.fill_rows(rows, np.ascontiguousarray(left, dtype=np.int64), np.ascontiguousarray(cpu, dtype=np.int64),
+                          np.ascontiguousarray(model_idx, dtype=np.int64), *self.arrays, cnt, small,
+                          np.zeros(k, dtype=np.int64), frag, F)
+        return F
 
 
 @dataclass(slots=True)
@@ -184,13 +177,14 @@ class FragState:
             stale = rows[self.version[rows] != snap.version[rows]]
         if stale.size == 0:
             return
-        left = snap.gpu_free[stale]
-        cnt, small, total = self.model.stats(left)
-        frag = self.model.frag_matrix(cnt, small, total, snap.cpu_free[stale], snap.model_idx[stale])
-        self.cnt[stale], self.small[stale], self.total[stale] = cnt, small, total
-        self.frag[stale] = frag
-        self.F[stale] = frag @ self.model.p
+        kernels.fill_rows(stale, snap.gpu_free, snap.cpu_free, snap.model_idx, *self.model.arrays, self.cnt,
+                          self.small, self.total, self.frag, self.F)
         self.version[stale] = snap.version[stale]
+
+    def kernel_args(self) -> tuple:
+        """The model's and this state's arrays in the order the delta kernels take them (after the rows
+        and the snapshot's columns)."""
+        return (*self.model.arrays, self.cnt, self.small, self.total, self.frag)
 
 
 def frag_delta_share(
@@ -199,49 +193,17 @@ def frag_delta_share(
     """F_before - F_after for a GPU-sharing pod placed on each GPU of each node in `rows`.
 
     Returns (delta[K, G], valid[K, G]); valid marks GPUs with >= `milli` free (delta is 0 elsewhere).
-    GPUs of one node with the same free milli give the same result, so each distinct (node, free)
-    pair is evaluated once — idle nodes cost one evaluation instead of one per GPU.
+    GPUs of one node with the same free milli give the same result and are evaluated once.
     """
-    m = st.model
-    a = snap.gpu_free[rows]  # [K, G]
-    valid = a >= milli
-    delta = np.zeros(a.shape, dtype=np.float64)
-    kr, kg = np.nonzero(valid)
-    if kr.size == 0:
-        return delta, valid
-    av = a[kr, kg]
-    # distinct (node, free) pairs: np.unique's work without its wrapper's (a third of this function)
-    key = kr * (MILLI + 1) + av
-    order = np.argsort(key)
-    ordered = key[order]
-    new = np.empty(ordered.size, dtype=bool)
-    new[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    first = order[new]  # one occurrence of each pair (any: they are the same pair)
-    inv = np.empty(ordered.size, dtype=np.intp)
-    inv[order] = np.cumsum(new) - 1
-    base = rows[kr[first]]
-    ua = av[first][:, None]
-    ub = ua - milli
-    ge_a = ua >= m.u
-    ge_b = ub >= m.u
-    cnt2 = st.cnt[base] - ge_a + ge_b
-    small2 = st.small[base] - np.where(ge_a, 0, ua) + np.where(ge_b, 0, ub)
-    frag2 = m.frag_matrix(cnt2, small2, st.total[base] - milli, snap.cpu_free[base] - cpu, snap.model_idx[base])
-    delta[kr, kg] = ((st.frag[base] - frag2) @ m.p)[inv]
-    return delta, valid
+    return kernels.share_deltas(rows, snap.gpu_free, snap.cpu_free, snap.model_idx, *st.kernel_args(), milli, cpu)
 
 
 def frag_delta_whole(st: FragState, snap, rows: np.ndarray, num_gpu: int, cpu: int) -> np.ndarray:
     """F_before - F_after for a pod taking `num_gpu` whole GPUs (0 = CPU-only) on each node in `rows`."""
-    m = st.model
-    cnt2 = st.cnt[rows] - num_gpu
-    total2 = st.total[rows] - MILLI * num_gpu
-    frag2 = m.frag_matrix(cnt2, st.small[rows], total2, snap.cpu_free[rows] - cpu, snap.model_idx[rows])
-    return (st.frag[rows] - frag2) @ m.p
+    return kernels.whole_deltas(rows, snap.gpu_free, snap.cpu_free, snap.model_idx, *st.kernel_args(), num_gpu, cpu,
+                                MILLI)
 
 
 def sigmoid_score(delta: np.ndarray) -> np.ndarray:
     """FGD's node score: int64(100 * sigmoid(delta / 1000)), truncated like the Go simulator."""
-    with np.errstate(over="ignore"):
-        return (1.0 / (1.0 + np.exp(-delta / 1000.0)) * 100.0).astype(np.int64)
+    return kernels.sigmoid_scores(np.asarray(delta, dtype=np.float64))

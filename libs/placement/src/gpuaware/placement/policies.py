@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from gpuaware.placement import frag_kernels as kernels
 from gpuaware.placement.cluster import Snapshot
 from gpuaware.placement.frag import (
     FragModel,
@@ -102,10 +103,8 @@ class FgdScore:
 
     @staticmethod
     def pick_gpu(delta: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        s = np.where(valid, sigmoid_score(delta), -1)
-        gpu = s.argmax(axis=1)
-        r = np.arange(delta.shape[0])
-        return delta[r, gpu], gpu
+        """Per row, the valid GPU with the best integer score (first on ties): (its delta, its index)."""
+        return kernels.gpu_pick(delta, valid)
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
         ver, val, gpu = self.cache.get(snap, (pod.score_cpu_milli, pod.num_gpu, pod.gpu_milli))

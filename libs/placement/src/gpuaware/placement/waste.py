@@ -82,14 +82,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from gpuaware.placement import frag_kernels as kernels
 from gpuaware.placement.cluster import Snapshot
-from gpuaware.placement.frag import (
-    TypicalPods,
-    frag_delta_share,
-    frag_delta_whole,
-    sigmoid_score,
-    type_allowed,
-)
+from gpuaware.placement.frag import TypicalPods, sigmoid_score, type_allowed
 from gpuaware.placement.framework import CycleState
 from gpuaware.placement.model import MILLI, GpuModel, PodRequest
 from gpuaware.placement.policies import FgdScore
@@ -229,28 +224,18 @@ class WasteGradientScore(FgdScore):
         self._price = np.zeros(0)
         self._base: dict[tuple[str, int, int], float] = {}
 
-    def stranded(self, cpu_free: np.ndarray, gpu_free: np.ndarray) -> np.ndarray:
-        return np.maximum(0.0, gpu_free - cpu_free / self.rho)
-
     def deltas(self, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(value per node: fragmentation delta + gap + strand terms, GPU taken there; -1 for whole GPUs)."""
         st = self.frag_state(snap)
         st.refresh(snap, rows)
-        cpu = snap.cpu_free[rows].astype(np.float64)
-        total = st.total[rows].astype(np.float64)
-        strand = self.strand_weight * (
-            self.stranded(cpu, total) - self.stranded(cpu - pod.score_cpu_milli, total - pod.total_gpu_milli)
-        )
-        if pod.is_gpu_share:
-            delta, valid = frag_delta_share(st, snap, rows, pod.gpu_milli, pod.score_cpu_milli)
-            if self.gap_weight:
-                a = snap.gpu_free[rows]
-                b = np.maximum(a - pod.gpu_milli, 0)  # a <= MILLI: only the floor can bind
-                delta = delta + self.gap_weight * (self.gap[a] - self.gap[b])
-            best, gpu = self.pick_gpu(delta, valid)  # the GPU: FGD's rule on fragmentation + gap terms
-            return best + strand, gpu
+        if pod.is_gpu_share:  # the GPU: FGD's rule on the fragmentation + gap terms
+            return kernels.waste_share(rows, snap.gpu_free, snap.cpu_free, snap.model_idx, *st.kernel_args(),
+                                       pod.gpu_milli, pod.score_cpu_milli, pod.total_gpu_milli, self.gap,
+                                       self.gap_weight, self.strand_weight, self.rho)
         # whole GPUs: every node loses the same W(1000) per GPU taken, so the gap term drops out
-        d = frag_delta_whole(st, snap, rows, pod.num_gpu, pod.score_cpu_milli)
-        return d + strand, np.full(rows.size, -1, dtype=np.int64)
+        d = kernels.waste_whole(rows, snap.gpu_free, snap.cpu_free, snap.model_idx, *st.kernel_args(), pod.num_gpu,
+                                pod.score_cpu_milli, MILLI, pod.total_gpu_milli, self.strand_weight, self.rho)
+        return d, np.full(rows.size, -1, dtype=np.int64)
 
     # -- the price of GPU others cannot do without (terms 3 and 4 of the module doc) ----------------
 

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpuaware import bus
+from gpuaware.placement.warmup import warm_up
 from gpuaware.runtime import ServiceContext
 from gpuaware.schemas.binder import PodBindFailed, PodBound, PodFinished, PodPreempted
 from gpuaware.schemas.forecast import GpuUtilPredicted
@@ -108,6 +109,8 @@ class PlacementService:
 
     async def start(self) -> None:
         s = self.settings
+        took = warm_up(s.policy_config)  # the engine's kernels compiled before a pod waits on them
+        log.info("placement engine ready in %.2f s (kernels compiled or loaded)", took)
         # the node set first, so replaying the ledger places pods on known nodes (one rebuild)
         inv = await bus.follow(self.js, [INVENTORY], self._on_inventory, stream=TELEMETRY.name,
                                deliver="last_per_subject", with_suffixes=True, name="placement-inventory")
