@@ -11,10 +11,11 @@ from placement_helpers import node, occupy
 from gpuaware.placement import Cluster, PodRequest, TypicalPods
 from gpuaware.placement import frag_kernels as kernels
 from gpuaware.placement.cache import CachedScheduler
+from gpuaware.placement.compiled import kernel
 from gpuaware.placement.frag import frag_delta_share, frag_delta_whole, sigmoid_score
 from gpuaware.placement.registry import REGISTRY
-from gpuaware.placement.waste import WasteGradientScore
 from gpuaware.placement.warmup import warm_up
+from gpuaware.placement.waste import WasteGradientScore
 
 TYPICAL = TypicalPods.from_counts({(1000, 1, 500, ""): 5, (2000, 1, 1000, ""): 4, (4000, 0, 0, ""): 3,
                                    (500, 1, 250, "G2"): 2, (2000, 2, 1000, ""): 2, (8000, 8, 1000, ""): 1})
@@ -99,7 +100,7 @@ def test_sigmoid_scores_match_the_formula_in_any_shape() -> None:
 def test_a_kernel_without_a_cache_folder_compiles_per_process() -> None:
     namespace: dict = {}
     exec("def twice(x):\n    return 2 * x\n", namespace)  # no source file: numba has nowhere to cache it
-    twice = kernels._kernel(namespace["twice"])
+    twice = kernel(namespace["twice"])
     assert twice(21) == 42
     assert twice.py_func is namespace["twice"]
 

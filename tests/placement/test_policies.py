@@ -254,13 +254,22 @@ def test_suite_scores_stay_in_0_to_100(name: str) -> None:
         c.reserve(pod, d.node, d.gpus)
 
 
-def test_checking_one_gpu_agrees_with_usable_gpus_on_every_slot() -> None:
-    """fit_gpus checks a selector's pick GPU by GPU in scalars; it must say what usable_gpus says:
-    compute, memory held by pods that ask more than their share, DEGRADED GPUs, absent slots."""
-    from gpuaware.placement import DEGRADED, Cluster
-    from gpuaware.placement.framework import _usable, usable_gpus
+def test_usable_gpus_follows_the_rule_on_every_slot_and_filter_rows_agree_with_filter() -> None:
+    """The compiled per-GPU check (fit_kernels) says what the rule says, stated here in plain Python:
+    compute, memory held by pods that ask more than their share, DEGRADED GPUs, absent slots; and each
+    built-in filter's verdict on chosen rows is its verdict on the whole snapshot at those rows."""
+    from gpuaware.placement import DEGRADED, MILLI, Cluster, GpuFit, ResourcesFit, WholeGpuOnly
+    from gpuaware.placement.framework import CycleState, usable_gpus
 
-    c = Cluster([node("a", gpus=4, model="A100-SXM4-40GB"), node("b", gpus=2, model="T4"), node("c", gpus=2)])
+    def rule(pod: PodRequest, snap, n: int, g: int) -> bool:
+        need = pod.gpu_milli if pod.is_gpu_share else MILLI
+        total = int(snap.gpu_mem_total[n, g])
+        held = (pod.gpu_memory_mib if total > 0 else 0) if pod.gpu_memory_mib else total * pod.gpu_milli // MILLI
+        return (int(snap.gpu_free[n, g]) >= need and int(snap.gpu_mem_free[n, g]) >= held
+                and (pod.tolerates_failure or int(snap.gpu_health[n, g]) != DEGRADED))
+
+    c = Cluster([node("a", gpus=4, model="A100-SXM4-40GB"), node("b", gpus=2, model="T4"), node("c", gpus=2),
+                 node("d", gpus=0)])
     occupy(c, "a", {0: 300, 1: 1000})
     c.reserve(PodRequest("mem-hog", 0, 0, 1, 200, gpu_memory_mib=30_000), 0, (2,))  # compute free, memory not
     c.set_gpu_health(1, 1, DEGRADED)
@@ -269,12 +278,18 @@ def test_checking_one_gpu_agrees_with_usable_gpus_on_every_slot() -> None:
     assert snap.gpu_mem_total[0, 0] > 0 and snap.gpu_mem_free[0, 2] < 12_000  # memory is accounted there
     pods = [share(milli=300), share(milli=800), whole(gpus=1), whole(gpus=2),
             PodRequest("asks-mem", 0, 0, 1, 100, gpu_memory_mib=12_000),
-            PodRequest("tolerant", 0, 0, 1, 500, checkpointable=True)]
+            PodRequest("tolerant", 0, 0, 1, 500, checkpointable=True),
+            PodRequest("cpu-heavy", 30_000, 0)]
     checked = 0
     for pod in pods:
         ok = usable_gpus(pod, snap)
         for n in range(c.num_nodes):
             for g in range(snap.gpu_free.shape[1]):
-                assert _usable(pod, snap, n, g) == bool(ok[n, g]), (pod.name, n, g)
+                assert bool(ok[n, g]) == rule(pod, snap, n, g), (pod.name, n, g)
                 checked += 1
-    assert checked == len(pods) * 3 * 4
+        for f in (ResourcesFit(), GpuFit(), WholeGpuOnly()):
+            whole_mask = f.filter(CycleState(), pod, snap)
+            for rows in ([3, 1], [2], [0, 1, 2, 3]):
+                got = f.filter_rows(CycleState(), pod, snap, np.array(rows))
+                assert got.tolist() == whole_mask[rows].tolist(), (f.name, pod.name, rows)
+    assert checked == len(pods) * 4 * 4

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuaware.placement.choose import best_index
 from gpuaware.placement.cluster import Snapshot
 from gpuaware.placement.framework import (
     Code,
@@ -51,7 +52,7 @@ from gpuaware.placement.framework import (
 from gpuaware.placement.model import PodRequest
 
 _SHAPE_FIELDS = tuple(f.name for f in fields(PodRequest) if f.name != "name")
-_PER_NODE_FILTERS = (ResourcesFit, GpuFit, WholeGpuOnly)  # each reads only the columns _FitRows carries
+_PER_NODE_FILTERS = (ResourcesFit, GpuFit, WholeGpuOnly)
 _ARRAYS = ("model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", "gpu_count", "gpu_present",
            "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version",
            "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast", "gpu_mem_total", "gpu_mem_free")
@@ -70,32 +71,6 @@ def rows_view(snap: Snapshot, rows: np.ndarray) -> Snapshot:
     names = snap.node_names
     return Snapshot(snap.cluster_uid, snap.generation, [names[i] for i in rows], snap.models,
                     **{k: getattr(snap, k)[rows] for k in _ARRAYS}, signals=snap.signals)
-
-
-class _FitRows:
-    """The columns the framework's own filters (ResourcesFit, GpuFit, WholeGpuOnly) read, for `rows` only: a
-    cheaper stand-in for `rows_view` on the hot path (a custom per-node filter gets `rows_view`). Each
-    column is gathered when a filter first reads it (a CPU-only pod's filters read two of the eleven)."""
-
-    __slots__ = ("_rows", "_snap", "cluster_uid", "cpu_free", "gpu_free", "gpu_health", "gpu_mem_free", "gpu_mem_total",
-                 "mem_free", "model_idx", "models", "num_nodes", "numa_node", "nvlink_island")
-
-    def __init__(self, snap: Snapshot, rows: np.ndarray) -> None:
-        self._snap = snap
-        self._rows = rows
-        self.cluster_uid = snap.cluster_uid
-        self.models = snap.models
-        self.num_nodes = rows.size
-
-    def __getattr__(self, name: str) -> np.ndarray:  # only for a column not gathered yet
-        if name not in _FIT_COLUMNS:
-            raise AttributeError(name)
-        column = getattr(self._snap, name)[self._rows]
-        setattr(self, name, column)
-        return column
-
-
-_FIT_COLUMNS = frozenset(_FitRows.__slots__) - {"_rows", "_snap", "cluster_uid", "models", "num_nodes"}
 
 
 @dataclass(slots=True)
@@ -126,7 +101,9 @@ class CachedScheduler:
             for ws in scheduler.scores
         ) and all(isinstance(f, _PER_NODE_FILTERS) or getattr(f, "per_node", False) for f in scheduler.filters)
         self.total_weight = sum(ws.weight for ws in scheduler.scores) or 1
-        self._builtin_filters = all(type(f) in _PER_NODE_FILTERS for f in scheduler.filters)
+        self._rows_filters = all(callable(getattr(f, "filter_rows", None)) for f in scheduler.filters)
+        """every filter checks chosen rows of the whole snapshot itself (`filter_rows`, the built-in ones
+        do): no restricted view is built per decision"""
         self._scores = tuple((ws, getattr(ws.plugin, "constant", None)) for ws in scheduler.scores)
         """each weighted score with its `constant(pod, snap)` (a plugin's optional word that every node
         scores alike this time: a signal no GPU has)"""
@@ -163,17 +140,17 @@ class CachedScheduler:
         if stale.size == 0:
             return entry
         self.stats.nodes_recomputed += int(stale.size)
-        if stale.size == n:
-            view: Any = snap
-        elif self._builtin_filters:
-            view = _FitRows(snap, stale)
-        else:
-            view = rows_view(snap, stale)
         cycle = CycleState()
         mask = None
-        for f in self.inner.filters:
-            m = f.filter(cycle, pod, view)
-            mask = m if mask is None else (mask & m)
+        if self._rows_filters:
+            for f in self.inner.filters:
+                m = f.filter_rows(cycle, pod, snap, stale)
+                mask = m if mask is None else (mask & m)
+        else:
+            view = snap if stale.size == n else rows_view(snap, stale)
+            for f in self.inner.filters:
+                m = f.filter(cycle, pod, view)
+                mask = m if mask is None else (mask & m)
         assert mask is not None
         ok = stale[mask]
         total = np.zeros(ok.size, dtype=np.float64)
@@ -210,19 +187,16 @@ class CachedScheduler:
         if isinstance(entry, Status):
             return entry
         masked = entry.total if exclude is None else np.where(exclude, -np.inf, entry.total)
-        best = masked.max()
-        if best == -np.inf:
+        pick, best = best_index(masked, self.inner.tie_rank)
+        if pick < 0:
             if exclude is not None and entry.feasible.any():
                 return Status(Code.UNSCHEDULABLE, f"every node that fits pod {pod.name} is excluded", "exclude")
             return self.inner.schedule(pod, snap)  # nothing fits: the wrapped scheduler says why
-        ties = np.flatnonzero(masked == best)
-        rank = self.inner.tie_rank
-        pick = int(ties[0]) if ties.size == 1 or rank is None else int(ties[np.argmin(rank[ties])])
         cycle = CycleState()
         if self.gpu_key is not None:
             cycle[self.gpu_key] = (np.array([pick]), entry.gpu[pick : pick + 1])
         gpus = fit_gpus(pod, snap, pick, self.inner.gpu_selector.select(cycle, pod, snap, pick))
-        return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(entry.feasible.sum()))
+        return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), np.count_nonzero(entry.feasible))
 
     def _schedule_excluding(self, pod: PodRequest, snap: Snapshot, exclude: np.ndarray) -> Decision | Status:
         nodes, total = self.scores(pod, snap)
@@ -232,10 +206,9 @@ class CachedScheduler:
                 return Status(Code.UNSCHEDULABLE, f"every node that fits pod {pod.name} is excluded", "exclude")
             return self.inner.schedule(pod, snap)
         nodes, total = nodes[keep], total[keep]
-        best = total.max()
-        ties = nodes[total == best]
         rank = self.inner.tie_rank
-        pick = int(ties[0]) if ties.size == 1 or rank is None else int(ties[np.argmin(rank[ties])])
+        i, best = best_index(total, None if rank is None else rank[nodes])
+        pick = int(nodes[i])
         gpus = fit_gpus(pod, snap, pick, self.inner.gpu_selector.select(CycleState(), pod, snap, pick))
         return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(nodes.size))
 

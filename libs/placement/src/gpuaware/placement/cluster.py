@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuaware.placement import fit_kernels
 from gpuaware.placement.model import GPU_CATALOG, MILLI, GpuModel, NodeSpec, PodRequest, RequestError
 from gpuaware.schemas.gpus import find_gpu_model
 
@@ -107,13 +108,12 @@ class Snapshot:
         return len(self.node_names)
 
 
-def gpu_memory_held(pod: PodRequest, total: np.ndarray) -> np.ndarray:
-    """GPU memory `pod` holds on a GPU of `total` MiB (elementwise): what it asks, else its compute share,
-    rounded down (so proportional pods never run out where their compute fits); 0 where `total` is 0
-    (memory not accounted). The one rule: reservations, filters and preemption plans all use it."""
-    if pod.gpu_memory_mib:
-        return np.where(total > 0, pod.gpu_memory_mib, 0)
-    return total * pod.gpu_milli // MILLI
+def gpu_memory_held(pod: PodRequest, total: int) -> int:
+    """GPU memory `pod` holds on a GPU of `total` MiB: what it asks, else its compute share, rounded
+    down (so proportional pods never run out where their compute fits); 0 where `total` is 0 (memory
+    not accounted). The one rule (fit_kernels.memory_held): reservations, filters and preemption plans
+    all use it."""
+    return int(fit_kernels.memory_held(int(total), pod.gpu_memory_mib, pod.gpu_milli))
 
 
 def _catalogued(name: str) -> GpuModel:
@@ -230,7 +230,7 @@ class Cluster:
     def gpu_memory_of(self, pod: PodRequest, node: int) -> int:
         """GPU memory `pod` holds on each of its GPUs on `node`, MiB: what it asks, else its compute share
         of the GPU's memory (rounded down); 0 where the GPU's memory is not accounted."""
-        return 0 if pod.num_gpu == 0 else int(gpu_memory_held(pod, self.gpu_mem_total[node, 0]))
+        return 0 if pod.num_gpu == 0 else gpu_memory_held(pod, int(self.gpu_mem_total[node, 0]))
 
     def reserve(self, pod: PodRequest, node: int, gpus: Iterable[int] = (), gpu_mem: int | None = None,
                 *, check_memory: bool = True) -> Allocation:

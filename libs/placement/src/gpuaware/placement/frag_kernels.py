@@ -6,8 +6,7 @@ was last seen, typically one to a few dozen. Written as numpy over those rows, e
 two stale nodes took 138 µs on the 1,213-node openb cluster. The same arithmetic as loops over the
 rows costs a few µs, whatever the number of rows, and does one pass where numpy built [K, G, U]
 temporaries. numba compiles each kernel on first use and keeps the machine code on disk
-(``cache=True``: beside this file, or in numba's per-user cache when this folder is read-only;
-``NUMBA_CACHE_DIR`` moves it).
+(compiled.py).
 
 The definitions (frag.py's module doc): node n's fragmentation against typical pod m is the free
 milli on its GPUs below m's request when m fits the node (GPU type allowed, enough GPUs with at
@@ -24,32 +23,22 @@ state's (cnt, small, total, frag: ``FragState.kernel_args``), so they stay free 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
-from numba import njit
+
+from gpuaware.placement.compiled import kernel
 
 __all__ = ["fill_rows", "gpu_pick", "share_deltas", "sigmoid_scores", "waste_share", "waste_whole", "whole_deltas"]
 
 
-def _kernel(fn: Callable[..., Any]) -> Any:
-    """`njit` with its machine code cached on disk; where no cache folder is writable (numba refuses
-    at decoration), compiled once per process instead of failing the import."""
-    try:
-        return njit(cache=True)(fn)
-    except RuntimeError:
-        return njit(fn)
-
-
-@_kernel
+@kernel
 def _sigmoid_int(delta: float) -> int:
     """FGD's node score: int(100 * sigmoid(delta / 1000)), truncated like the Go simulator (0 where
     exp overflows)."""
     return int(1.0 / (1.0 + math.exp(min(-delta / 1000.0, 700.0))) * 100.0)
 
 
-@_kernel
+@kernel
 def sigmoid_scores(delta):
     """`_sigmoid_int` over an array (any shape)."""
     out = np.empty(delta.shape, np.int64)
@@ -60,7 +49,7 @@ def sigmoid_scores(delta):
     return out
 
 
-@_kernel
+@kernel
 def fill_rows(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag, F):
     """Compute cnt, small, total, frag and F of node states `rows` in place (frag.py: FragState)."""
     n_gpu = gpu_free.shape[1]
@@ -91,7 +80,7 @@ def fill_rows(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, acces
         F[n] = f
 
 
-@_kernel
+@kernel
 def _share_delta(n, a, milli, cpu, model_idx, cpu_free, u, um, num, cpu_req, p, access, cnt, small, total, frag,
                  cnt2, small2):
     """F before - F after on node n when a pod takes `milli` (and `cpu`) from one of its GPUs with `a` free."""
@@ -112,7 +101,7 @@ def _share_delta(n, a, milli, cpu, model_idx, cpu_free, u, um, num, cpu_req, p, 
     return d
 
 
-@_kernel
+@kernel
 def share_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag,
                  milli, cpu):
     """(delta[K, G], valid[K, G]) for a GPU-sharing pod on each GPU of `rows`: valid marks GPUs with
@@ -143,7 +132,7 @@ def share_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, ac
     return delta, valid
 
 
-@_kernel
+@kernel
 def whole_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag,
                  num_gpu, cpu, milli_per_gpu):
     """F before - F after for a pod taking `num_gpu` whole GPUs (0: CPU-only) on each node of `rows`:
@@ -164,7 +153,7 @@ def whole_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, ac
     return out
 
 
-@_kernel
+@kernel
 def gpu_pick(delta, valid):
     """FGD's GPU for each row: the valid GPU with the highest `_sigmoid_int` score, the first on ties
     (GPU 0 when none is valid); returns (its delta, its index)."""
@@ -183,19 +172,19 @@ def gpu_pick(delta, valid):
     return best, gpu
 
 
-@_kernel
+@kernel
 def _stranded(cpu_free, gpu_free, rho):
     return max(0.0, gpu_free - cpu_free / rho)
 
 
-@_kernel
+@kernel
 def _strand(n, cpu_free, total, cpu, gpu_milli, rho, weight):
     c = float(cpu_free[n])
     t = float(total[n])
     return weight * (_stranded(c, t, rho) - _stranded(c - cpu, t - gpu_milli, rho))
 
 
-@_kernel
+@kernel
 def waste_share(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag,
                 milli, cpu, gpu_milli, gap, gap_weight, strand_weight, rho):
     """waste.py's value of a GPU-sharing pod on each node of `rows` and the GPU it takes there: per GPU
@@ -206,50 +195,43 @@ def waste_share(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, acc
     n_gpu = gpu_free.shape[1]
     best = np.empty(k_rows)
     gpu = np.zeros(k_rows, np.int64)
-    seen_free = np.empty(n_gpu, np.int64)
-    seen_delta = np.empty(n_gpu)
+    seen_free = np.empty(n_gpu, np.int64)  # per distinct free milli of the node's GPUs: value and score
+    seen_value = np.empty(n_gpu)
+    seen_score = np.empty(n_gpu, np.int64)
     cnt2 = np.empty(u.size, np.int64)
     small2 = np.empty(u.size, np.int64)
     for k in range(k_rows):
         n = rows[k]
         seen = 0
         top = -1
-        first = 0.0
         pick = 0
         pick_value = 0.0
         for g in range(n_gpu):
             a = gpu_free[n, g]
-            d = 0.0
-            if a >= milli:
-                same = -1
-                for h in range(seen):
-                    if seen_free[h] == a:
-                        same = h
-                        break
-                if same >= 0:
-                    d = seen_delta[same]
-                else:
+            h = 0
+            while h < seen and seen_free[h] != a:
+                h += 1
+            if h == seen:
+                d = 0.0
+                if a >= milli:
                     d = _share_delta(n, a, milli, cpu, model_idx, cpu_free, u, um, num, cpu_req, p, access, cnt,
                                      small, total, frag, cnt2, small2)
-                    seen_free[seen] = a
-                    seen_delta[seen] = d
-                    seen += 1
-            d = d + gap_weight * (gap[a] - gap[max(a - milli, 0)])
+                seen_free[h] = a
+                seen_value[h] = d + gap_weight * (gap[a] - gap[max(a - milli, 0)])
+                seen_score[h] = _sigmoid_int(seen_value[h]) if a >= milli else -1
+                seen += 1
             if g == 0:
-                first = d
-            if a >= milli:
-                s = _sigmoid_int(d)
-                if s > top:
-                    top = s
-                    pick = g
-                    pick_value = d
+                pick_value = seen_value[h]  # GPU 0's value when no GPU fits
+            if seen_score[h] > top:
+                top = seen_score[h]
+                pick = g
+                pick_value = seen_value[h]
         gpu[k] = pick
-        best[k] = (pick_value if top >= 0 else first) + _strand(n, cpu_free, total, cpu, gpu_milli, rho,
-                                                                 strand_weight)
+        best[k] = pick_value + _strand(n, cpu_free, total, cpu, gpu_milli, rho, strand_weight)
     return best, gpu
 
 
-@_kernel
+@kernel
 def waste_whole(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag,
                 num_gpu, cpu, milli_per_gpu, gpu_milli, strand_weight, rho):
     """waste.py's value of a whole-GPU (or CPU-only) pod on each node of `rows`: the fragmentation delta

@@ -24,7 +24,9 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from gpuaware.placement.cluster import DEGRADED, Snapshot, gpu_memory_held
+from gpuaware.placement import fit_kernels
+from gpuaware.placement.choose import best_index
+from gpuaware.placement.cluster import DEGRADED, Snapshot
 from gpuaware.placement.model import MILLI, PodRequest
 
 MIN_NODE_SCORE = 0
@@ -81,7 +83,11 @@ class FilterPlugin(Protocol):
     name: ClassVar[str]
 
     def filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> np.ndarray:
-        """Boolean mask over all nodes: True where the pod may go."""
+        """Boolean mask over all nodes: True where the pod may go.
+
+        A per-node filter may also offer ``filter_rows(cycle, pod, snap, rows)``: the same verdict for
+        the nodes `rows` only (the score cache asks it for the few nodes that changed, instead of
+        building a snapshot of them). The built-in filters do, and compute `filter` through it."""
         ...
 
 
@@ -119,44 +125,37 @@ class ResourcesFit:
     name: ClassVar[str] = "resources-fit"
 
     def filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> np.ndarray:
-        return (snap.cpu_free >= pod.cpu_milli) & (snap.mem_free >= pod.memory_mib)
+        return self.filter_rows(cycle, pod, snap, np.arange(snap.num_nodes))
+
+    def filter_rows(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
+        return fit_kernels.resources_fit(rows, snap.cpu_free, snap.mem_free, pod.cpu_milli, pod.memory_mib)
 
 
-def gpu_memory_need(pod: PodRequest, snap: Snapshot, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-    """[len(rows), G] GPU memory the pod would hold on each GPU of `rows`, MiB (`Cluster.gpu_memory_of`):
-    what it asks, else its compute share of the GPU's memory, rounded down (0 where not accounted)."""
-    return gpu_memory_held(pod, snap.gpu_mem_total[rows])
+def _rows(snap: Snapshot, rows: np.ndarray | Sequence[int] | slice) -> np.ndarray:
+    if isinstance(rows, slice):
+        return np.arange(snap.num_nodes)[rows]
+    return np.asarray(rows, dtype=np.int64)
 
 
-def usable_gpus(pod: PodRequest, snap: Snapshot, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+def usable_gpus(pod: PodRequest, snap: Snapshot, rows: np.ndarray | Sequence[int] | slice = slice(None)) -> np.ndarray:
     """[len(rows), G] bool: GPUs of `rows` that can take (their share of) the pod: compute, memory and
-    health. Quarantined GPUs have no free compute; DEGRADED ones take only pods that tolerate failure."""
+    health (fit_kernels.py states the rule). Quarantined GPUs have no free compute; DEGRADED ones take
+    only pods that tolerate failure."""
     need = MILLI if not pod.is_gpu_share else pod.gpu_milli
-    ok = (snap.gpu_free[rows] >= need) & (snap.gpu_mem_free[rows] >= gpu_memory_need(pod, snap, rows))
-    if not pod.tolerates_failure:
-        ok &= snap.gpu_health[rows] != DEGRADED
-    return ok
-
-
-def _usable(pod: PodRequest, snap: Snapshot, node: int, gpu: int) -> bool:
-    """`usable_gpus` for one GPU, in scalars (checking a selector's pick costs no array work)."""
-    need = pod.gpu_milli if pod.is_gpu_share else MILLI
-    if int(snap.gpu_free[node, gpu]) < need:
-        return False
-    total = int(snap.gpu_mem_total[node, gpu])
-    held = (pod.gpu_memory_mib if total > 0 else 0) if pod.gpu_memory_mib else total * pod.gpu_milli // MILLI
-    if int(snap.gpu_mem_free[node, gpu]) < held:
-        return False
-    return pod.tolerates_failure or int(snap.gpu_health[node, gpu]) != DEGRADED
+    return fit_kernels.usable_rows(_rows(snap, rows), snap.gpu_free, snap.gpu_mem_free, snap.gpu_mem_total,
+                                   snap.gpu_health, need, pod.gpu_memory_mib, pod.gpu_milli, pod.tolerates_failure,
+                                   DEGRADED)
 
 
 def fit_gpus(pod: PodRequest, snap: Snapshot, node: int, gpus: tuple[int, ...]) -> tuple[int, ...]:
     """`gpus` when each can take the pod; otherwise the selector's choice is replaced within what fits:
     a sharing pod takes the tightest usable GPU, a whole-GPU pod the first usable ones (a score plugin
     that picks GPUs by compute alone cannot see memory held by pods that ask more than their share)."""
-    if not gpus or all(_usable(pod, snap, node, g) for g in gpus):
+    if not gpus:
         return gpus
-    ok = usable_gpus(pod, snap, np.array([node]))[0]
+    ok = usable_gpus(pod, snap, (node,))[0]
+    if all(ok[g] for g in gpus):
+        return gpus
     if pod.is_gpu_share:
         row = np.where(ok, snap.gpu_free[node], np.iinfo(np.int64).max)
         return (int(np.argmin(row)),) if ok.any() else gpus
@@ -200,23 +199,18 @@ class GpuFit:
         return ok
 
     def filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> np.ndarray:
+        return self.filter_rows(cycle, pod, snap, np.arange(snap.num_nodes))
+
+    def filter_rows(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
         if pod.num_gpu == 0:
-            return np.ones(snap.num_nodes, dtype=bool)
-        mask = self.model_ok(pod, snap)[snap.model_idx]
-        usable = usable_gpus(pod, snap)
-        if pod.is_gpu_share:
-            mask &= usable.any(axis=1)
-        else:
-            full = usable
-            if pod.topology and pod.num_gpu > 1:
-                group = snap.nvlink_island if pod.topology == "nvlink" else snap.numa_node
-                best = np.zeros(snap.num_nodes, dtype=np.int64)
-                for gid in np.unique(group[group >= 0]):
-                    best = np.maximum(best, (full & (group == gid)).sum(axis=1))
-                mask &= best >= pod.num_gpu
-            else:
-                mask &= full.sum(axis=1) >= pod.num_gpu
-        return mask
+            return np.ones(rows.size, dtype=bool)
+        grouped = bool(pod.topology) and pod.num_gpu > 1
+        groups = snap.numa_node if grouped and pod.topology != "nvlink" else snap.nvlink_island
+        need = MILLI if not pod.is_gpu_share else pod.gpu_milli
+        return fit_kernels.gpu_fit(rows, self.model_ok(pod, snap), snap.model_idx, snap.gpu_free, snap.gpu_mem_free,
+                                   snap.gpu_mem_total, snap.gpu_health, groups, need, pod.gpu_memory_mib,
+                                   pod.gpu_milli, pod.tolerates_failure, DEGRADED, pod.num_gpu, pod.is_gpu_share,
+                                   grouped)
 
 
 class WholeGpuOnly:
@@ -231,9 +225,12 @@ class WholeGpuOnly:
     per_node: ClassVar[bool] = True
 
     def filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> np.ndarray:
+        return self.filter_rows(cycle, pod, snap, np.arange(snap.num_nodes))
+
+    def filter_rows(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
         if not pod.is_gpu_share:
-            return np.ones(snap.num_nodes, dtype=bool)
-        return (snap.gpu_free >= MILLI).any(axis=1)
+            return np.ones(rows.size, dtype=bool)
+        return fit_kernels.whole_gpu_free(rows, snap.gpu_free, MILLI)
 
 
 # -- GPU selection --------------------------------------------------------------------------------
@@ -386,13 +383,8 @@ class Scheduler:
             except Exception as exc:  # a plugin fault fails the cycle, loudly, with its name
                 return Status(Code.ERROR, f"{type(exc).__name__}: {exc}", ws.plugin.name)
             total += ws.weight * s
-        best = total.max()
-        ties = np.flatnonzero(total == best)
-        if ties.size == 1 or self.tie_rank is None:
-            pick = int(nodes[ties[0]])
-        else:
-            cand = nodes[ties]
-            pick = int(cand[np.argmin(self.tie_rank[cand])])
+        i, best = best_index(total, None if self.tie_rank is None else self.tie_rank[nodes])
+        pick = int(nodes[i])
         gpus = fit_gpus(pod, snap, pick, self.gpu_selector.select(cycle, pod, snap, pick))
         return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(nodes.size))
 
