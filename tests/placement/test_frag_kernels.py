@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from placement_helpers import node, occupy
 
-from gpuaware.placement import Cluster, PodRequest, TypicalPods
+from gpuaware.placement import Cluster, PodRequest, TypicalPods, fit_kernels, row_kernels
 from gpuaware.placement import frag_kernels as kernels
 from gpuaware.placement.cache import CachedScheduler
 from gpuaware.placement.compiled import kernel
@@ -107,9 +107,11 @@ def test_a_kernel_without_a_cache_folder_compiles_per_process() -> None:
 
 def test_warm_up_compiles_what_decisions_call() -> None:
     warm_up(REGISTRY.policy_config("GpuAware"))
-    compiled = {name: len(getattr(kernels, name).signatures) for name in kernels.__all__}
-    assert compiled["waste_share"] and compiled["waste_whole"] and compiled["fill_rows"]
+    every = [getattr(m, name) for m in (kernels, fit_kernels, row_kernels) for name in m.__all__]
+    compiled = [len(k.signatures) for k in every]
+    assert kernels.waste_share.signatures and kernels.waste_whole.signatures and row_kernels.store_values.signatures
     c = busy_cluster(9)
+    c.set_gpu_signals(2, 0, health_score=60.0, temp_c=80.0, power_frac=0.9, util_forecast=0.7)
     framework = REGISTRY.build_framework(REGISTRY.policy_config("GpuAware"), typical=TYPICAL)
     assert isinstance(framework.scheduler, CachedScheduler)
     for i, (num, milli) in enumerate([(1, 300), (1, 1000), (2, 1000), (0, 0), (1, 500)] * 4):
@@ -117,4 +119,4 @@ def test_warm_up_compiles_what_decisions_call() -> None:
         d = framework.scheduler.schedule(pod, c.snapshot())
         if hasattr(d, "node"):
             c.reserve(pod, d.node, d.gpus)
-    assert {name: len(getattr(kernels, name).signatures) for name in kernels.__all__} == compiled
+    assert [len(k.signatures) for k in every] == compiled

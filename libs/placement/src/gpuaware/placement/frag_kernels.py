@@ -28,7 +28,7 @@ import numpy as np
 
 from gpuaware.placement.compiled import kernel
 
-__all__ = ["fill_rows", "gpu_pick", "share_deltas", "sigmoid_scores", "waste_share", "waste_whole", "whole_deltas"]
+__all__ = ["fill_rows", "gpu_pick", "priced_scores", "share_deltas", "sigmoid_scores", "waste_share", "waste_whole", "whole_deltas"]
 
 
 @kernel
@@ -36,6 +36,17 @@ def _sigmoid_int(delta: float) -> int:
     """FGD's node score: int(100 * sigmoid(delta / 1000)), truncated like the Go simulator (0 where
     exp overflows)."""
     return int(1.0 / (1.0 + math.exp(min(-delta / 1000.0, 700.0))) * 100.0)
+
+
+@kernel
+def priced_scores(value, nodes, price, base, gpu_milli):
+    """`_sigmoid_int` of value[n] - (price[n] - base) * gpu_milli for each n of `nodes` (waste.py's price
+    of GPU others cannot do without)."""
+    out = np.empty(nodes.size, np.int64)
+    for k in range(nodes.size):
+        n = nodes[k]
+        out[k] = _sigmoid_int(value[n] - (price[n] - base) * gpu_milli)
+    return out
 
 
 @kernel

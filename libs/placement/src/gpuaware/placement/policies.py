@@ -18,11 +18,13 @@ formulas, with MaxSpec = 128,000 CPU milli and 8,000 GPU milli:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
 from gpuaware.placement import frag_kernels as kernels
+from gpuaware.placement import row_kernels
 from gpuaware.placement.cluster import Snapshot
 from gpuaware.placement.frag import (
     FragModel,
@@ -66,6 +68,20 @@ class _SpecCache:
             self.entries[key] = e
         return e
 
+    def values(self, snap: Snapshot, key: Any, nodes: np.ndarray,
+               compute: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray | None]]) -> tuple[np.ndarray, np.ndarray]:
+        """The entry's (value, GPU) arrays over all nodes, with `nodes` up to date: `compute(stale)` gives
+        (value, GPU or None) for the members of `nodes` that changed since theirs was computed."""
+        ver, val, gpu = self.get(snap, key)
+        stale = row_kernels.stale_rows(nodes, ver, snap.version)
+        if stale.size:
+            v, g = compute(stale)
+            if g is None:
+                row_kernels.store_values(stale, v, ver, val, snap.version)
+            else:
+                row_kernels.store_rows(stale, v, g, ver, val, gpu, snap.version)
+        return val, gpu
+
 
 class FgdScore:
     """Fragmentation Gradient Descent: prefer the placement that grows expected fragmentation least.
@@ -107,12 +123,8 @@ class FgdScore:
         return kernels.gpu_pick(delta, valid)
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
-        ver, val, gpu = self.cache.get(snap, (pod.score_cpu_milli, pod.num_gpu, pod.gpu_milli))
-        stale = nodes[ver[nodes] != snap.version[nodes]]
-        if stale.size:
-            d, g = self.deltas(pod, snap, stale)
-            val[stale], gpu[stale] = d, g
-            ver[stale] = snap.version[stale]
+        val, gpu = self.cache.values(snap, (pod.score_cpu_milli, pod.num_gpu, pod.gpu_milli), nodes,
+                                     lambda rows: self.deltas(pod, snap, rows))
         cycle[self.gpu_key] = (nodes, gpu[nodes])
         return sigmoid_score(val[nodes])
 

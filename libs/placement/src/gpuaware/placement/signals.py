@@ -133,11 +133,8 @@ class _CachedScore:
         same = self.constant(pod, snap)
         if same is not None:
             return np.full(nodes.size, same, dtype=np.int64)
-        ver, val, _ = self.cache.get(snap, (pod.num_gpu, pod.gpu_milli))
-        stale = nodes[ver[nodes] != snap.version[nodes]]
-        if stale.size:
-            val[stale] = self.compute(pod, snap, stale)
-            ver[stale] = snap.version[stale]
+        val, _ = self.cache.values(snap, (pod.num_gpu, pod.gpu_milli), nodes,
+                                   lambda rows: (self.compute(pod, snap, rows), None))
         return val[nodes].astype(np.int64)
 
 

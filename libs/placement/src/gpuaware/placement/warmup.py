@@ -4,7 +4,8 @@ Why: the fragmentation kernels (frag_kernels.py) are compiled on first use, abou
 2-core machine when numba's disk cache is empty (a new container, a fresh /tmp). A placement
 instance would pay that on its first pod, and a standby on the first pod after it takes over the
 lease, when the queue is longest. `warm_up` decides four pods (sharing a GPU, one whole GPU, two
-whole GPUs, CPU only) with the service's own profile on a two-node cluster, through the same
+whole GPUs, CPU only) with the service's own profile on a two-node cluster whose GPUs carry
+health, thermal and forecast signals, through the same
 framework and score cache the service decides with, so every kernel that profile uses is compiled
 for the argument types it will be called with. With the cache filled it takes milliseconds.
 """
@@ -38,6 +39,8 @@ def warm_up(config: Mapping[str, Any]) -> float:
     model = next(iter(GPU_CATALOG.values())).name
     cluster = Cluster([NodeSpec(f"warm-up-{i}", cpu_milli=32_000, memory_mib=131_072, num_gpu=4, gpu_model=model)
                        for i in range(2)])
+    # one GPU with every kind of signal, so the signal scores compute rather than return their constant
+    cluster.set_gpu_signals(0, 1, health_score=80.0, temp_c=70.0, power_frac=0.5, util_forecast=0.5)
     typical = TypicalPods.from_requests(_PODS)
     framework = REGISTRY.build_framework(config, typical=typical, name="warm-up")
     for pod in _PODS:

@@ -262,9 +262,10 @@ class WasteGradientScore(FgdScore):
             self._price, self._price_uid, self._base = price, snap.cluster_uid, {}
         return self._price
 
-    def price_of(self, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
-        """What the pod pays on `nodes`: (price - its cheapest node's price) * its GPU milli, the
-        cheapest among the nodes that could ever hold it (model, GPU count, CPU capacity)."""
+    def price_base(self, pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, float]:
+        """(price per node and milli-GPU, the pod's base): the pod pays (price - base) * its GPU milli on
+        a node, base being the cheapest price among the nodes that could ever hold it (model, GPU
+        count, CPU capacity)."""
         price = self.prices(snap)
         key = (pod.gpu_spec, pod.num_gpu, pod.cpu_milli)
         base = self._base.get(key)
@@ -276,20 +277,17 @@ class WasteGradientScore(FgdScore):
                 & (snap.gpu_count > 0)
             )
             base = self._base[key] = float(price[can].min()) if can.any() else 0.0
-        return (price[nodes] - base) * pod.total_gpu_milli
+        return price, base
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
-        ver, val, gpu = self.cache.get(snap, (pod.score_cpu_milli, pod.num_gpu, pod.gpu_milli))
-        stale = nodes[ver[nodes] != snap.version[nodes]]
-        if stale.size:
-            d, g = self.deltas(pod, snap, stale)
-            val[stale], gpu[stale] = d, g
-            ver[stale] = snap.version[stale]
+        val, gpu = self.cache.values(snap, (pod.score_cpu_milli, pod.num_gpu, pod.gpu_milli), nodes,
+                                     lambda rows: self.deltas(pod, snap, rows))
         cycle[self.gpu_key] = (nodes, gpu[nodes])
         if pod.num_gpu == 0 or not (self.reserve_cost or self.capability_cost):
             return sigmoid_score(val[nodes])
         # the price depends on the pod's GPU types, which the per-spec cache key leaves out: added here
-        return sigmoid_score(val[nodes] - self.price_of(pod, snap, nodes))
+        price, base = self.price_base(pod, snap)
+        return kernels.priced_scores(val, nodes, price, base, pod.total_gpu_milli)
 
 
 class FgdFloatScore(FgdScore):
@@ -311,12 +309,8 @@ class FgdFloatScore(FgdScore):
         return delta[np.arange(delta.shape[0]), gpu], gpu
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
-        ver, val, gpu = self.cache.get(snap, (pod.score_cpu_milli, pod.num_gpu, pod.gpu_milli))
-        stale = nodes[ver[nodes] != snap.version[nodes]]
-        if stale.size:
-            d, g = self.deltas(pod, snap, stale)
-            val[stale], gpu[stale] = d, g
-            ver[stale] = snap.version[stale]
+        val, gpu = self.cache.values(snap, (pod.score_cpu_milli, pod.num_gpu, pod.gpu_milli), nodes,
+                                     lambda rows: self.deltas(pod, snap, rows))
         cycle[self.gpu_key] = (nodes, gpu[nodes])
         with np.errstate(over="ignore"):
             return 100.0 / (1.0 + np.exp(-val[nodes] / 1000.0))

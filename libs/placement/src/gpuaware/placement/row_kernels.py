@@ -1,0 +1,45 @@
+"""Bookkeeping of the per-node, per-version score caches (policies._SpecCache, cache.CachedScheduler),
+compiled: which of the asked nodes changed since their value was computed, and storing new values.
+
+Why compiled: each is three or four numpy calls (gather, gather, compare, select) on a handful of
+rows, made for every score of every decision; one loop costs a fraction of their fixed overhead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuaware.placement.compiled import kernel
+
+__all__ = ["stale_rows", "store_rows", "store_values"]
+
+
+@kernel
+def stale_rows(nodes, computed_at, version):
+    """The members of `nodes` whose value was computed at another version than the node's now."""
+    out = np.empty(nodes.size, np.int64)
+    k = 0
+    for n in nodes:
+        if computed_at[n] != version[n]:
+            out[k] = n
+            k += 1
+    return out[:k]
+
+
+@kernel
+def store_rows(rows, value, gpu, computed_at, values, gpus, version):
+    """values[rows], gpus[rows] = value, gpu, stamped with the nodes' versions now."""
+    for k in range(rows.size):
+        n = rows[k]
+        values[n] = value[k]
+        gpus[n] = gpu[k]
+        computed_at[n] = version[n]
+
+
+@kernel
+def store_values(rows, value, computed_at, values, version):
+    """values[rows] = value, stamped with the nodes' versions now."""
+    for k in range(rows.size):
+        n = rows[k]
+        values[n] = value[k]
+        computed_at[n] = version[n]
