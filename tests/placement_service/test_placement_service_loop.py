@@ -217,3 +217,19 @@ async def test_quota_is_asked_when_a_quota_service_answers(world: World, nats_pr
             assert {a.pod.pod_uid for a in asked} == {"rich", "poor"} and asked[0].node == "n1"
     finally:
         await quota.stop()
+
+
+async def test_the_leaders_own_decisions_are_not_applied_again_when_they_echo(world: World, nats_proc,
+                                                                               cluster: str) -> None:
+    """Each decision is remembered before it is sent, so its echo (which often arrives before the
+    stream's ack) is skipped without decoding or applying it again. Remembered at the ack, most
+    echoes came first and were applied a second time (idempotently, but at a cost per decision)."""
+    await world.nodes(["n1", "n2"])
+    async with placement(nats_proc.url, cluster) as svc:
+        for i in range(12):
+            await world.pend(pending(cluster, f"p{i}", gpu_milli=250))
+        await world.wait(lambda: len(world.decisions) == 12, what="twelve decisions")
+        echoes = next(f for f in svc.followers if f.name == "placement-decisions")
+        await world.wait(lambda: echoes.stats.get("skipped", 0) == 12, what="twelve echoes skipped")
+        assert not svc._mine  # each id left with its echo
+        svc.state.ledger.check()

@@ -64,8 +64,8 @@ from gpuaware.services.placement.state import Decided, Outcome, PlacementState, 
 
 log = logging.getLogger(__name__)
 UNECHOED_FOR_S = 60.0
-"""how long a decision this instance stored waits for its echo before it is forgotten (an echo that
-arrived before the publish's ack, or one a restarted follower skipped past)"""
+"""how long a decision this instance sent waits for its echo before it is forgotten (an echo a
+restarted follower skipped past)"""
 
 
 class PlacementService:
@@ -102,8 +102,9 @@ class PlacementService:
         self.durations = DurationAsker(self.nc, self.state, self.source, s.cluster, s.duration_timeout_s)
         self.leading_since: float | None = None
         self._mine: collections.OrderedDict[str, float] = collections.OrderedDict()
-        """ids of decisions this instance stored and whose echo has not come back yet: the echo is
-        not applied again (and forgets its id, so this holds only what is in flight)"""
+        """ids of decisions this instance sent (and applied) whose echo has not come back yet: the echo
+        is not applied again (and forgets its id, so this holds only what is in flight). An id leaves
+        without an echo when its publish fails or the stream had it already (a duplicate)."""
 
     # -- life ---------------------------------------------------------------------------------------
 
@@ -348,7 +349,12 @@ class PlacementService:
         failure: BaseException | None = None
         for o in outcomes:
             try:
-                channel = DECIDED if isinstance(o, Decided) else UNSCHEDULABLE
+                if isinstance(o, Decided):
+                    # remembered before it is sent: its echo often arrives before the stream's ack
+                    self._remember(o.msg.decision_id)
+                    channel = DECIDED
+                else:
+                    channel = UNSCHEDULABLE
                 sent.append((o, await bus.publish_async(self.js, channel, o.msg)))
             except Exception as exc:
                 failure = exc
@@ -365,11 +371,9 @@ class PlacementService:
                 failure = exc
                 self._unpublished(o)
                 continue
-            if isinstance(o, Decided):
-                if ack.duplicate:
-                    await self._reconcile(o.msg, ack)
-                else:
-                    self._remember(ack.msg_id)
+            if isinstance(o, Decided) and ack.duplicate:
+                self._mine.pop(ack.msg_id, None)  # not stored again: no echo comes
+                await self._reconcile(o.msg, ack)
             if isinstance(o, Rejected):
                 rejected = o
         if failure is not None:
@@ -391,6 +395,7 @@ class PlacementService:
 
     def _unpublished(self, o: Outcome) -> None:
         if isinstance(o, Decided):
+            self._mine.pop(o.msg.decision_id, None)  # whoever stores this id next, its echo is news here
             self.state.undo(o.msg.pod_uid)
         else:
             entry = self.state.ledger.pods.get(o.msg.pod_uid)
