@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuaware.placement import row_kernels
 from gpuaware.placement.choose import best_index
 from gpuaware.placement.cluster import Snapshot
 from gpuaware.placement.framework import (
@@ -136,7 +137,7 @@ class CachedScheduler:
         else:
             self._entries.move_to_end(key)
             self.stats.shape_hits += 1
-        stale = np.flatnonzero(entry.version != snap.version)
+        stale = row_kernels.changed_rows(entry.version, snap.version)
         if stale.size == 0:
             return entry
         self.stats.nodes_recomputed += int(stale.size)
@@ -167,10 +168,7 @@ class CachedScheduler:
             if self.gpu_key is not None and self.gpu_key in cycle:
                 nodes, gpus = cycle[self.gpu_key]
                 entry.gpu[nodes] = gpus
-        entry.feasible[stale] = mask
-        entry.total[stale] = -np.inf
-        entry.total[ok] = total
-        entry.version[stale] = snap.version[stale]
+        row_kernels.store_verdicts(stale, mask, ok, total, entry.feasible, entry.total, entry.version, snap.version)
         return entry
 
     def schedule(self, pod: PodRequest, snap: Snapshot, exclude: np.ndarray | None = None) -> Decision | Status:

@@ -1,5 +1,5 @@
 """Bookkeeping of the per-node, per-version score caches (policies._SpecCache, cache.CachedScheduler),
-compiled: which of the asked nodes changed since their value was computed, and storing new values.
+compiled: which nodes changed since their value was computed, and storing new values.
 
 Why compiled: each is three or four numpy calls (gather, gather, compare, select) on a handful of
 rows, made for every score of every decision; one loop costs a fraction of their fixed overhead.
@@ -11,7 +11,19 @@ import numpy as np
 
 from gpuaware.placement.compiled import kernel
 
-__all__ = ["stale_rows", "store_rows", "store_values"]
+__all__ = ["changed_rows", "stale_rows", "store_rows", "store_values", "store_verdicts"]
+
+
+@kernel
+def changed_rows(computed_at, version):
+    """Every node whose value was computed at another version than the node's now."""
+    out = np.empty(version.size, np.int64)
+    k = 0
+    for n in range(version.size):
+        if computed_at[n] != version[n]:
+            out[k] = n
+            k += 1
+    return out[:k]
 
 
 @kernel
@@ -43,3 +55,16 @@ def store_values(rows, value, computed_at, values, version):
         n = rows[k]
         values[n] = value[k]
         computed_at[n] = version[n]
+
+
+@kernel
+def store_verdicts(rows, fits, fit_rows, total, feasible, totals, computed_at, version):
+    """The score cache's verdicts on `rows` (cache.py): feasible[rows] = fits, totals = -inf there but
+    on `fit_rows` (the rows that fit, in order) = total, stamped with the nodes' versions now."""
+    for k in range(rows.size):
+        n = rows[k]
+        feasible[n] = fits[k]
+        totals[n] = -np.inf
+        computed_at[n] = version[n]
+    for k in range(fit_rows.size):
+        totals[fit_rows[k]] = total[k]
