@@ -103,3 +103,19 @@ def test_a_message_without_context_leaves_the_handlers_context_alone() -> None:
         with tracing.receive_span("s", {"Nats-Msg-Id": "x", **carried}):
             assert current_ids() == producer  # the producer's context is current
         assert current_ids() == outer
+
+
+def test_recording_follows_the_global_provider_without_reading_the_environment_each_time(monkeypatch) -> None:
+    from gpuaware.bus import tracing
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    assert not tracing.recording()  # no SDK, none named in the environment
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", TracerProvider())
+    assert tracing.recording()  # a service installed one after importing the bus
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", trace.ProxyTracerProvider())
+    assert not tracing.recording()
+    # one named in the environment is loaded by the API on first use: asked for while none is set
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.setattr(tracing, "_PROVIDER_FROM_ENV", True)
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: TracerProvider())
+    assert tracing.recording()

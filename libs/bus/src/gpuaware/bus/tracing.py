@@ -13,14 +13,20 @@ extract it and run the handler inside a CONSUMER (or SERVER) span that is its ch
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.trace import Link, Span, SpanKind
 
 _TRACER_NAME = "gpuaware.bus"
+_UNKNOWN = object()
+_PROVIDER_FROM_ENV = OTEL_PYTHON_TRACER_PROVIDER in os.environ
+"""a provider named in the environment is loaded by the API on first use (read once: the
+environment of a running service does not change)"""
 
 
 def _tracer() -> trace.Tracer | None:
@@ -34,8 +40,18 @@ def _tracer() -> trace.Tracer | None:
 
 
 def recording() -> bool:
-    """Whether spans are recorded (an SDK is installed); without, only the context is carried."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    """Whether spans are recorded (an SDK is installed); without, only the context is carried.
+
+    Asked for every message. `trace.get_tracer_provider()` looks `OTEL_PYTHON_TRACER_PROVIDER` up in
+    os.environ on each call while no provider is set (a few µs per message in a service); the
+    provider it would return is read directly while one is set, and asked for only while none is
+    and that variable names one to load."""
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is None and not _PROVIDER_FROM_ENV:
+        return False
+    if provider is None or provider is _UNKNOWN:
+        provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider)
 
 
 def _fields() -> set[str]:
