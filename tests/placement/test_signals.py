@@ -107,6 +107,22 @@ def test_snapshots_carry_the_signals_read_only_and_rows_view_keeps_them() -> Non
     assert float(view.gpu_power_frac[0, 1]) == pytest.approx(0.9) and float(view.gpu_util_forecast[0, 1]) == 0.5
 
 
+
+def test_one_snapshot_serves_until_the_signal_kinds_change() -> None:
+    c = Cluster([node("a"), node("b")])
+    snap = c.snapshot()
+    assert c.snapshot() is snap and snap.signals == frozenset()
+    occupy(c, "a", {0: 600})  # views of the live arrays: the same object shows the reservation
+    assert c.snapshot() is snap and snap.gpu_free[0, 0] == 400
+    c.set_gpu_signals(1, 0, temp_c=85.0)
+    thermal = c.snapshot()
+    assert thermal is not snap and thermal.signals == frozenset({"thermal"})
+    c.set_gpu_signals(1, 1, temp_c=70.0)  # another GPU, the same kinds: the same object
+    assert c.snapshot() is thermal
+    c.set_gpu_signals(1, 0, temp_c=float("nan"))
+    c.set_gpu_signals(1, 1, temp_c=float("nan"))
+    assert c.snapshot().signals == frozenset()
+
 def loaded_cluster() -> Cluster:
     """Three nodes, no telemetry, some GPUs partly or wholly taken (node b: eight G2 GPUs)."""
     c = Cluster([node("a"), node("b", gpus=8, model="G2", cpu=96_000), node("c")])

@@ -70,7 +70,7 @@ def shape_of(pod: PodRequest) -> tuple[Any, ...]:
 def rows_view(snap: Snapshot, rows: np.ndarray) -> Snapshot:
     """The snapshot restricted to `rows` (for per-node filters; scorers get the full snapshot)."""
     names = snap.node_names
-    return Snapshot(snap.cluster_uid, snap.generation, [names[i] for i in rows], snap.models,
+    return Snapshot(snap.cluster_uid, [names[i] for i in rows], snap.models,
                     **{k: getattr(snap, k)[rows] for k in _ARRAYS}, signals=snap.signals)
 
 

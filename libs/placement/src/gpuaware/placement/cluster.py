@@ -71,13 +71,12 @@ class Allocation:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """One immutable view of the cluster for one scheduling cycle (read-only array views).
-
-    Valid until the next reserve/unreserve on the cluster it came from (`generation` tells).
+    """The cluster as scheduling reads it: read-only views of its live arrays (so what it shows moves
+    with every reserve/unreserve; the cluster's `generation` counts those), its node names, models
+    and the signal kinds present when it was made.
     """
 
     cluster_uid: int
-    generation: int
     node_names: Sequence[str]
     models: Sequence[GpuModel]  # distinct GPU models; model_idx indexes it (-1 = CPU-only node)
     model_idx: np.ndarray  # [N] int
@@ -188,7 +187,8 @@ class Cluster:
         self.allocations: dict[str, Allocation] = {}
         self.total_gpu_milli = int(self.gpu_count.sum()) * MILLI
         self.used_gpu_milli = 0
-        self._views: dict[str, np.ndarray] | None = None
+        self._snap: Snapshot | None = None
+        """the snapshot `snapshot()` hands out, made again when the signal kinds change"""
         self._signalled = dict.fromkeys(sorted(SIGNALS), 0)
         """per signal kind, how many GPUs have a non-neutral value (kept by the two signal writers)"""
 
@@ -197,18 +197,20 @@ class Cluster:
         return len(self.node_names)
 
     def snapshot(self) -> Snapshot:
-        """A read-only view of the current state (cheap: the views are made once and reused)."""
-        views = self._views
-        if views is None:
+        """A read-only view of the current state: views of the live arrays, so one object serves until
+        the set of signal kinds changes (a new one is made then; every decision asks for one)."""
+        snap = self._snap
+        if snap is None:
             names = (
                 "model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", "gpu_count", "gpu_present",
                 "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version",
                 "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast", "gpu_mem_total",
                 "gpu_mem_free",
             )
-            views = self._views = {k: _readonly(getattr(self, k)) for k in names}
-        signals = frozenset(k for k, count in self._signalled.items() if count)
-        return Snapshot(self.uid, self.generation, self.node_names, self.models, **views, signals=signals)
+            views = {k: _readonly(getattr(self, k)) for k in names}
+            signals = frozenset(k for k, count in self._signalled.items() if count)
+            snap = self._snap = Snapshot(self.uid, self.node_names, self.models, **views, signals=signals)
+        return snap
 
     def _signal_kinds(self, node: int, gpu: int) -> tuple[bool, bool, bool]:
         """Whether GPU (node, gpu) has a non-neutral health, thermal and forecast signal."""
@@ -219,7 +221,10 @@ class Cluster:
     def _count_signals(self, node: int, gpu: int, before: tuple[bool, bool, bool]) -> None:
         for kind, was, now in zip(("health", "thermal", "forecast"), before, self._signal_kinds(node, gpu),
                                   strict=True):
-            self._signalled[kind] += int(now) - int(was)
+            if now != was:
+                count = self._signalled[kind] = self._signalled[kind] + int(now) - int(was)
+                if count == int(now):  # 0 -> 1 or 1 -> 0: the set of signal kinds changed
+                    self._snap = None
 
     # -- the ledger -------------------------------------------------------------------------------
 
