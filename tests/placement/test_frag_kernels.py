@@ -120,3 +120,8 @@ def test_warm_up_compiles_what_decisions_call() -> None:
         if hasattr(d, "node"):
             c.reserve(pod, d.node, d.gpus)
     assert [len(k.signatures) for k in every] == compiled
+
+
+@pytest.mark.parametrize("policy", sorted(REGISTRY.policies))
+def test_warm_up_decides_with_every_registered_policy(policy: str) -> None:
+    assert warm_up(REGISTRY.policy_config(policy)) >= 0.0

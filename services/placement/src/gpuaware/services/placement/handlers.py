@@ -110,8 +110,11 @@ class PlacementService:
 
     async def start(self) -> None:
         s = self.settings
-        took = warm_up(s.policy_config)  # the engine's kernels compiled before a pod waits on them
-        log.info("placement engine ready in %.2f s (kernels compiled or loaded)", took)
+        try:  # the engine's kernels compiled before a pod waits on them
+            log.info("placement engine ready in %.2f s (kernels compiled or loaded)", warm_up(s.policy_config))
+        except Exception as exc:  # only a speed-up: the first decisions compile what they need instead
+            log.warning("placement engine warm-up failed (%s: %s); kernels compile on first use",
+                        type(exc).__name__, exc)
         # the node set first, so replaying the ledger places pods on known nodes (one rebuild)
         inv = await bus.follow(self.js, [INVENTORY], self._on_inventory, stream=TELEMETRY.name,
                                deliver="last_per_subject", with_suffixes=True, name="placement-inventory")
