@@ -10,9 +10,10 @@ from placement_helpers import node, occupy
 
 from gpuaware.placement import Cluster, PodRequest, TypicalPods, fit_kernels, row_kernels
 from gpuaware.placement import frag_kernels as kernels
-from gpuaware.placement.cache import CachedScheduler
+from gpuaware.placement.cache import CachedScheduler, rows_view
 from gpuaware.placement.compiled import kernel
 from gpuaware.placement.frag import frag_delta_share, frag_delta_whole, sigmoid_score
+from gpuaware.placement.framework import CycleState, usable_gpus
 from gpuaware.placement.registry import REGISTRY
 from gpuaware.placement.warmup import warm_up
 from gpuaware.placement.waste import WasteGradientScore
@@ -105,7 +106,7 @@ def test_a_kernel_without_a_cache_folder_compiles_per_process() -> None:
     assert twice.py_func is namespace["twice"]
 
 
-def test_warm_up_compiles_what_decisions_call() -> None:
+def test_warm_up_compiles_what_decisions_and_preemption_plans_call() -> None:
     warm_up(REGISTRY.policy_config("GpuAware"))
     every = [getattr(m, name) for m in (kernels, fit_kernels, row_kernels) for name in m.__all__]
     compiled = [len(k.signatures) for k in every]
@@ -119,6 +120,10 @@ def test_warm_up_compiles_what_decisions_call() -> None:
         d = framework.scheduler.schedule(pod, c.snapshot())
         if hasattr(d, "node"):
             c.reserve(pod, d.node, d.gpus)
+        view = rows_view(c.snapshot(), np.array([1, 4, 7]))  # as preemption plans check what-if rows
+        for f in framework.scheduler.inner.filters:
+            f.filter(CycleState(), pod, view)
+        usable_gpus(pod, view)
     assert [len(k.signatures) for k in every] == compiled
 
 

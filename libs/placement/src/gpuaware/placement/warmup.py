@@ -7,7 +7,8 @@ lease, when the queue is longest. `warm_up` decides four pods (sharing a GPU, on
 whole GPUs, CPU only) with the service's own profile on a two-node cluster whose GPUs carry
 health, thermal and forecast signals, through the same
 framework and score cache the service decides with, so every kernel that profile uses is compiled
-for the argument types it will be called with. With the cache filled it takes milliseconds.
+for the argument types it will be called with; then the filters and the usable-GPU check once more
+on a copy of the rows, as preemption plans call them. With the cache filled it takes milliseconds.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
+from gpuaware.placement.cache import rows_view
 from gpuaware.placement.cluster import Cluster
 from gpuaware.placement.frag import TypicalPods
-from gpuaware.placement.framework import Decision
+from gpuaware.placement.framework import CycleState, Decision, usable_gpus
 from gpuaware.placement.model import GPU_CATALOG, MILLI, NodeSpec, PodRequest
 from gpuaware.placement.registry import REGISTRY
 
@@ -47,4 +51,11 @@ def warm_up(config: Mapping[str, Any]) -> float:
         decision = framework.scheduler.schedule(pod, cluster.snapshot())
         if isinstance(decision, Decision):
             cluster.reserve(pod, decision.node, decision.gpus)
+    # preemption plans check what-if copies of a few rows (writable arrays: their own compiled variants)
+    view = rows_view(cluster.snapshot(), np.arange(cluster.num_nodes))
+    filters = getattr(framework.scheduler, "inner", framework.scheduler).filters
+    for pod in _PODS:
+        for f in filters:
+            f.filter(CycleState(), pod, view)
+        usable_gpus(pod, view)
     return time.perf_counter() - start
