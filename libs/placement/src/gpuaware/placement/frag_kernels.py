@@ -61,11 +61,24 @@ def sigmoid_scores(delta):
 
 
 @kernel
+def _model_row(model_idx, n, access):
+    """Node n's row of `access` (the last row: CPU-only nodes, model index -1)."""
+    return model_idx[n] if model_idx[n] >= 0 else access.shape[0] - 1
+
+
+@kernel
+def _frag(allowed, cnt_j, num_m, cpu, cpu_m, small_j, total):
+    """frag(node, m): the free milli on GPUs below m's request (`small_j`) when m fits (its GPU type
+    `allowed`, `cnt_j` >= `num_m` GPUs with enough free, `cpu` >= `cpu_m`), else all of it (`total`).
+    Scalars only, so the compiler inlines it into the loops over m."""
+    return small_j if allowed and cnt_j >= num_m and cpu >= cpu_m else total
+
+
+@kernel
 def fill_rows(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag, F):
     """Compute cnt, small, total, frag and F of node states `rows` in place (frag.py: FragState)."""
     n_gpu = gpu_free.shape[1]
     n_u = u.size
-    cpu_row = access.shape[0] - 1
     for n in rows:
         t = 0
         for j in range(n_u):
@@ -80,12 +93,10 @@ def fill_rows(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, acces
                 else:
                     small[n, j] += a
         total[n] = t
-        mi = model_idx[n] if model_idx[n] >= 0 else cpu_row
-        c = cpu_free[n]
+        mi = _model_row(model_idx, n, access)
         f = 0.0
         for m in range(p.size):
-            j = um[m]
-            v = small[n, j] if access[mi, m] and cnt[n, j] >= num[m] and c >= cpu_req[m] else t
+            v = _frag(access[mi, m], cnt[n, um[m]], num[m], cpu_free[n], cpu_req[m], small[n, um[m]], t)
             frag[n, m] = v
             f += v * p[m]
         F[n] = f
@@ -101,14 +112,12 @@ def _share_delta(n, a, milli, cpu, model_idx, cpu_free, u, um, num, cpu_req, p, 
         gb = b >= u[j]
         cnt2[j] = cnt[n, j] - ga + gb
         small2[j] = small[n, j] - (0 if ga else a) + (0 if gb else b)
-    mi = model_idx[n] if model_idx[n] >= 0 else access.shape[0] - 1
+    mi = _model_row(model_idx, n, access)
     c2 = cpu_free[n] - cpu
     t2 = total[n] - milli
     d = 0.0
     for m in range(p.size):
-        j = um[m]
-        v = small2[j] if access[mi, m] and cnt2[j] >= num[m] and c2 >= cpu_req[m] else t2
-        d += (frag[n, m] - v) * p[m]
+        d += (frag[n, m] - _frag(access[mi, m], cnt2[um[m]], num[m], c2, cpu_req[m], small2[um[m]], t2)) * p[m]
     return d
 
 
@@ -149,17 +158,15 @@ def whole_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, ac
     """F before - F after for a pod taking `num_gpu` whole GPUs (0: CPU-only) on each node of `rows`:
     num_gpu fewer GPUs above every threshold, `small` unchanged (a whole GPU sits above them all)."""
     out = np.empty(rows.size)
-    cpu_row = access.shape[0] - 1
     for k in range(rows.size):
         n = rows[k]
-        mi = model_idx[n] if model_idx[n] >= 0 else cpu_row
+        mi = _model_row(model_idx, n, access)
         c2 = cpu_free[n] - cpu
         t2 = total[n] - milli_per_gpu * num_gpu
         d = 0.0
         for m in range(p.size):
             j = um[m]
-            v = small[n, j] if access[mi, m] and cnt[n, j] - num_gpu >= num[m] and c2 >= cpu_req[m] else t2
-            d += (frag[n, m] - v) * p[m]
+            d += (frag[n, m] - _frag(access[mi, m], cnt[n, j] - num_gpu, num[m], c2, cpu_req[m], small[n, j], t2)) * p[m]
         out[k] = d
     return out
 
@@ -199,46 +206,17 @@ def _strand(n, cpu_free, total, cpu, gpu_milli, rho, weight):
 def waste_share(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag,
                 milli, cpu, gpu_milli, gap, gap_weight, strand_weight, rho):
     """waste.py's value of a GPU-sharing pod on each node of `rows` and the GPU it takes there: per GPU
-    the fragmentation delta (0 where it does not fit) plus the gap term gap_weight * (W[a] - W[a -
-    milli]), the GPU by `gpu_pick`'s rule, plus the node's stranded-GPU term for `cpu` and `gpu_milli`
-    (the pod's total GPU milli)."""
-    k_rows = rows.size
-    n_gpu = gpu_free.shape[1]
-    best = np.empty(k_rows)
-    gpu = np.zeros(k_rows, np.int64)
-    seen_free = np.empty(n_gpu, np.int64)  # per distinct free milli of the node's GPUs: value and score
-    seen_value = np.empty(n_gpu)
-    seen_score = np.empty(n_gpu, np.int64)
-    cnt2 = np.empty(u.size, np.int64)
-    small2 = np.empty(u.size, np.int64)
-    for k in range(k_rows):
-        n = rows[k]
-        seen = 0
-        top = -1
-        pick = 0
-        pick_value = 0.0
-        for g in range(n_gpu):
-            a = gpu_free[n, g]
-            h = 0
-            while h < seen and seen_free[h] != a:
-                h += 1
-            if h == seen:
-                d = 0.0
-                if a >= milli:
-                    d = _share_delta(n, a, milli, cpu, model_idx, cpu_free, u, um, num, cpu_req, p, access, cnt,
-                                     small, total, frag, cnt2, small2)
-                seen_free[h] = a
-                seen_value[h] = d + gap_weight * (gap[a] - gap[max(a - milli, 0)])
-                seen_score[h] = _sigmoid_int(seen_value[h]) if a >= milli else -1
-                seen += 1
-            if g == 0:
-                pick_value = seen_value[h]  # GPU 0's value when no GPU fits
-            if seen_score[h] > top:
-                top = seen_score[h]
-                pick = g
-                pick_value = seen_value[h]
-        gpu[k] = pick
-        best[k] = pick_value + _strand(n, cpu_free, total, cpu, gpu_milli, rho, strand_weight)
+    `share_deltas` plus the gap term gap_weight * (W[a] - W[a - milli]), the GPU by `gpu_pick`'s rule,
+    plus the node's stranded-GPU term for `cpu` and `gpu_milli` (the pod's total GPU milli)."""
+    delta, valid = share_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small,
+                                total, frag, milli, cpu)
+    for k in range(rows.size):
+        for g in range(delta.shape[1]):
+            a = gpu_free[rows[k], g]
+            delta[k, g] += gap_weight * (gap[a] - gap[max(a - milli, 0)])
+    best, gpu = gpu_pick(delta, valid)
+    for k in range(rows.size):
+        best[k] += _strand(rows[k], cpu_free, total, cpu, gpu_milli, rho, strand_weight)
     return best, gpu
 
 
