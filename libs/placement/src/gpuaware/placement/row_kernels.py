@@ -39,22 +39,20 @@ def stale_rows(nodes, computed_at, version):
 
 
 @kernel
-def store_rows(rows, value, gpu, computed_at, values, gpus, version):
-    """values[rows], gpus[rows] = value, gpu, stamped with the nodes' versions now."""
-    for k in range(rows.size):
-        n = rows[k]
-        values[n] = value[k]
-        gpus[n] = gpu[k]
-        computed_at[n] = version[n]
-
-
-@kernel
 def store_values(rows, value, computed_at, values, version):
     """values[rows] = value, stamped with the nodes' versions now."""
     for k in range(rows.size):
         n = rows[k]
         values[n] = value[k]
         computed_at[n] = version[n]
+
+
+@kernel
+def store_rows(rows, value, gpu, computed_at, values, gpus, version):
+    """`store_values`, and gpus[rows] = gpu."""
+    store_values(rows, value, computed_at, values, version)
+    for k in range(rows.size):
+        gpus[rows[k]] = gpu[k]
 
 
 @kernel
