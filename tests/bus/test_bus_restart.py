@@ -53,6 +53,39 @@ async def test_messages_survive_a_server_restart_and_the_client_reconnects(tmp_p
         server.stop()
 
 
+async def test_a_publish_unacknowledged_across_a_reconnect_fails_at_once_not_after_the_ack_timeout(
+        tmp_path: Path) -> None:
+    """A cluster node dies with pipelined publishes in flight: their replies were to come through it.
+    Each such future fails soon after the reconnect (the caller resends; its msg id dedupes), not
+    after the 30-s ack timeout, which stalled the placement loop's pipeline in the cluster drill."""
+    server = start_nats(tmp_path / "nats")
+    try:
+        policy = bus.ReconnectPolicy(base=0.05, cap=0.5)
+        async with bus.connected(server.url, name="reconnect-ack-test", policy=policy, initial_timeout=5) as nc:
+            js = nc.jetstream()
+            await bus.ensure_stream(js, bus.SimpleStreamSpec(name="ACKS", subjects=("acks.stored",)))
+            silent = bus.Channel("acks.silent", Sample, id_of=lambda s: s.id)  # heard, never answered
+            await nc.subscribe(silent.subject)
+            await nc.flush()
+            stranded = [await bus.publish_async(js, silent, Sample(id=f"s{i}", gpu="g", util=1.0))
+                        for i in range(3)]
+            await asyncio.sleep(0.2)
+            assert not any(f.done() for f in stranded)
+
+            server = await asyncio.to_thread(server.restart)
+            restarted = asyncio.get_running_loop().time()
+            for fut in stranded:
+                with pytest.raises(ConnectionError, match="re-established"):
+                    await asyncio.wait_for(fut, 10)
+            assert asyncio.get_running_loop().time() - restarted < 10  # the ack timeout is 30 s
+
+            stored = bus.Channel("acks.stored", Sample, id_of=lambda s: s.id)
+            ack = await asyncio.wait_for(await bus.publish_async(js, stored, Sample(id="a", gpu="g", util=1.0)), 10)
+            assert (ack.stream, ack.seq, ack.duplicate) == ("ACKS", 1, False)
+    finally:
+        server.stop()
+
+
 async def test_initial_connect_gives_up_after_initial_timeout() -> None:
     from gpuaware.devstack import free_port
 

@@ -139,3 +139,32 @@ async def test_nats_over_tls_with_a_throwaway_ca(tmp_path: Path) -> None:
         await refused(proc.url, tls=bus.tls_context(str(other.ca)))
     finally:
         proc.stop()
+
+
+def test_every_dev_server_states_its_file_store_limit_instead_of_following_the_free_disk(tmp_path: Path) -> None:
+    # nats-server's default limit is 75 % of the free disk, and gpuaware's streams reserve their
+    # max_bytes against it: on a fuller disk they were refused ("insufficient storage"). Plain, with
+    # auth, restarted and as a cluster node, the server reports the stated limit.
+    import json
+    import urllib.request
+
+    from gpuaware.devstack.cluster import start_cluster_node
+    from gpuaware.devstack.nats import MAX_FILE_STORE
+    from gpuaware.devstack.ports import free_port
+
+    def limit(proc) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{proc.monitor_port}/jsz", timeout=5) as reply:
+            return json.load(reply)["config"]["max_storage"]
+
+    plain = start_nats(tmp_path / "plain")
+    guarded = start_nats(tmp_path / "auth", auth=True)
+    node = start_cluster_node(tmp_path / "cluster", 0, cluster_ports=[free_port()])
+    try:
+        assert [limit(p) for p in (plain, guarded, node)] == [MAX_FILE_STORE] * 3
+        plain = plain.restart()
+        guarded = guarded.restart()
+        assert [limit(plain), limit(guarded)] == [MAX_FILE_STORE] * 2
+        assert "authorization" in json.loads((tmp_path / "auth" / "auth.conf").read_text())  # auth kept
+    finally:
+        for p in (plain, guarded, node):
+            p.stop()

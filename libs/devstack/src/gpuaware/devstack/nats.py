@@ -9,6 +9,9 @@ reused on every later start in that folder (a restart keeps the passwords, so ru
 reconnect). `credentials(data_dir)` reads them back; `forget_credentials(data_dir)` deletes both
 (the launcher's `down`, and a start without auth, so no credentials outlive the stack that used
 them). Without auth (the default) the server is open, as it has always been for tests and demos.
+
+Either way the server's configuration states JetStream's file-store limit (`MAX_FILE_STORE`) rather
+than leaving nats-server's default, which follows the disk's free space at start.
 """
 
 from __future__ import annotations
@@ -35,6 +38,14 @@ AUTH_CONFIG = "auth.conf"
 CREDENTIALS = "credentials.json"
 AUTH_SCOPE = "auth-scope.json"
 """the clusters the users' permissions were written for (kept so a restarted server keeps them)"""
+STORE_CONFIG = "jetstream.conf"
+"""the configuration a server without auth starts with: only the file-store limit"""
+MAX_FILE_STORE = 1 << 40
+"""JetStream's file-store limit (1 TiB, nats-server's own ceiling). Its default, 75 % of the disk's
+free space at start, counts every stream's max_bytes against it when the stream is created: gpuaware's
+streams cap at 29 GiB (each node of a cluster holds them all), so a disk with less than about 41 GB free
+refused them, and the 3-node fault drill failed or passed with the free disk. A dev stack stores what
+its streams hold, not their caps."""
 BCRYPT_COST = 10
 """the work factor of the hashes in auth.conf (nats-server checks one per connection: ~50 ms here)"""
 
@@ -143,8 +154,13 @@ def write_auth_config(data_dir: Path, *, clusters: Sequence[str] | None = None) 
     config = data_dir / AUTH_CONFIG
     hashes = {identity: bcrypt.hashpw(pw.encode(), bcrypt.gensalt(BCRYPT_COST, prefix=b"2a")).decode()
               for identity, pw in passwords.items()}
-    _write_private(config, render_server_config(hashes, cluster=list(clusters)))
+    _write_private(config, _with_store_limit(json.loads(render_server_config(hashes, cluster=list(clusters)))))
     return config
+
+
+def _with_store_limit(config: dict) -> str:
+    """`config` (a nats-server configuration as JSON, which its format accepts) with the file-store limit."""
+    return json.dumps({**config, "jetstream": {"max_file_store": MAX_FILE_STORE}}, indent=2) + "\n"
 
 
 def forget_credentials(data_dir: Path) -> list[str]:
@@ -182,6 +198,9 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
         config_file = write_auth_config(data_dir, clusters=auth_clusters)
     else:
         forget_credentials(data_dir)  # a server without auth: no passwords of an earlier one stay behind
+        if config_file is None:
+            config_file = data_dir / STORE_CONFIG
+            config_file.write_text(_with_store_limit({}))
     args = [str(binary), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor_port), "-js",
             "-sd", str(data_dir / "jetstream")]
     if config_file is not None:
