@@ -502,3 +502,51 @@ def test_gpu_aware_is_cacheable() -> None:
     sched = policy(DEFAULT_PROFILE, typical=TYPICAL)
     cached = CachedScheduler(sched)
     assert cached.cacheable and cached.gpu_key == WasteGradientScore.gpu_key
+
+
+def test_the_cache_counts_the_decisions_forecast_headroom_changed_as_a_profile_without_it_would_decide() -> None:
+    # ground truth per decision: the same profile without forecast-headroom, on the same snapshot
+    from gpuaware.placement.registry import REGISTRY
+    from gpuaware.sim.synthetic import synthetic_nodes, synthetic_pods
+
+    nodes = synthetic_nodes(30, seed=4)
+    pods = synthetic_pods(400, seed=5)
+    rank = np.random.default_rng(5).permutation(len(nodes))
+    config = dict(POLICIES[DEFAULT_PROFILE])
+    config["score"] = [e for e in config["score"] if e["name"] != "forecast-headroom"]
+    without = REGISTRY.build(config, typical=TYPICAL, seed=5, tie_rank=rank, name="without")
+    cached = CachedScheduler(policy(DEFAULT_PROFILE, typical=TYPICAL, seed=5, tie_rank=rank))
+    assert cached.watched is not None and cached.watched.name == "forecast-headroom"
+    rng = np.random.default_rng(6)
+    c = Cluster(nodes)
+    live: list[str] = []
+    scored = changed = 0
+    for i, pod in enumerate(pods):
+        if i >= 100 and i % 3 == 0:  # forecasts arrive from the 100th pod on: none counted before
+            for _ in range(4):
+                n = int(rng.integers(c.num_nodes))
+                if c.gpu_count[n]:
+                    c.set_gpu_signals(n, int(rng.integers(c.gpu_count[n])), util_forecast=float(rng.uniform(0, 1)))
+        snap = c.snapshot()
+        d = cached.schedule(pod, snap)
+        if not isinstance(d, Decision):
+            continue
+        if "forecast" in snap.signals:
+            other = without.schedule(pod, snap)
+            scored += 1
+            changed += isinstance(other, Decision) and other.node != d.node
+        c.reserve(pod, d.node, d.gpus)
+        live.append(pod.name)
+        if i % 4 == 0 and len(live) > 40:
+            c.unreserve(live.pop(0))
+    assert (cached.stats.watched_scored, cached.stats.watched_changed) == (scored, changed)
+    assert scored > 150 and 0 < changed < scored  # the forecasts decided some pods, not every one
+
+
+def test_a_profile_without_the_watched_score_counts_nothing() -> None:
+    cached = CachedScheduler(policy(OURS, typical=TYPICAL))
+    c = Cluster([node("a"), node("b")])
+    c.set_gpu_signals(0, 0, util_forecast=0.9)
+    assert cached.watched is None
+    assert isinstance(cached.schedule(share(milli=500), c.snapshot()), Decision)
+    assert (cached.stats.watched_scored, cached.stats.watched_changed) == (0, 0)

@@ -533,7 +533,8 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
                                 "queues billed)" if qf.get("status") == "took part" else qf.get("status", "built"))
         elif name == "forecasting":
             fc = results["gpuaware"].forecast
-            svc_status[name] = (describe_forecasting(fc.get("model") or {}, fc.get("accuracy") or {})
+            svc_status[name] = (describe_forecasting(fc.get("model") or {}, fc.get("accuracy") or {},
+                                                     fc.get("placement"), fc.get("stats"))
                                 if fc else "built (not run in this demo)")
         else:
             svc_status[name] = "took part (both runs)"

@@ -13,6 +13,11 @@ The score: every demand forecast the service stored (``forecast_points``, series
 ``demand/<cluster>/<queue>``) whose target minute arrived, RMSE of its p50 at each horizon against
 persistence from the same origins (the value at the origin, also stored), and how often the actual
 stayed under the p90 (a safety margin should cover about 90 %).
+
+What the forecasts changed: placement counts the decisions it made while per-GPU utilisation forecasts
+existed, and those whose node would differ without the forecast-headroom score
+(``gpuaware_placement_forecast_{scored,changed}_total``, read from each placement instance's metrics at
+the end of the run; `placement_forecast_effect`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import numpy as np
 
 from gpuaware import tsdb
 
-__all__ = ["DEMAND_MODEL", "demand_accuracy", "describe", "ensure_demand_model", "helios_files"]
+__all__ = ["DEMAND_MODEL", "demand_accuracy", "describe", "ensure_demand_model", "helios_files",
+           "placement_forecast_effect"]
 
 DEMAND_MODEL = "demand"
 HORIZONS = [10, 30, 60]
@@ -148,12 +154,42 @@ async def demand_accuracy(pool: Any, cluster: str, started_at: float) -> dict[st
     }
 
 
-def describe(model: dict[str, Any], acc: dict[str, Any]) -> str:
+FORECAST_COUNTERS = {"gpuaware_placement_forecast_scored": "scored", "gpuaware_placement_forecast_changed": "changed"}
+
+
+def placement_forecast_effect(metrics_texts: list[str]) -> dict[str, Any]:
+    """The placement instances' forecast counters (Prometheus text, one per instance), summed: decisions
+    made while per-GPU forecasts existed (``scored``) and those the forecast-headroom score changed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    got = {"scored": 0, "changed": 0, "instances": len(metrics_texts)}
+    for text in metrics_texts:
+        for family in text_string_to_metric_families(text):
+            key = FORECAST_COUNTERS.get(family.name)
+            if key is not None:
+                got[key] += int(sum(s.value for s in family.samples if s.name.endswith("_total")))
+    return got
+
+
+def effect_line(effect: dict[str, Any], stats: dict[str, Any]) -> str:
+    """How often placement's forecast-headroom score changed a decision, or why it could not."""
+    if not effect or not effect.get("instances"):
+        return "placement's forecast counters unread"
+    if effect["scored"]:
+        return (f"forecast-headroom changed {effect['changed']:,} of the {effect['scored']:,} decisions made while "
+                f"per-GPU forecasts existed ({effect['changed'] / effect['scored']:.1%})")
+    return (f"no decision was made while per-GPU forecasts existed ({stats.get('windows', 0)} utilisation windows "
+            "forecast: they are one-minute rollups of the telemetry's time)")
+
+
+def describe(model: dict[str, Any], acc: dict[str, Any], effect: dict[str, Any] | None = None,
+             stats: dict[str, Any] | None = None) -> str:
     """One line for the report's services section."""
     who = model.get("model") or f"persistence ({model.get('reason', 'no model')})"
+    tail = f"; {effect_line(effect, stats or {})}" if effect is not None else ""
     if acc.get("status") != "scored":
-        return f"took part (demand model {who}); {acc.get('status', 'no forecasts')}"
+        return f"took part (demand model {who}); {acc.get('status', 'no forecasts')}{tail}"
     h30 = acc["at_horizon_min"].get("30", {})
     gain = h30.get("vs_persistence")
-    tail = "" if gain is None else f"; 30-min RMSE {h30['rmse']:.2f} vs persistence {h30['persistence_rmse']:.2f} GPUs"
-    return f"took part: {acc['forecasts']:,} demand forecasts over {acc['series']} series (model {who}){tail}"
+    rmse = "" if gain is None else f"; 30-min RMSE {h30['rmse']:.2f} vs persistence {h30['persistence_rmse']:.2f} GPUs"
+    return f"took part: {acc['forecasts']:,} demand forecasts over {acc['series']} series (model {who}){rmse}{tail}"

@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -812,11 +813,14 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
         forecaster = (procs.start("forecasting", service_command("gpuaware.services.forecasting"), env["forecasting"],
                                   logs / f"forecasting-{spec.label}.log") if forecast_on else None)
         placements = {}
+        # forecast_on: placement's metrics are read at the end (how often forecasts changed a decision)
+        metrics_ports = {inst: free_port() if forecast_on else 0 for inst in instances}
         for i, inst in enumerate(instances):
             name = "placement" if i == 0 else f"placement-{inst}"
             placements[inst] = procs.start(
                 name, service_command("gpuaware.services.placement"),
-                {**env["placement"], "GPUAWARE_PLACEMENT_INSTANCE_ID": inst},
+                {**env["placement"], "GPUAWARE_PLACEMENT_INSTANCE_ID": inst,
+                 "GPUAWARE_PLACEMENT_METRICS_PORT": str(metrics_ports[inst])},
                 logs / f"{name}-{spec.label}.log")
         if forecast_on:
             # live before the binder's first pod: minutes it sees only while catching up are replayed
@@ -968,6 +972,7 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
             forecast["status"] = "running"
             with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
                 forecast["stats"] = await bus.request(nc, FORECASTING_STATS, {}, dict, timeout=5.0)
+            forecast["placement"] = await forecast_effect(placements, metrics_ports)
     except Interrupted:
         failure = "interrupted"
         raise
@@ -1021,6 +1026,25 @@ async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: 
                      services={"placement": spec.policy, "binder": "twin"}, failure=failure, failover=failover,
                      node_names=node_names, clock=clock, telemetry=telemetry, health=health,
                      quota=quota, chaos=chaos_done, forecast=forecast)
+
+
+async def forecast_effect(placements: dict[str, Any], ports: dict[str, int]) -> dict[str, Any]:
+    """Placement's forecast counters, read from the metrics of every instance still running (a
+    killed leader's counts went with it)."""
+    from gpuaware.cli.demo_forecast import placement_forecast_effect
+
+    def scrape(port: int) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            return reply.read().decode()
+
+    texts = []
+    for inst, proc in placements.items():
+        if proc.alive():
+            try:
+                texts.append(await asyncio.to_thread(scrape, ports[inst]))
+            except OSError as exc:
+                log.warning("placement %s metrics unreadable: %s", inst, exc)
+    return placement_forecast_effect(texts)
 
 
 async def operator_repair(nc: bus.Client, cluster: str, gpu: str, node: str, virtual_now: float) -> dict[str, Any]:

@@ -26,6 +26,13 @@ avoids; compiled (frag_kernels.py), the engine's part of a decision is about 135
 cluster. It pays for per-node scores without their own cache (DotProd, GpuPacking: 0.16-0.17 ->
 0.13 ms per decision before the kernels) and gives `scores()` and `exclude` (constraints outside the
 engine, applied at selection without invalidating anything).
+
+Which decisions a score changed (`watch`, forecast-headroom by default): its weighted part of each
+node's sum is kept beside the sum, and while its signal exists on some GPU (`Snapshot.signals`) every
+decision also picks without it (the sum minus the part, the same tie rule). `stats.watched_scored`
+counts those decisions, `stats.watched_changed` the ones whose node differs: how often the score
+decided something, rather than whether it ran. It costs one more compiled arg-max per decision, only
+while the signal exists, and nothing for a profile without the score.
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ class _Entry:
     feasible: np.ndarray  # [N] bool
     total: np.ndarray  # [N] float64 weighted score sum where feasible, -inf elsewhere
     gpu: np.ndarray  # [N] int64 GPU picked by the score plugin (-1: none)
+    part: np.ndarray | None = None  # [N] float64 the watched score's weighted part of `total` (0 elsewhere)
 
 
 @dataclass(slots=True)
@@ -89,12 +97,18 @@ class CacheStats:
     shape_hits: int = 0
     nodes_recomputed: int = 0
     passthrough: int = 0
+    watched_scored: int = 0
+    """decisions made while the watched score's signal existed (see the module docstring)"""
+    watched_changed: int = 0
+    """of those, decisions whose node would differ without the watched score"""
 
 
 class CachedScheduler:
     """`schedule(pod, snap)` like the wrapped `Scheduler`, with per-(shape, node) results reused."""
 
-    def __init__(self, scheduler: Scheduler, *, max_shapes: int = 1024) -> None:
+    WATCH = "forecast-headroom"
+
+    def __init__(self, scheduler: Scheduler, *, max_shapes: int = 1024, watch: str | None = WATCH) -> None:
         self.inner = scheduler
         self.max_shapes = max_shapes
         self.gpu_key: str | None = getattr(scheduler.gpu_selector, "key", None)
@@ -107,6 +121,10 @@ class CachedScheduler:
         """every filter checks chosen rows of the whole snapshot itself (`filter_rows`, the built-in ones
         do): no restricted view is built per decision"""
         self._scores = tuple((ws, getattr(ws.plugin, "constant", None)) for ws in scheduler.scores)
+        watched = [ws.plugin for ws in scheduler.scores if watch is not None and ws.plugin.name == watch]
+        self.watched = watched[0] if watched else None
+        """the score whose effect on the pick is counted (None: the profile has no such score)"""
+        self._watched_signal: str | None = getattr(self.watched, "signal", None)
         """each weighted score with its `constant(pod, snap)` (a plugin's optional word that every node
         scores alike this time: a signal no GPU has)"""
         self.stats = CacheStats()
@@ -131,7 +149,7 @@ class CachedScheduler:
         n = snap.num_nodes
         if entry is None:
             entry = _Entry(np.full(n, -1, np.int64), np.zeros(n, bool), np.full(n, -np.inf),
-                           np.full(n, -1, np.int64))
+                           np.full(n, -1, np.int64), np.zeros(n) if self.watched is not None else None)
             self._entries[key] = entry
             if len(self._entries) > self.max_shapes:
                 self._entries.popitem(last=False)
@@ -156,16 +174,21 @@ class CachedScheduler:
         assert mask is not None
         ok = stale[mask]
         total = np.zeros(ok.size, dtype=np.float64)
+        if entry.part is not None:
+            entry.part[stale] = 0.0
         if ok.size:
             for ws, constant in self._scores:
                 try:
                     same = None if constant is None else constant(pod, snap)
                     # a score that is the same on every node is added as one number: the same float
                     # sums in the same order as adding its array
-                    total += ws.weight * (ws.plugin.score(cycle, pod, snap, ok) if same is None else same)
+                    weighted = ws.weight * (ws.plugin.score(cycle, pod, snap, ok) if same is None else same)
+                    total += weighted
                 except Exception as exc:  # as Scheduler.schedule: the cycle fails, naming the plugin
                     entry.version[stale] = -1
                     return Status(Code.ERROR, f"{type(exc).__name__}: {exc}", ws.plugin.name)
+                if ws.plugin is self.watched:
+                    entry.part[ok] = weighted
             if self.gpu_key is not None and self.gpu_key in cycle:
                 nodes, gpus = cycle[self.gpu_key]
                 entry.gpu[nodes] = gpus
@@ -191,11 +214,20 @@ class CachedScheduler:
             if exclude is not None and entry.feasible.any():
                 return Status(Code.UNSCHEDULABLE, f"every node that fits pod {pod.name} is excluded", "exclude")
             return self.inner.schedule(pod, snap)  # nothing fits: the wrapped scheduler says why
+        if entry.part is not None and self._watched_signal in snap.signals:
+            self._count_watched(masked, entry.part, pick)
         cycle = CycleState()
         if self.gpu_key is not None:
             cycle[self.gpu_key] = (np.array([pick]), entry.gpu[pick : pick + 1])
         gpus = fit_gpus(pod, snap, pick, self.inner.gpu_selector.select(cycle, pod, snap, pick))
         return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), np.count_nonzero(entry.feasible))
+
+    def _count_watched(self, total: np.ndarray, part: np.ndarray, pick: int) -> None:
+        """Whether the pick would differ without the watched score (infeasible nodes stay -inf)."""
+        self.stats.watched_scored += 1
+        without, _ = best_index(total - part, self.inner.tie_rank)
+        if without != pick:
+            self.stats.watched_changed += 1
 
     def _schedule_excluding(self, pod: PodRequest, snap: Snapshot, exclude: np.ndarray) -> Decision | Status:
         nodes, total = self.scores(pod, snap)

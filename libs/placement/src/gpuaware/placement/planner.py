@@ -231,6 +231,8 @@ class Planner:
                                              extra_filters=cfg.extra_filters)
         if not cfg.preemption:
             framework.post_filters = ()
+        if self.framework is not None:  # the counts are this instance's, not one build's
+            framework.scheduler.stats = self.framework.scheduler.stats
         self.framework = framework
         self.counters.scheduler_rebuilds += 1
 
