@@ -21,6 +21,7 @@ from gpuaware.forecast.model import LSTMForecaster, TrainResult, export_onnx
 from gpuaware.schemas import (
     DEMAND_PREDICTED,
     GPU_ROLLED_UP,
+    GPU_SAMPLED,
     GPU_UTIL_PREDICTED,
     NODE_INVENTORY,
     POD_FINISHED,
@@ -30,6 +31,7 @@ from gpuaware.schemas import (
     GpuInfo,
     GpuRolledUp,
     GpuRollup,
+    GpuSampled,
     GpuUtilPredicted,
     NodeInventory,
     PodFinished,
@@ -41,6 +43,7 @@ from gpuaware.services.forecasting.handlers import ForecastService, mounter
 from gpuaware.services.forecasting.settings import ForecastingSettings
 
 ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
+SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled, dedupe=False)
 PENDING = bus.Channel(POD_PENDING, PodPending)
 FINISHED = bus.Channel(POD_FINISHED, PodFinished)
 INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
@@ -114,6 +117,13 @@ class Recorder:
         await bus.publish(self.js, INVENTORY.at(self.cluster, node),
                           NodeInventory(source="agent/test", emitted_at=time.time(), cluster=self.cluster, node=node,
                                         gpus=gpus))
+
+    async def sample(self, node: str, at: float, utils: list[float | None], seq: int = 0) -> None:
+        """One agent sample of the node's GPUs (named as ``rollup`` names them) at telemetry time ``at``."""
+        await bus.publish(self.js, SAMPLED.at(self.cluster, node), GpuSampled(
+            source="agent/test", emitted_at=time.time(), cluster=self.cluster, node=node, sampled_at=at,
+            interval_s=1.0, seq=seq, gpu_uuid=tuple(f"GPU-{node}-{i}" for i in range(len(utils))),
+            gpu_index=tuple(range(len(utils))), util_pct=tuple(utils)))
 
     async def rollup(self, node: str, minute: int, utils: list[float]) -> None:
         await bus.publish(self.js, ROLLED.at(self.cluster, node), rollup(self.cluster, node, T0 + 60 * minute, utils))

@@ -38,6 +38,31 @@ async def test_empty_registry_serves_persistence_and_says_so(nats_proc, fresh_da
     assert n == 3 * 3 * 3 and models == ["persistence"]  # 3 windows x 3 series x 3 horizons
 
 
+async def test_a_twin_on_a_scaled_clock_gets_per_gpu_forecasts_from_its_samples(
+        nats_proc, fresh_database_url: str, cluster: str) -> None:
+    # time_scale 600: a GPU-minute lasts 0.1 s of the telemetry's clock, so a one-minute rollup would span
+    # ten hours of the GPUs' lives. Samples 0.25 s apart each close a window of their own; rollups are
+    # ignored; the path is on the telemetry's clock (600 GPU-seconds = 1 s); nothing is stored.
+    scale = 600.0
+    async with recorder(nats_proc.url, cluster) as rec, forecasting(
+            nats_proc.url, fresh_database_url, cluster, time_scale=scale) as svc:
+        await rec.rollup("node-a", 0, [99.0, 99.0])  # not a GPU-minute: no forecast from it
+        t0 = time.time()
+        for k, utils in enumerate([[10.0, 50.0], [20.0, None], [30.0, 70.0]]):
+            await rec.sample("node-a", t0 + 0.25 * k, utils, seq=k)
+        await eventually(lambda: len(rec.gpu) >= 3, what="a forecast per sampled window")
+        first, last = rec.gpu[0], rec.gpu[-1]
+        assert [ev.model for ev in rec.gpu] == ["persistence"] * len(rec.gpu)
+        assert {g.gpu_uuid: g.values[1][0] for g in first.gpus} == {"GPU-node-a-0": 10.0, "GPU-node-a-1": 50.0}
+        assert {g.gpu_uuid: g.values[1][0] for g in last.gpus} == {"GPU-node-a-0": 30.0, "GPU-node-a-1": 70.0}
+        assert last.step_s == 600.0 / scale and last.start == pytest.approx(last.issued_at + 1.0)
+        window_end = (np.floor((t0 + 0.5) * scale / 60) * 60 + 60) / scale  # the last sample's GPU-minute
+        assert last.issued_at == pytest.approx(window_end, abs=1e-6)
+        assert svc.stats().windows == 3 and svc.stats().late_windows == 0
+    with psycopg.connect(fresh_database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM forecast_points").fetchone() == (0,)
+
+
 async def test_gpu_model_series_from_the_inventories(nats_proc, fresh_database_url: str, cluster: str) -> None:
     async with recorder(nats_proc.url, cluster) as rec:
         await rec.inventory("node-a", ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"])

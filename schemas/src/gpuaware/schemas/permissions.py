@@ -290,12 +290,12 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [QUOTA_ADMIT])]),
                            allow_responses=True)
     if identity == FORECASTING:
-        # follows its cluster's inventories (GPU models), one-minute rollups and pod events (demand, job
-        # durations), publishes
+        # follows its cluster's inventories (GPU models), one-minute rollups (a digital twin's samples) and
+        # pod events (demand, job durations), publishes
         # demand and per-GPU forecasts, answers forecasting.duration and forecasting.stats, raises and
         # resolves its models' drift alerts (the registry is in PostgreSQL); it may not delete consumers
         # on BINDER (the binder's durable lives there)
-        consumed = [*_event(GPU_ROLLED_UP), *_event(NODE_INVENTORY)]
+        consumed = [*_event(GPU_ROLLED_UP), *_event(GPU_SAMPLED), *_event(NODE_INVENTORY)]
         endpoints = [FORECAST_DURATION, *OPERATIONAL_ENDPOINTS[identity]]
         pub = [*_event(DEMAND_PREDICTED), *_event(GPU_UTIL_PREDICTED), *_event(ALERT_RAISED), *_event(ALERT_RESOLVED),
                *_js_base(), *_follow(TELEMETRY), *_follow(BINDER, delete=False),

@@ -704,7 +704,10 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
              "GPUAWARE_QUOTA_TREE": str(cfg.out / f"quota-queues-{spec.label}.yaml"),
              "GPUAWARE_QUOTA_REPORT_INTERVAL_S": "2"}
     forecasting = {**common, **nats_login(cfg, FORECASTING), "GPUAWARE_FORECASTING_CLUSTER": spec.cluster,
-                   "GPUAWARE_FORECASTING_INSTANCE_ID": f"forecasting-{spec.label}"}
+                   "GPUAWARE_FORECASTING_INSTANCE_ID": f"forecasting-{spec.label}",
+                   # the twin's GPUs live a day in the run: per-GPU series from the agent's samples, one
+                   # step per minute of their time (placement's forecast-headroom gets forecasts in the run)
+                   "GPUAWARE_FORECASTING_TIME_SCALE": f"{cfg.speed:g}"}
     return {"binder": binder, "placement": placement, "agent": agent, "health": health, "quota": quota,
             "forecasting": forecasting}
 

@@ -23,6 +23,11 @@ alert); when the model's RMSE is back at or under persistence's, it serves again
 resolves. Persistence is the baseline compared with here (the one every stream has for free; at
 minute resolution it is the strongest of the four on the traces, see bench/results/forecast.json).
 
+Time: a step is ``step_s`` of the series' own time (a minute). ``time_scale`` says how many seconds of it
+pass per second of the clock ``issued_at`` is on: 1 for real GPUs; the speed of a digital twin whose
+GPUs live a day in a minute of its telemetry's clock. The published path and the stored horizons are
+on the issuer's clock (``step_s`` 600 / ``time_scale``), so a consumer reads them as it reads any other.
+
 The contract wants a dense path (``values[q][k]`` at ``start + k * step_s``); the model forecasts
 10, 30 and 60 minutes ahead, so the path is on a 10-minute grid (``step_s`` 600, 6 steps) with the
 20/40/50-minute points linearly interpolated between the model's horizons (stated here because a
@@ -107,12 +112,13 @@ class Server:
     def __init__(self, model: StreamingModel | None, model_label: str, *, step_s: float = 60.0,
                  horizons_min: tuple[int, ...] = (10, 30, 60), quantiles: tuple[float, ...] = (0.5, 0.9),
                  unusable: str | None = None, drift_halflife: float = 240.0, drift_min_points: int = 200,
-                 drift_margin: float = 0.0):
+                 drift_margin: float = 0.0, time_scale: float = 1.0):
         """``model_label`` names the registry entry (``name@version``); ``unusable`` is why there is no
         model (the reason every fallback row then carries)."""
         self.model_label = model_label
         self.unusable = unusable
         self.step_s = step_s
+        self.time_scale = time_scale
         if model is not None and model.features.step_s != step_s:
             self.unusable = (f"{model_label}'s step is {model.features.step_s:g} s, the rollups' {step_s:g} s")
             model = None
@@ -245,8 +251,9 @@ class Server:
                      for q in range(at_horizons.shape[1]))
 
     def _common(self, issued_at: float, emitted_at: float, source: str) -> dict:
-        return {"source": source, "emitted_at": emitted_at, "issued_at": issued_at, "start": issued_at + 600.0,
-                "step_s": 600.0, "horizon_steps": 6, "quantiles": tuple(self.streams.quantiles)}
+        step = 600.0 / self.time_scale  # on the issuer's clock
+        return {"source": source, "emitted_at": emitted_at, "issued_at": issued_at, "start": issued_at + step,
+                "step_s": step, "horizon_steps": 6, "quantiles": tuple(self.streams.quantiles)}
 
     def events(self, result: StepResult, cluster: str, issued_at: float, nodes: Iterable[str],
                emitted_at: float, source: str) -> list[GpuUtilPredicted | DemandPredicted]:
@@ -288,7 +295,7 @@ class Server:
             name = series_name((kind, node, gpu))
             for j, h in enumerate(self.horizons_s):
                 v = result.values[i, j]
-                out.append(Point(name, issued_at, h, float(v[qi[0]]) if qi[0] >= 0 else float(v[0]),
+                out.append(Point(name, issued_at, h / self.time_scale, float(v[qi[0]]) if qi[0] >= 0 else float(v[0]),
                                  float(v[qi[1]]) if qi[1] >= 0 else float("nan"), model, version,
                                  result.reasons[i] or ""))
         return out

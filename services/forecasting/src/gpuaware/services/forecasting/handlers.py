@@ -6,6 +6,10 @@
                                                        once (gpuaware.forecast.serving.Server: one
                                                        onnxruntime call for all of them) when the next
                                                        window starts or ``flush_s`` after the first
+    follow telemetry.gpu.sampled.v1.<c>.> (new; only   the same from the agents' samples, in windows of
+           with ``time_scale`` > 1)                    one minute of the GPUs' time (a digital twin's:
+                                                       its one-minute rollup spans ``time_scale``
+                                                       minutes of its GPUs' lives)
     follow binder.pod.{pending,finished,preempted,     GPU demand (running + pending) per queue and the
            bind_failed}.v1 (all clusters': its own     cluster's total, per minute of the events' own
            kept)                                       clock (gpuaware.forecast.demand); each closed
@@ -38,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -59,6 +64,7 @@ from gpuaware.schemas import (
     DEMAND_PREDICTED,
     FORECAST_DURATION,
     GPU_ROLLED_UP,
+    GPU_SAMPLED,
     GPU_UTIL_PREDICTED,
     NODE_INVENTORY,
     POD_BIND_FAILED,
@@ -71,6 +77,7 @@ from gpuaware.schemas import (
     DurationReply,
     DurationRequest,
     GpuRolledUp,
+    GpuSampled,
     GpuUtilPredicted,
     NodeInventory,
     PodBindFailed,
@@ -87,6 +94,7 @@ from gpuaware.services.forecasting.settings import ForecastingSettings
 log = logging.getLogger(__name__)
 
 ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
+SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
 INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 GPU_OUT = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
 DEMAND_OUT = bus.Channel(DEMAND_PREDICTED, DemandPredicted)
@@ -131,7 +139,9 @@ class ForecastService:
         self.js = js
         self.pool = pool
         self.source = f"{settings.service_name}/{instance}"
-        self.servers = {UTIL: Server(None, "", unusable="no model in the registry"),
+        self.scaled = settings.time_scale != 1.0
+        """the GPUs live faster than their telemetry's clock (a twin): windows from samples, not rollups"""
+        self.servers = {UTIL: Server(None, "", unusable="no model in the registry", time_scale=settings.time_scale),
                         DEMAND: Server(None, "", unusable=f"no {settings.demand_model_name!r} model in the registry")}
         self.versions: dict[str, int | None] = {UTIL: None, DEMAND: None}
         self.book = DemandBook(step_s=60.0)
@@ -140,7 +150,8 @@ class ForecastService:
         """pods seen pending and not gone yet: their fingerprint, learnt from when they finish"""
         self.gpu_models: dict[str, str] = {}
         """GPU uuid -> model name, from the nodes' inventories"""
-        self.pending: dict[float, list[GpuRolledUp]] = {}
+        self.pending: dict[float, list[tuple[str, list[tuple[str, str, float]]]]] = {}
+        """window start (the GPUs' time) -> [(node, [(node, gpu uuid, util %)])] reported in it"""
         self.flushers: dict[float, asyncio.TimerHandle] = {}
         self.lock = asyncio.Lock()
         self.counts = {"windows": 0, "published": 0, "late_windows": 0, "store_failures": 0, "reloads": 0,
@@ -148,6 +159,7 @@ class ForecastService:
         self.drift_started: float | None = None
         self.follower: Any = None
         self.pod_follower: Any = None
+        self.sample_follower: Any = None
         self._reloader: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -163,6 +175,7 @@ class ForecastService:
         st = self.settings
         name, exclude = ((st.model_name or None, st.demand_model_name) if slot == UTIL
                          else (st.demand_model_name, None))
+        scale = st.time_scale if slot == UTIL else 1.0  # demand runs on the pod events' own clock
         async with self.pool.connection() as conn:
             newest = await registry.latest_version_async(conn, name, exclude=exclude)
             if newest is None or newest == self.versions[slot]:
@@ -176,11 +189,13 @@ class ForecastService:
             log.warning("registry model %s refused: %s", entry.label, exc)
             self.versions[slot] = entry.version  # not retried until a newer version appears
             if self.servers[slot].model is None:
-                self._swap(slot, Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}"))
+                self._swap(slot, Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}",
+                                        time_scale=scale))
             return False
         self.versions[slot] = entry.version
         self._swap(slot, Server(model, entry.label, drift_halflife=st.drift_halflife,
-                                drift_min_points=st.drift_min_points, drift_margin=st.drift_margin))
+                                drift_min_points=st.drift_min_points, drift_margin=st.drift_margin,
+                                time_scale=scale))
         self.counts["reloads"] += 1
         log.info("serving %s (%s)", entry.label, slot)
         return True
@@ -209,29 +224,43 @@ class ForecastService:
 
     # --- rollups -------------------------------------------------------------------------------------
 
-    async def _on_telemetry(self, msg: GpuRolledUp | NodeInventory, delivery: Any) -> None:
+    async def _on_telemetry(self, msg: GpuRolledUp | NodeInventory | GpuSampled, delivery: Any) -> None:
         if msg.cluster != self.settings.cluster:
             return
         if isinstance(msg, NodeInventory):
             self.gpu_models.update({g.uuid: g.model for g in msg.gpus})
-        else:
+        elif isinstance(msg, GpuSampled):
+            await self._on_sample(msg, delivery)
+        elif not self.scaled:  # a scaled clock's rollups span many of its GPUs' minutes: samples serve
             await self._on_rollup(msg, delivery)
 
     async def _on_rollup(self, msg: GpuRolledUp, delivery: Any) -> None:
         if msg.window.value != "1m":
             return
-        w = msg.window_start
+        gpus = [(msg.node, g.gpu_uuid, g.util_pct.mean) for g in msg.gpus if g.util_pct is not None]
+        await self._buffer(msg.window_start, msg.node, gpus, delivery)
+
+    async def _on_sample(self, msg: GpuSampled, delivery: Any) -> None:
+        """A sample (scaled time only): its value counts for the GPUs' minute it falls in."""
+        gpus = [(msg.node, uuid, util) for uuid, util in zip(msg.gpu_uuid, msg.util_pct, strict=False)
+                if util is not None]
+        step = self.server.step_s
+        await self._buffer(math.floor(msg.sampled_at * self.settings.time_scale / step) * step, msg.node, gpus,
+                           delivery)
+
+    async def _buffer(self, w: float, node: str, gpus: list[tuple[str, str, float]], delivery: Any) -> None:
+        """One node's values for window ``w`` (its start on the GPUs' clock); a later window closes the
+        earlier ones, and a timer the last."""
         last = self.server.last_window
         if last is not None and w <= last:
             self.counts["late_windows"] += 1
             return
-        self.pending.setdefault(w, []).append(msg)
-        # a later window's rollup closes every earlier window
+        self.pending.setdefault(w, []).append((node, gpus))
         for earlier in sorted(x for x in self.pending if x < w):
             await self._flush(earlier, publish=not delivery.replay)
         if w not in self.flushers:
             loop = asyncio.get_running_loop()
-            self.flushers[w] = loop.call_later(self.settings.flush_s, self._spawn_flush, w)
+            self.flushers[w] = loop.call_later(self.settings.flush_s / self.settings.time_scale, self._spawn_flush, w)
 
     def _spawn_flush(self, w: float) -> None:
         task = asyncio.create_task(self._flush(w, publish=True))
@@ -246,14 +275,15 @@ class ForecastService:
                 timer.cancel()
             if not msgs:
                 return
-            gpus = [(m.node, g.gpu_uuid, g.util_pct.mean) for m in msgs for g in m.gpus if g.util_pct is not None]
-            nodes = {m.node for m in msgs}
+            gpus = [g for _node, node_gpus in msgs for g in node_gpus]
+            nodes = {node for node, _ in msgs}
             server = self.server
             result = server.step(w, gpus, self.gpu_models)
             self.counts["windows"] += 1
             if not publish:
                 return
-            issued = w + server.step_s  # the window closed: its end is the forecast origin
+            # the window closed: its end is the forecast origin, on the telemetry's clock
+            issued = (w + server.step_s) / self.settings.time_scale
             for ev in server.events(result, self.settings.cluster, issued, nodes, time.time(), self.source):
                 channel = (GPU_OUT.at(self.settings.cluster, ev.node) if isinstance(ev, GpuUtilPredicted)
                            else DEMAND_OUT.at(self.settings.cluster))
@@ -261,7 +291,8 @@ class ForecastService:
                 self.counts["published"] += 1
             for change in server.drift():
                 await self._alert(server, change)
-            await self._store(server.points(result, issued, nodes), server.actuals(issued, gpus, self.gpu_models))
+            if not self.scaled:  # a scaled window's targets fall between stored times: published only
+                await self._store(server.points(result, issued, nodes), server.actuals(issued, gpus, self.gpu_models))
 
     async def _store(self, points: list[Any], actuals: list[tuple[str, float, float]]) -> None:
         if not self.settings.store_points:
@@ -352,6 +383,10 @@ class ForecastService:
         self.follower = await bus.follow(self.js, [INVENTORY.at(self.settings.cluster), ROLLED.at(self.settings.cluster)],
                                          self._on_telemetry, stream=TELEMETRY.name, deliver="all",
                                          with_suffixes=True, name="forecasting-rollups")
+        if self.scaled:  # live samples only: a restarted instance's series start again
+            self.sample_follower = await bus.follow(self.js, [SAMPLED.at(self.settings.cluster)], self._on_telemetry,
+                                                    stream=TELEMETRY.name, deliver="new", with_suffixes=True,
+                                                    name="forecasting-samples")
         # the binder publishes pod events on the base subjects (any routing suffix is optional): every
         # cluster's, filtered by the events' own ``cluster``
         self.pod_follower = await bus.follow(self.js, list(POD_EVENTS), self._on_pod,
@@ -363,7 +398,7 @@ class ForecastService:
             self._reloader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reloader
-        for follower, delete in ((self.follower, True), (self.pod_follower, False)):
+        for follower, delete in ((self.follower, True), (self.sample_follower, True), (self.pod_follower, False)):
             if follower is not None:
                 with contextlib.suppress(Exception):
                     await follower.stop(delete=delete)  # BINDER's consumers are not ours to delete

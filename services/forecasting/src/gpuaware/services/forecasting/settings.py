@@ -6,6 +6,13 @@ Sample::
     GPUAWARE_FORECASTING_MODEL_NAME=gentd26     # utilisation: the newest version of this registry name
     GPUAWARE_FORECASTING_DEMAND_MODEL_NAME=demand  # demand per queue (trained on Helios VCs' demand)
     GPUAWARE_FORECASTING_RELOAD_S=30            # how often the registry is asked for a newer version
+    GPUAWARE_FORECASTING_TIME_SCALE=1           # a digital twin's speed (its GPUs' seconds per second)
+
+Why ``time_scale``: a step of the per-GPU series is a minute of the GPUs' own time. Real GPUs live on
+their telemetry's clock, and the collector's one-minute rollups are those minutes. A digital twin
+replaying a day in a minute lives ``time_scale`` times faster: one rollup would span hours of its
+GPUs' lives, so the series are built from the agents' samples instead, a window per minute of the
+GPUs' time, and forecasts are published on the telemetry's clock (as health-scoring's ``time_scale``).
 """
 
 from __future__ import annotations
@@ -41,10 +48,12 @@ class ForecastingSettings(ServiceSettings, frozen=True, kw_only=True):
     """errors scored before the model can be judged worse than persistence"""
     drift_margin: float = 0.05
     """the model is worse when its recent RMSE exceeds persistence's by this fraction"""
+    time_scale: float = 1.0
+    """seconds of the GPUs' own time per second of their telemetry's clock (1: real GPUs; a twin's speed)"""
     pool_size: int = 2
     db_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        for name in ("reload_s", "flush_s", "db_timeout_s"):
+        for name in ("reload_s", "flush_s", "db_timeout_s", "time_scale"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"GPUAWARE_FORECASTING_{name.upper()} must be positive")
