@@ -282,3 +282,33 @@ def test_placement_events_are_stored_once_and_counted(fresh_database_url: str) -
     assert (first, again) == (3, 0)
     assert counts == {"binder.pod.bound.v1": 1, "placement.pod.decided.v1": 1}
     assert [h[0] for h in history] == ["placement.pod.decided.v1", "binder.pod.bound.v1"]
+
+
+def test_the_demo_reads_placements_forecast_counters_from_their_metrics_and_says_what_they_changed() -> None:
+    # what placement's metrics source exports (rendered as Prometheus serves it), two instances summed
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+
+    from gpuaware.cli.demo_forecast import effect_line, placement_forecast_effect
+    from gpuaware.runtime.metrics import ServiceMetrics
+    from gpuaware.services.placement.metrics import placement_samples
+
+    def text(scored: int, changed: int, gpu_changed: int) -> str:
+        summary = {"pods": {"pending": 1}, "gpu_milli_used": 0, "gpu_milli_total": 8000,
+                   "counters": {"decided": scored, "unschedulable": 0, "victims_planned": 0, "fair_reclaims": 0},
+                   "cache": {"watched_scored": scored, "watched_changed": changed, "watched_gpu_changed": gpu_changed}}
+        service = SimpleNamespace(leading=True, state=SimpleNamespace(summary=lambda: summary),
+                                  durations=SimpleNamespace(answered=0))
+        metrics = ServiceMetrics("placement", "test", "c", "p1")
+        metrics.source(lambda: placement_samples(service))
+        return generate_latest(metrics.registry).decode()
+
+    effect = placement_forecast_effect([text(300, 4, 11), text(155, 1, 7)])
+    assert effect == {"scored": 455, "changed": 5, "gpu_changed": 18, "instances": 2}
+    line = effect_line(effect, {})
+    assert "455 decisions" in line and "node of 5" in line and "GPUs of 18" in line
+    none = placement_forecast_effect([text(0, 0, 0)])
+    assert "no decision was made while per-GPU forecasts existed (0 utilisation windows" in effect_line(
+        none, {"windows": 0})
+    assert effect_line(placement_forecast_effect([]), {}) == "placement's forecast counters unread"

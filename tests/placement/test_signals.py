@@ -504,23 +504,20 @@ def test_gpu_aware_is_cacheable() -> None:
     assert cached.cacheable and cached.gpu_key == WasteGradientScore.gpu_key
 
 
-def test_the_cache_counts_the_decisions_forecast_headroom_changed_as_a_profile_without_it_would_decide() -> None:
-    # ground truth per decision: the same profile without forecast-headroom, on the same snapshot
-    from gpuaware.placement.registry import REGISTRY
+def test_the_cache_counts_the_decisions_forecasts_changed_as_the_profile_decides_without_them() -> None:
+    # ground truth per decision: the same profile on the same snapshot with every forecast blanked
     from gpuaware.sim.synthetic import synthetic_nodes, synthetic_pods
 
     nodes = synthetic_nodes(30, seed=4)
     pods = synthetic_pods(400, seed=5)
     rank = np.random.default_rng(5).permutation(len(nodes))
-    config = dict(POLICIES[DEFAULT_PROFILE])
-    config["score"] = [e for e in config["score"] if e["name"] != "forecast-headroom"]
-    without = REGISTRY.build(config, typical=TYPICAL, seed=5, tie_rank=rank, name="without")
+    blind = policy(DEFAULT_PROFILE, typical=TYPICAL, seed=5, tie_rank=rank)
     cached = CachedScheduler(policy(DEFAULT_PROFILE, typical=TYPICAL, seed=5, tie_rank=rank))
     assert cached.watched is not None and cached.watched.name == "forecast-headroom"
     rng = np.random.default_rng(6)
     c = Cluster(nodes)
     live: list[str] = []
-    scored = changed = 0
+    scored = node_changed = gpu_changed = 0
     for i, pod in enumerate(pods):
         if i >= 100 and i % 3 == 0:  # forecasts arrive from the 100th pod on: none counted before
             for _ in range(4):
@@ -532,15 +529,30 @@ def test_the_cache_counts_the_decisions_forecast_headroom_changed_as_a_profile_w
         if not isinstance(d, Decision):
             continue
         if "forecast" in snap.signals:
-            other = without.schedule(pod, snap)
+            other = blind.schedule(pod, snap.without_signal("forecast"))
+            assert isinstance(other, Decision)
             scored += 1
-            changed += isinstance(other, Decision) and other.node != d.node
+            node_changed += other.node != d.node
+            gpu_changed += other.node == d.node and other.gpus != d.gpus
         c.reserve(pod, d.node, d.gpus)
         live.append(pod.name)
         if i % 4 == 0 and len(live) > 40:
             c.unreserve(live.pop(0))
-    assert (cached.stats.watched_scored, cached.stats.watched_changed) == (scored, changed)
-    assert scored > 150 and 0 < changed < scored  # the forecasts decided some pods, not every one
+    stats = cached.stats
+    assert (stats.watched_scored, stats.watched_changed, stats.watched_gpu_changed) == (scored, node_changed,
+                                                                                       gpu_changed)
+    assert scored > 150 and 0 < node_changed < scored and gpu_changed > 0  # forecasts decided some, not all
+
+
+def test_without_signal_blanks_one_kind_and_leaves_the_view_alone() -> None:
+    c = Cluster([node("a"), node("b")])
+    c.set_gpu_signals(0, 1, util_forecast=0.8, temp_c=80.0, health_score=60)
+    snap = c.snapshot()
+    blind = snap.without_signal("forecast")
+    assert np.isnan(blind.gpu_util_forecast).all() and blind.signals == snap.signals - {"forecast"}
+    assert blind.gpu_temp_c[0, 1] == 80.0 and blind.gpu_health_score[0, 1] == 60  # other kinds kept
+    assert snap.gpu_util_forecast[0, 1] == pytest.approx(0.8)  # the live view untouched
+    assert (snap.without_signal("health").gpu_health_score == 100).all()
 
 
 def test_a_profile_without_the_watched_score_counts_nothing() -> None:

@@ -15,9 +15,9 @@ persistence from the same origins (the value at the origin, also stored), and ho
 stayed under the p90 (a safety margin should cover about 90 %).
 
 What the forecasts changed: placement counts the decisions it made while per-GPU utilisation forecasts
-existed, and those whose node would differ without the forecast-headroom score
-(``gpuaware_placement_forecast_{scored,changed}_total``, read from each placement instance's metrics at
-the end of the run; `placement_forecast_effect`).
+existed, those whose node would differ without the forecast-headroom score, and those on the same node
+whose GPUs would differ without the forecasts (``gpuaware_placement_forecast_{scored,changed,gpu_changed}
+_total``, read from each placement instance's metrics at the end of the run; `placement_forecast_effect`).
 """
 
 from __future__ import annotations
@@ -154,7 +154,8 @@ async def demand_accuracy(pool: Any, cluster: str, started_at: float) -> dict[st
     }
 
 
-FORECAST_COUNTERS = {"gpuaware_placement_forecast_scored": "scored", "gpuaware_placement_forecast_changed": "changed"}
+FORECAST_COUNTERS = {"gpuaware_placement_forecast_scored": "scored", "gpuaware_placement_forecast_changed": "changed",
+                     "gpuaware_placement_forecast_gpu_changed": "gpu_changed"}
 
 
 def placement_forecast_effect(metrics_texts: list[str]) -> dict[str, Any]:
@@ -162,7 +163,7 @@ def placement_forecast_effect(metrics_texts: list[str]) -> dict[str, Any]:
     made while per-GPU forecasts existed (``scored``) and those the forecast-headroom score changed."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    got = {"scored": 0, "changed": 0, "instances": len(metrics_texts)}
+    got = {"scored": 0, "changed": 0, "gpu_changed": 0, "instances": len(metrics_texts)}
     for text in metrics_texts:
         for family in text_string_to_metric_families(text):
             key = FORECAST_COUNTERS.get(family.name)
@@ -176,8 +177,9 @@ def effect_line(effect: dict[str, Any], stats: dict[str, Any]) -> str:
     if not effect or not effect.get("instances"):
         return "placement's forecast counters unread"
     if effect["scored"]:
-        return (f"forecast-headroom changed {effect['changed']:,} of the {effect['scored']:,} decisions made while "
-                f"per-GPU forecasts existed ({effect['changed'] / effect['scored']:.1%})")
+        return (f"of the {effect['scored']:,} decisions made while per-GPU forecasts existed, the forecasts changed "
+                f"the node of {effect['changed']:,} (forecast-headroom score) and the GPUs of "
+                f"{effect.get('gpu_changed', 0):,} more (signal-aware GPU choice)")
     return (f"no decision was made while per-GPU forecasts existed ({stats.get('windows', 0)} utilisation windows "
             "forecast: they are one-minute rollups of the telemetry's time)")
 

@@ -27,12 +27,15 @@ cluster. It pays for per-node scores without their own cache (DotProd, GpuPackin
 0.13 ms per decision before the kernels) and gives `scores()` and `exclude` (constraints outside the
 engine, applied at selection without invalidating anything).
 
-Which decisions a score changed (`watch`, forecast-headroom by default): its weighted part of each
-node's sum is kept beside the sum, and while its signal exists on some GPU (`Snapshot.signals`) every
-decision also picks without it (the sum minus the part, the same tie rule). `stats.watched_scored`
-counts those decisions, `stats.watched_changed` the ones whose node differs: how often the score
-decided something, rather than whether it ran. It costs one more compiled arg-max per decision, only
-while the signal exists, and nothing for a profile without the score.
+Which decisions a signal changed (`watch`: a score, forecast-headroom by default, and its signal): the
+score's weighted part of each node's sum is kept beside the sum, and while the signal exists on some
+GPU (`Snapshot.signals`) every decision is also made without it: the node from the sum minus the part
+(the same tie rule), and on the same node the GPUs the selector picks with the signal blanked
+(`Snapshot.without_signal`; signal-aware GPU choice reads it too). `stats.watched_scored` counts those
+decisions, `watched_changed` the ones whose node differs, `watched_gpu_changed` the ones on the same
+node with other GPUs: how often the signal decided something, rather than whether it was read. It
+costs one more compiled arg-max and GPU choice per decision, only while the signal exists, and nothing
+for a profile without the score.
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ class CacheStats:
     """decisions made while the watched score's signal existed (see the module docstring)"""
     watched_changed: int = 0
     """of those, decisions whose node would differ without the watched score"""
+    watched_gpu_changed: int = 0
+    """of those, decisions on the same node whose GPUs would differ without the watched signal"""
 
 
 class CachedScheduler:
@@ -214,20 +219,28 @@ class CachedScheduler:
             if exclude is not None and entry.feasible.any():
                 return Status(Code.UNSCHEDULABLE, f"every node that fits pod {pod.name} is excluded", "exclude")
             return self.inner.schedule(pod, snap)  # nothing fits: the wrapped scheduler says why
-        if entry.part is not None and self._watched_signal in snap.signals:
-            self._count_watched(masked, entry.part, pick)
+        watching = entry.part is not None and self._watched_signal in snap.signals
+        same_node = watching and self._count_watched(masked, entry.part, pick)
         cycle = CycleState()
         if self.gpu_key is not None:
             cycle[self.gpu_key] = (np.array([pick]), entry.gpu[pick : pick + 1])
-        gpus = fit_gpus(pod, snap, pick, self.inner.gpu_selector.select(cycle, pod, snap, pick))
+        selector = self.inner.gpu_selector
+        gpus = fit_gpus(pod, snap, pick, selector.select(cycle, pod, snap, pick))
+        if same_node:
+            blind = snap.without_signal(self._watched_signal)
+            if fit_gpus(pod, blind, pick, selector.select(cycle, pod, blind, pick)) != gpus:
+                self.stats.watched_gpu_changed += 1
         return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), np.count_nonzero(entry.feasible))
 
-    def _count_watched(self, total: np.ndarray, part: np.ndarray, pick: int) -> None:
-        """Whether the pick would differ without the watched score (infeasible nodes stay -inf)."""
+    def _count_watched(self, total: np.ndarray, part: np.ndarray, pick: int) -> bool:
+        """Counts whether the node would differ without the watched score (infeasible nodes stay
+        -inf); True when it would not."""
         self.stats.watched_scored += 1
         without, _ = best_index(total - part, self.inner.tie_rank)
         if without != pick:
             self.stats.watched_changed += 1
+            return False
+        return True
 
     def _schedule_excluding(self, pod: PodRequest, snap: Snapshot, exclude: np.ndarray) -> Decision | Status:
         nodes, total = self.scores(pod, snap)

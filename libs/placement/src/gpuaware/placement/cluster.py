@@ -106,6 +106,20 @@ class Snapshot:
     def num_nodes(self) -> int:
         return len(self.node_names)
 
+    def without_signal(self, kind: str) -> Snapshot:
+        """This view as it would be if no GPU had a signal of `kind` (its arrays neutral, new arrays):
+        what a decision would have been without it (the score cache's counts of what a signal changed)."""
+        neutral = {name: np.full_like(getattr(self, name), value) for name, value in _NEUTRAL[kind]}
+        return dataclasses.replace(self, signals=self.signals - {kind}, **neutral)
+
+
+_NEUTRAL: dict[str, tuple[tuple[str, float], ...]] = {
+    "health": (("gpu_health_score", 100),),
+    "thermal": (("gpu_temp_c", math.nan), ("gpu_power_frac", math.nan)),
+    "forecast": (("gpu_util_forecast", math.nan),),
+}
+"""each signal kind's arrays and the value that means "no signal" (as `Cluster` initialises them)"""
+
 
 def gpu_memory_held(pod: PodRequest, total: int) -> int:
     """GPU memory `pod` holds on a GPU of `total` MiB: what it asks, else its compute share, rounded

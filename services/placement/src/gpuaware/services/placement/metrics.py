@@ -9,8 +9,10 @@ the pending -> decision latency observed as each decision leaves.
     gpuaware_placement_fair_reclaims_total         decisions reclaiming for a starved tenant (fair-share order)
     gpuaware_placement_durations_predicted_total   parked pods' runtimes answered by forecasting.duration
     gpuaware_placement_forecast_scored_total       decisions made while per-GPU forecasts existed
-    gpuaware_placement_forecast_changed_total      of those, decisions forecast-headroom changed (the node
-                                                   chosen without its score differs)
+    gpuaware_placement_forecast_changed_total      of those, decisions whose node would differ without the
+                                                   forecasts (the forecast-headroom score)
+    gpuaware_placement_forecast_gpu_changed_total  of those, decisions on the same node whose GPUs would
+                                                   differ without the forecasts (signal-aware GPU choice)
     gpuaware_placement_gpu_milli{state}            GPU compute in the view: used / total (thousandths)
     gpuaware_placement_decision_latency_seconds    histogram: the pending event's emission -> its decision sent
 
@@ -49,6 +51,9 @@ def placement_samples(service: Any) -> Iterable[Sample]:
     yield counter("gpuaware_placement_forecast_changed",
                   "decisions whose node would differ without the forecast-headroom score",
                   cache.get("watched_changed", 0))
+    yield counter("gpuaware_placement_forecast_gpu_changed",
+                  "decisions on the same node whose GPUs would differ without the forecasts",
+                  cache.get("watched_gpu_changed", 0))
     for state in ("used", "total"):
         yield gauge("gpuaware_placement_gpu_milli", "GPU compute in the view, thousandths of a GPU",
                     summary[f"gpu_milli_{state}"], state=state)
