@@ -181,7 +181,7 @@ def effect_line(effect: dict[str, Any], stats: dict[str, Any]) -> str:
                 f"the node of {effect['changed']:,} (forecast-headroom score) and the GPUs of "
                 f"{effect.get('gpu_changed', 0):,} more (signal-aware GPU choice)")
     return (f"no decision was made while per-GPU forecasts existed ({stats.get('windows', 0)} utilisation windows "
-            "forecast: they are one-minute rollups of the telemetry's time)")
+            "forecast; the twin's GPUs are forecast from the telemetry agent's samples)")
 
 
 def describe(model: dict[str, Any], acc: dict[str, Any], effect: dict[str, Any] | None = None,

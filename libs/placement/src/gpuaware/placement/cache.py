@@ -126,12 +126,12 @@ class CachedScheduler:
         """every filter checks chosen rows of the whole snapshot itself (`filter_rows`, the built-in ones
         do): no restricted view is built per decision"""
         self._scores = tuple((ws, getattr(ws.plugin, "constant", None)) for ws in scheduler.scores)
+        """each weighted score with its `constant(pod, snap)` (a plugin's optional word that every node
+        scores alike this time: a signal no GPU has)"""
         watched = [ws.plugin for ws in scheduler.scores if watch is not None and ws.plugin.name == watch]
         self.watched = watched[0] if watched else None
         """the score whose effect on the pick is counted (None: the profile has no such score)"""
         self._watched_signal: str | None = getattr(self.watched, "signal", None)
-        """each weighted score with its `constant(pod, snap)` (a plugin's optional word that every node
-        scores alike this time: a signal no GPU has)"""
         self.stats = CacheStats()
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._uid = -1
