@@ -161,14 +161,12 @@ FORECAST_COUNTERS = {"gpuaware_placement_forecast_scored": "scored", "gpuaware_p
 def placement_forecast_effect(metrics_texts: list[str]) -> dict[str, Any]:
     """The placement instances' forecast counters (Prometheus text, one per instance), summed: decisions
     made while per-GPU forecasts existed (``scored``) and those the forecast-headroom score changed."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from gpuaware.runtime.metrics import counter_totals
 
     got = {"scored": 0, "changed": 0, "gpu_changed": 0, "instances": len(metrics_texts)}
     for text in metrics_texts:
-        for family in text_string_to_metric_families(text):
-            key = FORECAST_COUNTERS.get(family.name)
-            if key is not None:
-                got[key] += int(sum(s.value for s in family.samples if s.name.endswith("_total")))
+        for name, value in counter_totals(text, FORECAST_COUNTERS).items():
+            got[FORECAST_COUNTERS[name]] += int(value)
     return got
 
 

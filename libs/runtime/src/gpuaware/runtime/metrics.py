@@ -27,7 +27,7 @@ from typing import Any, Literal
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-__all__ = ["Sample", "ServiceMetrics", "consumer_samples", "counter", "gauge"]
+__all__ = ["Sample", "ServiceMetrics", "consumer_samples", "counter", "counter_totals", "gauge"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,19 @@ def gauge(name: str, doc: str, value: float, **labels: str) -> Sample:
 
 def counter(name: str, doc: str, value: float, **labels: str) -> Sample:
     return Sample(name, "counter", doc, float(value), labels)
+
+
+def counter_totals(text: str, names: Iterable[str]) -> dict[str, float]:
+    """The counters ``names`` (without ``_total``) in a scraped ``/metrics`` text, each summed over its
+    label sets; 0 for a counter the text lacks (a tool reading a service's counters, as the demo does)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = set(names)
+    out = dict.fromkeys(wanted, 0.0)
+    for family in text_string_to_metric_families(text):
+        if family.name in wanted:
+            out[family.name] += sum(s.value for s in family.samples if s.name.endswith("_total"))
+    return out
 
 
 def consumer_samples(consumers: Iterable[Any]) -> Iterable[Sample]:
