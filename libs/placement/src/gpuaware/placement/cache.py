@@ -34,8 +34,9 @@ GPU (`Snapshot.signals`) every decision is also made without it: the node from t
 (`Snapshot.without_signal`; signal-aware GPU choice reads it too). `stats.watched_scored` counts those
 decisions, `watched_changed` the ones whose node differs, `watched_gpu_changed` the ones on the same
 node with other GPUs: how often the signal decided something, rather than whether it was read. It
-costs one more compiled arg-max and GPU choice per decision, only while the signal exists, and nothing
-for a profile without the score.
+costs about 16 µs per decision while the signal exists (openb, 1,213 nodes: the arg-max without the
+part 2 µs, the blanked view 7 µs, the GPU choice again 7 µs; a decision's placement CPU is ~330 µs),
+and nothing for a profile without the score.
 """
 
 from __future__ import annotations

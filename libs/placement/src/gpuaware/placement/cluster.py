@@ -26,6 +26,7 @@ accounted: `gpu_mem_free` reads `UNACCOUNTED` there.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Iterable, Sequence
@@ -107,10 +108,18 @@ class Snapshot:
         return len(self.node_names)
 
     def without_signal(self, kind: str) -> Snapshot:
-        """This view as it would be if no GPU had a signal of `kind` (its arrays neutral, new arrays):
+        """This view as it would be if no GPU had a signal of `kind` (its arrays neutral, read-only):
         what a decision would have been without it (the score cache's counts of what a signal changed)."""
-        neutral = {name: np.full_like(getattr(self, name), value) for name, value in _NEUTRAL[kind]}
+        neutral = {name: _neutral_array(getattr(self, name).shape, getattr(self, name).dtype.str, value)
+                   for name, value in _NEUTRAL[kind]}
         return dataclasses.replace(self, signals=self.signals - {kind}, **neutral)
+
+
+@functools.lru_cache(maxsize=16)
+def _neutral_array(shape: tuple[int, ...], dtype: str, value: float) -> np.ndarray:
+    """A read-only array of `value`, shared by every snapshot of that shape (one per decision would
+    cost an allocation each time the score cache counts what a signal changed)."""
+    return _readonly(np.full(shape, value, dtype=dtype))
 
 
 _NEUTRAL: dict[str, tuple[tuple[str, float], ...]] = {
