@@ -123,6 +123,29 @@ def test_ledger_keeps_pods_on_unknown_nodes_until_the_node_appears() -> None:
     ledger.check()
 
 
+def test_a_gpu_whose_last_pod_left_forgets_its_forecast_and_refuses_older_ones() -> None:
+    now = [100.0]
+    ledger = Ledger([NodeSpec("n", 8000, 8000, 2, "A100")], clock=lambda: now[0])
+    half = PodRequest("a", 100, 100, 1, 500)
+    ledger.bound("a", 0, "n", (0,), half, "a/0")
+    ledger.bound("b", 0, "n", (0,), replace(half, name="b"), "b/0")
+    ledger.bound("w", 0, "n", (1,), PodRequest("w", 100, 100, 1, 1000), "w/0")
+    for g in (0, 1):
+        assert ledger.set_gpu_forecast("n", g, 0.9, issued_at=99.0)
+    c = ledger.cluster
+    ledger.release("a", 0)  # GPU 0 still runs b: its forecast stays (load that is still there)
+    assert c.gpu_util_forecast[0, 0] == pytest.approx(0.9)
+    now[0] = 110.0
+    ledger.release("b", 0)
+    ledger.release("w", 0)  # both GPUs empty now: nothing of their forecasts' load runs there
+    assert np.isnan(c.gpu_util_forecast[0]).all() and "forecast" not in c.snapshot().signals
+    assert not ledger.set_gpu_forecast("n", 0, 0.9, issued_at=105.0)  # made before the GPU emptied
+    assert np.isnan(c.gpu_util_forecast[0, 0]) and ledger.stats.stale_forecasts == 1
+    assert ledger.set_gpu_forecast("n", 0, 0.4, issued_at=111.0)  # made after: kept
+    ledger.set_nodes([NodeSpec("n", 8000, 8000, 2, "A100")])  # a rebuild re-reserves, nobody leaves
+    assert ledger.cluster.gpu_util_forecast[0, 0] == pytest.approx(0.4)
+
+
 def test_the_truth_evicts_conflicting_decisions() -> None:
     ledger = Ledger([NodeSpec("n", 8000, 8000, 1, "A100")])
     ledger.decide("mine", 0, "mine/0", "n", (0,), PodRequest("mine", 100, 100, 1, 1000))

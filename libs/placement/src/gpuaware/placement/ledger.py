@@ -30,6 +30,13 @@ GPU memory is the cluster's (`Cluster.gpu_mem_free`): a pod holds the memory its
 their compute is free (a worldly binder refuses such a binding). The world's word is not refused:
 a binding reserves even where our memory accounting says it does not fit.
 
+A GPU's utilisation forecast describes the pods it had when it was made: when its last pod leaves,
+the forecast is dropped (nothing runs there, so none of that load is coming), and a forecast issued
+before that moment (`set_gpu_forecast`'s ``issued_at``, on the telemetry's clock, which the ledger's
+``clock`` reads too) is refused when it arrives late. Without this a freed GPU kept its old tenants'
+forecast until the next one and whole-GPU pods were steered away from it. A GPU gaining pods keeps
+its forecast: it then understates the load, which still ranks the GPU above an idle one no higher.
+
 The node set is not fixed: inventories come and go. `set_nodes` rebuilds the `Cluster` (a new uid,
 so every score cache starts over) and re-reserves every allocation; allocations on nodes that
 vanished are dropped and returned, since their pods went with the node.
@@ -37,13 +44,15 @@ vanished are dropped and returned, since their pods went with the node.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from gpuaware.placement.cluster import HEALTHY, QUARANTINED, Allocation, Cluster, ReserveError
-from gpuaware.placement.model import GPU_CATALOG, GpuModel, NodeSpec, PodRequest, RequestError
+from gpuaware.placement.model import GPU_CATALOG, MILLI, GpuModel, NodeSpec, PodRequest, RequestError
 from gpuaware.placement.tombstones import Tombstones
 
 
@@ -98,6 +107,8 @@ class LedgerStats:
     """the truth replaced a different reservation (a decision of an old leader, a moved pod)"""
     orphaned: int = 0
     """holding pods without a reservation after the last node-set change"""
+    stale_forecasts: int = 0
+    """GPU forecasts refused because they were issued before the GPU's last pod left"""
 
 
 @dataclass(slots=True)
@@ -114,6 +125,10 @@ class Ledger:
     health: dict[tuple[str, int], int] = field(default_factory=dict)
     signals: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
     """(node, slot) -> the latest telemetry signals (health score, temperature, power, forecast)"""
+    emptied: dict[tuple[str, int], float] = field(default_factory=dict)
+    """(node, slot) -> when (``clock``) the GPU's last pod left"""
+    clock: Callable[[], float] = time.time
+    """the telemetry's clock (forecasts' ``issued_at`` are on it): wall time"""
     stats: LedgerStats = field(default_factory=LedgerStats)
     _seq: int = 0
     _waiting: dict[str, PodEntry] = field(default_factory=dict)
@@ -168,6 +183,26 @@ class Ledger:
             return False
         self.signals.setdefault((node, slot), {}).update(values)
         return self._apply_signals(node, slot, values)
+
+    def set_gpu_forecast(self, node: str, slot: int, util: float, issued_at: float) -> bool:
+        """Record a GPU's forecast p90 utilisation (0..1) issued at ``issued_at``; refused (False) when
+        the GPU's last pod left after that: the forecast is of load that is gone."""
+        if issued_at < self.emptied.get((node, slot), -math.inf):
+            self.stats.stale_forecasts += 1
+            return False
+        return self.set_gpu_signals(node, slot, util_forecast=util)
+
+    def _emptied(self, node: str, gpus: Iterable[int]) -> None:
+        """After a release: the GPUs left without a pod forget their forecast (see the module docstring)."""
+        i = self.node_index(node)
+        if i is None or self.cluster is None:
+            return
+        for g in gpus:
+            if 0 <= g < self.cluster.gpu_count[i] and self.cluster.gpu_free[i, g] == MILLI:
+                self.emptied[(node, g)] = self.clock()
+                known = self.signals.get((node, g))
+                if known is not None and known.pop("util_forecast", None) is not None:
+                    self._apply_signals(node, g, {"util_forecast": math.nan})
 
     def _apply_signals(self, node: str, slot: int, values: dict[str, float]) -> bool:
         i = self.node_index(node)
@@ -265,7 +300,10 @@ class Ledger:
         placed, entry.placed = entry.placed, False
         if self.cluster is None or not placed:
             return False
-        return self.cluster.unreserve(entry.uid) is not None
+        if self.cluster.unreserve(entry.uid) is None:
+            return False
+        self._emptied(entry.node, entry.gpus)
+        return True
 
     # -- waiting pods -------------------------------------------------------------------------------
 

@@ -197,7 +197,7 @@ class PlacementState:
                 continue
             slot = self._slot_of(ev.node, g.gpu_uuid, -1)
             if slot is not None and g.values[q]:
-                changed |= self.ledger.set_gpu_signals(ev.node, slot, util_forecast=max(g.values[q]) / 100.0)
+                changed |= self.ledger.set_gpu_forecast(ev.node, slot, max(g.values[q]) / 100.0, ev.issued_at)
         return changed
 
     def apply_scored(self, ev: GpuScored) -> bool:
