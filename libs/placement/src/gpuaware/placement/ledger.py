@@ -35,7 +35,8 @@ the forecast is dropped (nothing runs there, so none of that load is coming), an
 before that moment (`set_gpu_forecast`'s ``issued_at``, on the telemetry's clock, which the ledger's
 ``clock`` reads too) is refused when it arrives late. Without this a freed GPU kept its old tenants'
 forecast until the next one and whole-GPU pods were steered away from it. A GPU gaining pods keeps
-its forecast: it then understates the load, which still ranks the GPU above an idle one no higher.
+its forecast: it then understates the load, but still counts some of it, where dropping it would make
+the GPU look idle.
 
 The node set is not fixed: inventories come and go. `set_nodes` rebuilds the `Cluster` (a new uid,
 so every score cache starts over) and re-reserves every allocation; allocations on nodes that
