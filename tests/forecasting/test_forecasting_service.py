@@ -63,6 +63,22 @@ async def test_a_twin_on_a_scaled_clock_gets_per_gpu_forecasts_from_its_samples(
         assert conn.execute("SELECT count(*) FROM forecast_points").fetchone() == (0,)
 
 
+async def test_a_twins_scrape_round_arriving_out_of_order_is_stepped_in_order_and_lost_nowhere(
+        nats_proc, fresh_database_url: str, cluster: str) -> None:
+    # one scrape round straddles GPU-minutes (0.1 s each at 600x) and its samples arrive in any order:
+    # node-b's earlier minute arrives after node-a's later one; both count, stepped oldest first
+    scale = 600.0
+    async with recorder(nats_proc.url, cluster) as rec, forecasting(
+            nats_proc.url, fresh_database_url, cluster, time_scale=scale) as svc:
+        t0 = float((np.floor(time.time() / 0.1) + 0.5) * 0.1)  # mid-window
+        await rec.sample("node-a", t0 + 0.1, [40.0])
+        await rec.sample("node-b", t0, [20.0])
+        await eventually(lambda: len(rec.gpu) >= 2, what="both nodes' forecasts")
+        assert [(ev.node, ev.gpus[0].values[1][0]) for ev in rec.gpu] == [("node-b", 20.0), ("node-a", 40.0)]
+        assert rec.gpu[0].issued_at < rec.gpu[1].issued_at
+        assert (svc.stats().windows, svc.stats().late_windows) == (2, 0)
+
+
 async def test_gpu_model_series_from_the_inventories(nats_proc, fresh_database_url: str, cluster: str) -> None:
     async with recorder(nats_proc.url, cluster) as rec:
         await rec.inventory("node-a", ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"])

@@ -9,7 +9,10 @@
     follow telemetry.gpu.sampled.v1.<c>.> (new; only   the same from the agents' samples, in windows of
            with ``time_scale`` > 1)                    one minute of the GPUs' time (a digital twin's:
                                                        its one-minute rollup spans ``time_scale``
-                                                       minutes of its GPUs' lives)
+                                                       minutes of its GPUs' lives); a window closes
+                                                       ``SAMPLE_GRACE_S`` of the telemetry's clock after
+                                                       it ends (one scrape round's samples straddle
+                                                       several such windows and arrive in any order)
     follow binder.pod.{pending,finished,preempted,     GPU demand (running + pending) per queue and the
            bind_failed}.v1 (all clusters': its own     cluster's total, per minute of the events' own
            kept)                                       clock (gpuaware.forecast.demand); each closed
@@ -102,6 +105,9 @@ RAISED = bus.Channel(ALERT_RAISED, AlertRaised)
 RESOLVED = bus.Channel(ALERT_RESOLVED, AlertResolved)
 DRIFT_RULE = "forecast_model_drift"
 STATS_SUBJECT = "forecasting.stats"
+SAMPLE_GRACE_S = 0.5
+"""scaled time: how long (telemetry seconds) a window of samples stays open after it ends for the
+rest of an agent's scrape round to arrive"""
 UTIL, DEMAND = "util", "demand"
 POD_EVENTS = (bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_FINISHED, PodFinished),
               bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_BIND_FAILED, PodBindFailed))
@@ -141,6 +147,10 @@ class ForecastService:
         self.source = f"{settings.service_name}/{instance}"
         self.scaled = settings.time_scale != 1.0
         """the GPUs live faster than their telemetry's clock (a twin): windows from samples, not rollups"""
+        self.close_lag = SAMPLE_GRACE_S * settings.time_scale if self.scaled else 0.0
+        """a window closes once a value arrives for one starting this much later (the GPUs' seconds)"""
+        self.close_after_s = SAMPLE_GRACE_S if self.scaled else settings.flush_s
+        """... or this long (telemetry seconds) after its first value"""
         self.servers = {UTIL: Server(None, "", unusable="no model in the registry", time_scale=settings.time_scale),
                         DEMAND: Server(None, "", unusable=f"no {settings.demand_model_name!r} model in the registry")}
         self.versions: dict[str, int | None] = {UTIL: None, DEMAND: None}
@@ -250,22 +260,28 @@ class ForecastService:
 
     async def _buffer(self, w: float, node: str, gpus: list[tuple[str, str, float]], delivery: Any) -> None:
         """One node's values for window ``w`` (its start on the GPUs' clock); a later window closes the
-        earlier ones, and a timer the last."""
+        earlier ones (``close_lag`` earlier), and a timer the last."""
         last = self.server.last_window
         if last is not None and w <= last:
             self.counts["late_windows"] += 1
             return
         self.pending.setdefault(w, []).append((node, gpus))
-        for earlier in sorted(x for x in self.pending if x < w):
+        for earlier in sorted(x for x in self.pending if x < w - self.close_lag):
             await self._flush(earlier, publish=not delivery.replay)
         if w not in self.flushers:
             loop = asyncio.get_running_loop()
-            self.flushers[w] = loop.call_later(self.settings.flush_s / self.settings.time_scale, self._spawn_flush, w)
+            self.flushers[w] = loop.call_later(self.close_after_s, self._spawn_flush, w)
 
     def _spawn_flush(self, w: float) -> None:
-        task = asyncio.create_task(self._flush(w, publish=True))
+        task = asyncio.create_task(self._flush_through(w))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _flush_through(self, w: float) -> None:
+        """Window ``w``'s timer: it and every earlier window still open, oldest first (a window's
+        first value may arrive after a later window's)."""
+        for x in sorted(x for x in self.pending if x <= w):
+            await self._flush(x, publish=True)
 
     async def _flush(self, w: float, *, publish: bool) -> None:
         async with self.lock:
