@@ -163,7 +163,7 @@ def placement_forecast_effect(metrics_texts: list[str]) -> dict[str, Any]:
     made while per-GPU forecasts existed (``scored``) and those the forecast-headroom score changed."""
     from gpuaware.runtime.metrics import counter_totals
 
-    got = {"scored": 0, "changed": 0, "gpu_changed": 0, "instances": len(metrics_texts)}
+    got = {**dict.fromkeys(FORECAST_COUNTERS.values(), 0), "instances": len(metrics_texts)}
     for text in metrics_texts:
         for name, value in counter_totals(text, FORECAST_COUNTERS).items():
             got[FORECAST_COUNTERS[name]] += int(value)
