@@ -6,11 +6,13 @@
     a = ledger.admit(queue, demand_of(...), now, node=...)   # Admission: admitted, reason, reclaim
     ledger.order_key(queue, now)                 # decayed weighted DRF: who is served next
     ledger.jain(demand_by_queue, now)            # Jain's index of held vs entitled
+    turns.plan(ledger, queue, demand, shares, now)  # a turn for a queue kept below its share
     charge(intervals, since, until, by="tenant") # GPU-seconds, GPU-memory-seconds
 
 Modules: ``tree`` (the declarative file, the GPUQueue spec, the validator, time windows),
 ``fairshare`` (decay, dominant shares, water-filling, Jain), ``ledger`` (admission, borrowing,
-reclaim plans, partitions), ``accounting`` (chargeback arithmetic).
+reclaim plans, partitions), ``turns`` (turn-taking for queues kept below their share),
+``accounting`` (chargeback arithmetic).
 """
 
 from gpuaware.quota.accounting import Interval, charge, rows_to_csv
@@ -29,6 +31,7 @@ from gpuaware.quota.tree import (
     load_config,
     validate,
 )
+from gpuaware.quota.turns import TurnTaking
 
 __all__ = [
     "ANY_TYPE",
@@ -46,6 +49,7 @@ __all__ = [
     "QuotaConfigError",
     "QuotaLedger",
     "TimeWindow",
+    "TurnTaking",
     "charge",
     "demand_of",
     "dominant_share",

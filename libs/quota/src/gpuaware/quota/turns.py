@@ -1,0 +1,100 @@
+"""Turn-taking: a queue kept below its fair share for a while gets a turn, at the expense of queues
+served beyond theirs.
+
+Why: ordering and fair reclaim cannot serve a queue whose waiting jobs are all wider than its share.
+On Pollux's workloads, imagenet's jobs take 24-48 GPUs against a share of about 11 of 64. Fair
+reclaim (``QuotaLedger.fair_reclaim_plan``) only takes GPUs while the victim's queue stays at least
+as well served as the asker will be, and a job wider than its share never meets that. So such a
+queue waited for a whole cluster to drain, and held 0.4-0.6 of its entitlement in contended hours.
+Over time it can still get its share *on average*: its job runs for a while, then yields. This is
+time-slicing as Gandiva and Themis do it, at checkpoint granularity.
+
+* Each queue's *owed service* is the decayed mean of (entitlement - held). It is ``DecayedUsage``'s
+  exact integral, with the same half-life as the usage history. It is positive while the queue
+  gets less than its share lately, and negative while it gets more.
+* A queue is *due* a turn when it holds less than its share now and its owed service has reached
+  ``due`` times its share. Owing 0.1 of its share, on average over the last half-life, is enough.
+* A turn takes pods of queues that hold more than their share now and owe nothing. It only takes
+  pods of no higher priority than the asker, and only pods that have run for at least ``lease_s``
+  (and their queue's ``min_runtime_s``) since they last started. The most over-served queue goes
+  first, and within a queue the longest-running pod first. The binder checkpoints a victim before
+  it stops it, so a turn costs the victim a restart, not its work.
+
+Measured by ``make bench-fairness`` (policy ``quota+turns``). Pure: ledger, shares and times in,
+victims out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuaware.quota.fairshare import DecayedUsage
+from gpuaware.quota.ledger import GPU_MILLI, Allocation, Demand, QuotaLedger
+from gpuaware.quota.tree import ANY_TYPE, RESOURCES
+
+__all__ = ["TurnTaking"]
+
+
+@dataclass(slots=True)
+class TurnTaking:
+    """Owed service per queue, and the turns it earns (see the module docstring). GPU milli throughout."""
+
+    half_life_s: float = 3600.0
+    due: float = 0.1
+    """a queue owed this fraction of its share (decayed mean shortfall / share) is due a turn"""
+    lease_s: float = 900.0
+    """a pod runs at least this long after it (re)started before a turn takes it"""
+    _owed: DecayedUsage = field(init=False, repr=False)
+    _shortfall: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.due <= 0 or self.lease_s < 0:
+            raise ValueError(f"due must be > 0 and lease_s >= 0, got due={self.due}, lease_s={self.lease_s}")
+        self._owed = DecayedUsage(self.half_life_s, 1)
+
+    def update(self, ledger: QuotaLedger, asked: Mapping[str, float], now: float) -> dict[str, float]:
+        """Integrate the shortfall seen at the last update up to ``now``, then take the new one from
+        the ledger's holdings and ``asked`` (GPU milli each leaf queue runs and waits for). Returns the
+        water-filled shares. Call it after every change (or before every decision)."""
+        self._owed.advance(now, self._shortfall)
+        shares = ledger.fair_shares({q: a for q, a in asked.items() if a > 0}, now)
+        self._shortfall = {q: np.array([shares.get(q, 0.0) - _held(ledger, q)])
+                           for q in {*shares, *self._shortfall}}
+        return shares
+
+    def owed(self, queue: str) -> float:
+        """Decayed mean of (share - held), GPU milli: > 0 while the queue got less than its share lately."""
+        return float(self._owed.mean_recent(queue)[0])
+
+    def due_queues(self, ledger: QuotaLedger, shares: Mapping[str, float]) -> list[str]:
+        """Queues due a turn, most owed (relative to their share) first."""
+        due = [(self.owed(q) / s, q) for q, s in shares.items()
+               if s > 0 and _held(ledger, q) < s - 1e-9 and self.owed(q) >= self.due * s]
+        return [q for _, q in sorted(due, key=lambda x: (-x[0], x[1]))]
+
+    def plan(self, ledger: QuotaLedger, queue: str, d: Demand, shares: Mapping[str, float], now: float,
+             priority: int = 0) -> list[Allocation] | None:
+        """Pods to stop so that ``d`` of ``queue`` fits now, or None when no turn frees enough room."""
+        if queue not in self.due_queues(ledger, shares):
+            return None
+        over = {q for q, s in shares.items() if q != queue and _held(ledger, q) > s + 1e-9 and self.owed(q) < 0}
+        cands = [a for a in ledger.running.values()
+                 if a.queue in over and a.priority <= priority
+                 and now - a.started_at >= max(self.lease_s, ledger.tree.specs[a.queue].min_runtime_s)
+                 and (d.gpu_type == ANY_TYPE or a.demand.gpu_type == d.gpu_type)]
+        cands.sort(key=lambda a: (self.owed(a.queue), a.started_at, a.uid))
+        victims: list[Allocation] = []
+        freed = np.zeros(len(RESOURCES), dtype=np.int64)
+        for a in cands:
+            if ledger.room(d, freed):
+                break
+            victims.append(a)
+            freed += a.demand.vector
+        return victims if victims and ledger.room(d, freed) else None
+
+
+def _held(ledger: QuotaLedger, queue: str) -> float:
+    return float(ledger.used(queue)[GPU_MILLI])
