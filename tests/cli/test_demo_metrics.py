@@ -11,7 +11,6 @@ from gpuaware.sim.metrics import (
     PodRecord,
     delays_by_class,
     fragmentation,
-    jain_index,
     jct,
     percentile,
     queue_delays,
@@ -79,18 +78,6 @@ def test_jct_is_finish_minus_arrival_for_finished_pods_only() -> None:
 ])
 def test_slo_attainment(pods: list[PodRecord], threshold: float, horizon: float, expected: tuple[int, int]) -> None:
     assert slo_attainment(pods, threshold, horizon) == expected
-
-
-@pytest.mark.parametrize(("values", "expected"), [
-    ([], math.nan),
-    ([0.5, 0.5, 0.5], 1.0),          # equal shares: (1.5)^2 / (3 * 0.75) = 1
-    ([1.0, 0.0, 0.0, 0.0], 0.25),    # one tenant has all: 1 / (4 * 1) = 1/n
-    ([1.0, 0.5], 0.9),               # (1.5)^2 / (2 * 1.25) = 2.25 / 2.5
-    ([0.0, 0.0], 1.0),               # nobody served: equally (by convention)
-])
-def test_jain_index(values: list[float], expected: float) -> None:
-    got = jain_index(values)
-    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
 
 
 def test_tenant_service_is_gpu_seconds_held_over_asked() -> None:

@@ -206,7 +206,7 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
                   "in_system_mean": _clean(statistics.fmean(in_system) if in_system else math.nan)},
         "slo": {"class": SLO_CLASS, "threshold_s": cfg.slo_s, "met": met, "decided": decided,
                 "attainment": _clean(met / decided) if decided else None},
-        "fairness": {"jain": _clean(jain_index(list(service.values()))),
+        "fairness": {"jain": _clean(jain_index(list(service.values())) if service else math.nan),
                      "served_share": {t: _clean(v) for t, v in service.items()}},
         "invariants": {"over_allocations_replayed": len(ledger.violations),
                        "over_allocation_examples": [f"{v.gpu} {v.milli} milli at t={v.t - t0:.0f}s (pod {v.pod})"

@@ -29,6 +29,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuaware.quota import jain_index  # quota's one implementation, re-exported for the report
+
 __all__ = [
     "MILLI",
     "AllocationSample",
@@ -151,17 +153,6 @@ def slo_attainment(pods: Iterable[PodRecord], threshold_s: float, horizon: float
         elif horizon - p.arrival > threshold_s:
             decided += 1
     return met, decided
-
-
-def jain_index(values: Sequence[float]) -> float:
-    """(sum x)^2 / (n * sum x^2): 1 when all are equal, 1/n when one has everything. NaN for none;
-    1 when all are zero (nobody got anything: equally)."""
-    if not values:
-        return math.nan
-    sq = sum(x * x for x in values)
-    if sq == 0:
-        return 1.0
-    return sum(values) ** 2 / (len(values) * sq)
 
 
 def tenant_service(pods: Iterable[PodRecord], horizon: float) -> dict[str, float]:
