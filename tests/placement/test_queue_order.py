@@ -98,12 +98,12 @@ def test_unknown_order_is_refused_with_the_choices():
         order_for("lottery")
 
 
-def _planner(order: str) -> Planner:
+def _planner(order: str, **config: float) -> Planner:
     now = [1000.0]
     p = Planner(PlannerConfig(policy_name="BestFit", policy_config=REGISTRY.policy_config("BestFit"),
                               learn_typical=False, queue_order=order,
                               prior={(100, 1000, 1, ""): 1.0},
-                              reclaim_min_runtime_s=60.0), clock=lambda: now[0])
+                              reclaim_min_runtime_s=60.0, **config), clock=lambda: now[0])
     p.set_node(NodeSpec("n0", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
     p.now = now  # type: ignore[attr-defined]
     return p
@@ -253,3 +253,46 @@ def test_each_starved_tenants_first_wide_pod_holds_its_own_node_and_one_gpu_pods
     p.config = replace(p.config, max_reservations=1)
     p.retry()
     assert set(p.reservations) == {"wide"}  # the most starved tenant's
+
+
+def test_a_turn_takes_from_tenants_above_their_share_once_the_starved_tenant_is_owed_enough():
+    order = FairShareOrder(capacity=lambda: 8, min_runtime_s=0, turn_due=0.1, turn_lease_s=300)
+    held = [entry(f"{t}{i}", t, Phase.BOUND, 2, since=0.0) for t in "ab" for i in range(2)]
+    waiting = [entry("a-more", "a", Phase.PARKED, 2), entry("b-more", "b", Phase.PARKED, 2),
+               entry("wide", "w", Phase.PARKED, 4)]
+    demand = order.demand([*held, *waiting])
+    assert demand.share["w"] == pytest.approx(8 / 3)
+    # fair reclaim alone: a and b would drop below their share (4 - 2 < 2.67), so nothing
+    assert order.reclaim_victims(waiting[2], held, demand, now=600.0) == []
+    order.observe(demand, 0.0)
+    order.observe(demand, 60.0)  # owed 0.03 of its share after a minute: not due
+    assert not order.due_turn("w", demand) and order.reclaim_victims(waiting[2], held, demand, now=60.0) == []
+    order.observe(demand, 600.0)  # 0.11 after ten minutes: due, and a and b owe nothing
+    assert order.due_turn("w", demand) and not order.due_turn("a", demand)
+    assert set(order.reclaim_victims(waiting[2], held, demand, now=600.0)) == {"a0", "a1", "b0", "b1"}
+    assert order.reclaim_victims(waiting[2], held, demand, now=200.0) == []  # none past the lease yet
+    assert order.reclaim_victims(waiting[0], held, demand, now=600.0) == []  # a is not starved nor due
+
+
+def _turn_planner(turn_due: float) -> Planner:
+    p = _planner("fair-share", turn_due=turn_due, turn_lease_s=60.0)
+    for t in "ab":  # a and b run 2 GPUs each of 4 and want 2 more
+        d = p.submit(f"{t}0", 0, pod(f"{t}0", t, 2))[0]
+        assert isinstance(d, Decided)
+        p.ledger.bound(d.entry.uid, 0, d.node, d.gpus, now=0.0)
+    for uid, t in (("a-more", "a"), ("b-more", "b"), ("wide", "w")):
+        p.submit(uid, 0, pod(uid, t, 2))
+    return p
+
+
+@pytest.mark.parametrize("turn_due, reclaims", [(0.0, 0), (0.1, 1)])
+def test_the_planner_takes_a_turn_for_a_tenant_owed_service(turn_due, reclaims):
+    p = _turn_planner(turn_due)
+    p.now[0] = 1000.0  # type: ignore[attr-defined]
+    first, _ = p.retry()
+    assert not [o for o in first if isinstance(o, Decided)]  # a and b hold 2 each against 1.33: no fair reclaim
+    p.now[0] = 1600.0  # type: ignore[attr-defined]
+    later, _ = p.retry()
+    decided = [o for o in later if isinstance(o, Decided)]
+    assert [o.entry.uid for o in decided] == ["wide"] * reclaims
+    assert p.counters.fair_reclaims == reclaims

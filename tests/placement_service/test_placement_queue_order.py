@@ -14,6 +14,8 @@ def test_the_service_refuses_an_unknown_order_and_out_of_range_knobs():
         PlacementSettings(queue_order="lottery")
     with pytest.raises(SettingsError, match="STARVED_BELOW"):
         PlacementSettings(starved_below=0.0)
-    with pytest.raises(SettingsError, match="_RESERVATIONS >= 0"):
-        PlacementSettings(reservations=-1)
+    for bad in ({"reservations": -1}, {"turn_due": -0.1}, {"turn_lease_s": -1.0}):
+        with pytest.raises(SettingsError, match="_RESERVATIONS, _TURN_DUE and _TURN_LEASE_S >= 0"):
+            PlacementSettings(**bad)
     assert PlacementSettings().reservations == 0  # none held unless asked for (see the setting)
+    assert PlacementSettings().turn_due == 0.0  # no turn-taking unless asked for

@@ -123,6 +123,11 @@ class PlannerConfig:
     """fair-share: a running pod is not reclaimed before it ran this long (world seconds since its bind)"""
     max_reclaims: int = 4
     """fair-share: reclaims planned per retry pass at most"""
+    turn_due: float = 0.0
+    """fair-share: turn-taking (queue_order.py; 0: off): a tenant owed this fraction of its share lately
+    is starved, and may also reclaim from tenants served beyond theirs"""
+    turn_lease_s: float = 900.0
+    """fair-share: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
     max_reservations: int = 0
     """fair-share: nodes held for starved tenants' wide pods at once (one per tenant, most starved first);
     none by default: on the philly demo one cut allocation (0.75-0.77 against 0.774) and was no fairer"""
@@ -170,7 +175,8 @@ class Planner:
         self._since_learn = 0
         self._learned = False
         self.order = order_for(config.queue_order, capacity=self._gpu_capacity, starved_below=config.starved_below,
-                               default_s=config.duration_default_s, min_runtime_s=config.reclaim_min_runtime_s)
+                               default_s=config.duration_default_s, min_runtime_s=config.reclaim_min_runtime_s,
+                               turn_due=config.turn_due, turn_lease_s=config.turn_lease_s)
         """the fair-share order, or None for the ledger's own (priority, then arrival)"""
         self._world: tuple[float, float] | None = None
         """the world's latest event time and this clock when it was seen (``world_now``)"""
@@ -312,6 +318,7 @@ class Planner:
         (queue_order.py)."""
         assert self.order is not None
         demand = self.order.demand(self.ledger)
+        self.order.observe(demand, self.world_now())
         ordered = self.order.sort(singles, demand)
         starved = [e for e in ordered if self.order.starved(queue_of(e), demand)]
         rest = ordered[len(starved):]

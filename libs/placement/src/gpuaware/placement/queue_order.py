@@ -45,6 +45,7 @@ from gpuaware.placement.ledger import HOLDING, WAITING, Phase, PodEntry
 from gpuaware.placement.model import MILLI
 from gpuaware.quota.backfill import Running, shadow
 from gpuaware.quota.fairshare import water_fill
+from gpuaware.quota.turns import OwedService
 
 __all__ = ["ORDERS", "FairShareOrder", "Reservation", "TenantDemand", "order_for", "queue_of"]
 
@@ -104,15 +105,35 @@ class FairShareOrder:
     default_s: float = 3600.0
     min_runtime_s: float = 600.0
     predicted: dict[str, float] = field(default_factory=dict)
+    turn_due: float = 0.0
+    """turn-taking (``gpuaware.quota.turns``; 0: off): a tenant below its share and owed this fraction of
+    it lately is starved, and may also take pods of tenants served beyond their shares lately"""
+    turn_lease_s: float = 900.0
+    """turn-taking: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
+    owed: OwedService | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.turn_due > 0:
+            self.owed = OwedService(due=self.turn_due)
 
     def demand(self, entries: Iterable[PodEntry]) -> TenantDemand:
         return TenantDemand.of(entries, self.capacity())
 
+    def observe(self, demand: TenantDemand, now: float) -> None:
+        """Fold the tenants' running GPUs against their shares into their owed service (turn-taking)."""
+        if self.owed is not None:
+            self.owed.update(now, demand.running, demand.share)
+
+    def due_turn(self, tenant: str, demand: TenantDemand) -> bool:
+        return self.owed is not None and self.owed.is_due(tenant, demand.running.get(tenant, 0.0),
+                                                           demand.share.get(tenant, 0.0))
+
     def starved(self, tenant: str, demand: TenantDemand) -> bool:
         """Below ``starved_below`` of its share; a capped tenant only below ``CAPPED_STARVED`` of that (it
-        shares the remainder with the other capped tenants, and they would otherwise take turns reclaiming)."""
+        shares the remainder with the other capped tenants, and they would otherwise take turns reclaiming).
+        With turn-taking, also a tenant due a turn."""
         limit = self.starved_below * (CAPPED_STARVED if demand.capped(tenant) else 1.0)
-        return demand.attained(tenant) < limit
+        return demand.attained(tenant) < limit or self.due_turn(tenant, demand)
 
     def sort(self, waiting: list[PodEntry], demand: TenantDemand) -> list[PodEntry]:
         def key(e: PodEntry) -> tuple[float, int, float, int]:
@@ -164,14 +185,26 @@ class FairShareOrder:
         if entry.request is None or not self.starved(tenant, demand):
             return []
         prio = entry.request.priority
-        candidates = sorted(
-            (e for e in holding
-             if e.request is not None and queue_of(e) != tenant and not e.evicting and e.request.checkpointable
-             and e.request.priority <= prio and not e.request.gang_id and demand.capped(queue_of(e))
-             and now - e.since >= self.min_runtime_s),
-            key=lambda e: (-demand.attained(queue_of(e)), -e.since))
-        return [e.uid for e in candidates
+        evictable = [e for e in holding
+                     if e.request is not None and queue_of(e) != tenant and not e.evicting and e.request.checkpointable
+                     and e.request.priority <= prio and not e.request.gang_id and now - e.since >= self.min_runtime_s]
+        candidates = sorted((e for e in evictable if demand.capped(queue_of(e))),
+                            key=lambda e: (-demand.attained(queue_of(e)), -e.since))
+        fair = [e.uid for e in candidates
                 if demand.running.get(queue_of(e), 0.0) - _gpus(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
+        if not self.due_turn(tenant, demand):
+            return fair
+        # a turn: pods of tenants above their share that owe nothing, past the lease, even if their
+        # tenant dips below its share (it is then owed, and gets its turn back)
+        owed = self.owed
+        assert owed is not None
+        over = {t for t, s in demand.share.items() if t != tenant and demand.running.get(t, 0.0) > s + 1e-9
+                and owed.owed(t) < 0}
+        taken = set(fair)
+        turn = sorted((e for e in evictable if queue_of(e) in over and e.uid not in taken
+                       and now - e.since >= self.turn_lease_s),
+                      key=lambda e: (owed.owed(queue_of(e)), e.since))
+        return fair + [e.uid for e in turn]
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,44 +35,68 @@ from gpuaware.quota.fairshare import DecayedUsage
 from gpuaware.quota.ledger import GPU_MILLI, Allocation, Demand, QuotaLedger
 from gpuaware.quota.tree import ANY_TYPE, RESOURCES
 
-__all__ = ["TurnTaking"]
+__all__ = ["OwedService", "TurnTaking"]
+
+
+@dataclass(slots=True)
+class OwedService:
+    """Each queue's decayed mean of (share - held), in the units given (see the module docstring)."""
+
+    half_life_s: float = 3600.0
+    due: float = 0.1
+    """a queue owed this fraction of its share (decayed mean shortfall / share) is due a turn"""
+    _owed: DecayedUsage = field(init=False, repr=False)
+    _shortfall: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.due <= 0:
+            raise ValueError(f"due must be > 0, got {self.due}")
+        self._owed = DecayedUsage(self.half_life_s, 1)
+
+    def update(self, now: float, held: Mapping[str, float], shares: Mapping[str, float]) -> None:
+        """Integrate the shortfall seen at the last update up to ``now``, then remember this one. Call
+        it after every change (or before every decision)."""
+        self._owed.advance(now, self._shortfall)
+        self._shortfall = {q: np.array([shares.get(q, 0.0) - held.get(q, 0.0)]) for q in {*shares, *self._shortfall}}
+
+    def owed(self, queue: str) -> float:
+        """> 0 while the queue got less than its share lately, < 0 while it got more."""
+        return float(self._owed.mean_recent(queue)[0])
+
+    def is_due(self, queue: str, held: float, share: float) -> bool:
+        """Below its share now, and owed at least ``due`` of it."""
+        return share > 0 and held < share - 1e-9 and self.owed(queue) >= self.due * share
 
 
 @dataclass(slots=True)
 class TurnTaking:
-    """Owed service per queue, and the turns it earns (see the module docstring). GPU milli throughout."""
+    """Owed service per leaf queue of a quota ledger, and the turns it earns. GPU milli throughout."""
 
     half_life_s: float = 3600.0
     due: float = 0.1
     """a queue owed this fraction of its share (decayed mean shortfall / share) is due a turn"""
     lease_s: float = 900.0
     """a pod runs at least this long after it (re)started before a turn takes it"""
-    _owed: DecayedUsage = field(init=False, repr=False)
-    _shortfall: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
+    service: OwedService = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.due <= 0 or self.lease_s < 0:
-            raise ValueError(f"due must be > 0 and lease_s >= 0, got due={self.due}, lease_s={self.lease_s}")
-        self._owed = DecayedUsage(self.half_life_s, 1)
+        if self.lease_s < 0:
+            raise ValueError(f"lease_s must be >= 0, got {self.lease_s}")
+        self.service = OwedService(self.half_life_s, self.due)
 
     def update(self, ledger: QuotaLedger, asked: Mapping[str, float], now: float) -> dict[str, float]:
-        """Integrate the shortfall seen at the last update up to ``now``, then take the new one from
-        the ledger's holdings and ``asked`` (GPU milli each leaf queue runs and waits for). Returns the
-        water-filled shares. Call it after every change (or before every decision)."""
-        self._owed.advance(now, self._shortfall)
+        """``OwedService.update`` with the ledger's holdings and the water-filled shares of ``asked``
+        (GPU milli each leaf queue runs and waits for), which it returns."""
         shares = ledger.fair_shares({q: a for q, a in asked.items() if a > 0}, now)
-        self._shortfall = {q: np.array([shares.get(q, 0.0) - _held(ledger, q)])
-                           for q in {*shares, *self._shortfall}}
+        self.service.update(now, {q: _held(ledger, q) for q in {*shares, *asked}}, shares)
         return shares
 
     def owed(self, queue: str) -> float:
-        """Decayed mean of (share - held), GPU milli: > 0 while the queue got less than its share lately."""
-        return float(self._owed.mean_recent(queue)[0])
+        return self.service.owed(queue)
 
     def due_queues(self, ledger: QuotaLedger, shares: Mapping[str, float]) -> list[str]:
         """Queues due a turn, most owed (relative to their share) first."""
-        due = [(self.owed(q) / s, q) for q, s in shares.items()
-               if s > 0 and _held(ledger, q) < s - 1e-9 and self.owed(q) >= self.due * s]
+        due = [(self.owed(q) / s, q) for q, s in shares.items() if self.service.is_due(q, _held(ledger, q), s)]
         return [q for _, q in sorted(due, key=lambda x: (-x[0], x[1]))]
 
     def plan(self, ledger: QuotaLedger, queue: str, d: Demand, shares: Mapping[str, float], now: float,

@@ -89,7 +89,8 @@ class PlacementService:
             preemption_cooldown_s=s.preemption_cooldown_s, max_victims=s.max_victims,
             checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree),
             queue_order=s.queue_order, starved_below=s.starved_below, duration_default_s=s.duration_default_s,
-            reclaim_min_runtime_s=s.reclaim_min_runtime_s, max_reservations=s.reservations)
+            reclaim_min_runtime_s=s.reclaim_min_runtime_s, max_reservations=s.reservations, turn_due=s.turn_due,
+            turn_lease_s=s.turn_lease_s)
         self.followers: list[bus.Follower] = []
         self.lease: bus.LeaderLease | None = None  # or gpuaware.k8s.election.KubeLeaderLease (same interface)
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None

@@ -115,6 +115,12 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     """fair-share: a pod runs at least this long (world seconds since its bind) before it is reclaimed"""
     duration_default_s: float = 3600.0
     """fair-share: the runtime assumed for a pod until the duration predictor (`forecasting.duration`) answers"""
+    turn_due: float = 0.0
+    """fair-share: turn-taking (`gpuaware.quota.turns`; 0: off). A tenant below its share and owed this
+    fraction of it lately (decayed mean shortfall, half-life 1 h) is starved, and may also reclaim pods
+    of tenants served beyond their shares lately, even below their shares"""
+    turn_lease_s: float = 900.0
+    """fair-share: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
     reservations: int = 0
     """fair-share: nodes held at once for starved tenants' pods wider than one GPU, others backfilling
     them only with pods predicted to end first (EASY). Off by default: on the philly demo one held node
@@ -161,9 +167,10 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
             raise SettingsError(f"GPUAWARE_PLACEMENT_QUEUE_ORDER must be one of {', '.join(ORDERS)}, "
                                 f"not {self.queue_order!r}")
         if not 0 < self.starved_below <= 1 or self.reclaim_min_runtime_s < 0 or self.duration_default_s <= 0 \
-                or self.duration_timeout_s <= 0 or self.reservations < 0:
+                or self.duration_timeout_s <= 0 or self.reservations < 0 or self.turn_due < 0 or self.turn_lease_s < 0:
             raise SettingsError("GPUAWARE_PLACEMENT_STARVED_BELOW must be in (0, 1], _RECLAIM_MIN_RUNTIME_S >= 0, "
-                                "_DURATION_DEFAULT_S and _DURATION_TIMEOUT_S > 0, _RESERVATIONS >= 0")
+                                "_DURATION_DEFAULT_S and _DURATION_TIMEOUT_S > 0, _RESERVATIONS, _TURN_DUE and "
+                                "_TURN_LEASE_S >= 0")
         if self.pending_batch < 1 or self.retry_batch < 1:
             raise SettingsError("GPUAWARE_PLACEMENT_PENDING_BATCH and _RETRY_BATCH must be >= 1")
 
