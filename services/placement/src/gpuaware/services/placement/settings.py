@@ -120,8 +120,8 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     fraction of it lately (decayed mean shortfall, half-life 1 h) is starved, and may also reclaim pods
     of tenants served beyond their shares lately, even below their shares. Off by default: on the
     philly demo it read Jain 0.943 and 0.940 (due 0.1; due 0.05 with a 600-s lease), within the spread
-    of runs without it (0.927-0.952); there the starved tenants' 8-GPU pods find no node whose pods may
-    all be evicted, with turns or without. bench-fairness measures what it does where it can act."""
+    of runs without it (0.927-0.952); the least served tenant's 8-GPU pods still never started.
+    bench-fairness measures what turns do on Pollux's workloads."""
     turn_lease_s: float = 900.0
     """fair-share: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
     reservations: int = 0
