@@ -9,9 +9,9 @@ queue waited for a whole cluster to drain, and held 0.4-0.6 of its entitlement i
 Over time it can still get its share *on average*: its job runs for a while, then yields. This is
 time-slicing as Gandiva and Themis do it, at checkpoint granularity.
 
-* Each queue's *owed service* is the decayed mean of (entitlement - held). It is ``DecayedUsage``'s
-  exact integral, with the same half-life as the usage history. It is positive while the queue
-  gets less than its share lately, and negative while it gets more.
+* Each queue's *owed service* (``OwedService``) is the decayed mean of (entitlement - held). It is
+  ``DecayedUsage``'s exact integral (half-life 1 h by default, as the usage history's). It is
+  positive while the queue gets less than its share lately, and negative while it gets more.
 * A queue is *due* a turn when it holds less than its share now and its owed service has reached
   ``due`` times its share. Owing 0.1 of its share, on average over the last half-life, is enough.
 * A turn takes pods of queues that hold more than their share now and owe nothing. It only takes
@@ -20,8 +20,9 @@ time-slicing as Gandiva and Themis do it, at checkpoint granularity.
   first, and within a queue the longest-running pod first. The binder checkpoints a victim before
   it stops it, so a turn costs the victim a restart, not its work.
 
-Measured by ``make bench-fairness`` (policy ``quota+turns``). Pure: ledger, shares and times in,
-victims out.
+``TurnTaking`` plans turns over a quota ledger; placement's fair-share order keeps its own
+``OwedService`` over the pods it places (``gpuaware.placement.queue_order``). Measured by ``make
+bench-fairness`` (policy ``quota+turns``). Pure: ledger, shares and times in, victims out.
 """
 
 from __future__ import annotations
