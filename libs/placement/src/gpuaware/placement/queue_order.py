@@ -203,8 +203,8 @@ class FairShareOrder:
         # tenant dips below its share (it is then owed, and gets its turn back)
         owed = self.owed
         assert owed is not None
-        over = {t for t, s in demand.share.items() if t != tenant and demand.running.get(t, 0.0) > s + 1e-9
-                and owed.owed(t) < 0}
+        over = {t for t, s in demand.share.items()
+                if t != tenant and owed.owes_nothing(t, demand.running.get(t, 0.0), s)}
         taken = set(fair)
         turn = sorted((e for e in evictable if queue_of(e) in over and e.uid not in taken
                        and now - e.since >= self.turn_lease_s),

@@ -68,6 +68,10 @@ class OwedService:
         """Below its share now, and owed at least ``due`` of it."""
         return share > 0 and held < share - 1e-9 and self.owed(queue) >= self.due * share
 
+    def owes_nothing(self, queue: str, held: float, share: float) -> bool:
+        """Above its share now, and served beyond it lately: a turn may take its pods."""
+        return held > share + 1e-9 and self.owed(queue) < 0
+
 
 @dataclass(slots=True)
 class TurnTaking:
@@ -103,9 +107,9 @@ class TurnTaking:
     def plan(self, ledger: QuotaLedger, queue: str, d: Demand, shares: Mapping[str, float], now: float,
              priority: int = 0) -> list[Allocation] | None:
         """Pods to stop so that ``d`` of ``queue`` fits now, or None when no turn frees enough room."""
-        if queue not in self.due_queues(ledger, shares):
+        if not self.service.is_due(queue, _held(ledger, queue), shares.get(queue, 0.0)):
             return None
-        over = {q for q, s in shares.items() if q != queue and _held(ledger, q) > s + 1e-9 and self.owed(q) < 0}
+        over = {q for q, s in shares.items() if q != queue and self.service.owes_nothing(q, _held(ledger, q), s)}
         cands = [a for a in ledger.running.values()
                  if a.queue in over and a.priority <= priority
                  and now - a.started_at >= max(self.lease_s, ledger.tree.specs[a.queue].min_runtime_s)
