@@ -224,7 +224,7 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                 if collector is not None:
                     await asyncio.to_thread(collector.stop, 15.0)
                 tel = await _telemetry(nc.jetstream(), pool, run)
-                replicas = {name: (await nc.jetstream().stream_info(name)).config.num_replicas or 1
+                replicas = {name: await _replicas(nc.jetstream(), name)
                             for name in (BINDER.name, PLACEMENT.name, TELEMETRY.name)}
         checks, figures = invariants_of(cfg, run, tel)
         figures["stream_replicas"] = replicas
@@ -241,6 +241,19 @@ async def _telemetry(js: bus.JetStream, pool: Any, run: RunResult) -> dict[str, 
     stored, rows = await _stored(pool, sorted(run.gpus))
     return {"batches": batches, "on_bus": len(on_bus), "stored": rows, "missing": len(on_bus - stored),
             "not_on_bus": len(stored - on_bus)}
+
+
+async def _replicas(js: bus.JetStream, stream: str, attempts: int = 6) -> int:
+    """The stream's replica count. Asked again with the bus's backoff when nothing answers: after a
+    cluster node comes back, a stream's leader may still be being elected, and until then the
+    cluster does not answer for that stream."""
+    retry = bus.RetryPolicy(base=1.0, cap=8.0)
+    for attempt in range(1, attempts):
+        try:
+            return (await js.stream_info(stream)).config.num_replicas or 1
+        except TimeoutError:  # nats-py's timeout is one
+            await asyncio.sleep(retry.delay(attempt))
+    return (await js.stream_info(stream)).config.num_replicas or 1
 
 
 def print_result(result: DrillResult) -> None:
