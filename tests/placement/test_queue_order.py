@@ -267,12 +267,33 @@ def test_a_turn_takes_from_tenants_above_their_share_once_the_starved_tenant_is_
     order.observe(demand, 0.0)
     order.observe(demand, 60.0)  # owed 0.03 of its share after a minute: not due
     assert not order.due_turn("w", demand) and order.reclaim_victims(waiting[2], held, demand, now=60.0) == []
-    order.observe(demand, 600.0)  # 0.11 after ten minutes: due, and a and b owe nothing
+    order.observe(demand, 600.0)  # 0.11 after ten minutes: due, and a and b are owed nothing
     assert order.due_turn("w", demand) and not order.due_turn("a", demand)
     assert set(order.reclaim_victims(waiting[2], held, demand, now=600.0)) == {"a0", "a1", "b0", "b1"}
     assert order.reclaim_victims(waiting[2], held, demand, now=200.0) == []  # none past the lease yet
     assert order.reclaim_victims(waiting[0], held, demand, now=600.0) == []  # a is not starved nor due
 
+
+
+def test_a_turn_takes_from_tenants_exactly_at_their_share_unless_they_are_owed():
+    """The philly demo's case: each big node holds one long pod of a tenant wanting just what it runs,
+    so its share is exactly what it holds. Such a tenant yields to a tenant due a turn, unless it was
+    kept below its share lately and is owed a turn itself."""
+    order = FairShareOrder(capacity=lambda: 8, min_runtime_s=0, turn_due=0.1, turn_lease_s=300)
+    held = [entry(f"{t}0", t, Phase.BOUND, 2, since=0.0) for t in "abc"]
+    wide = entry("wide", "w", Phase.PARKED, 4)
+    demand = order.demand([*held, wide])
+    assert {t: demand.share[t] for t in "abcw"} == pytest.approx({"a": 2, "b": 2, "c": 2, "w": 2})
+    order.observe(demand, 0.0)
+    assert order.reclaim_victims(wide, held, demand, now=60.0) == []  # not owed enough yet
+    order.observe(demand, 600.0)
+    assert set(order.reclaim_victims(wide, held, demand, now=600.0)) == {"a0", "b0", "c0"}
+    # c waited 20 minutes below its share before its pod ran: owed a turn, it keeps its pod
+    order = FairShareOrder(capacity=lambda: 8, min_runtime_s=0, turn_due=0.1, turn_lease_s=0)
+    order.observe(order.demand([*held[:2], entry("c0", "c", Phase.PARKED, 2), wide]), 0.0)
+    order.observe(demand, 1200.0)
+    assert order.due_turn("w", demand) and not order.due_turn("c", demand)  # c holds its share now
+    assert set(order.reclaim_victims(wide, held, demand, now=1200.0)) == {"a0", "b0"}
 
 def _turn_planner(turn_due: float) -> Planner:
     p = _planner("fair-share", turn_due=turn_due, turn_lease_s=60.0)

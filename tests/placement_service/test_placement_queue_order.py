@@ -18,4 +18,5 @@ def test_the_service_refuses_an_unknown_order_and_out_of_range_knobs():
         with pytest.raises(SettingsError, match="_RESERVATIONS, _TURN_DUE and _TURN_LEASE_S >= 0"):
             PlacementSettings(**bad)
     assert PlacementSettings().reservations == 0  # none held unless asked for (see the setting)
-    assert PlacementSettings().turn_due == 0.0  # no turn-taking unless asked for
+    assert PlacementSettings().turn_due == 0.1  # fair-share takes turns unless told not to (0)
+    assert PlacementSettings(turn_due=0.0).turn_due == 0.0

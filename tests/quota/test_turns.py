@@ -97,3 +97,32 @@ def test_a_served_queue_is_not_due_and_bad_settings_are_refused(ledger):
     assert turns.plan(ledger, "s1", gpus(1), shares, 3600) is None
     with pytest.raises(ValueError, match="due must be > 0"):
         TurnTaking(due=0)
+
+
+
+def _at_share(s2_binds_at: float) -> tuple[TurnTaking, QuotaLedger, dict[str, float]]:
+    """s1 and s2 want 4 GPUs each and hold them (s1 from t=0, s2 from ``s2_binds_at``): their shares,
+    water-filled, are exactly 4; wide wants 12 against its 8. Followed minute by minute to t=1200."""
+    led = QuotaLedger(validate(TREE))
+    asked = {"wide": 12000.0, "s1": 4000.0, "s2": 4000.0}
+    turns = TurnTaking(due=0.1, lease_s=0)
+    shares: dict[str, float] = {}
+    for t in range(0, 1201, 60):
+        for q, at in (("s1", 0.0), ("s2", s2_binds_at)):
+            if t == at:
+                for i in range(4):
+                    led.bind(Allocation(f"{q}-{i}", q, gpus(1), started_at=at, checkpointable=True), now=at)
+        shares = turns.update(led, asked, float(t))
+    return turns, led, shares
+
+
+def test_a_queue_exactly_at_its_share_yields_unless_it_is_owed_a_turn():
+    turns, led, shares = _at_share(s2_binds_at=0.0)
+    assert shares["s1"] == pytest.approx(4000.0) and shares["wide"] == pytest.approx(8000.0)
+    plan = turns.plan(led, "wide", gpus(12), shares, 1200.0)  # 8 free: 4 more from queues at their share
+    assert plan is not None and len(plan) == 4 and {a.queue for a in plan} <= {"s1", "s2"}
+    # s2 waited below its share for 14 minutes before it ran: owed a turn itself, it is spared
+    turns, led, shares = _at_share(s2_binds_at=840.0)
+    assert turns.owed("s2") >= 0.1 * shares["s2"]
+    plan = turns.plan(led, "wide", gpus(12), shares, 1200.0)
+    assert plan is not None and {a.queue for a in plan} == {"s1"} and len(plan) == 4

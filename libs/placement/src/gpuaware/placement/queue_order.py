@@ -33,7 +33,7 @@ one is (backfill). A running pod past its prediction is expected to run as long 
 
 With ``turn_due`` set (off by default), a tenant below its share and owed service lately
 (``gpuaware.quota.turns.OwedService``: the decayed mean of share - running) is starved too, and may
-also reclaim pods of tenants above their share that owe nothing, past ``turn_lease_s``, even if
+also reclaim pods of tenants at or above their share not owed a turn, past ``turn_lease_s``, even if
 their tenant then dips below its share: it is then owed, and gets its turn back.
 
 Predicted runtimes come from the forecasting service's duration predictor (``predicted``: pod uid ->
@@ -199,12 +199,12 @@ class FairShareOrder:
                 if demand.running.get(queue_of(e), 0.0) - _gpus(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
         if not self.due_turn(tenant, demand):
             return fair
-        # a turn: pods of tenants above their share that owe nothing, past the lease, even if their
+        # a turn: pods of tenants at or above their share not owed a turn, past the lease, even if their
         # tenant dips below its share (it is then owed, and gets its turn back)
         owed = self.owed
         assert owed is not None
         over = {t for t, s in demand.share.items()
-                if t != tenant and owed.owes_nothing(t, demand.running.get(t, 0.0), s)}
+                if t != tenant and owed.can_yield(t, demand.running.get(t, 0.0), s)}
         taken = set(fair)
         turn = sorted((e for e in evictable if queue_of(e) in over and e.uid not in taken
                        and now - e.since >= self.turn_lease_s),

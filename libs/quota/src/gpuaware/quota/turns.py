@@ -14,7 +14,9 @@ time-slicing as Gandiva and Themis do it, at checkpoint granularity.
   positive while the queue gets less than its share lately, and negative while it gets more.
 * A queue is *due* a turn when it holds less than its share now and its owed service has reached
   ``due`` times its share. Owing 0.1 of its share, on average over the last half-life, is enough.
-* A turn takes pods of queues that hold more than their share now and owe nothing. It only takes
+* A turn takes pods of queues that hold at least their share now and are not owed a turn: a queue
+  exactly at its share yields too, or a tenant whose one long job fills its share would block a
+  node for good (the philly demo's 8-GPU pods waited a whole day behind such jobs). It only takes
   pods of no higher priority than the asker, and only pods that have run for at least ``lease_s``
   (and their queue's ``min_runtime_s``) since they last started. The most over-served queue goes
   first, and within a queue the longest-running pod first. The binder checkpoints a victim before
@@ -68,9 +70,9 @@ class OwedService:
         """Below its share now, and owed at least ``due`` of it."""
         return share > 0 and held < share - 1e-9 and self.owed(queue) >= self.due * share
 
-    def owes_nothing(self, queue: str, held: float, share: float) -> bool:
-        """Above its share now, and served beyond it lately: a turn may take its pods."""
-        return held > share + 1e-9 and self.owed(queue) < 0
+    def can_yield(self, queue: str, held: float, share: float) -> bool:
+        """Not below its share now, and not owed a turn lately: a turn may take its pods."""
+        return held >= share - 1e-9 and self.owed(queue) < self.due * share
 
 
 @dataclass(slots=True)
@@ -109,7 +111,7 @@ class TurnTaking:
         """Pods to stop so that ``d`` of ``queue`` fits now, or None when no turn frees enough room."""
         if not self.service.is_due(queue, _held(ledger, queue), shares.get(queue, 0.0)):
             return None
-        over = {q for q, s in shares.items() if q != queue and self.service.owes_nothing(q, _held(ledger, q), s)}
+        over = {q for q, s in shares.items() if q != queue and self.service.can_yield(q, _held(ledger, q), s)}
         cands = [a for a in ledger.running.values()
                  if a.queue in over and a.priority <= priority
                  and now - a.started_at >= max(self.lease_s, ledger.tree.specs[a.queue].min_runtime_s)
