@@ -274,7 +274,6 @@ def test_a_turn_takes_from_tenants_above_their_share_once_the_starved_tenant_is_
     assert order.reclaim_victims(waiting[0], held, demand, now=600.0) == []  # a is not starved nor due
 
 
-
 def test_a_turn_takes_from_tenants_exactly_at_their_share_unless_they_are_owed():
     """The philly demo's case: each big node holds one long pod of a tenant wanting just what it runs,
     so its share is exactly what it holds. Such a tenant yields to a tenant due a turn, unless it was
@@ -294,6 +293,7 @@ def test_a_turn_takes_from_tenants_exactly_at_their_share_unless_they_are_owed()
     order.observe(demand, 1200.0)
     assert order.due_turn("w", demand) and not order.due_turn("c", demand)  # c holds its share now
     assert set(order.reclaim_victims(wide, held, demand, now=1200.0)) == {"a0", "b0"}
+
 
 def _turn_planner(turn_due: float) -> Planner:
     p = _planner("fair-share", turn_due=turn_due, turn_lease_s=60.0)

@@ -99,7 +99,6 @@ def test_a_served_queue_is_not_due_and_bad_settings_are_refused(ledger):
         TurnTaking(due=0)
 
 
-
 def _at_share(s2_binds_at: float) -> tuple[TurnTaking, QuotaLedger, dict[str, float]]:
     """s1 and s2 want 4 GPUs each and hold them (s1 from t=0, s2 from ``s2_binds_at``): their shares,
     water-filled, are exactly 4; wide wants 12 against its 8. Followed minute by minute to t=1200."""

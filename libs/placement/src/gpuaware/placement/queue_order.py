@@ -31,10 +31,11 @@ pods running there (quota's ``shadow``), held for it -- a pod that would still r
 one is (backfill). A running pod past its prediction is expected to run as long again as it has run
 (runtimes are heavy-tailed), so an overdue node is not reserved on a promise already broken.
 
-With ``turn_due`` set (off by default), a tenant below its share and owed service lately
-(``gpuaware.quota.turns.OwedService``: the decayed mean of share - running) is starved too, and may
-also reclaim pods of tenants at or above their share not owed a turn, past ``turn_lease_s``, even if
-their tenant then dips below its share: it is then owed, and gets its turn back.
+With ``turn_due`` above 0 (0 here; the placement service's default is 0.1), a tenant below its share
+and owed service lately (``gpuaware.quota.turns.OwedService``: the decayed mean of share - running) is
+starved too, and may also reclaim pods of tenants at or above their share not owed a turn, past
+``turn_lease_s``, even if their tenant then dips below its share: it is then owed, and gets its turn
+back.
 
 Predicted runtimes come from the forecasting service's duration predictor (``predicted``: pod uid ->
 seconds, filled by the service as answers arrive); a pod nobody predicted yet counts ``default_s``.
