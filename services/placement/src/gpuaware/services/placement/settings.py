@@ -119,9 +119,9 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     """fair-share: turn-taking (`gpuaware.quota.turns`; 0: off). A tenant below its share and owed this
     fraction of it lately (decayed mean shortfall, half-life 1 h) is starved, and may also reclaim pods
     of tenants at or above their shares that are not owed a turn, even if that leaves them below.
-    On the philly demo (`gpuaware demo --trace philly --duration 60`) Jain read 0.965-0.969 in three
+    On the philly demo (`gpuaware demo --trace philly --duration 60`) Jain read 0.965-0.969 in four
     runs with it, 0.927-0.952 without: the one tenant whose 8-GPU pods never started without it (each
-    big node held a long 4-GPU pod of a tenant at its share) got 0.79-0.80 of what it asked, not 0.50."""
+    big node held a long 4-GPU pod of a tenant at its share) got 0.75-0.80 of what it asked, not 0.50."""
     turn_lease_s: float = 900.0
     """fair-share: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
     reservations: int = 0
