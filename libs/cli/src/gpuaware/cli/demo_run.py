@@ -689,7 +689,8 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_PLACEMENT_PREEMPTION": "false" if spec.label == "baseline" else "true",
         # stock Kubernetes retries by priority then arrival; gpuaware by fair share, then shortest
         # predicted runtime (the forecasting service's predictor), a starved tenant reclaiming what
-        # others run above their share once it ran 10 minutes (the world's, here the twin's, time)
+        # others run above their share once it ran 10 minutes (the world's, here the twin's, time),
+        # and a tenant kept below its share taking turns (the service's default, `gpuaware.quota.turns`)
         "GPUAWARE_PLACEMENT_QUEUE_ORDER": "priority" if spec.label == "baseline" else "fair-share",
         "GPUAWARE_PLACEMENT_RECLAIM_MIN_RUNTIME_S": "600",
     }
