@@ -44,10 +44,12 @@ subject here, and placement's packing is measured by bench-placement):
   * ``quota+turns``: ``quota`` plus turn-taking (gpuaware.quota.turns): a tenant short of its
     water-filled share for a while (decayed mean shortfall >= 0.1 of its share, half-life 1 h) starts
     its narrowest waiting job by stopping pods of tenants at or above their share that are not owed a
-    turn, each having run at least 15 minutes since it last started; checked after every event and
-    every 5 minutes. (With victims only from tenants above their share that owed nothing, Jain in
-    contended hours at 0.5 / 1.0 / 1.5 / 2.0x was 0.959 / 0.949 / 0.937 / 0.913 and preemption added
-    27 / 22 / 13 / 7 %.) This is what lets a tenant whose jobs are all wider than its share (Pollux's imagenet:
+    turn, of any class (the low class first), each having run at least 15 minutes since it last
+    started; checked after every event and every 5 minutes. (With victims only from tenants above
+    their share that owed nothing, and of no higher class than the job, Jain in contended hours at
+    0.5 / 1.0 / 1.5 / 2.0x was 0.959 / 0.949 / 0.937 / 0.913 and preemption added 27 / 22 / 13 / 7 %;
+    from tenants at their share too, but of no higher class, 0.955 / 0.954 / 0.944 / 0.912 and
+    27 / 17 / 11 / 5 %.) This is what lets a tenant whose jobs are all wider than its share (Pollux's imagenet:
     24-48 GPUs against about 11) be served on average; the cost is more, cheap preemptions.
 Turn-taking was first tried with victims losing the work since their last periodic checkpoint: at
 1.0x on Pollux Jain (contended hours) fell from 0.888 to 0.834, with 647 preemptions instead of 242
@@ -362,8 +364,7 @@ class Sim:
                        default=None)
             if head is None or head.gpus <= self.free:
                 continue
-            plan = turns.plan(ledger, t, Demand.of(gpus=head.gpus, gpu_milli=1000 * head.gpus), shares, self.now,
-                              head.priority)
+            plan = turns.plan(ledger, t, Demand.of(gpus=head.gpus, gpu_milli=1000 * head.gpus), shares, self.now)
             if plan is None:
                 continue
             for a in plan:

@@ -295,6 +295,21 @@ def test_a_turn_takes_from_tenants_exactly_at_their_share_unless_they_are_owed()
     assert set(order.reclaim_victims(wide, held, demand, now=1200.0)) == {"a0", "b0"}
 
 
+def test_a_turn_takes_pods_of_any_priority_lower_first():
+    order = FairShareOrder(capacity=lambda: 8, min_runtime_s=0, turn_due=0.1, turn_lease_s=0)
+    held = [entry("a0", "a", Phase.BOUND, 2, priority=5), entry("b0", "b", Phase.BOUND, 2),
+            entry("c0", "c", Phase.BOUND, 2, since=100.0)]
+    wide = entry("wide", "w", Phase.PARKED, 4)
+    demand = order.demand([*held, wide])
+    order.observe(demand, 0.0)
+    order.observe(demand, 600.0)
+    # a marks its pod high: that does not keep it from yielding, it only puts it last
+    assert order.reclaim_victims(wide, held, demand, now=600.0) == ["b0", "c0", "a0"]
+    # without turns, nothing: a, b and c hold exactly their shares
+    plain = FairShareOrder(capacity=lambda: 8, min_runtime_s=0)
+    assert plain.reclaim_victims(wide, held, plain.demand([*held, wide]), now=600.0) == []
+
+
 def _turn_planner(turn_due: float) -> Planner:
     p = _planner("fair-share", turn_due=turn_due, turn_lease_s=60.0)
     for t in "ab":  # a and b run 2 GPUs each of 4 and want 2 more

@@ -81,13 +81,15 @@ def test_a_queue_below_its_share_or_owed_is_not_a_victim(ledger):
     assert plan is not None and {a.queue for a in plan} == {"s1"} and len(plan) == 4
 
 
-def test_a_turn_takes_no_pod_of_higher_priority(ledger):
+def test_a_turn_takes_lower_priority_pods_first_but_priority_does_not_shield_a_queue(ledger):
     turns = TurnTaking(due=0.1, lease_s=0)
     shares = follow(turns, ledger, 1200, 60)
-    assert turns.plan(ledger, "wide", gpus(12), shares, 1200, priority=0) is not None
-    for a in ledger.running.values():
-        a.priority = 1
-    assert turns.plan(ledger, "wide", gpus(12), shares, 1200, priority=0) is None
+    for a in ledger.running.values():  # s1 marks its pods high, and four of s2's
+        a.priority = 1 if a.queue == "s1" or a.uid in {"s2-0", "s2-1", "s2-2", "s2-3"} else 0
+    plan = turns.plan(ledger, "wide", gpus(6), shares, 1200)
+    assert plan is not None and {a.uid for a in plan} == {"s2-4", "s2-5", "s2-6", "s2-7"} | {"s1-0", "s2-0"}
+    plan = turns.plan(ledger, "wide", gpus(12), shares, 1200)  # priority orders victims, it does not forbid them
+    assert plan is not None and len(plan) == 12 and [a.priority for a in plan] == [0] * 4 + [1] * 8
 
 
 def test_a_served_queue_is_not_due_and_bad_settings_are_refused(ledger):

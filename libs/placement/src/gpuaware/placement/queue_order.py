@@ -35,7 +35,8 @@ With ``turn_due`` above 0 (0 here; the placement service's default is 0.1), a te
 and owed service lately (``gpuaware.quota.turns.OwedService``: the decayed mean of share - running) is
 starved too, and may also reclaim pods of tenants at or above their share not owed a turn, past
 ``turn_lease_s``, even if their tenant then dips below its share: it is then owed, and gets its turn
-back.
+back. A turn takes pods of any priority, lower first: priority orders a tenant's own pods, not the
+tenants (see ``gpuaware.quota.turns``).
 
 Predicted runtimes come from the forecasting service's duration predictor (``predicted``: pod uid ->
 seconds, filled by the service as answers arrive); a pod nobody predicted yet counts ``default_s``.
@@ -63,6 +64,10 @@ CAPPED_STARVED = 0.75
 def _gpus(entry: PodEntry) -> float:
     req = entry.request
     return 0.0 if req is None else req.total_gpu_milli / MILLI
+
+
+def _priority(entry: PodEntry) -> int:
+    return 0 if entry.request is None else entry.request.priority
 
 
 def queue_of(entry: PodEntry) -> str:
@@ -186,14 +191,17 @@ class FairShareOrder:
         """Running pods ``entry`` may evict: none unless its tenant is starved; else checkpointable pods
         of capped tenants holding more than their share (each one: its tenant keeps its share without
         it), of no higher priority, running at least ``min_runtime_s`` -- most over-served tenant first,
-        newest pod first. The session evicts the fewest of them on one node (`Session.reclaim`)."""
+        newest pod first. A tenant due a turn may also take pods of any priority of tenants at or above
+        their share not owed a turn, past ``turn_lease_s`` (lower priority first). The session evicts
+        the fewest of them on one node (`Session.reclaim`)."""
         tenant = queue_of(entry)
         if entry.request is None or not self.starved(tenant, demand):
             return []
         prio = entry.request.priority
-        evictable = [e for e in holding
-                     if e.request is not None and queue_of(e) != tenant and not e.evicting and e.request.checkpointable
-                     and e.request.priority <= prio and not e.request.gang_id and now - e.since >= self.min_runtime_s]
+        movable = [e for e in holding
+                   if e.request is not None and queue_of(e) != tenant and not e.evicting and e.request.checkpointable
+                   and not e.request.gang_id and now - e.since >= self.min_runtime_s]
+        evictable = [e for e in movable if _priority(e) <= prio]
         candidates = sorted((e for e in evictable if demand.capped(queue_of(e))),
                             key=lambda e: (-demand.attained(queue_of(e)), -e.since))
         fair = [e.uid for e in candidates
@@ -201,15 +209,16 @@ class FairShareOrder:
         if not self.due_turn(tenant, demand):
             return fair
         # a turn: pods of tenants at or above their share not owed a turn, past the lease, even if their
-        # tenant dips below its share (it is then owed, and gets its turn back)
+        # tenant dips below its share (it is then owed, and gets its turn back); of any priority, lower
+        # first (`gpuaware.quota.turns`: priority orders a tenant's own pods, not the tenants)
         owed = self.owed
         assert owed is not None
         over = {t for t, s in demand.share.items()
                 if t != tenant and owed.can_yield(t, demand.running.get(t, 0.0), s)}
         taken = set(fair)
-        turn = sorted((e for e in evictable if queue_of(e) in over and e.uid not in taken
+        turn = sorted((e for e in movable if queue_of(e) in over and e.uid not in taken
                        and now - e.since >= self.turn_lease_s),
-                      key=lambda e: (owed.owed(queue_of(e)), e.since))
+                      key=lambda e: (_priority(e), owed.owed(queue_of(e)), e.since))
         return fair + [e.uid for e in turn]
 
 
