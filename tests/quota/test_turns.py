@@ -90,6 +90,11 @@ def test_a_turn_takes_lower_priority_pods_first_but_priority_does_not_shield_a_q
     assert plan is not None and {a.uid for a in plan} == {"s2-4", "s2-5", "s2-6", "s2-7"} | {"s1-0", "s2-0"}
     plan = turns.plan(ledger, "wide", gpus(12), shares, 1200)  # priority orders victims, it does not forbid them
     assert plan is not None and len(plan) == 12 and [a.priority for a in plan] == [0] * 4 + [1] * 8
+    for a in ledger.running.values():  # a pod that cannot checkpoint would lose its work: never taken
+        a.checkpointable = a.queue == "s2"
+    plan = turns.plan(ledger, "wide", gpus(8), shares, 1200)
+    assert plan is not None and {a.queue for a in plan} == {"s2"}
+    assert turns.plan(ledger, "wide", gpus(9), shares, 1200) is None
 
 
 def test_a_served_queue_is_not_due_and_bad_settings_are_refused(ledger):

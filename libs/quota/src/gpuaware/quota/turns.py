@@ -21,10 +21,10 @@ time-slicing as Gandiva and Themis do it, at checkpoint granularity.
   queues, as in KAI Scheduler's reclaim. Otherwise a queue that marks its jobs high would never
   yield, and on Pollux's workloads at 2.0x the high class (a fifth of the jobs) held 34 of 64 GPUs
   while imagenet waited for hours (bench-fairness: Jain 0.912 in contended hours with the priority
-  limit, 0.967 without). It only takes pods that have run for at least ``lease_s`` (and their
-  queue's ``min_runtime_s``) since they last started; then the most over-served queue first, and
-  within a queue the longest-running pod first. The binder checkpoints a victim before it stops
-  it, so a turn costs the victim a restart, not its work.
+  limit, 0.967 without). It only takes pods that can checkpoint and have run for at least
+  ``lease_s`` (and their queue's ``min_runtime_s``) since they last started; then the most
+  over-served queue first, and within a queue the longest-running pod first. The binder checkpoints
+  a victim before it stops it, so a turn costs the victim a restart, not its work.
 
 ``TurnTaking`` plans turns over a quota ledger; placement's fair-share order keeps its own
 ``OwedService`` over the pods it places (``gpuaware.placement.queue_order``). Measured by ``make
@@ -117,7 +117,7 @@ class TurnTaking:
             return None
         over = {q for q, s in shares.items() if q != queue and self.service.can_yield(q, _held(ledger, q), s)}
         cands = [a for a in ledger.running.values()
-                 if a.queue in over
+                 if a.queue in over and a.checkpointable
                  and now - a.started_at >= max(self.lease_s, ledger.tree.specs[a.queue].min_runtime_s)
                  and (d.gpu_type == ANY_TYPE or a.demand.gpu_type == d.gpu_type)]
         cands.sort(key=lambda a: (a.priority, self.owed(a.queue), a.started_at, a.uid))
