@@ -26,10 +26,10 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -51,6 +51,7 @@ from gpuaware.schemas.telemetry import GPU_SAMPLED
 __all__ = ["DrillResult", "drill", "run_drill", "telemetry_ledger"]
 
 console = Console()
+T = TypeVar("T")
 
 DEFAULT_DURATION_S = {"services": 36.0, "stack": 50.0, "cluster": 30.0}
 """wall seconds replayed per scenario: the plan's last step, its down time and some decisions after"""
@@ -223,8 +224,9 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                 collector = _finder(procs)("telemetry-collector")
                 if collector is not None:
                     await asyncio.to_thread(collector.stop, 15.0)
-                tel = await _telemetry(nc.jetstream(), pool, run)
-                replicas = {name: await _replicas(nc.jetstream(), name)
+                js = nc.jetstream()
+                tel = await _patiently(lambda: _telemetry(js, pool, run))
+                replicas = {name: await _patiently(lambda name=name: _replicas(js, name))
                             for name in (BINDER.name, PLACEMENT.name, TELEMETRY.name)}
         checks, figures = invariants_of(cfg, run, tel)
         figures["stream_replicas"] = replicas
@@ -243,17 +245,22 @@ async def _telemetry(js: bus.JetStream, pool: Any, run: RunResult) -> dict[str, 
             "not_on_bus": len(stored - on_bus)}
 
 
-async def _replicas(js: bus.JetStream, stream: str, attempts: int = 6) -> int:
-    """The stream's replica count. Asked again with the bus's backoff when nothing answers: after a
-    cluster node comes back, a stream's leader may still be being elected, and until then the
-    cluster does not answer for that stream."""
+async def _replicas(js: bus.JetStream, stream: str) -> int:
+    return (await js.stream_info(stream)).config.num_replicas or 1
+
+
+async def _patiently(ask: Callable[[], Awaitable[T]], attempts: int = 6) -> T:
+    """``ask()``, asked again with the bus's backoff while nothing answers: after a cluster node comes
+    back, a stream's leader may still be being elected, and until then the cluster answers nothing
+    for that stream (CI's cluster drill once timed out on STREAM.INFO here). Each read the drill asks
+    for is a fresh read, so asking again is safe."""
     retry = bus.RetryPolicy(base=1.0, cap=8.0)
     for attempt in range(1, attempts):
         try:
-            return (await js.stream_info(stream)).config.num_replicas or 1
+            return await ask()
         except TimeoutError:  # nats-py's timeout is one
             await asyncio.sleep(retry.delay(attempt))
-    return (await js.stream_info(stream)).config.num_replicas or 1
+    return await ask()
 
 
 def print_result(result: DrillResult) -> None:
