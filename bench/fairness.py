@@ -355,7 +355,8 @@ class Sim:
 
     def take_turns(self) -> bool:
         """One turn (gpuaware.quota.turns): the most owed tenant's narrowest waiting job starts, taking
-        GPUs from tenants served beyond their share. False when no tenant is due or none can take one."""
+        GPUs from tenants at or above their share not owed a turn. False when no tenant is due or none
+        can take one."""
         turns, ledger = self.turns, self.ledger
         assert turns is not None and ledger is not None
         shares = turns.update(ledger, self.asked(), self.now)

@@ -125,7 +125,7 @@ class PlannerConfig:
     """fair-share: reclaims planned per retry pass at most"""
     turn_due: float = 0.0
     """fair-share: turn-taking (queue_order.py; 0: off): a tenant owed this fraction of its share lately
-    is starved, and may also reclaim from tenants served beyond theirs"""
+    is starved, and may also reclaim from tenants at or above theirs not owed a turn"""
     turn_lease_s: float = 900.0
     """fair-share: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
     max_reservations: int = 0

@@ -118,7 +118,7 @@ class FairShareOrder:
     predicted: dict[str, float] = field(default_factory=dict)
     turn_due: float = 0.0
     """turn-taking (``gpuaware.quota.turns``; 0: off): a tenant below its share and owed this fraction of
-    it lately is starved, and may also take pods of tenants served beyond their shares lately"""
+    it lately is starved, and may also take pods of tenants at or above their shares not owed a turn"""
     turn_lease_s: float = 900.0
     """turn-taking: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
     owed: OwedService | None = field(default=None, init=False)
@@ -213,12 +213,12 @@ class FairShareOrder:
         # first (`gpuaware.quota.turns`: priority orders a tenant's own pods, not the tenants)
         owed = self.owed
         assert owed is not None
-        over = {t for t, s in demand.share.items()
+        over = {t: owed.owed(t) for t, s in demand.share.items()
                 if t != tenant and owed.can_yield(t, demand.running.get(t, 0.0), s)}
         taken = set(fair)
         turn = sorted((e for e in movable if queue_of(e) in over and e.uid not in taken
                        and now - e.since >= self.turn_lease_s),
-                      key=lambda e: (_priority(e), owed.owed(queue_of(e)), e.since))
+                      key=lambda e: (_priority(e), over[queue_of(e)], e.since))
         return fair + [e.uid for e in turn]
 
 

@@ -115,12 +115,13 @@ class TurnTaking:
         """Pods to stop so that ``d`` of ``queue`` fits now, or None when no turn frees enough room."""
         if not self.service.is_due(queue, _held(ledger, queue), shares.get(queue, 0.0)):
             return None
-        over = {q for q, s in shares.items() if q != queue and self.service.can_yield(q, _held(ledger, q), s)}
+        over = {q: self.owed(q) for q, s in shares.items()
+                if q != queue and self.service.can_yield(q, _held(ledger, q), s)}
         cands = [a for a in ledger.running.values()
                  if a.queue in over and a.checkpointable
                  and now - a.started_at >= max(self.lease_s, ledger.tree.specs[a.queue].min_runtime_s)
                  and (d.gpu_type == ANY_TYPE or a.demand.gpu_type == d.gpu_type)]
-        cands.sort(key=lambda a: (a.priority, self.owed(a.queue), a.started_at, a.uid))
+        cands.sort(key=lambda a: (a.priority, over[a.queue], a.started_at, a.uid))
         victims: list[Allocation] = []
         freed = np.zeros(len(RESOURCES), dtype=np.int64)
         for a in cands:
