@@ -65,7 +65,11 @@ async def test_a_publish_unacknowledged_across_a_reconnect_fails_at_once_not_aft
             js = nc.jetstream()
             await bus.ensure_stream(js, bus.SimpleStreamSpec(name="ACKS", subjects=("acks.stored",)))
             silent = bus.Channel("acks.silent", Sample, id_of=lambda s: s.id)  # heard, never answered
-            await nc.subscribe(silent.subject)
+
+            async def ignore(_msg: object) -> None:  # read, so that closing drains at once
+                return None
+
+            await nc.subscribe(silent.subject, cb=ignore)
             await nc.flush()
             stranded = [await bus.publish_async(js, silent, Sample(id=f"s{i}", gpu="g", util=1.0))
                         for i in range(3)]
