@@ -119,7 +119,7 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     """fair-share: turn-taking (`gpuaware.quota.turns`; 0: off). A tenant below its share and owed this
     fraction of it lately (decayed mean shortfall, half-life 1 h) is starved, and may also reclaim pods
     of tenants at or above their shares that are not owed a turn, even if that leaves them below.
-    On the philly demo (`gpuaware demo --trace philly --duration 60`) Jain read 0.965-0.969 in four
+    On the philly demo (`gpuaware demo --trace philly --duration 60`) Jain read 0.965-0.969 in five
     runs with it, 0.927-0.952 without: the one tenant whose 8-GPU pods never started without it (each
     big node held a long 4-GPU pod of a tenant at its share) got 0.75-0.80 of what it asked, not 0.50."""
     turn_lease_s: float = 900.0
