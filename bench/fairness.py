@@ -53,10 +53,10 @@ subject here, and placement's packing is measured by bench-placement):
     24-48 GPUs against about 11) be served on average; the cost is more, cheap preemptions.
     Its two settings, swept on Pollux (2026-11-27, the mended count; Jain in contended hours and the
     preemption cost at 0.5 / 1.0 / 1.5 / 2.0x): due 0.1 with a 15-minute lease (these) gives 0.964 /
-    0.972 / 0.979 / 0.967 and 30.3 / 17.0 / 10.5 / 7.1 %. Fewer turns cost more per preempted job and
-    less Jain (due 0.2: 0.954 / 0.966 / 0.967 / 0.955, 30.1 / 19.9 / 16.6 / 10.6 %; due 0.4 or a
-    30- or 60-minute lease: Jain below 0.95 at 1.0x); more turns make more preemptions and cost more
-    at 1.0x (due 0.05: 20.2 %; a 5- or 10-minute lease: 26.8 or 22.3 %).
+    0.972 / 0.979 / 0.967 and 30.3 / 17.0 / 10.5 / 7.1 %. Fewer turns lose Jain (due 0.2: 0.954 /
+    0.966 / 0.967 / 0.955, 30.1 / 19.9 / 16.6 / 10.6 %; due 0.4 or a 30- or 60-minute lease: Jain
+    below 0.95 at 1.0x, costing 34.6, 16.6 or 21.6 % there); more turns make more preemptions and cost
+    more at 1.0x (due 0.05: 20.2 %; a 5- or 10-minute lease: 26.8 or 22.3 %).
 Turn-taking was first tried with victims losing the work since their last periodic checkpoint: at
 1.0x on Pollux Jain (contended hours) fell from 0.888 to 0.834, with 647 preemptions instead of 242
 and average JCT 2.79 h instead of 2.18 h. With the victim checkpointed when it is stopped, as the
