@@ -148,7 +148,7 @@ class FairShareOrder:
 
     def sort(self, waiting: list[PodEntry], demand: TenantDemand) -> list[PodEntry]:
         def key(e: PodEntry) -> tuple[float, int, float, int]:
-            prio = -(e.request.priority if e.request is not None else 0)
+            prio = -_priority(e)
             t = queue_of(e)
             if self.starved(t, demand):
                 return (prio, 0, demand.attained(t), e.seq)
