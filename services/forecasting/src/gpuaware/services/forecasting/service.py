@@ -1,0 +1,360 @@
+"""The forecasting service's state and its event handlers: windows of utilisation values stepped
+through the utilisation model, closed minutes of demand through the demand model, finished runs
+learnt for durations, and the registry polled for newer models (see ``handlers`` for the subjects)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from typing import Any
+
+from gpuaware import bus
+from gpuaware.forecast import registry
+from gpuaware.forecast.demand import DemandBook, DemandRow
+from gpuaware.forecast.duration import DurationPredictor, Fingerprint
+from gpuaware.forecast.duration import fingerprint as job_fingerprint
+from gpuaware.forecast.runtime import ModelError, StreamingModel
+from gpuaware.forecast.serving import Drift, Server
+from gpuaware.schemas import (
+    ALERT_RAISED,
+    ALERT_RESOLVED,
+    DEMAND_PREDICTED,
+    GPU_ROLLED_UP,
+    GPU_SAMPLED,
+    GPU_UTIL_PREDICTED,
+    NODE_INVENTORY,
+    POD_BIND_FAILED,
+    POD_FINISHED,
+    POD_PENDING,
+    POD_PREEMPTED,
+    AlertRaised,
+    AlertResolved,
+    DemandPredicted,
+    DurationReply,
+    DurationRequest,
+    GpuRolledUp,
+    GpuSampled,
+    GpuUtilPredicted,
+    NodeInventory,
+    PodBindFailed,
+    PodFinished,
+    PodOutcome,
+    PodPending,
+    PodPreempted,
+)
+from gpuaware.schemas.streams import BINDER, TELEMETRY
+from gpuaware.services.forecasting.drift import drift_alert
+from gpuaware.services.forecasting.settings import ForecastingSettings
+from gpuaware.services.forecasting.stats import ForecastStats
+
+log = logging.getLogger(__name__)
+
+ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
+SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
+GPU_OUT = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
+DEMAND_OUT = bus.Channel(DEMAND_PREDICTED, DemandPredicted)
+RAISED = bus.Channel(ALERT_RAISED, AlertRaised)
+RESOLVED = bus.Channel(ALERT_RESOLVED, AlertResolved)
+SAMPLE_GRACE_S = 0.5
+"""scaled time: how long (telemetry seconds) a window of samples stays open after it ends for the
+rest of an agent's scrape round to arrive"""
+UTIL, DEMAND = "util", "demand"
+POD_EVENTS = (bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_FINISHED, PodFinished),
+              bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_BIND_FAILED, PodBindFailed))
+
+
+class ForecastService:
+    """One forecasting instance's state: the models served, the open windows of utilisation values,
+    the demand book and the duration predictor; ``handlers.mount`` wires it to the bus."""
+
+    def __init__(self, settings: ForecastingSettings, js: Any, pool: Any, instance: str) -> None:
+        self.settings = settings
+        self.js = js
+        self.pool = pool
+        self.source = f"{settings.service_name}/{instance}"
+        self.scaled = settings.time_scale != 1.0
+        """the GPUs live faster than their telemetry's clock (a twin): windows from samples, not rollups"""
+        self.close_lag = SAMPLE_GRACE_S * settings.time_scale if self.scaled else 0.0
+        """a window closes once a value arrives for one starting this much later (the GPUs' seconds)"""
+        self.close_after_s = SAMPLE_GRACE_S if self.scaled else settings.flush_s
+        """... or this long (telemetry seconds) after its first value"""
+        self.servers = {UTIL: Server(None, "", unusable="no model in the registry", time_scale=settings.time_scale),
+                        DEMAND: Server(None, "", unusable=f"no {settings.demand_model_name!r} model in the registry")}
+        self.versions: dict[str, int | None] = {UTIL: None, DEMAND: None}
+        self.book = DemandBook(step_s=60.0)
+        self.durations = DurationPredictor()
+        self.jobs: dict[str, Fingerprint] = {}
+        """pods seen pending and not gone yet: their fingerprint, learnt from when they finish"""
+        self.gpu_models: dict[str, str] = {}
+        """GPU uuid -> model name, from the nodes' inventories"""
+        self.pending: dict[float, list[tuple[str, list[tuple[str, str, float]]]]] = {}
+        """window start (the GPUs' time) -> [(node, [(node, gpu uuid, util %)])] reported in it"""
+        self.flushers: dict[float, asyncio.TimerHandle] = {}
+        self.lock = asyncio.Lock()
+        self.counts = {"windows": 0, "published": 0, "late_windows": 0, "store_failures": 0, "reloads": 0,
+                       "drift_alerts": 0, "demand_minutes": 0, "demand_published": 0, "runtimes_learnt": 0}
+        self.drift_started: float | None = None
+        self.follower: Any = None
+        self.pod_follower: Any = None
+        self.sample_follower: Any = None
+        self._reloader: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- registry ------------------------------------------------------------------------------------
+
+    async def reload(self) -> bool:
+        """Serve the registry's newest versions (the utilisation model and the demand model) where they
+        are newer than the ones served; True if either changed."""
+        changed = await self._reload(UTIL)
+        return await self._reload(DEMAND) or changed
+
+    async def _reload(self, slot: str) -> bool:
+        st = self.settings
+        name, exclude = ((st.model_name or None, st.demand_model_name) if slot == UTIL
+                         else (st.demand_model_name, None))
+        scale = st.time_scale if slot == UTIL else 1.0  # demand runs on the pod events' own clock
+        async with self.pool.connection() as conn:
+            newest = await registry.latest_version_async(conn, name, exclude=exclude)
+            if newest is None or newest == self.versions[slot]:
+                return False
+            entry = await registry.latest_async(conn, name, exclude=exclude)
+        if entry is None:
+            return False
+        try:
+            model = StreamingModel.load(entry.onnx)
+        except ModelError as exc:
+            log.warning("registry model %s refused: %s", entry.label, exc)
+            self.versions[slot] = entry.version  # not retried until a newer version appears
+            if self.servers[slot].model is None:
+                self._swap(slot, Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}",
+                                        time_scale=scale))
+            return False
+        self.versions[slot] = entry.version
+        self._swap(slot, Server(model, entry.label, drift_halflife=st.drift_halflife,
+                                drift_min_points=st.drift_min_points, drift_margin=st.drift_margin,
+                                time_scale=scale))
+        self.counts["reloads"] += 1
+        log.info("serving %s (%s)", entry.label, slot)
+        return True
+
+    def _swap(self, slot: str, server: Server) -> None:
+        server.adopt(self.servers[slot])
+        self.servers[slot] = server
+
+    @property
+    def server(self) -> Server:
+        """The utilisation model's server (per-GPU and per-node forecasts from rollups)."""
+        return self.servers[UTIL]
+
+    @property
+    def demand(self) -> Server:
+        """The demand model's server (GPUs requested per queue, from the binder's pod events)."""
+        return self.servers[DEMAND]
+
+    async def _reload_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reload_s)
+            try:
+                await self.reload()
+            except Exception as exc:  # the registry unreachable: keep serving what is loaded
+                log.warning("model registry poll failed: %s: %s", type(exc).__name__, exc)
+
+    # --- rollups -------------------------------------------------------------------------------------
+
+    async def _on_telemetry(self, msg: GpuRolledUp | NodeInventory | GpuSampled, delivery: Any) -> None:
+        if msg.cluster != self.settings.cluster:
+            return
+        if isinstance(msg, NodeInventory):
+            self.gpu_models.update({g.uuid: g.model for g in msg.gpus})
+        elif isinstance(msg, GpuSampled):
+            await self._on_sample(msg, delivery)
+        elif not self.scaled:  # a scaled clock's rollups span many of its GPUs' minutes: samples serve
+            await self._on_rollup(msg, delivery)
+
+    async def _on_rollup(self, msg: GpuRolledUp, delivery: Any) -> None:
+        if msg.window.value != "1m":
+            return
+        gpus = [(msg.node, g.gpu_uuid, g.util_pct.mean) for g in msg.gpus if g.util_pct is not None]
+        await self._buffer(msg.window_start, msg.node, gpus, delivery)
+
+    async def _on_sample(self, msg: GpuSampled, delivery: Any) -> None:
+        """A sample (scaled time only): its value counts for the GPUs' minute it falls in."""
+        gpus = [(msg.node, uuid, util) for uuid, util in zip(msg.gpu_uuid, msg.util_pct, strict=False)
+                if util is not None]
+        step = self.server.step_s
+        await self._buffer(math.floor(msg.sampled_at * self.settings.time_scale / step) * step, msg.node, gpus,
+                           delivery)
+
+    async def _buffer(self, w: float, node: str, gpus: list[tuple[str, str, float]], delivery: Any) -> None:
+        """One node's values for window ``w`` (its start on the GPUs' clock); a later window closes the
+        earlier ones (``close_lag`` earlier), and a timer the last."""
+        last = self.server.last_window
+        if last is not None and w <= last:
+            self.counts["late_windows"] += 1
+            return
+        self.pending.setdefault(w, []).append((node, gpus))
+        for earlier in sorted(x for x in self.pending if x < w - self.close_lag):
+            await self._flush(earlier, publish=not delivery.replay)
+        if w not in self.flushers:
+            loop = asyncio.get_running_loop()
+            self.flushers[w] = loop.call_later(self.close_after_s, self._spawn_flush, w)
+
+    def _spawn_flush(self, w: float) -> None:
+        task = asyncio.create_task(self._flush_through(w))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush_through(self, w: float) -> None:
+        """Window ``w``'s timer: it and every earlier window still open, oldest first (a window's
+        first value may arrive after a later window's)."""
+        for x in sorted(x for x in self.pending if x <= w):
+            await self._flush(x, publish=True)
+
+    async def _flush(self, w: float, *, publish: bool) -> None:
+        async with self.lock:
+            msgs = self.pending.pop(w, None)
+            timer = self.flushers.pop(w, None)
+            if timer is not None:
+                timer.cancel()
+            if not msgs:
+                return
+            gpus = [g for _node, node_gpus in msgs for g in node_gpus]
+            nodes = {node for node, _ in msgs}
+            server = self.server
+            result = server.step(w, gpus, self.gpu_models)
+            self.counts["windows"] += 1
+            if not publish:
+                return
+            # the window closed: its end is the forecast origin, on the telemetry's clock
+            issued = (w + server.step_s) / self.settings.time_scale
+            for ev in server.events(result, self.settings.cluster, issued, nodes, time.time(), self.source):
+                channel = (GPU_OUT.at(self.settings.cluster, ev.node) if isinstance(ev, GpuUtilPredicted)
+                           else DEMAND_OUT.at(self.settings.cluster))
+                await bus.publish(self.js, channel, ev)
+                self.counts["published"] += 1
+            for change in server.drift():
+                await self._alert(server, change)
+            if not self.scaled:  # a scaled window's targets fall between stored times: published only
+                await self._store(server.points(result, issued, nodes), server.actuals(issued, gpus, self.gpu_models))
+
+    async def _store(self, points: list[Any], actuals: list[tuple[str, float, float]]) -> None:
+        if not self.settings.store_points:
+            return
+        try:
+            async with self.pool.connection() as conn:
+                await registry.store_points_async(conn, points, actuals)
+        except Exception as exc:  # forecasts already left; losing their record is logged, counted
+            self.counts["store_failures"] += 1
+            log.warning("storing forecasts failed: %s: %s", type(exc).__name__, exc)
+
+    # --- demand --------------------------------------------------------------------------------------
+
+    async def _on_pod(self, ev: Any, delivery: Any) -> None:
+        if ev.cluster != self.settings.cluster:
+            return
+        book = self.book
+        if isinstance(ev, PodPending):
+            rows = book.pending(ev.pod_uid, ev.queue, ev.gpu_milli_total / 1000.0, ev.submitted_at)
+            self.jobs[ev.pod_uid] = job_fingerprint(ev.pod_name, ev.queue, "", ev.num_gpu)
+        elif isinstance(ev, PodFinished):
+            rows = book.left(ev.pod_uid, ev.finished_at)
+            fp = self.jobs.pop(ev.pod_uid, None)
+            if fp is not None and ev.outcome == PodOutcome.SUCCEEDED and ev.started_at is not None:
+                self.durations.observe(fp, ev.finished_at - ev.started_at)
+                self.counts["runtimes_learnt"] += 1
+        elif isinstance(ev, PodPreempted):
+            rows = book.left(ev.pod_uid, ev.preempted_at, requeued=ev.requeued)
+            if not ev.requeued:
+                self.jobs.pop(ev.pod_uid, None)
+        elif isinstance(ev, PodBindFailed):
+            rows = book.left(ev.pod_uid, ev.failed_at, requeued=ev.transient)
+            if not ev.transient:
+                self.jobs.pop(ev.pod_uid, None)
+        else:
+            return
+        for row in rows:
+            await self._demand_step(row, publish=not delivery.replay)
+
+    async def _demand_step(self, row: DemandRow, *, publish: bool) -> None:
+        """One closed minute of demand: every queue's series one step, the forecast published."""
+        async with self.lock:
+            cluster = self.settings.cluster
+            server = self.demand
+            result = server.step_demand(row.start, cluster, row.demand)
+            self.counts["demand_minutes"] += 1
+            if not publish:
+                return
+            issued = row.start + server.step_s
+            for ev in server.demand_events(result, cluster, issued, time.time(), self.source):
+                await bus.publish(self.js, DEMAND_OUT.at(cluster), ev)
+                self.counts["demand_published"] += 1
+            for change in server.drift():
+                await self._alert(server, change)
+            # an actual is keyed by the time it was observed (the minute's end), as forecasts' targets are
+            await self._store(server.points(result, issued, [cluster]), server.demand_actuals(issued, cluster,
+                                                                                              row.demand))
+
+    async def _alert(self, server: Server, change: Drift) -> None:
+        now = time.time()
+        if change.raised:
+            self.drift_started = now
+        event = drift_alert(server.model_label, change, cluster=self.settings.cluster, source=self.source,
+                            now=now, started_at=self.drift_started or now)
+        channel = RAISED if isinstance(event, AlertRaised) else RESOLVED
+        await bus.publish(self.js, channel.at(self.settings.cluster), event)
+        self.counts["drift_alerts"] += 1
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        try:
+            await self.reload()
+        except Exception as exc:
+            log.warning("model registry unreadable at start (serving persistence): %s", exc)
+        self._reloader = asyncio.create_task(self._reload_loop())
+        self.follower = await bus.follow(self.js, [INVENTORY.at(self.settings.cluster), ROLLED.at(self.settings.cluster)],
+                                         self._on_telemetry, stream=TELEMETRY.name, deliver="all",
+                                         with_suffixes=True, name="forecasting-rollups")
+        if self.scaled:  # live samples only: a restarted instance's series start again
+            self.sample_follower = await bus.follow(self.js, [SAMPLED.at(self.settings.cluster)], self._on_telemetry,
+                                                    stream=TELEMETRY.name, deliver="new", with_suffixes=True,
+                                                    name="forecasting-samples")
+        # the binder publishes pod events on the base subjects (any routing suffix is optional): every
+        # cluster's, filtered by the events' own ``cluster``
+        self.pod_follower = await bus.follow(self.js, list(POD_EVENTS), self._on_pod,
+                                             stream=BINDER.name, deliver="all", with_suffixes=True,
+                                             name="forecasting-pods")
+
+    async def stop(self) -> None:
+        if self._reloader is not None:
+            self._reloader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloader
+        for follower, delete in ((self.follower, True), (self.sample_follower, True), (self.pod_follower, False)):
+            if follower is not None:
+                with contextlib.suppress(Exception):
+                    await follower.stop(delete=delete)  # BINDER's consumers are not ours to delete
+        for t in self.flushers.values():
+            t.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(Exception):
+                await task
+        await self.pool.close()
+
+    def duration(self, req: DurationRequest) -> DurationReply:
+        seconds, basis = self.durations.predict(job_fingerprint(req.pod_name, req.queue, req.image, req.num_gpu))
+        return DurationReply(source=self.source, emitted_at=time.time(), cluster=self.settings.cluster,
+                             seconds=seconds, basis=basis, runs_observed=self.counts["runtimes_learnt"])
+
+    def stats(self) -> ForecastStats:
+        s, d = self.server, self.demand
+        return ForecastStats(model=s.model_label if s.model else "", unusable="" if s.model else (s.unusable or ""),
+                             series=len(s.index), demand_model=d.model_label if d.model else "",
+                             demand_unusable="" if d.model else (d.unusable or ""), demand_series=len(d.index),
+                             **self.counts)
+
+
