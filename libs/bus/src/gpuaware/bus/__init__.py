@@ -30,7 +30,6 @@ from gpuaware.bus.consumer import (
     Delivery,
     DurableConsumer,
     Handler,
-    RetryPolicy,
     subscribe_durable,
 )
 from gpuaware.bus.deadletter import DeadLetters, ensure_dead_letter_stream
@@ -60,6 +59,7 @@ from gpuaware.bus.jetstream import (
 from gpuaware.bus.lease import LeaderLease, open_lease_bucket
 from gpuaware.bus.pipeline import PipelinedConsumer, PipelinedHandler, subscribe_pipelined
 from gpuaware.bus.publish import PubAck, publish, publish_async, publish_core
+from gpuaware.bus.retry import RetryPolicy
 from gpuaware.bus.service import Endpoint, Service, add_service, request
 from gpuaware.bus.tracing import extract, inject
 

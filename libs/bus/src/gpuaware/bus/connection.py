@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from gpuaware.bus.retry import RetryPolicy, Uniform
 from gpuaware.schemas.permissions import inbox_prefix
 
 log = logging.getLogger(__name__)
@@ -53,12 +53,15 @@ class ReconnectPolicy:
     ping_interval: float = 10.0
     """seconds between client pings; a silent server is declared dead after 3 missed pongs"""
 
+    @property
+    def backoff(self) -> RetryPolicy:
+        """The waits between attempts, as the bus's one backoff."""
+        return RetryPolicy(base=self.base, cap=self.cap, jitter=self.jitter)
 
-def reconnect_delay(attempt: int, policy: ReconnectPolicy, rng: random.Random | None = None) -> float:
-    """min(cap, base * 2**attempt), less a random fraction `jitter` of it."""
-    delay = min(policy.cap, policy.base * (2 ** min(attempt, 30)))
-    r = (rng or random).random()
-    return delay * (1.0 - policy.jitter * r)
+
+def reconnect_delay(attempt: int, policy: ReconnectPolicy, rng: Uniform | None = None) -> float:
+    """The wait before reconnect attempt ``attempt`` (0-based: nats-py's count of failed attempts)."""
+    return policy.backoff.delay(attempt + 1, rng)
 
 
 async def connect(url: str | Sequence[str], *, name: str, policy: ReconnectPolicy | None = None,

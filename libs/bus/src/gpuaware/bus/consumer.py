@@ -45,23 +45,11 @@ from gpuaware.bus.headers import MSG_ID
 from gpuaware.bus.jetstream import ConsumerSpec, ensure_consumer
 from gpuaware.bus.position import position
 from gpuaware.bus.pull import Puller
+from gpuaware.bus.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Delay before redelivering after a failure without an explicit delay: base * 2**(attempt-1)."""
-
-    base: float = 1.0
-    """seconds before the second attempt"""
-    cap: float = 60.0
-    """longest delay, seconds"""
-
-    def delay(self, attempt: int) -> float:
-        return min(self.cap, self.base * (2 ** max(0, min(attempt - 1, 30))))
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,9 @@ from nats.js import JetStreamContext
 
 from gpuaware.bus import tracing
 from gpuaware.bus.codec import Channel, DecodeFailure
-from gpuaware.bus.consumer import Delivery, DurableConsumer, RetryPolicy, _fail, start_consumer
+from gpuaware.bus.consumer import Delivery, DurableConsumer, _fail, start_consumer
 from gpuaware.bus.dedupe import Deduper
+from gpuaware.bus.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuaware import bus
 from gpuaware.k8s import api
 from gpuaware.k8s.mirror import KubeMirror
 from gpuaware.k8s.objects import assignment_annotations, checkpoint_annotations, event, why_pending
@@ -55,6 +56,9 @@ from gpuaware.services.binder.world import Emit, PodStateName, WorldRefused
 __all__ = ["KubeWorld"]
 
 log = logging.getLogger(__name__)
+
+WATCH_BACKOFF = bus.RetryPolicy(base=1.0, cap=30.0)
+"""the wait after a watch's n-th failure in a row: 1, 2, 4 ... 30 s"""
 
 
 def _ours_or_bound(pod: Any) -> bool:
@@ -100,7 +104,7 @@ class KubeWorld:
 
             t = threading.Thread(target=run_watch, name=f"watch {kind}", daemon=True,
                                  args=(w, source[0], source[1], handle, halt.is_set, self.clock,
-                                       lambda n: halt.wait(min(30.0, 0.5 * 2 ** n))))
+                                       lambda n: halt.wait(WATCH_BACKOFF.delay(n))))
             t.start()
             return t
 

@@ -100,6 +100,8 @@ class Checkpointer:
         self.pool = pool
         self.interval_s = interval_s
         self.hold_s = hold_s
+        self.retry = bus.RetryPolicy(base=2 * interval_s, cap=5.0)
+        """the waits after failed checkpoints in a row: twice the interval, doubling, at most 5 s"""
         self.committed = view.version
         self.stats = CheckpointStats()
         self._changed = asyncio.Condition()
@@ -126,13 +128,14 @@ class Checkpointer:
                                      f"({self.stats.last_error or 'database slow'})", delay=2.0) from None
 
     async def _loop(self) -> None:
-        delay = self.interval_s
+        delay, failures = self.interval_s, 0
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._urge.wait(), delay)
             self._urge.clear()
             ok = await self.flush()
-            delay = self.interval_s if ok else min(5.0, max(delay * 2, self.interval_s))
+            failures = 0 if ok else failures + 1
+            delay = self.retry.delay(failures) if failures else self.interval_s
 
     async def flush(self) -> bool:
         """Write one checkpoint of everything changed so far; False when it failed (retried later)."""

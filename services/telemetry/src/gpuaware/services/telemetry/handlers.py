@@ -96,6 +96,8 @@ class CollectorHandlers:
         self.js = js
         self.instance = instance
         self.clock = clock
+        self.retry = bus.RetryPolicy(base=1.0, cap=settings.retry_cap_s)
+        """the waits before a failed message comes back: 1, 2, 4 ... ``retry_cap_s`` seconds"""
         self.known: dict[str, frozenset[str]] = {}
         self.gpu_index: dict[str, int] = {}
         self.limits = settings.limits()
@@ -173,8 +175,8 @@ class CollectorHandlers:
 
     def _write_failure(self, exc: Exception, attempt: int) -> Exception:
         if tsdb.is_transient(exc):
-            return bus.TransientError(f"database unavailable: {exc}",
-                                      delay=min(self.settings.retry_cap_s, 2.0 ** min(attempt, 10)))
+            # the writer has already held the batch through its own retries: wait one step longer
+            return bus.TransientError(f"database unavailable: {exc}", delay=self.retry.delay(attempt + 1))
         return exc
 
     async def _refused(self, batch: GpuSampled, delivery: bus.Delivery, rejection: Rejection) -> None:
@@ -191,7 +193,7 @@ class CollectorHandlers:
         if waits and delivery.attempt < s.inventory_attempts:
             # doubling waits (1, 2, 4 ... s): the inventory may sit unacknowledged at a replica that
             # died, coming back only after its ack wait; a fixed short delay gave up before that
-            raise bus.TransientError(str(rejection), delay=min(s.retry_cap_s, 2.0 ** (delivery.attempt - 1)))
+            raise bus.TransientError(str(rejection), delay=self.retry.delay(delivery.attempt))
         self.rejected[rejection.code] += 1
         raise bus.PermanentError(str(rejection))
 
@@ -314,7 +316,7 @@ async def mount_collector(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
         consumer = await bus.subscribe_batched(
             ctx.js, TELEMETRY_IN, settings.durable, handlers.handle_batch, ack_wait=settings.ack_wait_s,
             max_deliver=settings.max_deliver, max_ack_pending=settings.max_ack_pending,
-            batch=settings.fetch_batch, poll=1.0, retry=bus.RetryPolicy(base=1.0, cap=settings.retry_cap_s))
+            batch=settings.fetch_batch, poll=1.0, retry=handlers.retry)
         handlers.consumers.append(consumer)
         ctx.on_stop(consumer)
 
