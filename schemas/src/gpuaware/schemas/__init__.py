@@ -176,6 +176,7 @@ from gpuaware.schemas.streams import (
     subject_matches,
     with_replicas,
 )
+from gpuaware.schemas.subjects import subject_token
 from gpuaware.schemas.telemetry import (
     GPU_ROLLED_UP,
     GPU_SAMPLED,
@@ -365,5 +366,6 @@ __all__ = [
     "struct_for",
     "subject_matches",
     "subject_of",
+    "subject_token",
     "with_replicas",
 ]

@@ -69,11 +69,12 @@ from gpuaware.schemas import (
     PodBindFailed,
     PodFinished,
     PodPreempted,
+    subject_token,
 )
 from gpuaware.schemas.streams import BINDER, PLACEMENT, TELEMETRY
 from gpuaware.services.health_scoring.checkpoint import Checkpointer, Outbox
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
-from gpuaware.services.health_scoring.state import UnknownGpu, View, subject_token
+from gpuaware.services.health_scoring.state import UnknownGpu, View
 
 log = logging.getLogger(__name__)
 

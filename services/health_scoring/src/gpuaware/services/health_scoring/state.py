@@ -69,10 +69,11 @@ from gpuaware.schemas import (
     NodeInventory,
     PlacementDecided,
     RollupWindow,
+    subject_token,
 )
 from gpuaware.tsdb import HealthAlertRow, HealthCheckpoint, HealthOverrideRow, HealthScoreRow, HealthTrackRow
 
-__all__ = ["SCORED", "STATE_CHANGED", "Outbound", "UnknownGpu", "View", "Work", "subject_token"]
+__all__ = ["SCORED", "STATE_CHANGED", "Outbound", "UnknownGpu", "View", "Work"]
 
 SCORED = bus.Channel(GPU_SCORED, GpuScored)
 STATE_CHANGED = bus.Channel(GPU_STATE_CHANGED, GpuStateChanged)
@@ -82,11 +83,6 @@ DRAIN = bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)
 _WORSE = {HealthState.HEALTHY: 0, HealthState.DEGRADED: 1, HealthState.QUARANTINED: 2}
 _ENCODER = msgspec.json.Encoder()
 _REASON_MAX = 200
-
-
-def subject_token(name: str) -> str:
-    """A node or cluster name as one subject token (Kubernetes node names may contain dots)."""
-    return name.replace(".", "_").replace(" ", "_").replace("*", "_").replace(">", "_") or "_"
 
 
 class UnknownGpu(LookupError):

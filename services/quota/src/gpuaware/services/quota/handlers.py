@@ -57,6 +57,7 @@ from gpuaware.schemas import (
     PodPending,
     PodPreempted,
     QuotaUsageReported,
+    subject_token,
 )
 from gpuaware.schemas.streams import BINDER
 from gpuaware.services.quota.settings import QuotaSettings
@@ -69,10 +70,6 @@ POD_EVENTS = (bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBo
               bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_FINISHED, PodFinished))
 REPORTED = bus.Channel(QUOTA_USAGE_REPORTED, QuotaUsageReported)
 CATCH_UP_S = 30.0
-
-
-def subject_token(name: str) -> str:
-    return name.replace(".", "_")
 
 
 class QuotaService:

@@ -64,8 +64,8 @@ from gpuaware.schemas import (
     PodPending,
     PodPreempted,
     PodUsageReported,
+    subject_token,
 )
-from gpuaware.services.telemetry.collector import subject_token
 from gpuaware.services.telemetry.settings import AgentSettings
 from gpuaware.telemetry import AllocationLedger, NodeEdge, PodAlloc, allocations_by_gpu, from_pod_shares
 

@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuaware import bus, tsdb
-from gpuaware.schemas import GPU_ROLLED_UP, GpuRolledUp, GpuSampled, RollupWindow
+from gpuaware.schemas import GPU_ROLLED_UP, GpuRolledUp, GpuSampled, RollupWindow, subject_token
 from gpuaware.services.telemetry.settings import CollectorSettings
 from gpuaware.telemetry import WIDTH_S, WindowClock, rollup_messages, rollup_msg_id, to_columns
 
@@ -41,9 +41,8 @@ log = logging.getLogger(__name__)
 ROLLED_UP = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
 
 
-def subject_token(name: str) -> str:
-    """A node or cluster name as one subject token (Kubernetes node names may contain dots)."""
-    return name.replace(".", "_").replace(" ", "_").replace("*", "_").replace(">", "_") or "_"
+COPY_RETRY = bus.RetryPolicy(base=0.2, cap=5.0)
+"""a failed COPY is tried again after 0.2, 0.4, 0.8 ... 5 s, while the writer's hold lasts"""
 
 
 @dataclass
@@ -70,6 +69,8 @@ class SampleWriter:
     linger_s: float = 0.02
     writers: int = 2
     hold_s: float = 20.0
+    retry: bus.RetryPolicy = COPY_RETRY
+    """the waits between attempts at one COPY while ``hold_s`` lasts"""
     on_written: Callable[[float, float], None] | None = None
     """called with (oldest, newest) sampled_at of each committed COPY"""
     stats: WriterStats = field(default_factory=WriterStats)
@@ -125,19 +126,20 @@ class SampleWriter:
             batches = [b for group, _ in items for b in group]
             columns = tsdb.SampleColumns(*to_columns(batches))
             deadline = time.monotonic() + self.hold_s
-            delay = 0.2
+            attempt = 1
             while True:
                 try:
                     async with self.pool.connection() as conn:
                         new = await tsdb.write_sample_columns_async(conn, columns)
                 except Exception as exc:
                     self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                    delay = self.retry.delay(attempt)
                     if tsdb.is_transient(exc) and time.monotonic() + delay < deadline and not self._closing:
                         self.stats.retries += 1
                         log.warning("sample COPY of %d rows failed (%s); retrying in %.1fs",
                                     len(columns), self.stats.last_error, delay)
                         await asyncio.sleep(delay)
-                        delay = min(2 * delay, 5.0)
+                        attempt += 1
                         continue
                     self.stats.failures += 1
                     for _, fut in items:
