@@ -224,8 +224,10 @@ async def test_transient_failure_beyond_max_deliver_is_dead_lettered(nc, js, str
         raise bus.TransientError("still busy", delay=0.05)
 
     async with await bus.subscribe_durable(js, channel, names.durable(), handle, max_deliver=3) as consumer:
-        await eventually(lambda: len(dead) == 1, what="dead letter")
-        await asyncio.sleep(0.2)  # a further (wrong) redelivery would show up here
+        await eventually(lambda: len(dead) == 1 and consumer.stats.dead_lettered == 1, what="dead letter")
+        # terminated, not left to expire: the server holds nothing it could deliver again
+        info = await js.consumer_info(stream, names.durable())
+        assert info.num_ack_pending == 0 and info.num_pending == 0
         stats = consumer.stats
     assert attempts == [1, 2, 3]
     assert (stats.failed, stats.retried, stats.dead_lettered, stats.processed) == (3, 2, 1, 0)
@@ -349,7 +351,6 @@ async def test_a_consumer_waiting_on_a_quiet_stream_stops_at_once(js, stream, ch
     consumer = await bus.subscribe_durable(js, channel, names.durable(), handle, poll=30.0)
     await bus.publish(js, channel, Sample(id="one", gpu="g", util=1.0))
     await eventually(lambda: got == ["one"], what="the message handled")
-    await asyncio.sleep(0.2)  # now waiting in a fetch that would last 30 s
-    started = time.monotonic()
-    await consumer.stop()
-    assert time.monotonic() - started < 2.0 and not consumer.running
+    await eventually(lambda: consumer._puller._waiter is not None, what="a fetch waiting for messages")
+    await asyncio.wait_for(consumer.stop(), timeout=10)  # the fetch would wait 30 s
+    assert not consumer.running

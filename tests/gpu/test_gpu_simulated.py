@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import msgspec
@@ -260,18 +259,14 @@ def test_node_backends_follow_the_protocol() -> None:
     assert fleet.sample(T0) is fleet.sample(T0)  # one computation per tick, shared by the node backends
 
 
-# --- speed ------------------------------------------------------------------------------------------------------
-def test_ten_thousand_gpus_are_sampled_vectorised() -> None:
+# --- scale (its speed is bench-telemetry's) -------------------------------------------------------------------
+def test_ten_thousand_gpus_are_sampled_as_one_frame() -> None:
     fleet = SimulatedFleet(FleetSpec.uniform(1250, 8, seed=1, traces="synthetic"), clock=ManualClock(T0))
     fleet.sample(T0)
-    started = time.perf_counter()
     for k in range(1, 6):
         frame = fleet.sample(T0 + k)
-    per_tick = (time.perf_counter() - started) / 5
     assert len(frame) == 10_000
-    assert per_tick < 0.1, f"sampling 10,000 GPUs took {per_tick * 1000:.1f} ms"  # ~4 ms measured
-    started = time.perf_counter()
     messages = frame.to_messages(source="sim", interval_s=1.0)
-    assert len(messages) == 1250 and time.perf_counter() - started < 1.0  # ~25 ms measured
+    assert len(messages) == 1250
     decoded = msgspec.json.decode(msgspec.json.encode(messages[0]), type=GpuSampled)
     assert len(decoded.gpu_uuid) == 8 and len(decoded.util_pct) == 8
