@@ -24,7 +24,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from machine_info import machine as shared_machine
 
 from gpuaware import bus
 from gpuaware.devstack import start_nats
+from gpuaware.schemas import percentile
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bus.json"
 SENT_HEADER = "Bench-Sent-Ns"
@@ -204,12 +204,11 @@ async def _publish(url: str, name: str, count: int, window: int, rate: float | N
     lat = sorted(got["latencies_ns"])
     first_send_ns = int(start * 1e9)
     e2e_s = (got["last_ns"] - first_send_ns) / 1e9
-    q = statistics.quantiles(lat, n=100, method="inclusive")
     return Result(
         scenario=name, messages=count, payload_bytes=payload_bytes, window=window, target_rate=rate,
         publish_rate=count / (acked - start), e2e_rate=count / e2e_s,
         e2e_mib_s=count * payload_bytes / e2e_s / 2**20,
-        p50_ms=q[49] / 1e6, p99_ms=q[98] / 1e6, max_ms=lat[-1] / 1e6,
+        p50_ms=percentile(lat, 50) / 1e6, p99_ms=percentile(lat, 99) / 1e6, max_ms=lat[-1] / 1e6,
         processed=got["processed"], duplicates_on_publish=sum(1 for a in acks if a.duplicate))
 
 

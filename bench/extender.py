@@ -13,7 +13,7 @@ filter passed, over loopback HTTP to the real aiohttp server in its own process 
 sequential, as kube-scheduler calls one extender), and the same two calls in process (the answer's own cost).
 Beside it, interleaved run by run, the same server answering fixed bytes (``transport_ceiling``): what
 the HTTP transport and this client cost alone on this machine at that moment.
-Figures: pods/s over the whole run, p50 / p99 of one pod's filter + prioritize (numpy percentiles);
+Figures: pods/s over the whole run, p50 / p99 of one pod's filter + prioritize (``gpuaware.schemas.percentile``);
 over HTTP the median of three runs (the machine is shared: each run's pods/s and p99 are kept, with
 the load average). The client is the stdlib's http.client, the lightest Python client, since the
 figure is meant to be the server's (kube-scheduler's Go client costs less than any Python one).
@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 from machine_info import load_average
 from machine_info import machine as shared_machine
+
+from gpuaware.schemas import percentile
 
 REPO = Path(__file__).resolve().parents[1]
 K8S = Path(os.environ.get("GPUAWARE_SHARED_K8S", REPO.parent / "shared" / "k8s"))
@@ -93,8 +95,8 @@ def _pods(count: int) -> list[dict[str, Any]]:
 
 def _summary(lat: list[float], wall: float, n: int) -> dict[str, Any]:
     a = np.asarray(lat) * 1e3
-    return {"pods": n, "pods_per_s": round(n / wall, 1), "p50_ms": round(float(np.percentile(a, 50)), 3),
-            "p99_ms": round(float(np.percentile(a, 99)), 3), "max_ms": round(float(a.max()), 3)}
+    return {"pods": n, "pods_per_s": round(n / wall, 1), "p50_ms": round(percentile(a, 50), 3),
+            "p99_ms": round(percentile(a, 99), 3), "max_ms": round(float(a.max()), 3)}
 
 
 def _http(port: int, bodies: list[tuple[bytes, list[str], dict[str, Any]]]) -> tuple[dict[str, Any], int]:

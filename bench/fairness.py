@@ -108,6 +108,7 @@ from rich.table import Table
 from gpuaware.quota import Allocation, Demand, QuotaLedger, validate, water_fill
 from gpuaware.quota.backfill import Running, Waiting, easy_backfill
 from gpuaware.quota.turns import TurnTaking
+from gpuaware.schemas import percentile
 from gpuaware.sim import shared_data_dir
 from gpuaware.sim.workload_gen import load_philly
 
@@ -505,9 +506,9 @@ def metrics(jobs: list[Job], windows: Windows, fifo_jct: dict[str, float] | None
     out = {
         "jobs": len(jobs),
         "avg_jct_h": _r(jct.mean() / 3600, 3),
-        "p99_jct_h": _r(np.percentile(jct, 99) / 3600, 3),
+        "p99_jct_h": _r(percentile(jct, 99) / 3600, 3),
         "makespan_h": _r((max(j.end for j in jobs) - min(j.submit for j in jobs)) / 3600, 3),  # type: ignore[type-var]
-        "high_class_p99_queue_delay_s": _r(np.percentile(high, 99), 1) if high.size else None,
+        "high_class_p99_queue_delay_s": _r(percentile(high, 99), 1) if high.size else None,
         "jain": windows.jain(),
         "preemptions": int(sum(j.preemptions for j in jobs)),
         "preempted_low_jobs": len(preempted),
@@ -677,7 +678,7 @@ def admission_latency(running: int, seed: int) -> dict:
         t = time.perf_counter_ns()
         ledger.admit(leaves[i % len(leaves)], d, now=float(running + i), node="node-1")
         times.append((time.perf_counter_ns() - t) / 1e6)
-    return {"running_pods": running, "p50_ms": _r(np.percentile(times, 50), 4), "p99_ms": _r(np.percentile(times, 99), 4)}
+    return {"running_pods": running, "p50_ms": _r(percentile(times, 50), 4), "p99_ms": _r(percentile(times, 99), 4)}
 
 
 def _goals(report: dict) -> dict:

@@ -55,6 +55,7 @@ from profile_summary import summarise
 from gpuaware import bus
 from gpuaware.devstack import start_nats
 from gpuaware.placement import DEFAULT_PROFILE, GPU_CATALOG, MILLI, NodeSpec, PodRequest
+from gpuaware.schemas import percentile
 from gpuaware.schemas.binder import POD_BOUND, POD_FINISHED, PodBound, PodFinished, PodOutcome
 from gpuaware.schemas.inventory import NODE_INVENTORY, GpuInfo, NodeInventory
 from gpuaware.schemas.placement import PLACEMENT_DECIDED, POD_UNSCHEDULABLE, GpuSlice
@@ -258,7 +259,7 @@ async def wait_until(pred: Any, timeout: float) -> bool:
 
 
 def pct(values: list[float], q: float) -> float:
-    return round(float(np.percentile(values, q)), 3) if values else float("nan")
+    return round(percentile(values, q), 3)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

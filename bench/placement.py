@@ -49,6 +49,7 @@ from gpuaware.placement import (
     policy,
 )
 from gpuaware.placement.session import Framework, Session
+from gpuaware.schemas import percentile
 from gpuaware.sim import evaluate, expected_means, shared_data_dir, synthetic_pods
 from gpuaware.sim.evaluator import REPORT_AT, default_jobs, run_one
 from gpuaware.sim.gavel import default_profiles, evaluate_heterogeneity, load_gavel_throughputs
@@ -142,7 +143,7 @@ def latency_10k(seed: int = 7, warm: int = 1500, timed: int = 3000) -> dict[str,
     return {"profile": DEFAULT_PROFILE, "nodes": len(nodes), "gpus": int(cluster.gpu_count.sum()),
             "prefilled_pct": round(100 * target /
             cluster.total_gpu_milli, 1), "warmup_decisions": warm, "timed_decisions": len(t),
-            "p50_ms": round(float(np.percentile(t, 50)), 3), "p99_ms": round(float(np.percentile(t, 99)), 3),
+            "p50_ms": round(percentile(t, 50), 3), "p99_ms": round(percentile(t, 99), 3),
             "max_ms": round(float(t.max()), 3)}
 
 
@@ -153,8 +154,8 @@ def latency_openb(data: Path, seed: int = 42) -> dict[str, Any]:
     requests = [p.request for p in load_pods(data / "openb" / "openb_pod_list_default.csv")]
     r = run_one(nodes, requests, DEFAULT_PROFILE, seed)
     t = r.decision_ms
-    return {"profile": DEFAULT_PROFILE, "nodes": len(nodes), "decisions": int(t.size), "p50_ms": round(float(np.percentile(t, 50)), 3),
-            "p99_ms": round(float(np.percentile(t, 99)), 3), "p99_9_ms": round(float(np.percentile(t, 99.9)), 3),
+    return {"profile": DEFAULT_PROFILE, "nodes": len(nodes), "decisions": int(t.size), "p50_ms": round(percentile(t, 50), 3),
+            "p99_ms": round(percentile(t, 99), 3), "p99_9_ms": round(percentile(t, 99.9), 3),
             "max_ms": round(float(t.max()), 3), "load_average_1m": round(os.getloadavg()[0], 2)}
 
 

@@ -47,7 +47,7 @@ from telemetry import GPUS_PER_NODE, METRICS_PER_ROW, _children, _cpu_of, loadge
 
 from gpuaware import bus, tsdb
 from gpuaware.devstack import start_nats, start_postgres
-from gpuaware.schemas import STREAMS
+from gpuaware.schemas import STREAMS, percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "soak.json"
@@ -80,7 +80,7 @@ def roles_pids(roles: dict[str, list[int]]) -> dict[str, list[int]]:
 
 
 def pct(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 2) if values else None
+    return round(percentile(values, q), 2) if values else None
 
 
 class Soaker(World):

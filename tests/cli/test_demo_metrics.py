@@ -12,7 +12,6 @@ from gpuaware.sim.metrics import (
     delays_by_class,
     fragmentation,
     jct,
-    percentile,
     queue_delays,
     slo_attainment,
     tenant_service,
@@ -27,19 +26,6 @@ def pod(uid: str, arrival: float, start: float | None = None, end: float | None 
         intervals: tuple[tuple[float, float | None], ...] | None = None) -> PodRecord:
     ivs = intervals if intervals is not None else (() if start is None else ((start, end),))
     return PodRecord(uid, klass, tenant, milli, arrival, ivs, finished, duration)
-
-
-@pytest.mark.parametrize(("values", "q", "expected"), [
-    ([], 50, math.nan),
-    ([7.0], 99, 7.0),
-    ([1.0, 2.0, 3.0, 4.0], 50, 2.5),      # pos = 3 * 0.5 = 1.5 -> 2 + 0.5 * (3 - 2)
-    ([1.0, 2.0, 3.0, 4.0], 99, 3.97),     # pos = 3 * 0.99 = 2.97 -> 3 + 0.97 * (4 - 3)
-    ([4.0, 1.0, 3.0, 2.0], 0, 1.0),       # order does not matter; q=0 is the minimum
-    ([0.0, 10.0], 25, 2.5),               # pos = 0.25 -> 0 + 0.25 * 10
-])
-def test_percentile_interpolates_linearly(values: list[float], q: float, expected: float) -> None:
-    got = percentile(values, q)
-    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(("pods", "horizon", "expected"), [

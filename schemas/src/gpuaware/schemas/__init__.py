@@ -61,6 +61,7 @@ from gpuaware.schemas.deadletter import (
     HEADER_REASON,
     dead_letter_subject,
 )
+from gpuaware.schemas.figures import percentile
 from gpuaware.schemas.forecast import (
     DEMAND_PREDICTED,
     FORECAST_DURATION,
@@ -358,6 +359,7 @@ __all__ = [
     "gpu_model",
     "health_durable",
     "inbox_prefix",
+    "percentile",
     "permissions_for",
     "placement_durable",
     "render_server_config",

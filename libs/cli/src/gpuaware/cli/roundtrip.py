@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaware import bus, tsdb
+from gpuaware.schemas import percentile
 from gpuaware.schemas.streams import DEADLETTER, TELEMETRY
 from gpuaware.schemas.telemetry import GPU_SAMPLED, GpuSampled
 from gpuaware.telemetry import to_columns
@@ -35,10 +36,7 @@ class RoundTrip:
     latencies_ms: list[float] = field(default_factory=list)
 
     def percentile(self, q: float) -> float:
-        if not self.latencies_ms:
-            return float("nan")
-        ordered = sorted(self.latencies_ms)
-        return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+        return percentile(self.latencies_ms, q)
 
 
 def make_batch(node: str, seq: int, gpus: int, rng: random.Random, now: float) -> GpuSampled:

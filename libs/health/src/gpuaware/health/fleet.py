@@ -38,6 +38,7 @@ from gpuaware.health.config import HealthConfig
 from gpuaware.health.observation import Observation
 from gpuaware.health.state import LEVEL
 from gpuaware.health.tracker import HealthBook, score_stream
+from gpuaware.schemas import percentile
 
 __all__ = [
     "PEER_IGNORED_XIDS",
@@ -207,16 +208,6 @@ class FleetRun:
     """what the caller wants to keep about the run (timings, counters)"""
 
 
-def _quantile(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
 
@@ -236,8 +227,8 @@ def _detection(failures: list[tuple[FailureTruth, Timeline]], lead_s: float) -> 
         "failures": n,
         "flagged_before": caught,
         "flagged_share": _r(caught / n, 4) if n else None,
-        "lead_h_median": _r(_quantile(leads, 0.5), 2),
-        "lead_h_p10": _r(_quantile(leads, 0.1), 2),
+        "lead_h_median": _r(percentile(leads, 50), 2) if leads else None,
+        "lead_h_p10": _r(percentile(leads, 10), 2) if leads else None,
         "flagged_within_lead_after": _r(at_failure / n, 4) if n else None,
     }
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuaware.quota import jain_index  # quota's one implementation, re-exported for the report
+from gpuaware.schemas import percentile
 
 __all__ = [
     "MILLI",
@@ -43,7 +44,6 @@ __all__ = [
     "fragmentation",
     "jain_index",
     "jct",
-    "percentile",
     "queue_delays",
     "slo_attainment",
     "tenant_service",
@@ -77,18 +77,6 @@ class PodRecord:
     @property
     def first_start(self) -> float | None:
         return self.intervals[0][0] if self.intervals else None
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between order statistics (numpy's
-    default); NaN for no values."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def queue_delays(pods: Iterable[PodRecord], horizon: float) -> list[float]:

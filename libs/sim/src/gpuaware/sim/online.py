@@ -27,6 +27,7 @@ import numpy as np
 
 from gpuaware.placement import MILLI, Cluster, NodeSpec, TypicalPods, policy
 from gpuaware.placement.session import Framework, Placed, Session
+from gpuaware.schemas import percentile
 from gpuaware.sim.traces import TracePod
 
 QOS_RANK = {"Guaranteed": 0, "LS": 1, "Burstable": 2, "BE": 3}
@@ -82,8 +83,8 @@ class OnlineResult:
         for qos, d in sorted(self.delays_s.items(), key=lambda kv: QOS_RANK.get(kv[0], 9)):
             out[qos or "-"] = {
                 "started": int(d.size),
-                "p50_s": round(float(np.percentile(d, 50)), 1) if d.size else float("nan"),
-                "p99_s": round(float(np.percentile(d, 99)), 1) if d.size else float("nan"),
+                "p50_s": round(percentile(d, 50), 1) if d.size else float("nan"),
+                "p99_s": round(percentile(d, 99), 1) if d.size else float("nan"),
                 "waited_pct": round(float((d > 0).mean() * 100), 2) if d.size else float("nan"),
             }
         return out
@@ -94,7 +95,7 @@ class OnlineResult:
                 "mean_alloc_pct": round(self.mean_alloc_pct, 3),
                 "peak_alloc_pct": round(float(self.series_alloc_pct.max(initial=0.0)), 3),
                 "max_pending": int(self.series_pending.max(initial=0)), "queueing_delay_by_qos": self.delay_stats(),
-                "p99_decision_ms": round(float(np.percentile(self.decision_ms, 99)), 4)}
+                "p99_decision_ms": round(percentile(self.decision_ms, 99), 4)}
 
 
 def run_online(

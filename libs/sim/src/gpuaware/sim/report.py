@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuaware.schemas import percentile
 from gpuaware.sim.evaluator import ARRIVED, FRAG_AT, REPORT_AT, RunResult
 
 PAPER_POLICY = {
@@ -50,7 +51,7 @@ def summarize(runs: Sequence[RunResult], trace: str, nodes: str, seeds: Sequence
             "alloc_pct_at": {str(x): _mean([r.alloc_pct[x] for r in rs]) for x in REPORT_AT},
             "unallocated_gpus_at": {str(x): _mean([r.unallocated_gpus[x] for r in rs]) for x in REPORT_AT},
             "frag_ratio_pct_at": {str(x): _mean([r.frag_ratio_pct[x] for r in rs]) for x in FRAG_AT},
-            "p99_decision_ms": round(float(np.percentile(np.concatenate([r.decision_ms for r in rs]), 99)), 4),
+            "p99_decision_ms": round(percentile(np.concatenate([r.decision_ms for r in rs]), 99), 4),
         }
     return {"trace": trace, "nodes": nodes, "seeds": [int(s) for s in seeds], "policies": policies}
 
