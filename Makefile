@@ -47,6 +47,7 @@ fuzz: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) tests/lint/import_layers.py
+	$(PY) tests/lint/typecheck.py
 
 schemas: $(STAMP)
 	$(PY) -m gpuaware.schemas.generate schemas/generated
