@@ -10,10 +10,10 @@ from placement_helpers import node, occupy
 
 from gpuaware.placement import Cluster, PodRequest, TypicalPods, fit_kernels, row_kernels
 from gpuaware.placement import frag_kernels as kernels
-from gpuaware.placement.cache import CachedScheduler, rows_view
+from gpuaware.placement.cache import CachedScheduler
 from gpuaware.placement.compiled import kernel
 from gpuaware.placement.frag import frag_delta_share, frag_delta_whole, sigmoid_score
-from gpuaware.placement.framework import CycleState, usable_gpus
+from gpuaware.placement.framework import CycleState, rows_view, usable_gpus
 from gpuaware.placement.registry import REGISTRY
 from gpuaware.placement.warmup import warm_up
 from gpuaware.placement.waste import WasteGradientScore
@@ -128,5 +128,16 @@ def test_warm_up_compiles_what_decisions_and_preemption_plans_call() -> None:
 
 
 @pytest.mark.parametrize("policy", sorted(REGISTRY.policies))
-def test_warm_up_decides_with_every_registered_policy(policy: str) -> None:
-    assert warm_up(REGISTRY.policy_config(policy)) >= 0.0
+def test_warm_up_compiles_what_every_registered_policy_calls(policy: str) -> None:
+    config = REGISTRY.policy_config(policy)
+    warm_up(config)
+    every = [getattr(m, name) for m in (kernels, fit_kernels, row_kernels) for name in m.__all__]
+    compiled = [len(k.signatures) for k in every]
+    c = busy_cluster(4)
+    framework = REGISTRY.build_framework(config, typical=TYPICAL)
+    for i, (num, milli) in enumerate([(1, 300), (1, 1000), (2, 1000), (0, 0)] * 2):
+        pod = PodRequest(f"p{i}", cpu_milli=1000, num_gpu=num, gpu_milli=milli)
+        d = framework.scheduler.schedule(pod, c.snapshot())
+        if hasattr(d, "node"):
+            c.reserve(pod, d.node, d.gpus)
+    assert [len(k.signatures) for k in every] == compiled, "a decision compiled a kernel warm_up left out"

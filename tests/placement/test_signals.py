@@ -23,9 +23,10 @@ from gpuaware.placement import (
     TypicalPods,
     policy,
 )
-from gpuaware.placement.cache import CachedScheduler, rows_view
+from gpuaware.placement.cache import CachedScheduler
+from gpuaware.placement.effects import SignalEffect
 from gpuaware.placement.explain import node_reasons
-from gpuaware.placement.framework import BestFitGpu, CycleGpu
+from gpuaware.placement.framework import BestFitGpu, CycleGpu, rows_view
 from gpuaware.placement.registry import SIGNAL_WEIGHTS
 from gpuaware.placement.signals import (
     ForecastHeadroomScore,
@@ -290,7 +291,7 @@ def test_signal_aware_gpu_overrides_only_a_clearly_worse_pick() -> None:
     pod = share(milli=200)
     wg = WasteGradientScore(TYPICAL)
     sel = SignalAwareGpu(CycleGpu(WasteGradientScore.gpu_key))
-    assert sel.key == WasteGradientScore.gpu_key  # CachedScheduler stores the score's pick under it
+    assert sel.picks_from == WasteGradientScore.gpu_key  # the score cache keeps the score's pick under it
 
     def pick() -> tuple[int, ...]:
         cycle = CycleState()
@@ -512,8 +513,8 @@ def test_the_cache_counts_the_decisions_forecasts_changed_as_the_profile_decides
     pods = synthetic_pods(400, seed=5)
     rank = np.random.default_rng(5).permutation(len(nodes))
     blind = policy(DEFAULT_PROFILE, typical=TYPICAL, seed=5, tie_rank=rank)
-    cached = CachedScheduler(policy(DEFAULT_PROFILE, typical=TYPICAL, seed=5, tie_rank=rank))
-    assert cached.watched is not None and cached.watched.name == "forecast-headroom"
+    effect = SignalEffect("forecast")
+    cached = CachedScheduler(policy(DEFAULT_PROFILE, typical=TYPICAL, seed=5, tie_rank=rank), observers=[effect])
     rng = np.random.default_rng(6)
     c = Cluster(nodes)
     live: list[str] = []
@@ -538,9 +539,7 @@ def test_the_cache_counts_the_decisions_forecasts_changed_as_the_profile_decides
         live.append(pod.name)
         if i % 4 == 0 and len(live) > 40:
             c.unreserve(live.pop(0))
-    stats = cached.stats
-    assert (stats.watched_scored, stats.watched_changed, stats.watched_gpu_changed) == (scored, node_changed,
-                                                                                       gpu_changed)
+    assert (effect.scored, effect.changed, effect.gpu_changed) == (scored, node_changed, gpu_changed)
     assert scored > 150 and 0 < node_changed < scored and gpu_changed > 0  # forecasts decided some, not all
 
 
@@ -555,10 +554,10 @@ def test_without_signal_blanks_one_kind_and_leaves_the_view_alone() -> None:
     assert (snap.without_signal("health").gpu_health_score == 100).all()
 
 
-def test_a_profile_without_the_watched_score_counts_nothing() -> None:
-    cached = CachedScheduler(policy(OURS, typical=TYPICAL))
+def test_a_profile_without_a_score_reading_the_signal_shows_its_observer_nothing() -> None:
+    effect = SignalEffect("forecast")
+    cached = CachedScheduler(policy(OURS, typical=TYPICAL), observers=[effect])
     c = Cluster([node("a"), node("b")])
     c.set_gpu_signals(0, 0, util_forecast=0.9)
-    assert cached.watched is None
     assert isinstance(cached.schedule(share(milli=500), c.snapshot()), Decision)
-    assert (cached.stats.watched_scored, cached.stats.watched_changed) == (0, 0)
+    assert (effect.scored, effect.changed, effect.gpu_changed) == (0, 0, 0)

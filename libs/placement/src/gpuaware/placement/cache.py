@@ -1,50 +1,37 @@
 """A scheduler that remembers, per request shape, every node's verdict and recomputes only what changed.
 
-Why: a placement service sees the same few dozen request shapes over and over (openb has ~300
-distinct specs among 8,000 pods, a handful of them covering most pods), and one decision changes one
-node. `Scheduler.schedule` still filters and scores all 1,213 (or 10,000) nodes per pod; with this
-wrapper a pod whose shape was seen before costs the filters and scorers of the nodes whose `version`
-moved since (typically the few nodes touched by the decisions in between) plus one compiled
-arg-max (choose.py).
+Why: a placement service sees the same few dozen request shapes over and over, and one decision
+changes one node. `Scheduler.schedule` filters and scores every node per pod; with this wrapper a
+pod whose shape was seen before costs the filters and scorers of the nodes whose `version` moved
+since (typically the few nodes touched by the decisions in between) plus one compiled arg-max
+(choose.py). It also gives `scores()` and `exclude` (constraints outside the engine, applied at
+selection without invalidating anything).
 
 What is cached, per shape (every field of `PodRequest` but its name) and node: the filters' verdict,
-the weighted score sum, and the GPU the score plugin picked for sharing pods (for selectors that read
-it from the cycle state, like FGD's). An entry is valid for a node while the node's version is the
-one it was computed at; a new cluster (uid) drops everything; shapes are evicted least-recently-used.
+the weighted score sum, and the GPU the score plugin picked for sharing pods (for selectors that
+read it from the cycle state: `GpuSelector.picks_from`). An entry is valid for a node while the
+node's version is the one it was computed at; a new cluster (uid) drops everything; shapes are
+evicted least-recently-used.
 
 Results are identical to the wrapped scheduler's (same filters, the same float sums in the same
 order, the same tie-break), which the tests check decision by decision on a trace. That holds only
-for per-node plugins: a score with a `normalize` step (min-max across nodes, e.g. BestFit), a random
-score, or a filter not known to be per-node makes the wrapper pass every call straight through
-(`cacheable` says which).
+when every plugin declares itself per-node (`FilterPlugin.per_node`, `ScorePlugin.per_node`); a
+profile with one that does not makes the wrapper pass every call straight through (`cacheable`).
 
-What it buys, measured: the FGD-family scores (FGD, WasteGradient) keep a per-spec, per-node-version
-cache of their own, so on openb (about 60 stale nodes per decision) the wrapper's gain is its
-bookkeeping: filters on the changed rows only (`filter_rows`, compiled), one pass to choose, and the
-weighted sums kept per node. The remaining cost is recomputing the stale nodes, which no cache
-avoids; compiled (frag_kernels.py), the engine's part of a decision is about 135 µs on the 1,213-node
-cluster. It pays for per-node scores without their own cache (DotProd, GpuPacking: 0.16-0.17 ->
-0.13 ms per decision before the kernels) and gives `scores()` and `exclude` (constraints outside the
-engine, applied at selection without invalidating anything).
-
-Which decisions a signal changed (`watch`: a score, forecast-headroom by default, and its signal): the
-score's weighted part of each node's sum is kept beside the sum, and while the signal exists on some
-GPU (`Snapshot.signals`) every decision is also made without it: the node from the sum minus the part
-(the same tie rule), and on the same node the GPUs the selector picks with the signal blanked
-(`Snapshot.without_signal`; signal-aware GPU choice reads it too). `stats.watched_scored` counts those
-decisions, `watched_changed` the ones whose node differs, `watched_gpu_changed` the ones on the same
-node with other GPUs: how often the signal decided something, rather than whether it was read. It
-costs about 16 µs per decision while the signal exists (openb, 1,213 nodes: the arg-max without the
-part 2 µs, the blanked view 7 µs, the GPU choice again 7 µs; a decision's placement CPU is ~330 µs),
-and nothing for a profile without the score.
+Observers (`PickObserver`) see each cached decision made while their signal exists on some GPU,
+with each node's weighted share of the scores that read that signal: enough to decide the node
+again without them (`effects.SignalEffect` counts how often a signal changed a pick). A profile
+with no score reading an observer's signal shows that observer nothing; without observers the
+decision path does no extra work.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,23 +42,17 @@ from gpuaware.placement.framework import (
     Code,
     CycleState,
     Decision,
-    GpuFit,
-    ResourcesFit,
     Scheduler,
     Status,
-    WholeGpuOnly,
+    WeightedScore,
     fit_gpus,
 )
 from gpuaware.placement.model import PodRequest
 
+__all__ = ["CacheStats", "CachedScheduler", "Pick", "PickObserver", "shape_of"]
+
 _SHAPE_FIELDS = tuple(f.name for f in fields(PodRequest) if f.name != "name")
-_PER_NODE_FILTERS = (ResourcesFit, GpuFit, WholeGpuOnly)
-_ARRAYS = ("model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", "gpu_count", "gpu_present",
-           "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version",
-           "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast", "gpu_mem_total", "gpu_mem_free")
-
-
-_shape = attrgetter(*_SHAPE_FIELDS)
+_shape: Callable[[PodRequest], tuple[Any, ...]] = attrgetter(*_SHAPE_FIELDS)
 
 
 def shape_of(pod: PodRequest) -> tuple[Any, ...]:
@@ -79,11 +60,30 @@ def shape_of(pod: PodRequest) -> tuple[Any, ...]:
     return _shape(pod)
 
 
-def rows_view(snap: Snapshot, rows: np.ndarray) -> Snapshot:
-    """The snapshot restricted to `rows` (for per-node filters; scorers get the full snapshot)."""
-    names = snap.node_names
-    return Snapshot(snap.cluster_uid, [names[i] for i in rows], snap.models,
-                    **{k: getattr(snap, k)[rows] for k in _ARRAYS}, signals=snap.signals)
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """One cached decision as an observer sees it."""
+
+    pod: PodRequest
+    snap: Snapshot
+    node: int
+    gpus: tuple[int, ...]
+    totals: np.ndarray
+    """[N] every node's weighted score sum (-inf where the pod may not go)"""
+    part: np.ndarray
+    """[N] the share of `totals` that the scores reading the observer's signal gave each node"""
+    tie_rank: np.ndarray | None
+    """the scheduler's tie-break (`best_index(totals - part, tie_rank)` picks as the cache would)"""
+    gpus_on: Callable[[Snapshot], tuple[int, ...]]
+    """the GPUs the selector would choose on `node` in another view (e.g. the signal blanked)"""
+
+
+class PickObserver(Protocol):
+    """Told about each decision the cache makes while some GPU carries `signal` (`Snapshot.signals`)."""
+
+    signal: str
+
+    def observe(self, pick: Pick) -> None: ...
 
 
 @dataclass(slots=True)
@@ -92,7 +92,7 @@ class _Entry:
     feasible: np.ndarray  # [N] bool
     total: np.ndarray  # [N] float64 weighted score sum where feasible, -inf elsewhere
     gpu: np.ndarray  # [N] int64 GPU picked by the score plugin (-1: none)
-    part: np.ndarray | None = None  # [N] float64 the watched score's weighted part of `total` (0 elsewhere)
+    parts: tuple[np.ndarray, ...]  # [N] float64 per watched signal: its scores' weighted part of `total`
 
 
 @dataclass(slots=True)
@@ -101,45 +101,46 @@ class CacheStats:
     shape_hits: int = 0
     nodes_recomputed: int = 0
     passthrough: int = 0
-    watched_scored: int = 0
-    """decisions made while the watched score's signal existed (see the module docstring)"""
-    watched_changed: int = 0
-    """of those, decisions whose node would differ without the watched score"""
-    watched_gpu_changed: int = 0
-    """of those, decisions on the same node whose GPUs would differ without the watched signal"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Watch:
+    """An observer and the positions (in the profile's score list) of the scores reading its signal."""
+
+    observer: PickObserver
+    scores: frozenset[int]
 
 
 class CachedScheduler:
     """`schedule(pod, snap)` like the wrapped `Scheduler`, with per-(shape, node) results reused."""
 
-    WATCH = "forecast-headroom"
-
-    def __init__(self, scheduler: Scheduler, *, max_shapes: int = 1024, watch: str | None = WATCH) -> None:
+    def __init__(self, scheduler: Scheduler, *, max_shapes: int = 1024,
+                 observers: Sequence[PickObserver] = ()) -> None:
         self.inner = scheduler
         self.max_shapes = max_shapes
-        self.gpu_key: str | None = getattr(scheduler.gpu_selector, "key", None)
-        self.cacheable = all(
-            getattr(ws.plugin, "normalize", None) is None and getattr(ws.plugin, "name", "") != "random"
-            for ws in scheduler.scores
-        ) and all(isinstance(f, _PER_NODE_FILTERS) or getattr(f, "per_node", False) for f in scheduler.filters)
+        self.gpu_key: str | None = scheduler.gpu_selector.picks_from
+        self.cacheable = all(ws.plugin.per_node for ws in scheduler.scores) and all(
+            f.per_node for f in scheduler.filters)
         self.total_weight = sum(ws.weight for ws in scheduler.scores) or 1
-        self._rows_filters = all(callable(getattr(f, "filter_rows", None)) for f in scheduler.filters)
-        """every filter checks chosen rows of the whole snapshot itself (`filter_rows`, the built-in ones
-        do): no restricted view is built per decision"""
-        self._scores = tuple((ws, getattr(ws.plugin, "constant", None)) for ws in scheduler.scores)
-        """each weighted score with its `constant(pod, snap)` (a plugin's optional word that every node
-        scores alike this time: a signal no GPU has)"""
-        watched = [ws.plugin for ws in scheduler.scores if watch is not None and ws.plugin.name == watch]
-        self.watched = watched[0] if watched else None
-        """the score whose effect on the pick is counted (None: the profile has no such score)"""
-        self._watched_signal: str | None = getattr(self.watched, "signal", None)
+        self._scores: tuple[WeightedScore, ...] = tuple(scheduler.scores)
+        self._watches: tuple[_Watch, ...] = ()
         self.stats = CacheStats()
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._uid = -1
+        for observer in observers:
+            self.observe(observer)
 
     @property
     def name(self) -> str:
         return self.inner.name
+
+    def observe(self, observer: PickObserver) -> None:
+        """Show `observer` the decisions made while its signal exists; nothing when no score of the
+        profile reads that signal. Cached entries restart (they keep no share for it yet)."""
+        scores = frozenset(i for i, ws in enumerate(self._scores) if ws.plugin.signal == observer.signal)
+        if scores:
+            self._watches = (*self._watches, _Watch(observer, scores))
+            self.clear()
 
     def clear(self) -> None:
         self._entries.clear()
@@ -155,7 +156,7 @@ class CachedScheduler:
         n = snap.num_nodes
         if entry is None:
             entry = _Entry(np.full(n, -1, np.int64), np.zeros(n, bool), np.full(n, -np.inf),
-                           np.full(n, -1, np.int64), np.zeros(n) if self.watched is not None else None)
+                           np.full(n, -1, np.int64), tuple(np.zeros(n) for _ in self._watches))
             self._entries[key] = entry
             if len(self._entries) > self.max_shapes:
                 self._entries.popitem(last=False)
@@ -167,25 +168,17 @@ class CachedScheduler:
             return entry
         self.stats.nodes_recomputed += int(stale.size)
         cycle = CycleState()
-        mask = None
-        if self._rows_filters:
-            for f in self.inner.filters:
-                m = f.filter_rows(cycle, pod, snap, stale)
-                mask = m if mask is None else (mask & m)
-        else:
-            view = snap if stale.size == n else rows_view(snap, stale)
-            for f in self.inner.filters:
-                m = f.filter(cycle, pod, view)
-                mask = m if mask is None else (mask & m)
-        assert mask is not None
+        mask = np.ones(stale.size, dtype=bool)
+        for f in self.inner.filters:
+            mask &= f.filter_rows(cycle, pod, snap, stale)
         ok = stale[mask]
         total = np.zeros(ok.size, dtype=np.float64)
-        if entry.part is not None:
-            entry.part[stale] = 0.0
+        for part in entry.parts:
+            part[stale] = 0.0
         if ok.size:
-            for ws, constant in self._scores:
+            for i, ws in enumerate(self._scores):
                 try:
-                    same = None if constant is None else constant(pod, snap)
+                    same = ws.plugin.constant(pod, snap)
                     # a score that is the same on every node is added as one number: the same float
                     # sums in the same order as adding its array
                     weighted = ws.weight * (ws.plugin.score(cycle, pod, snap, ok) if same is None else same)
@@ -193,8 +186,9 @@ class CachedScheduler:
                 except Exception as exc:  # as Scheduler.schedule: the cycle fails, naming the plugin
                     entry.version[stale] = -1
                     return Status(Code.ERROR, f"{type(exc).__name__}: {exc}", ws.plugin.name)
-                if ws.plugin is self.watched:
-                    entry.part[ok] = weighted
+                for watch, part in zip(self._watches, entry.parts, strict=True):
+                    if i in watch.scores:
+                        part[ok] += weighted
             if self.gpu_key is not None and self.gpu_key in cycle:
                 nodes, gpus = cycle[self.gpu_key]
                 entry.gpu[nodes] = gpus
@@ -220,28 +214,17 @@ class CachedScheduler:
             if exclude is not None and entry.feasible.any():
                 return Status(Code.UNSCHEDULABLE, f"every node that fits pod {pod.name} is excluded", "exclude")
             return self.inner.schedule(pod, snap)  # nothing fits: the wrapped scheduler says why
-        watching = entry.part is not None and self._watched_signal in snap.signals
-        same_node = watching and self._count_watched(masked, entry.part, pick)
         cycle = CycleState()
         if self.gpu_key is not None:
             cycle[self.gpu_key] = (np.array([pick]), entry.gpu[pick : pick + 1])
         selector = self.inner.gpu_selector
         gpus = fit_gpus(pod, snap, pick, selector.select(cycle, pod, snap, pick))
-        if same_node:
-            blind = snap.without_signal(self._watched_signal)
-            if fit_gpus(pod, blind, pick, selector.select(cycle, pod, blind, pick)) != gpus:
-                self.stats.watched_gpu_changed += 1
+        for watch, part in zip(self._watches, entry.parts, strict=True):
+            if watch.observer.signal in snap.signals:
+                watch.observer.observe(Pick(
+                    pod, snap, pick, gpus, masked, part, self.inner.tie_rank,
+                    lambda view: fit_gpus(pod, view, pick, selector.select(cycle, pod, view, pick))))
         return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), np.count_nonzero(entry.feasible))
-
-    def _count_watched(self, total: np.ndarray, part: np.ndarray, pick: int) -> bool:
-        """Counts whether the node would differ without the watched score (infeasible nodes stay
-        -inf); True when it would not."""
-        self.stats.watched_scored += 1
-        without, _ = best_index(total - part, self.inner.tie_rank)
-        if without != pick:
-            self.stats.watched_changed += 1
-            return False
-        return True
 
     def _schedule_excluding(self, pod: PodRequest, snap: Snapshot, exclude: np.ndarray) -> Decision | Status:
         nodes, total = self.scores(pod, snap)
@@ -270,11 +253,7 @@ class CachedScheduler:
         total = np.zeros(nodes.size, dtype=np.float64)
         if nodes.size:
             for ws in self.inner.scores:
-                s = ws.plugin.score(cycle, pod, snap, nodes)
-                normalize = getattr(ws.plugin, "normalize", None)
-                if normalize is not None:
-                    s = normalize(cycle, pod, s)
-                total += ws.weight * s
+                total += ws.weight * ws.plugin.normalize(cycle, pod, ws.plugin.score(cycle, pod, snap, nodes))
         return nodes, total
 
     def normalized(self, score: float) -> float:

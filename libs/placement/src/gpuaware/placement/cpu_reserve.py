@@ -23,11 +23,11 @@ from typing import ClassVar
 import numpy as np
 
 from gpuaware.placement.cluster import Snapshot
-from gpuaware.placement.framework import CycleState
+from gpuaware.placement.framework import CycleState, FilterPlugin
 from gpuaware.placement.model import PodRequest
 
 
-class GpuNodeCpuReserve:
+class GpuNodeCpuReserve(FilterPlugin):
     """CPU-only pods leave `fraction` of a GPU node's CPU free (0.25 of 96 cores: 24 cores stay free)."""
 
     name: ClassVar[str] = "gpu-node-cpu-reserve"

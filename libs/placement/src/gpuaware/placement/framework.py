@@ -76,40 +76,75 @@ class CycleState(dict[str, Any]):
 
 
 # -- extension points -----------------------------------------------------------------------------
+#
+# Each protocol states the traits a plugin declares (class attributes): what the score cache
+# (cache.py) may reuse depends on them, so it reads them instead of probing plugins for methods.
+# The built-in plugins subclass their protocol, which gives them its default methods.
+
+_SNAPSHOT_ARRAYS = ("model_idx", "cpu_capacity", "mem_capacity", "cpu_free", "mem_free", "gpu_count", "gpu_present",
+                    "gpu_free", "gpu_health", "tag_counts", "nvlink_island", "numa_node", "version",
+                    "gpu_health_score", "gpu_temp_c", "gpu_power_frac", "gpu_util_forecast", "gpu_mem_total",
+                    "gpu_mem_free")
+
+
+def rows_view(snap: Snapshot, rows: np.ndarray) -> Snapshot:
+    """The snapshot restricted to `rows` (what a per-node filter needs to judge those nodes only)."""
+    names = snap.node_names
+    return Snapshot(snap.cluster_uid, [names[i] for i in rows], snap.models,
+                    **{k: getattr(snap, k)[rows] for k in _SNAPSHOT_ARRAYS}, signals=snap.signals)
 
 
 @runtime_checkable
 class FilterPlugin(Protocol):
     name: ClassVar[str]
+    per_node: ClassVar[bool]
+    """True when a node's verdict reads only the pod and that node's row of the snapshot: the score
+    cache then re-checks only the nodes whose version moved (`filter_rows`). False: every decision
+    of a profile with this filter is computed afresh."""
 
     def filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> np.ndarray:
-        """Boolean mask over all nodes: True where the pod may go.
-
-        A per-node filter may also offer ``filter_rows(cycle, pod, snap, rows)``: the same verdict for
-        the nodes `rows` only (the score cache asks it for the few nodes that changed, instead of
-        building a snapshot of them). The built-in filters do, and compute `filter` through it."""
+        """Boolean mask over all nodes: True where the pod may go."""
         ...
+
+    def filter_rows(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, rows: np.ndarray) -> np.ndarray:
+        """The verdict for the nodes `rows` only (asked of per-node filters). By default `filter` on
+        the snapshot restricted to them; the built-in filters compute it directly, and `filter`
+        through it."""
+        return self.filter(cycle, pod, rows_view(snap, rows))
 
 
 @runtime_checkable
 class ScorePlugin(Protocol):
     name: ClassVar[str]
+    per_node: ClassVar[bool]
+    """True when a node's score reads only the pod and that node's row of the snapshot (and which
+    signal kinds exist): the score cache reuses it until the node's version moves. False (a random
+    score, a `normalize` across nodes): every decision of a profile with this score is computed afresh."""
+    signal: ClassVar[str | None] = None
+    """the kind of GPU signal (`Snapshot.signals`) the score reads, if any"""
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
         """int64 scores for `nodes` (indices of feasible nodes), nominally 0..100."""
         ...
 
-
-@runtime_checkable
-class NormalizePlugin(Protocol):
     def normalize(self, cycle: CycleState, pod: PodRequest, scores: np.ndarray) -> np.ndarray:
-        """Map raw scores onto 0..100 (called after `score`, before weighting)."""
-        ...
+        """Map raw scores onto 0..100 (called after `score`, before weighting). By default they are
+        already on it."""
+        return scores
+
+    def constant(self, pod: PodRequest, snap: Snapshot) -> int | None:
+        """The score of every node this time when it is the same for all of them (e.g. a signal no
+        GPU has), so it is added as one number without scoring; None otherwise (the default)."""
+        return None
 
 
 @runtime_checkable
 class GpuSelector(Protocol):
     name: ClassVar[str]
+    picks_from: str | None = None
+    """the cycle-state key under which a score plugin leaves its GPU pick per scored node, when this
+    selector uses it (the score cache keeps those picks per node and puts the chosen node's back);
+    None: the selector chooses on its own"""
 
     def select(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, node: int) -> tuple[int, ...]:
         """GPU slots for the pod on the chosen node (empty for CPU-only pods)."""
@@ -119,10 +154,11 @@ class GpuSelector(Protocol):
 # -- default filters (kube-scheduler's NodeResourcesFit + the GPU-share filter) --------------------
 
 
-class ResourcesFit:
+class ResourcesFit(FilterPlugin):
     """CPU and memory requests fit the node's free capacity (kube-scheduler NodeResourcesFit)."""
 
     name: ClassVar[str] = "resources-fit"
+    per_node: ClassVar[bool] = True
 
     def filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> np.ndarray:
         return self.filter_rows(cycle, pod, snap, np.arange(snap.num_nodes))
@@ -165,7 +201,7 @@ def fit_gpus(pod: PodRequest, snap: Snapshot, node: int, gpus: tuple[int, ...]) 
     return picked if len(picked) == pod.num_gpu else gpus
 
 
-class GpuFit:
+class GpuFit(FilterPlugin):
     """The GPU request fits: an allowed, capable model with enough free, healthy GPU slots and GPU memory.
 
     A sharing pod needs one GPU with >= gpu_milli free and its memory free (`usable_gpus`); a
@@ -176,6 +212,7 @@ class GpuFit:
     """
 
     name: ClassVar[str] = "gpu-fit"
+    per_node: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._model_cache: dict[tuple[Any, ...], np.ndarray] = {}
@@ -213,10 +250,10 @@ class GpuFit:
                                    grouped)
 
 
-class WholeGpuOnly:
+class WholeGpuOnly(FilterPlugin):
     """Stock Kubernetes' GPU arithmetic: ``nvidia.com/gpu`` is an integer, so a pod asking a fraction
     of a GPU is rounded up to one and needs a fully free GPU; it waits rather than share. Whole-GPU
-    and CPU-only pods pass (GpuFit decides for them). Per node, so the cached scheduler applies.
+    and CPU-only pods pass (GpuFit decides for them).
 
     ``{"filter": [{"name": "resources-fit"}, {"name": "gpu-fit"}, {"name": "whole-gpu-only"}], ...}``
     """
@@ -281,7 +318,7 @@ def whole_gpus(
     return tuple(sorted(int(i) for i in ranked(free)[:k]))
 
 
-class BestFitGpu:
+class BestFitGpu(GpuSelector):
     """Sharing pods go to the tightest-fitting GPU (least free milli that still fits; first index on
     ties); whole-GPU pods take the first fully free GPUs (on one island / NUMA node when the pod's
     `topology` demands it, see `whole_gpus`)."""
@@ -298,7 +335,7 @@ class BestFitGpu:
         return whole_gpus(snap, node, pod)
 
 
-class RandomGpu:
+class RandomGpu(GpuSelector):
     """Sharing pods go to a uniformly random fitting GPU; whole-GPU pods take the first free GPUs."""
 
     name: ClassVar[str] = "random"
@@ -316,19 +353,20 @@ class RandomGpu:
         return whole_gpus(snap, node, pod)
 
 
-class CycleGpu:
+class CycleGpu(GpuSelector):
     """Use the GPU a score plugin already picked for the chosen node (left in the cycle state under
     `key` as an int array over the scored nodes), falling back to best-fit."""
 
     name: ClassVar[str] = "from-score"
 
     def __init__(self, key: str) -> None:
-        self.key = key
+        self.picks_from: str | None = key
+        self._key = key
         self.fallback = BestFitGpu()
 
     def select(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, node: int) -> tuple[int, ...]:
-        if pod.is_gpu_share and self.key in cycle:
-            nodes, gpus = cycle[self.key]
+        if pod.is_gpu_share and self._key in cycle:
+            nodes, gpus = cycle[self._key]
             pos = np.searchsorted(nodes, node)
             if pos < len(nodes) and nodes[pos] == node:
                 return (int(gpus[pos]),)
@@ -376,10 +414,7 @@ class Scheduler:
         total = np.zeros(nodes.size, dtype=np.float64)  # exact for int scores; allows float scorers
         for ws in self.scores:
             try:
-                s = ws.plugin.score(cycle, pod, snap, nodes)
-                normalize = getattr(ws.plugin, "normalize", None)
-                if normalize is not None:
-                    s = normalize(cycle, pod, s)
+                s = ws.plugin.normalize(cycle, pod, ws.plugin.score(cycle, pod, snap, nodes))
             except Exception as exc:  # a plugin fault fails the cycle, loudly, with its name
                 return Status(Code.ERROR, f"{type(exc).__name__}: {exc}", ws.plugin.name)
             total += ws.weight * s

@@ -15,11 +15,11 @@ from typing import ClassVar
 import numpy as np
 
 from gpuaware.placement.cluster import Snapshot
-from gpuaware.placement.framework import MAX_NODE_SCORE, CycleState
+from gpuaware.placement.framework import MAX_NODE_SCORE, CycleState, ScorePlugin
 from gpuaware.placement.model import PodRequest
 
 
-class ThroughputScore:
+class ThroughputScore(ScorePlugin):
     """Score = 100 * throughput(job type, node's GPU model) / best throughput over the cluster's models.
 
     profile:
@@ -30,6 +30,7 @@ class ThroughputScore:
     """
 
     name: ClassVar[str] = "throughput"
+    per_node: ClassVar[bool] = True
 
     def __init__(self, matrix: Mapping[str, Mapping[str, float]]) -> None:
         for job, row in matrix.items():

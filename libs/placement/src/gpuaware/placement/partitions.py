@@ -21,13 +21,13 @@ from typing import ClassVar
 import numpy as np
 
 from gpuaware.placement.cluster import Snapshot
-from gpuaware.placement.framework import CycleState
+from gpuaware.placement.framework import CycleState, FilterPlugin
 from gpuaware.placement.model import PodRequest
 
 __all__ = ["StrictPartitions"]
 
 
-class StrictPartitions:
+class StrictPartitions(FilterPlugin):
     """Filter: a node reserved to some queues passes only pods of those queues."""
 
     name: ClassVar[str] = "strict-partitions"

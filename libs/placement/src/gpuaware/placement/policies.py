@@ -34,7 +34,7 @@ from gpuaware.placement.frag import (
     frag_delta_whole,
     sigmoid_score,
 )
-from gpuaware.placement.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState
+from gpuaware.placement.framework import MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, ScorePlugin
 from gpuaware.placement.model import MAX_SPEC_CPU, MAX_SPEC_GPU, MILLI, PodRequest
 
 
@@ -83,7 +83,7 @@ class _SpecCache:
         return val, gpu
 
 
-class FgdScore:
+class FgdScore(ScorePlugin):
     """Fragmentation Gradient Descent: prefer the placement that grows expected fragmentation least.
 
     Scores are cached per request spec and node version (a node's score only changes when the node
@@ -95,6 +95,7 @@ class FgdScore:
     """
 
     name: ClassVar[str] = "fgd"
+    per_node: ClassVar[bool] = True
     gpu_key: ClassVar[str] = "fgd.gpu"
 
     def __init__(self, typical: TypicalPods) -> None:
@@ -129,7 +130,7 @@ class FgdScore:
         return sigmoid_score(val[nodes])
 
 
-class BestFitScore:
+class BestFitScore(ScorePlugin):
     """Best fit: least CPU and GPU left after placement, normalised across feasible nodes.
 
     profile:
@@ -138,6 +139,7 @@ class BestFitScore:
     """
 
     name: ClassVar[str] = "bestfit"
+    per_node: ClassVar[bool] = False  # min-max normalised across the feasible nodes
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
         cpu_left = (snap.cpu_free[nodes] - pod.score_cpu_milli) / MAX_SPEC_CPU * 0.5
@@ -148,7 +150,7 @@ class BestFitScore:
         return min_max_normalize(scores)
 
 
-class DotProdScore:
+class DotProdScore(ScorePlugin):
     """Tetris dot product, "merge" form: prefer nodes whose free (CPU, GPU) vector aligns least.
 
     profile:
@@ -157,6 +159,7 @@ class DotProdScore:
     """
 
     name: ClassVar[str] = "dotprod"
+    per_node: ClassVar[bool] = True
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
         cpu_free = snap.cpu_free[nodes]
@@ -168,7 +171,7 @@ class DotProdScore:
         return np.where(cpu_free >= pod.score_cpu_milli, s, MIN_NODE_SCORE)
 
 
-class GpuPackingScore:
+class GpuPackingScore(ScorePlugin):
     """GPU packing tiers: fill partly used GPUs, then used nodes, then idle nodes (fewest GPUs first).
 
     profile:
@@ -177,6 +180,7 @@ class GpuPackingScore:
     """
 
     name: ClassVar[str] = "gpupacking"
+    per_node: ClassVar[bool] = True
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
         if pod.num_gpu == 0:
@@ -196,7 +200,7 @@ class GpuPackingScore:
         return np.where(full == count, idle, np.where(used_full > 0, on_used, shared))
 
 
-class GpuClusteringScore:
+class GpuClusteringScore(ScorePlugin):
     """GPU clustering: keep pods of one label ("share" or "k-gpu") together on the same nodes.
 
     profile:
@@ -205,6 +209,7 @@ class GpuClusteringScore:
     """
 
     name: ClassVar[str] = "gpuclustering"
+    per_node: ClassVar[bool] = True
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
         tag = pod.affinity_tag
@@ -218,7 +223,7 @@ class GpuClusteringScore:
         return (MAX_NODE_SCORE // 4) * (MAX_SPEC_GPU - left) // MAX_SPEC_GPU + band
 
 
-class RandomScore:
+class RandomScore(ScorePlugin):
     """Random fit: one uniformly random feasible node scores 100, the rest 0.
 
     profile:
@@ -228,6 +233,7 @@ class RandomScore:
     """
 
     name: ClassVar[str] = "random"
+    per_node: ClassVar[bool] = False  # a fresh draw per decision
 
     def __init__(self, seed: int | None = None, rng: np.random.Generator | None = None) -> None:
         self.rng = rng if rng is not None else np.random.default_rng(seed)

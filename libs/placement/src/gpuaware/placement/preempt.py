@@ -34,9 +34,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpuaware.placement.cache import rows_view
 from gpuaware.placement.cluster import QUARANTINED, Snapshot
-from gpuaware.placement.framework import CycleState, Scheduler, usable_gpus
+from gpuaware.placement.framework import CycleState, Scheduler, rows_view, usable_gpus
 from gpuaware.placement.model import MILLI, PodRequest
 
 __all__ = ["PreemptionPlan", "Victim", "plan_preemption"]

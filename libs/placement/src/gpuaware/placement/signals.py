@@ -38,7 +38,7 @@ from typing import ClassVar
 import numpy as np
 
 from gpuaware.placement.cluster import DEGRADED, Snapshot
-from gpuaware.placement.framework import CycleState, GpuSelector, whole_gpus
+from gpuaware.placement.framework import CycleState, GpuSelector, ScorePlugin, whole_gpus
 from gpuaware.placement.model import MILLI, PodRequest
 from gpuaware.placement.policies import _SpecCache
 
@@ -108,13 +108,13 @@ def pod_gpu_value(values: np.ndarray, pod: PodRequest, free: np.ndarray) -> np.n
     return np.rint(np.maximum(v, 0.0)).astype(np.int64)
 
 
-class _CachedScore:
+class _CachedScore(ScorePlugin):
     """A per-node score kept per (GPUs, milli) and node version: `compute(pod, snap, rows)` runs for
     the nodes whose version moved since they were last scored for this shape. While no GPU in the
     cluster has the score's `signal` (`Snapshot.signals`), every node scores 100 without computing:
     exactly what `compute` gives a node whose GPUs all read neutral, on every node the pod fits."""
 
-    signal: ClassVar[str | None] = None
+    per_node: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.cache = _SpecCache()
@@ -123,8 +123,7 @@ class _CachedScore:
         raise NotImplementedError
 
     def constant(self, pod: PodRequest, snap: Snapshot) -> int | None:
-        """The score of every node the pod fits when it is the same for all of them (nothing to
-        compute; CachedScheduler adds it as one number), else None."""
+        """100 for a CPU-only pod and while no GPU has the score's signal, else None (computed)."""
         if pod.num_gpu == 0 or (self.signal is not None and self.signal not in snap.signals):
             return 100
         return None
@@ -226,7 +225,7 @@ class ThermalPowerScore(_CachedScore):
 # -- GPU choice -------------------------------------------------------------------------------------
 
 
-class SignalAwareGpu:
+class SignalAwareGpu(GpuSelector):
     """Keep the wrapped selector's GPU unless it is clearly worse on the signals.
 
     Per GPU, quality = min(health, thermal/power, forecast headroom) as the scores compute them.
@@ -247,7 +246,7 @@ class SignalAwareGpu:
             raise ValueError("signal-aware: tolerance must be >= 0")
         self.inner = inner
         self.tolerance = float(tolerance)
-        self.key: str | None = getattr(inner, "key", None)  # where CachedScheduler leaves the score's pick
+        self.picks_from: str | None = inner.picks_from
 
     def select(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, node: int) -> tuple[int, ...]:
         if pod.num_gpu == 0:

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpuaware.placement.cluster import Snapshot
-from gpuaware.placement.framework import CycleState, exclusive_gpus
+from gpuaware.placement.framework import CycleState, GpuSelector, ScorePlugin, exclusive_gpus
 from gpuaware.placement.model import MILLI, PodRequest
 
 __all__ = ["KUBE_DEFAULT", "KUBE_DEFAULT_CONFIG", "FirstFitScore", "WholeGpu"]
@@ -43,19 +43,20 @@ KUBE_DEFAULT_CONFIG: dict[str, Any] = {
 }
 
 
-class FirstFitScore:
+class FirstFitScore(ScorePlugin):
     """Score ``N - i`` for node ``i`` of ``N``: first fit in node order.
 
     ``{"score": [{"name": "first-fit", "weight": 1}], "gpu": "whole-gpu"}``
     """
 
     name: ClassVar[str] = "first-fit"
+    per_node: ClassVar[bool] = True
 
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
         return snap.num_nodes - nodes.astype(np.int64)
 
 
-class WholeGpu:
+class WholeGpu(GpuSelector):
     """Every pod takes the first fully free GPUs of the node. A fractional pod always finds one under
     the ``whole-gpu-only`` filter; in a profile without that filter it falls back to the first GPU
     that fits.

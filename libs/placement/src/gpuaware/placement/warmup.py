@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from gpuaware.placement.cache import rows_view
 from gpuaware.placement.cluster import Cluster
 from gpuaware.placement.frag import TypicalPods
-from gpuaware.placement.framework import CycleState, Decision, usable_gpus
+from gpuaware.placement.framework import CycleState, Decision, rows_view, usable_gpus
 from gpuaware.placement.model import GPU_CATALOG, MILLI, NodeSpec, PodRequest
 from gpuaware.placement.registry import REGISTRY
 
