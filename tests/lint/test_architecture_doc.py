@@ -1,0 +1,131 @@
+"""docs/ARCHITECTURE.md names only what exists, and names every stream, event subject and endpoint.
+
+The map drifts when code moves and nobody rereads it. Every backticked name in it that has the shape
+of a subject, a stream, a service or a repository path is checked against the code: subjects against
+the contract's registry (`gpuaware.schemas.registry`) and the operational endpoints the services
+define, streams against `gpuaware.schemas.streams.STREAMS`, services against `services/*/`, paths
+against the tree. The other way round, every stream and every subject of the registry must appear.
+Each check is also run on a planted mistake, so a check that cannot fail fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuaware.schemas.deadletter import DEAD_LETTER_PREFIX
+from gpuaware.schemas.registry import MESSAGES, REQUESTS
+from gpuaware.schemas.streams import STREAMS, subject_matches
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "ARCHITECTURE.md"
+
+TICKED = re.compile(r"`([^`\n]+)`")
+SUBJECT_SHAPE = re.compile(r"^[a-z_]+(\.([a-z_]+|v[0-9]+|\*|>))+$")
+PATH_ROOTS = ("libs/", "services/", "schemas/", "bench/", "tests/", "docs/", "helm/", "deploy/")
+# what services define as a subject of their own (the operational `*.stats` endpoints)
+SERVICE_SUBJECT = re.compile(r'^[A-Z_]*SUBJECT\s*=\s*"([a-z_.]+)"', re.MULTILINE)
+
+
+def service_subjects() -> set[str]:
+    found: set[str] = set()
+    for path in (REPO / "services").glob("*/src/gpuaware/services/*/*.py"):
+        found.update(SERVICE_SUBJECT.findall(path.read_text()))
+    return found
+
+
+def known_subjects() -> set[str]:
+    return set(MESSAGES) | set(REQUESTS) | service_subjects()
+
+
+def subject_roots() -> set[str]:
+    return {s.split(".")[0] for s in known_subjects()} | {DEAD_LETTER_PREFIX}
+
+
+def services() -> set[str]:
+    return {p.name for p in (REPO / "services").iterdir() if (p / "src" / "gpuaware" / "services" / p.name).is_dir()}
+
+
+def section(text: str, title: str) -> str:
+    """The text of the `## title` section (up to the next `## `)."""
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
+    assert match, f"docs/ARCHITECTURE.md has no '## {title}' section"
+    return match.group(1)
+
+
+def first_column(table_text: str) -> list[str]:
+    """The backticked names in the first cell of each table row."""
+    names = []
+    for line in table_text.splitlines():
+        cells = line.split("|")
+        if line.startswith("|") and len(cells) > 2 and not set(cells[1].strip()) <= {"-", ":"}:
+            names += TICKED.findall(cells[1])
+    return names
+
+
+def unknown_subjects(text: str) -> list[str]:
+    """Backticked subject-shaped names that are neither registered nor matched by a wildcard."""
+    known, roots, bad = known_subjects(), subject_roots(), []
+    for name in TICKED.findall(text):
+        if not SUBJECT_SHAPE.match(name) or name.split(".")[0] not in roots:
+            continue
+        if "*" in name or ">" in name:
+            ok = any(subject_matches(name, s) for s in known) or name == f"{DEAD_LETTER_PREFIX}.>"
+        else:
+            ok = name in known
+        if not ok:
+            bad.append(name)
+    return bad
+
+
+def missing_paths(text: str) -> list[str]:
+    return [name for name in TICKED.findall(text)
+            if name.startswith(PATH_ROOTS) and " " not in name and not (REPO / name.rstrip("/")).exists()]
+
+
+def unknown_services(text: str) -> list[str]:
+    return [name for name in first_column(section(text, "Services")) if name not in services()]
+
+
+def unknown_streams(text: str) -> list[str]:
+    return [name for name in first_column(section(text, "Streams")) if name not in {s.name for s in STREAMS}]
+
+
+@pytest.fixture(scope="module")
+def doc() -> str:
+    return DOC.read_text()
+
+
+def test_every_subject_the_map_names_exists(doc: str) -> None:
+    named = [n for n in TICKED.findall(doc) if SUBJECT_SHAPE.match(n) and n.split(".")[0] in subject_roots()]
+    assert len(named) >= len(MESSAGES), "the map names fewer subjects than the contract has events"
+    assert unknown_subjects(doc) == []
+
+
+def test_every_stream_the_map_names_exists_and_every_stream_is_named(doc: str) -> None:
+    assert unknown_streams(doc) == []
+    assert {s.name for s in STREAMS} <= set(first_column(section(doc, "Streams")))
+
+
+def test_every_service_the_map_names_exists_and_every_service_is_named(doc: str) -> None:
+    assert unknown_services(doc) == []
+    assert services() <= set(first_column(section(doc, "Services")))
+
+
+def test_every_event_and_endpoint_of_the_contract_is_on_the_map(doc: str) -> None:
+    ticked = set(TICKED.findall(doc))
+    assert sorted(set(MESSAGES) - ticked) == [] and sorted(set(REQUESTS) - ticked) == []
+
+
+def test_every_path_the_map_names_exists(doc: str) -> None:
+    assert missing_paths(doc) == []
+
+
+def test_the_checks_fail_on_a_planted_mistake(doc: str) -> None:
+    planted = ("\n## Services\n| `scheduler` | x | y |\n## Streams\n| `EVENTS` | x |\n"
+               "`binder.pod.evicted.v1` `placement.pod.>` `quota.pod.>` `health.stats` `libs/placement/nowhere.py`\n")
+    assert unknown_subjects(planted) == ["binder.pod.evicted.v1", "quota.pod.>"]
+    assert unknown_services(planted) == ["scheduler"] and unknown_streams(planted) == ["EVENTS"]
+    assert missing_paths(planted) == ["libs/placement/nowhere.py"]
