@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from forecast_helpers import shared_data
 
-from gpuaware.forecast import Series
+from gpuaware.forecast import Series, rmse, smape
 from gpuaware.forecast.baselines import ets, ewma, persistence, seasonal_naive
-from gpuaware.forecast.evaluate import evaluate, rmse, smape
+from gpuaware.forecast.evaluate import evaluate
 
 
 def _series(values: list[float], step_s: float = 600.0) -> Series:

@@ -23,13 +23,11 @@ _total``, read from each placement instance's metrics at the end of the run; `pl
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from gpuaware import tsdb
+from gpuaware.forecast import rmse
 
 __all__ = ["DEMAND_MODEL", "demand_accuracy", "describe", "ensure_demand_model", "helios_files",
            "placement_forecast_effect"]
@@ -99,8 +97,8 @@ FROM forecast_points WHERE series = %s ORDER BY issued_at, horizon_s
 """
 
 
-def _rmse(errors: list[float]) -> float | None:
-    return round(math.sqrt(float(np.mean(np.square(errors)))), 3) if errors else None
+def _rmse(actual: list[float], forecast: list[float]) -> float | None:
+    return round(rmse(actual, forecast), 3) if actual else None
 
 
 async def demand_accuracy(pool: Any, cluster: str, started_at: float) -> dict[str, Any]:
@@ -123,24 +121,25 @@ async def demand_accuracy(pool: Any, cluster: str, started_at: float) -> dict[st
     per_h: dict[str, dict[str, Any]] = {}
     plot: dict[float, tuple[float, float]] = {}
     for h_min in HORIZONS:
-        err_m, err_p, covered = [], [], 0
+        actuals, p50s, origins, covered = [], [], [], 0
         for issued, h, p50, p90, actual, _model, _version in rows:
             if round(float(h)) != h_min * 60 or actual is None:
                 continue
             origin = actual_at.get(round(float(issued)))
             if origin is None:
                 continue
-            err_m.append(p50 - actual)
-            err_p.append(origin - actual)
+            actuals.append(actual)
+            p50s.append(p50)
+            origins.append(origin)
             covered += p90 is not None and actual <= p90 + 1e-9
             if h_min == 30:
                 plot[float(issued) + float(h)] = (p50, p90 if p90 is not None else float("nan"))
-        model_rmse, persist_rmse = _rmse(err_m), _rmse(err_p)
+        model_rmse, persist_rmse = _rmse(actuals, p50s), _rmse(actuals, origins)
         per_h[str(h_min)] = {
-            "points": len(err_m), "rmse": model_rmse, "persistence_rmse": persist_rmse,
+            "points": len(actuals), "rmse": model_rmse, "persistence_rmse": persist_rmse,
             "vs_persistence": (round(1 - model_rmse / persist_rmse, 3)
                                if model_rmse is not None and persist_rmse else None),
-            "p90_coverage": round(covered / len(err_m), 3) if err_m else None}
+            "p90_coverage": round(covered / len(actuals), 3) if actuals else None}
     for _i, _h, _p50, _p90, _a, model, version in rows:
         label = version if model == "lstm" else f"{model} ({version})"
         models[label] = models.get(label, 0) + 1

@@ -12,10 +12,11 @@
 Modules: ``series`` (regular grid, gaps), ``datasets`` (Helios, Philly, GenTD26,
 splits), ``baselines`` (persistence, seasonal naive, EWMA, ETS), ``features`` (the model's inputs,
 one implementation for training and serving), ``model`` (torch LSTM, training, ONNX export),
-``runtime`` (onnxruntime streaming), ``evaluate`` (rolling-origin RMSE / sMAPE). This is the only
-package that imports torch and onnxruntime (tests/lint/import_layers.py).
+``runtime`` (onnxruntime streaming), ``accuracy`` (RMSE, sMAPE), ``evaluate`` (rolling origins).
+This is the only package that imports torch and onnxruntime (tests/lint/import_layers.py).
 """
 
+from gpuaware.forecast.accuracy import rmse, smape
 from gpuaware.forecast.series import Series, SeriesError, regularise
 
-__all__ = ["Series", "SeriesError", "regularise"]
+__all__ = ["Series", "SeriesError", "regularise", "rmse", "smape"]

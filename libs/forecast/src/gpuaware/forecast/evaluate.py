@@ -4,8 +4,7 @@ A forecast for target index ``i`` at horizon ``h`` is issued at origin ``i - h``
 were observed count (a filled gap is not a correct forecast). Metrics:
 
 * RMSE in the series' units;
-* sMAPE in percent, ``200 |a - f| / (|a| + |f|)`` with 0/0 counted as 0 (a VC idle and forecast idle
-  is a perfect forecast, not an undefined one), the Helios/CES definition.
+* sMAPE in percent (both defined in ``accuracy``).
 
 Aggregation over series: RMSE pools the squared errors of every target of every series (so it is
 the RMSE of "a forecast, any series"), sMAPE averages every term. ``relative_rmse`` is the other
@@ -20,27 +19,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from gpuaware.forecast.accuracy import rmse, smape
 from gpuaware.forecast.baselines import BASELINES
 from gpuaware.forecast.series import Series
 
-__all__ = ["Evaluation", "SeriesResult", "evaluate", "rmse", "smape"]
-
-
-def rmse(actual: np.ndarray, forecast: np.ndarray) -> float:
-    ok = np.isfinite(actual) & np.isfinite(forecast)
-    return float(np.sqrt(np.mean((actual[ok] - forecast[ok]) ** 2))) if ok.any() else float("nan")
-
-
-def _smape_terms(actual: np.ndarray, forecast: np.ndarray) -> np.ndarray:
-    ok = np.isfinite(actual) & np.isfinite(forecast)
-    a, f = actual[ok], forecast[ok]
-    den = np.abs(a) + np.abs(f)
-    return np.divide(200.0 * np.abs(a - f), den, out=np.zeros_like(den), where=den > 0)
-
-
-def smape(actual: np.ndarray, forecast: np.ndarray) -> float:
-    terms = _smape_terms(actual, forecast)
-    return float(terms.mean()) if len(terms) else float("nan")
+__all__ = ["Evaluation", "SeriesResult", "evaluate"]
 
 
 @dataclasses.dataclass
@@ -73,15 +56,10 @@ class Evaluation:
         for m in self.models:
             r, s = {}, {}
             for h in self.horizons_min:
-                sq, terms = [], []
-                for res in self.results:
-                    f = res.forecasts[m][h]
-                    ok = np.isfinite(res.actual) & np.isfinite(f)
-                    sq.append((res.actual[ok] - f[ok]) ** 2)
-                    terms.append(_smape_terms(res.actual, f))
-                allsq, allterms = np.concatenate(sq), np.concatenate(terms)
-                r[str(h)] = float(np.sqrt(allsq.mean())) if len(allsq) else float("nan")
-                s[str(h)] = float(allterms.mean()) if len(allterms) else float("nan")
+                actual = np.concatenate([res.actual for res in self.results])
+                forecast = np.concatenate([res.forecasts[m][h] for res in self.results])
+                r[str(h)] = rmse(actual, forecast)
+                s[str(h)] = smape(actual, forecast)
             out[m] = {"rmse_at": r, "smape_at": s}
         return out
 
