@@ -2,7 +2,7 @@
 
 Why: kube-scheduler with an HTTP extender manages under 10 pods/s at 1,000 nodes (kubernetes#72634,
 the JSON of 1,000 full Node objects per call); with ``nodeCacheCapable: true`` only names travel and
-the answer comes from our cache. The goal (issue 14) is >= 500 pods/s.
+the answer comes from our cache. The goal is >= 500 pods/s.
 
 What it runs: 1,000 nodes built from the recorded DGX A100 Node object (``../shared/k8s``) with a mix
 of GPU counts (8, 4, 2, 1) translated by ``gpuaware.k8s.translate`` into the placement service's own

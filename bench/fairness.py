@@ -1,4 +1,4 @@
-"""Fairness benchmark (issue 12): FIFO, priority only, and quota's fair share side by side.
+"""Fairness benchmark: FIFO, priority only, and quota's fair share side by side.
 
 What it replays, on one 64-GPU cluster (the Pollux artifact's size), at 0.5 / 1.0 / 1.5 / 2.0x load:
   * **philly**: real jobs of ``pollux/traces/philly.csv`` (loaded with ``gpuaware.sim.workload_gen.
@@ -33,10 +33,7 @@ subject here, and placement's packing is measured by bench-placement):
     reclaims low-class work, a tenant inside its guarantee reclaims from borrowers
     (``QuotaLedger.reclaim_plan``: lower priority first, checkpointable first, least progress at risk --
     the work since the job's last 15-minute checkpoint, told to the ledger as the binder tells quota).
-    Within its class, a preempted job resumes before every job that never started. (Resuming first
-    only within its tenant, quota+turns' median JCT increase from preemption on Pollux at 0.5 / 1.0 /
-    1.5 / 2.0x was 33 / 26 / 24 / 11 % instead of 27 / 22 / 13 / 7 %; on Philly at 2.0x it was 8.5 %
-    instead of 12.2 %.)
+    Within its class, a preempted job resumes before every job that never started.
   * ``quota+backfill``: the same, but waiting jobs start by EASY backfilling (gpuaware.quota.backfill)
     instead of first fit: the head job gets a reservation at its shadow time, later jobs start only if
     they end before it or fit in the extra GPUs; durations are predicted online (the median of the
@@ -45,22 +42,11 @@ subject here, and placement's packing is measured by bench-placement):
     water-filled share for a while (decayed mean shortfall >= 0.1 of its share, half-life 1 h) starts
     its narrowest waiting job by stopping pods of tenants at or above their share that are not owed a
     turn, of any class (the low class first), each having run at least 15 minutes since it last
-    started; checked after every event and every 5 minutes. (With victims only from tenants above
-    their share that owed nothing, and of no higher class than the job, Jain in contended hours at
-    0.5 / 1.0 / 1.5 / 2.0x was 0.959 / 0.949 / 0.937 / 0.913 and preemption added 27 / 22 / 13 / 7 %;
-    from tenants at their share too, but of no higher class, 0.955 / 0.954 / 0.944 / 0.912 and
-    27 / 17 / 11 / 5 %.) This is what lets a tenant whose jobs are all wider than its share (Pollux's imagenet:
-    24-48 GPUs against about 11) be served on average; the cost is more, cheap preemptions.
-    Its two settings, swept on Pollux (2026-11-27, the mended count; Jain in contended hours and the
-    preemption cost at 0.5 / 1.0 / 1.5 / 2.0x): due 0.1 with a 15-minute lease (these) gives 0.964 /
-    0.972 / 0.979 / 0.967 and 30.3 / 17.0 / 10.5 / 7.1 %. Fewer turns lose Jain (due 0.2: 0.954 /
-    0.966 / 0.967 / 0.955, 30.1 / 19.9 / 16.6 / 10.6 %; due 0.4 or a 30- or 60-minute lease: Jain
-    below 0.95 at 1.0x, costing 34.6, 16.6 or 21.6 % there); more turns make more preemptions and cost
-    more at 1.0x (due 0.05: 20.2 %; a 5- or 10-minute lease: 26.8 or 22.3 %).
-Turn-taking was first tried with victims losing the work since their last periodic checkpoint: at
-1.0x on Pollux Jain (contended hours) fell from 0.888 to 0.834, with 647 preemptions instead of 242
-and average JCT 2.79 h instead of 2.18 h. With the victim checkpointed when it is stopped, as the
-binder does, it is ``quota+turns``.
+    started; checked after every event and every 5 minutes. This is what lets a tenant whose jobs are
+    all wider than its share (Pollux's imagenet: 24-48 GPUs against about 11) be served on average;
+    the cost is more, cheap preemptions. The two settings (due 0.1, a 15-minute lease) are
+    gpuaware.quota.turns' defaults; bench/results/fairness.md has the sweep that chose them and the
+    variants measured before.
 Why not ``gpuaware.sim.online.run_online``: its pending order is fixed (QoS, arrival) and it has no
 preemption, which are exactly what is compared here; the loop below is the smallest one that has both.
 
@@ -69,9 +55,7 @@ Reported per source, load and policy: Jain's index over tenants (equal weights) 
 at least two tenants asking, and over the windows where demand exceeded the cluster), p99 queue
 delay of the high class (goal: >= 50 % below FIFO's, the no-preemption baseline), the JCT increase
 of preempted low-class jobs two ways -- against the same job under FIFO (reordering included), and
-what preemption itself added (work redone, restarts, waiting again; over the JCT without them;
-until 2026-11-27 the restart after a job's last resume was left out, so the earlier figures quoted
-above are each a little low) --,
+what preemption itself added (work redone, restarts, waiting again; over the JCT without them) --,
 average JCT and makespan, with the published Tiresias/Pollux figures beside
 (``PUBLISHED_NUMBERS.md``). Every figure of Pollux is the mean over its 8 workloads; the goals are
 judged on those means (for the JCT increases, the mean of each workload's median). The increases are

@@ -1,4 +1,4 @@
-"""Forecast benchmark: issue 11's acceptance figures, through the library the CLI and the service use.
+"""Forecast benchmark: demand forecasting's acceptance figures, through the library the CLI and the service use.
 
 What it runs (gpuaware.forecast.experiment: the same prepare / fit / run as `gpuaware forecast evaluate`):
   1. Philly node sequence, the published split (10-minute max; train Oct, validate Nov, test Dec 1-14):

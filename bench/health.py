@@ -1,9 +1,9 @@
-"""Health benchmark: issue 13's evaluation on real HBM error logs, beside the authors' published figures.
+"""Health benchmark: health scoring on real HBM error logs, beside the authors' published figures.
 
 What it runs:
   1. `gpuaware health evaluate --hbm-errors <Calchas public file> --lead-hours 1,6,24 --out <tmp>`, the
      command itself (a subprocess of this interpreter): its summary.json is the headline, with the
-     acceptance checks of issue 13 (a): recall at 1/6/24 h lead at least the never-recover rule's,
+     acceptance checks: recall at 1/6/24 h lead at least the never-recover rule's,
      quarantined server-hours at most half of the hours that rule withholds;
   2. the tuning record, through the same library code (gpuaware.health.hbm, one replay per
      configuration): the aftershock amplitude K over a grid, scored on the whole file and on each half
@@ -11,7 +11,7 @@ What it runs:
      4x; the quarantine threshold of the risk;
   3. the Calchas authors' server-level figures (PROVENANCE.md), quoted beside ours with the caveat that
      their protocol differs.
-Section (b) of issue 13, "fleet" in the results (``--section fleet`` runs it alone, ``--section calchas``
+The simulated fleet, "fleet" in the results (``--section fleet`` runs it alone, ``--section calchas``
 the above alone; the other section's figures are kept from the existing file):
   4. a SimulatedFleet of 128 nodes x 8 GPUs (A100 80GB, H100, A100 40GB from the one catalog, load from
      the real utilisation traces) for 7 simulated days; faults drawn by gpuaware.gpu.fleet_faults from

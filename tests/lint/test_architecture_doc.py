@@ -2,8 +2,8 @@
 
 The map drifts when code moves and nobody rereads it. Every backticked name in it that has the shape
 of a subject, a stream, a service or a repository path is checked against the code: subjects against
-the contract's registry (`gpuaware.schemas.registry`) and the operational endpoints the services
-define, streams against `gpuaware.schemas.streams.STREAMS`, services against `services/*/`, paths
+the contract's registry (`gpuaware.schemas.registry`) and its operational endpoints (the services'
+`*.stats`, `gpuaware.schemas.permissions.OPERATIONAL_ENDPOINTS`), streams against `gpuaware.schemas.streams.STREAMS`, services against `services/*/`, paths
 against the tree. The other way round, every stream and every subject of the registry must appear.
 Each check is also run on a planted mistake, so a check that cannot fail fails here.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuaware.schemas.deadletter import DEAD_LETTER_PREFIX
+from gpuaware.schemas.permissions import OPERATIONAL_ENDPOINTS
 from gpuaware.schemas.registry import MESSAGES, REQUESTS
 from gpuaware.schemas.streams import STREAMS, subject_matches
 
@@ -25,19 +26,11 @@ DOC = REPO / "docs" / "ARCHITECTURE.md"
 TICKED = re.compile(r"`([^`\n]+)`")
 SUBJECT_SHAPE = re.compile(r"^[a-z_]+(\.([a-z_]+|v[0-9]+|\*|>))+$")
 PATH_ROOTS = ("libs/", "services/", "schemas/", "bench/", "tests/", "docs/", "helm/", "deploy/")
-# what services define as a subject of their own (the operational `*.stats` endpoints)
-SERVICE_SUBJECT = re.compile(r'^[A-Z_]*SUBJECT\s*=\s*"([a-z_.]+)"', re.MULTILINE)
-
-
-def service_subjects() -> set[str]:
-    found: set[str] = set()
-    for path in (REPO / "services").glob("*/src/gpuaware/services/*/*.py"):
-        found.update(SERVICE_SUBJECT.findall(path.read_text()))
-    return found
 
 
 def known_subjects() -> set[str]:
-    return set(MESSAGES) | set(REQUESTS) | service_subjects()
+    operational = {subject for subjects in OPERATIONAL_ENDPOINTS.values() for subject in subjects}
+    return set(MESSAGES) | set(REQUESTS) | operational
 
 
 def subject_roots() -> set[str]:

@@ -351,7 +351,7 @@ async def _measured_utilisation(pool: Any, run: RunResult, cfg: DemoConfig) -> d
     # from the agent's first reading on (before it, the GPUs were not measured, not idle)
     t0, t1 = max(v0 - run.started_at, samples[0][0]), v1 - run.started_at
     # where the twin jumped over a quiet stretch no wall time passed and nothing was read: a gap, not
-    # the last reading held flat across hours (issue 15: a line "flat at 0.10 from hour 3 to 7")
+    # the last reading held flat across hours (a line "flat at 0.10 from hour 3 to 7" that nothing measured)
     gaps = [(a - run.started_at, b - run.started_at) for a, b in clock_jumps(run.clock, cfg.speed)]
     starts, means, mean = utilisation_series(samples, len(run.gpus), t0, t1, max((t1 - t0) / 96, 60.0), gaps=gaps)
     return {"status": "measured", "samples": len(rows), "gpus_reporting": len({u for _, u, _ in rows}),

@@ -85,7 +85,7 @@ __all__ = [
 HOUR = 3600.0
 DAY = 86400.0
 UE_EPISODE_GAP_S = 24 * HOUR
-"""an uncorrectable error after this long without one starts an episode (issue 13's definition)"""
+"""an uncorrectable error after this long without one starts an episode (``gpuaware.health.hbm``'s definition)"""
 QUIET_AFTER_S = 7 * DAY
 """a corrected-error burst with no uncorrectable error this long after it is noise (the precision window)"""
 

@@ -1,4 +1,4 @@
-"""The simulated-fleet evaluation (issue 13 (b)): streams of per-GPU observations scored by the
+"""The simulated-fleet evaluation: streams of per-GPU observations scored by the
 ``HealthBook`` and by the peers' never-recover rule, against the ground truth of a fault plan.
 
 Like ``hbm`` for the Calchas file, this module decides nothing itself: every state comes from

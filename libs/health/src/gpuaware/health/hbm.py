@@ -10,7 +10,7 @@ last, plus one at every event time, each carrying the server's cumulative ECC co
 (``ecc_corrected_aggregate`` += CE, ``ecc_uncorrected_aggregate`` += UER + UEO). Those observations
 go through ``HealthBook.observe``, the code the service runs; nothing here decides a state.
 
-Definitions (issue 13):
+Definitions:
 
 * a UE episode is an uncorrectable error (UER or UEO) after at least 24 h without one on that server;
 * an episode at time ``e`` is caught at lead ``L`` when the server's state at ``e - L`` (after every
@@ -204,7 +204,7 @@ class HbmEvaluation:
         return sum(len(v) for v in self.episodes.values())
 
     def summary(self) -> dict[str, Any]:
-        """The contract's summary.json (issue 13), numbers rounded for reading."""
+        """The contract's summary.json, numbers rounded for reading."""
         return {
             "servers": self.servers,
             "ue_episodes": self.ue_episodes,
