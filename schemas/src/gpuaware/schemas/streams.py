@@ -17,8 +17,8 @@ Rules the specs follow (and ``tests/schemas`` enforces):
   duplicate window (``Nats-Msg-Id`` dedupe) covers a publisher's retries after a timeout (a failed
   handler is retried within the consumers' longest back-off, 60 s) and a leader handover (seconds).
   It is not free: the server keeps every id of the window in memory (about 100 bytes each), so the
-  busy loop streams keep NATS's default two minutes (10 minutes at 500 pods/s held 1.2 M ids, about
-  100 MB, in `make bench-soak`); consumers are idempotent past the window anyway;
+  busy loop streams keep NATS's default two minutes (bench/results/NOTES.md: what a longer window
+  held in `make bench-soak`); consumers are idempotent past the window anyway;
 * high-rate telemetry is bounded by age *and* bytes, discarding the oldest: it is a buffer in front
   of the collector, not the history (TimescaleDB is). Agents re-announce inventory well within
   ``max_age_s`` so a late reader always finds it.

@@ -6,10 +6,10 @@ once within the stream's duplicate window. `publish_async` pipelines many such p
 connection and returns the ack future; `publish_core` is fire-and-forget for subjects whose
 readers tolerate loss (or that a bounded stream captures anyway). All three carry trace context.
 
-`publish_async` does not use nats-py's `JetStreamContext.publish_async`. That one costs about 30 µs
-of client CPU per message (a semaphore taken through `asyncio.wait_for`, a random token read from the
-OS, the reply parsed by `json` into a dataclass, two futures and a callback settled), the largest
-bus cost of a placement decision. It also leaves the future pending forever when the stream answers
+`publish_async` does not use nats-py's `JetStreamContext.publish_async`. That one does much work per
+message (a semaphore taken through `asyncio.wait_for`, a random token read from the OS, the reply
+parsed by `json` into a dataclass, two futures and a callback settled): the largest bus cost of a
+placement decision (bench/results/NOTES.md has the measurement). It also leaves the future pending forever when the stream answers
 with an error (its parser raises inside the reply callback). Here one reply subscription per
 connection (`_AckInbox`, under the connection's inbox prefix, so per-service permissions hold) maps
 a counter token to one future, and msgspec decodes the reply. An error reply fails the future with
@@ -17,8 +17,7 @@ nats-py's own exception types; no stream, with `NoStreamResponseError`; and no r
 `ack_timeout_s`, with `TimeoutError`; sent before the connection was re-established (the reply
 was routed through a server that is gone, or lost in the reconnect), with `ConnectionError` at the
 next sweep after the reconnect, so a pipelined caller retries within a second instead of stalling for
-the whole ack timeout (its `Nats-Msg-Id` lands a resent message once). Measured on the 2-core dev machine (20,000 pipelined
-publishes and their acks, client CPU): 30 µs per message through nats-py's, 16 µs here.
+the whole ack timeout (its `Nats-Msg-Id` lands a resent message once).
 """
 
 from __future__ import annotations

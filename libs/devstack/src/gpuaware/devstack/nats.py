@@ -47,7 +47,7 @@ streams cap at 29 GiB (each node of a cluster holds them all), so a disk with le
 refused them, and the 3-node fault drill failed or passed with the free disk. A dev stack stores what
 its streams hold, not their caps."""
 BCRYPT_COST = 10
-"""the work factor of the hashes in auth.conf (nats-server checks one per connection: ~50 ms here)"""
+"""the work factor of the hashes in auth.conf (nats-server checks one per connection, so it stays low)"""
 
 
 def nats_server_binary() -> Path:

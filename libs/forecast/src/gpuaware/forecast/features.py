@@ -13,8 +13,8 @@ the strong baseline at minute resolution) is the easy output, and what it learns
 predictable: time of day / week, distance from the slow and fast means, a step just taken, a gap.
 
 The scale is a spread, not a level: the day-long mean of |one-step change| x sqrt(horizon_ref), at
-least ``floor``. Dividing by the level (tried first) left Philly's targets around 0.03 and the
-network learnt nothing but "no change"; with a spread the targets are O(1) at every horizon.
+least ``floor``. Divided by the level, Philly's targets would sit around 0.03 and the network would
+learn nothing but "no change"; with a spread the targets are O(1) at every horizon.
 """
 
 from __future__ import annotations

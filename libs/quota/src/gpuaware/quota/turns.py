@@ -19,9 +19,8 @@ time-slicing as Gandiva and Themis do it, at checkpoint granularity.
   node for good (the philly demo's 8-GPU pods waited a whole day behind such jobs). It takes pods
   of any priority, lower priority first: priority orders a queue's own pods, fair share orders the
   queues, as in KAI Scheduler's reclaim. Otherwise a queue that marks its jobs high would never
-  yield, and on Pollux's workloads at 2.0x the high class (a fifth of the jobs) held 34 of 64 GPUs
-  while imagenet waited for hours (bench-fairness: Jain 0.912 in contended hours with the priority
-  limit, 0.967 without). It only takes pods that can checkpoint and have run for at least
+  yield: on Pollux's workloads at 2.0x the high class (a fifth of the jobs) held most of the GPUs
+  while imagenet waited for hours (bench/results/fairness.md). It only takes pods that can checkpoint and have run for at least
   ``lease_s`` (and their queue's ``min_runtime_s``) since they last started; then the most
   over-served queue first, and within a queue the longest-running pod first. The binder checkpoints
   a victim before it stops it, so a turn costs the victim a restart, not its work.
