@@ -8,8 +8,9 @@
     recommend_drain(a, pods)                                # which pods to move, in what order
     score_stream(observations, config)                      # the same scoring over any stream
 
-Modules: ``observation`` (the input and the adapters from samples and rollups), ``tracker`` (scores,
-components, reasons, the bad-input handling), ``state`` (hysteresis, overrides), ``risk`` (the failure
+Modules: ``observation`` (the input and the adapters from samples and rollups), ``tracker`` (the
+``HealthBook``: bad-input handling, overrides, persistence), ``components`` (each component's score,
+reasons and evidence), ``track`` (what is kept per GPU, the ``Assessment``), ``state`` (hysteresis, overrides), ``risk`` (the failure
 risk, with its arithmetic), ``xid`` (NVIDIA's XID catalogue), ``alerts``, ``drain``, ``hbm`` (the
 Calchas evaluation behind ``gpuaware health evaluate``), ``config`` (every knob). README.md has the
 whole API for the service.
