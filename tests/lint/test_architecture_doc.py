@@ -122,3 +122,33 @@ def test_the_checks_fail_on_a_planted_mistake(doc: str) -> None:
     assert unknown_subjects(planted) == ["binder.pod.evicted.v1", "quota.pod.>"]
     assert unknown_services(planted) == ["scheduler"] and unknown_streams(planted) == ["EVENTS"]
     assert missing_paths(planted) == ["libs/placement/nowhere.py"]
+
+
+# --- README: the way in -------------------------------------------------------------------------------
+LINK = re.compile(r"\]\(([^)#\s]+)(#[^)]*)?\)")
+
+
+def quick_start(readme: str) -> str:
+    return section(readme, "Quick start")
+
+
+def broken_links(path: Path) -> list[str]:
+    """Relative links of a Markdown file that point at nothing in the tree."""
+    return [target for target, _anchor in LINK.findall(path.read_text())
+            if "://" not in target and not (path.parent / target).exists()]
+
+
+def test_the_quick_start_is_two_commands_in_at_most_fifteen_lines() -> None:
+    text = quick_start((REPO / "README.md").read_text())
+    assert len(text.strip().splitlines()) <= 15
+    commands = [line.split("#")[0].strip() for line in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)[0].splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+def test_the_readme_and_the_docs_link_only_to_what_exists(tmp_path: Path) -> None:
+    for path in [REPO / "README.md", *(REPO / "docs").glob("*.md"), REPO / "bench" / "results" / "README.md"]:
+        assert broken_links(path) == [], path
+    (tmp_path / "here.md").write_text("")
+    planted = tmp_path / "planted.md"
+    planted.write_text("[a](nowhere.md) [b](https://example.org/x) [c](here.md#a-section)")
+    assert broken_links(planted) == ["nowhere.md"]
