@@ -291,15 +291,16 @@ def test_the_demo_reads_placements_forecast_counters_from_their_metrics_and_says
     from prometheus_client import generate_latest
 
     from gpuaware.cli.demo_forecast import effect_line, placement_forecast_effect
+    from gpuaware.placement import SignalEffect
     from gpuaware.runtime.metrics import ServiceMetrics
     from gpuaware.services.placement.metrics import placement_samples
 
     def text(scored: int, changed: int, gpu_changed: int) -> str:
         summary = {"pods": {"pending": 1}, "gpu_milli_used": 0, "gpu_milli_total": 8000,
-                   "counters": {"decided": scored, "unschedulable": 0, "victims_planned": 0, "fair_reclaims": 0},
-                   "cache": {"watched_scored": scored, "watched_changed": changed, "watched_gpu_changed": gpu_changed}}
+                   "counters": {"decided": scored, "unschedulable": 0, "victims_planned": 0, "fair_reclaims": 0}}
+        effect = SignalEffect("forecast", scored=scored, changed=changed, gpu_changed=gpu_changed)
         service = SimpleNamespace(leading=True, state=SimpleNamespace(summary=lambda: summary),
-                                  durations=SimpleNamespace(answered=0))
+                                  durations=SimpleNamespace(answered=0), forecast_effect=effect)
         metrics = ServiceMetrics("placement", "test", "c", "p1")
         metrics.source(lambda: placement_samples(service))
         return generate_latest(metrics.registry).decode()

@@ -10,11 +10,11 @@ from placement_helpers import node, occupy
 
 from gpuaware.placement import Cluster, PodRequest, TypicalPods, fit_kernels, row_kernels
 from gpuaware.placement import frag_kernels as kernels
+from gpuaware.placement.builtin import REGISTRY
 from gpuaware.placement.cache import CachedScheduler
 from gpuaware.placement.compiled import kernel
 from gpuaware.placement.frag import frag_delta_share, frag_delta_whole, sigmoid_score
 from gpuaware.placement.framework import CycleState, rows_view, usable_gpus
-from gpuaware.placement.registry import REGISTRY
 from gpuaware.placement.warmup import warm_up
 from gpuaware.placement.waste import WasteGradientScore
 

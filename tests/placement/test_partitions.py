@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from placement_helpers import node
 
 from gpuaware.placement import POLICIES, Cluster, CycleState, PodRequest, TypicalPods
+from gpuaware.placement.builtin import REGISTRY
 from gpuaware.placement.partitions import StrictPartitions
 from gpuaware.placement.preempt import Victim
-from gpuaware.placement.registry import REGISTRY
 from gpuaware.placement.session import Placed, Session
 
 QUEUES = ("a", "b", "c")

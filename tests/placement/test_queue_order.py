@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from gpuaware.placement.builtin import REGISTRY
 from gpuaware.placement.ledger import Phase, PodEntry
 from gpuaware.placement.model import NodeSpec, PodRequest
 from gpuaware.placement.planner import Decided, Planner, PlannerConfig
-from gpuaware.placement.queue_order import FairShareOrder, TenantDemand, order_for
-from gpuaware.placement.registry import REGISTRY
+from gpuaware.placement.queue_order import FairShareOrder, PrioritySort, TenantDemand
+from gpuaware.placement.registry import ProfileError
 
 
 def pod(uid: str, queue: str, gpus: int = 1, *, priority: int = 0, checkpointable: bool = True) -> PodRequest:
@@ -92,10 +93,31 @@ def test_reclaim_spares_pods_that_cannot_checkpoint_or_outrank_the_starved_pod()
     assert order.reclaim_victims(waiting[1], held[:3], at_share, now=10.0) == []
 
 
-def test_unknown_order_is_refused_with_the_choices():
-    assert order_for("priority") is None
-    with pytest.raises(ValueError, match="priority, fair-share"):
-        order_for("lottery")
+def test_the_queue_sort_is_a_profile_entry_with_typed_arguments():
+    fgd = REGISTRY.policy_config("BestFit")
+    with pytest.raises(ProfileError, match="unknown queue sort 'lottery'; known: fair-share, priority"):
+        REGISTRY.validate({**fgd, "queue_sort": {"name": "lottery"}})
+    with pytest.raises(ProfileError, match=r"\$\.queue_sort\.args\.starved_below"):
+        REGISTRY.validate({**fgd, "queue_sort": {"name": "fair-share", "args": {"starved_below": 0}}})
+    entry = {"name": "fair-share", "args": {"starved_below": 0.5, "turn_due": 0.1, "min_runtime_s": 60.0}}
+    built = REGISTRY.build_framework({**fgd, "queue_sort": entry}, capacity=lambda: 8.0).queue_sort
+    assert isinstance(built, FairShareOrder) and built.tenant_aware
+    assert (built.starved_below, built.turn_due, built.min_runtime_s, built.capacity()) == (0.5, 0.1, 60.0, 8.0)
+    assert built.owed is not None  # turn-taking on
+    with pytest.raises(ValueError, match="needs the cluster's GPU capacity"):
+        REGISTRY.build_framework({**fgd, "queue_sort": entry})
+    assert REGISTRY.build_framework(fgd).queue_sort is None  # none named: priority, then arrival
+    priority = REGISTRY.build_framework({**fgd, "queue_sort": {"name": "priority"}}).queue_sort
+    assert isinstance(priority, PrioritySort) and not priority.tenant_aware
+
+
+def test_priority_sort_orders_by_priority_then_arrival_and_starves_nobody():
+    order = PrioritySort()
+    waiting = [entry("late-high", "a", Phase.PARKED, seq=3, priority=5), entry("early", "b", Phase.PARKED, seq=1),
+               entry("later", "a", Phase.PARKED, seq=2)]
+    demand = order.demand(waiting)
+    assert [e.uid for e in order.sort(waiting, demand)] == ["late-high", "early", "later"]
+    assert not order.starved("a", demand) and order.reclaim_victims(waiting[1], [], demand, now=0.0) == []
 
 
 def _planner(order: str, **config: float) -> Planner:
@@ -220,22 +242,22 @@ def test_a_pod_kept_off_the_reserved_node_waits_for_gpus_not_for_the_binder():
 
 def test_the_worlds_clock_is_its_latest_event_plus_the_time_since_not_this_clock():
     p = _planner("fair-share")
-    assert p.world_now() == 1000.0  # nothing heard from the world yet: this clock
-    p.world_event(50_000.0)  # the digital twin's virtual time, on its own epoch
+    assert p.world.now() == 1000.0  # nothing heard from the world yet: this clock
+    p.world.event(50_000.0)  # the digital twin's virtual time, on its own epoch
     p.now[0] += 10.0  # type: ignore[attr-defined]
-    assert p.world_now() == 50_010.0
-    p.world_event(40_000.0)  # an older event read late does not turn the clock back
-    assert p.world_now() == 50_010.0
+    assert p.world.now() == 50_010.0
+    p.world.event(40_000.0)  # an older event read late does not turn the clock back
+    assert p.world.now() == 50_010.0
 
 
 def test_a_pod_is_not_reclaimed_before_its_minimum_runtime_on_the_worlds_clock():
     p = _planner("fair-share")  # this clock says 1,000; reclaim_min_runtime_s is 60
     _fill_with_big(p)  # bound at world time 0
-    p.world_event(30.0)  # the world is 30 s past those binds: too young to evict
+    p.world.event(30.0)  # the world is 30 s past those binds: too young to evict
     p.submit("small", 0, pod("small", "small", 2))
     outcomes, _ = p.retry()
     assert not [o for o in outcomes if isinstance(o, Decided)]
-    p.world_event(100.0)
+    p.world.event(100.0)
     outcomes, _ = p.retry()
     assert [o.entry.uid for o in outcomes if isinstance(o, Decided)] == ["small"]
 

@@ -31,17 +31,9 @@ from gpuaware.placement import (
 )
 from gpuaware.placement import registry as registry_module
 from gpuaware.placement.args import NoArgs, SignalAwareArgs, WasteGradientArgs
-from gpuaware.placement.registry import (
-    DEFAULT_PROFILE,
-    OURS,
-    POLICIES,
-    REGISTRY,
-    Kind,
-    Plugin,
-    PluginSet,
-    ProfileError,
-    Registry,
-)
+from gpuaware.placement.builtin import POLICIES, REGISTRY
+from gpuaware.placement.profiles import DEFAULT_PROFILE, OURS
+from gpuaware.placement.registry import Kind, Plugin, PluginSet, ProfileError, Registry
 from gpuaware.placement.stock import KUBE_DEFAULT, FirstFitScore, WholeGpu
 from gpuaware.runtime import SettingsError
 from gpuaware.services.placement.settings import PlacementSettings

@@ -27,7 +27,7 @@ from gpuaware.placement.cache import CachedScheduler
 from gpuaware.placement.effects import SignalEffect
 from gpuaware.placement.explain import node_reasons
 from gpuaware.placement.framework import BestFitGpu, CycleGpu, rows_view
-from gpuaware.placement.registry import SIGNAL_WEIGHTS
+from gpuaware.placement.profiles import SIGNAL_WEIGHTS
 from gpuaware.placement.signals import (
     ForecastHeadroomScore,
     HealthScore,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuaware.runtime import SettingsError
@@ -10,7 +12,7 @@ from gpuaware.services.placement.settings import PlacementSettings
 
 def test_the_service_refuses_an_unknown_order_and_out_of_range_knobs():
     assert PlacementSettings(queue_order="fair-share").queue_order == "fair-share"
-    with pytest.raises(SettingsError, match="QUEUE_ORDER must be one of priority, fair-share"):
+    with pytest.raises(SettingsError, match="QUEUE_ORDER must be one of fair-share, priority"):
         PlacementSettings(queue_order="lottery")
     with pytest.raises(SettingsError, match="STARVED_BELOW"):
         PlacementSettings(starved_below=0.0)
@@ -20,3 +22,12 @@ def test_the_service_refuses_an_unknown_order_and_out_of_range_knobs():
     assert PlacementSettings().reservations == 0  # none held unless asked for (see the setting)
     assert PlacementSettings().turn_due == 0.1  # fair-share takes turns unless told not to (0)
     assert PlacementSettings(turn_due=0.0).turn_due == 0.0
+
+
+def test_the_order_settings_become_the_profiles_queue_sort_unless_it_names_one():
+    assert "queue_sort" not in PlacementSettings().policy_config  # none named: priority
+    fair = PlacementSettings(queue_order="fair-share", starved_below=0.5, turn_due=0.0, duration_default_s=900.0)
+    assert fair.policy_config["queue_sort"] == {"name": "fair-share", "args": {
+        "starved_below": 0.5, "default_s": 900.0, "min_runtime_s": 600.0, "turn_due": 0.0, "turn_lease_s": 900.0}}
+    own = {"score": [{"name": "bestfit", "weight": 1}], "queue_sort": {"name": "priority"}}
+    assert PlacementSettings(queue_order="fair-share", profile=json.dumps(own)).policy_config == own

@@ -3,6 +3,8 @@
 Public API re-exported here; modules are internal.
 """
 
+from gpuaware.placement.builtin import BUILTIN, POLICIES, REGISTRY, build_scheduler, canonical_policy, policy
+from gpuaware.placement.cache import CachedScheduler, Pick, PickObserver
 from gpuaware.placement.cluster import (
     DEGRADED,
     HEALTHY,
@@ -12,6 +14,7 @@ from gpuaware.placement.cluster import (
     ReserveError,
     Snapshot,
 )
+from gpuaware.placement.effects import SignalEffect
 from gpuaware.placement.frag import FragModel, FragState, TypicalPods
 from gpuaware.placement.framework import (
     BestFitGpu,
@@ -39,25 +42,19 @@ from gpuaware.placement.model import (
     PodRequest,
     RequestError,
 )
+from gpuaware.placement.profiles import DEFAULT_PROFILE, OURS, PUBLISHED, SIGNAL_WEIGHTS, VARIANTS
+from gpuaware.placement.queue_order import FairShareOrder, PrioritySort, QueueSort
 from gpuaware.placement.registry import (
-    DEFAULT_PROFILE,
-    OURS,
-    POLICIES,
-    PUBLISHED,
-    REGISTRY,
-    VARIANTS,
     Kind,
     Plugin,
     PluginContext,
     PluginSet,
     ProfileError,
     Registry,
-    build_scheduler,
-    canonical_policy,
-    policy,
 )
 
 __all__ = [
+    "BUILTIN",
     "DEFAULT_PROFILE",
     "DEGRADED",
     "GPU_CATALOG",
@@ -70,13 +67,16 @@ __all__ = [
     "PUBLISHED",
     "QUARANTINED",
     "REGISTRY",
+    "SIGNAL_WEIGHTS",
     "VARIANTS",
     "Allocation",
     "BestFitGpu",
+    "CachedScheduler",
     "Cluster",
     "Code",
     "CycleState",
     "Decision",
+    "FairShareOrder",
     "FilterPlugin",
     "FragModel",
     "FragState",
@@ -85,11 +85,15 @@ __all__ = [
     "GpuSelector",
     "Kind",
     "NodeSpec",
+    "Pick",
+    "PickObserver",
     "Plugin",
     "PluginContext",
     "PluginSet",
     "PodRequest",
+    "PrioritySort",
     "ProfileError",
+    "QueueSort",
     "RandomGpu",
     "Registry",
     "RequestError",
@@ -97,6 +101,7 @@ __all__ = [
     "ResourcesFit",
     "Scheduler",
     "ScorePlugin",
+    "SignalEffect",
     "Snapshot",
     "Status",
     "TypicalPods",

@@ -31,6 +31,7 @@ from msgspec import Meta
 __all__ = [
     "CpuReserveArgs",
     "DefaultPreemptionArgs",
+    "FairShareArgs",
     "FilterEntry",
     "NoArgs",
     "PluginArgs",
@@ -112,9 +113,27 @@ class DefaultPreemptionArgs(PluginArgs, frozen=True):
     """most nodes whose victims are weighed per plan"""
 
 
+class FairShareArgs(PluginArgs, frozen=True):
+    """``fair-share`` queue sort (queue_order.py).
+
+    ``{"queue_sort": {"name": "fair-share", "args": {"starved_below": 1.0, "turn_due": 0.1}}}``
+    """
+
+    starved_below: Annotated[float, Meta(gt=0, le=1)] = 1.0
+    """a tenant running less than this fraction of its fair share is starved (goes first, may reclaim)"""
+    default_s: Annotated[float, Meta(gt=0)] = 3600.0
+    """the runtime of a pod nobody predicted yet"""
+    min_runtime_s: Annotated[float, Meta(ge=0)] = 600.0
+    """a running pod is not reclaimed before it ran this long (world seconds since its bind)"""
+    turn_due: Annotated[float, Meta(ge=0)] = 0.0
+    """turn-taking (0: off): a tenant owed this fraction of its share lately is starved too"""
+    turn_lease_s: Annotated[float, Meta(ge=0)] = 900.0
+    """turn-taking: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
+
+
 class FilterEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One plugin of a profile's ``filter`` list (``{"name": "gpu-fit"}``), or of its ``pre_filter``,
-    ``permit``, ``reserve`` and ``post_filter`` lists."""
+    """One plugin of a profile's ``filter`` list (``{"name": "gpu-fit"}``), of its ``pre_filter``,
+    ``permit``, ``reserve`` and ``post_filter`` lists, or its ``queue_sort``."""
 
     name: str
     args: dict[str, Any] = {}
@@ -133,7 +152,8 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """A scheduler profile's shape. `filter` absent (None): ResourcesFit + GpuFit, kube-scheduler's
     pair; when given it is the whole list, in order. `seed` overrides the caller's seed. The other
     extension points (extensions.py) take lists of plugins run in order; `post_filter` absent (None)
-    lets the caller add the built-in preemption as its settings say, an empty list means none."""
+    lets the caller add the built-in preemption as its settings say, an empty list means none.
+    `queue_sort` absent: ``priority``."""
 
     score: Annotated[tuple[ScoreEntry, ...], Meta(min_length=1)]
     filter: Annotated[tuple[FilterEntry, ...], Meta(min_length=1)] | None = None
@@ -143,5 +163,6 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     permit: tuple[FilterEntry, ...] = ()
     reserve: tuple[FilterEntry, ...] = ()
     post_filter: tuple[FilterEntry, ...] | None = None
+    queue_sort: FilterEntry | None = None
     name: str | None = None
     seed: int | None = None

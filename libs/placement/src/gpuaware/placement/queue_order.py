@@ -1,11 +1,18 @@
 """In which order waiting pods get freed capacity: kube-scheduler's QueueSort point, and fair-share reclaim.
 
 Why: in a full cluster every departure frees a few GPUs and the retry pass hands them to the first
-waiting pods that fit, so the order of the waiting pods *is* the scheduling policy. Two orders:
+waiting pods that fit, so the order of the waiting pods *is* the scheduling policy. A profile names
+one order, with typed arguments (a registry kind, ``queue_sort``; absent: ``priority``)::
 
-* ``priority`` (kube-scheduler's PrioritySort, stock Kubernetes): priority, then arrival.
-* ``fair-share``: priority first; within a priority, tenants (queues) below their fair share go
-  first, most starved first; everyone else shortest predicted first, then arrival.
+    {"score": [...], "queue_sort": {"name": "fair-share", "args": {"starved_below": 1.0, "turn_due": 0.1}}}
+
+* ``priority`` (`PrioritySort`, kube-scheduler's PrioritySort, stock Kubernetes): priority, then arrival.
+* ``fair-share`` (`FairShareOrder`, `args.FairShareArgs`): priority first; within a priority, tenants
+  (queues) below their fair share go first, most starved first; everyone else shortest predicted
+  first, then arrival.
+
+Both implement `QueueSort`; its `tenant_aware` trait says whether tenants' shares matter at all (when
+not, nobody is ever starved and a caller may skip the share bookkeeping).
 
 Fair share is water-filled over what each tenant wants *now* -- its running plus waiting GPUs -- with
 equal weights (``gpuaware.quota.water_fill``, quota's one implementation): a tenant wanting less than
@@ -14,24 +21,23 @@ runs less than ``starved_below`` of that share (a *capped* tenant -- one wanting
 split, sharing what is left with the others like it -- only below ``CAPPED_STARVED`` of that, or the
 capped tenants would take turns reclaiming from each other). Everyone not starved goes shortest
 predicted job first (shortest-job-first with predicted runtimes, PAI's and Tiresias's finding: order by
-runtime cuts average completion time). Measured on the Philly demo's day: tenant order alone keeps
-wide jobs of small tenants waiting for hours, because a whole node never drains while one-GPU jobs
-keep taking each freed GPU; so a starved tenant's pod that fits nowhere may also *reclaim*:
+runtime cuts average completion time). Tenant order alone can keep wide jobs of small tenants waiting
+for hours, because a whole node never drains while one-GPU jobs keep taking each freed GPU; so a
+starved tenant's pod that fits nowhere may also *reclaim*:
 ``reclaim_victims`` names the running pods it may evict -- pods of capped tenants holding more than
 their share, checkpointable (they resume from the checkpoint the binder asks for), past a minimum
 runtime; the session evicts the fewest of them on one node. A victim's tenant dipping under its share
 is not starved for it, so it does not take the GPUs straight back.
 
 Reclaim is not always possible (no node where evictable pods make room); then, where the planner's
-``max_reservations`` allows (none by default: on the philly demo a held node cost allocation and
-bought no fairness), each starved tenant's first waiting pod wider than one GPU gets a *reservation*
+``max_reservations`` allows (none by default), each starved tenant's first waiting pod wider than one GPU gets a *reservation*
 (EASY backfilling, as quota's backfill and Slurm do it, per node here; a one-GPU pod takes the next
 GPU freed anywhere, being first in line): the node where it fits soonest by the predicted ends of the
 pods running there (quota's ``shadow``), held for it -- a pod that would still run at that time is not placed there, a shorter
 one is (backfill). A running pod past its prediction is expected to run as long again as it has run
 (runtimes are heavy-tailed), so an overdue node is not reserved on a promise already broken.
 
-With ``turn_due`` above 0 (0 here; the placement service's default is 0.1), a tenant below its share
+With ``turn_due`` above 0 (0 by default; the placement service's default is 0.1), a tenant below its share
 and owed service lately (``gpuaware.quota.turns.OwedService``: the decayed mean of share - running) is
 starved too, and may also reclaim pods of tenants at or above their share not owed a turn, past
 ``turn_lease_s``, even if their tenant then dips below its share: it is then owed, and gets its turn
@@ -45,8 +51,9 @@ Pure: ledger entries in, an order, a victim list or a reservation out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
 
 from gpuaware.placement.ledger import HOLDING, WAITING, Phase, PodEntry
 from gpuaware.placement.model import MILLI
@@ -54,9 +61,8 @@ from gpuaware.quota.backfill import Running, shadow
 from gpuaware.quota.fairshare import water_fill
 from gpuaware.quota.turns import OwedService
 
-__all__ = ["ORDERS", "FairShareOrder", "Reservation", "TenantDemand", "order_for", "queue_of"]
+__all__ = ["FairShareOrder", "PrioritySort", "QueueSort", "Reservation", "TenantDemand", "queue_of"]
 
-ORDERS = ("priority", "fair-share")
 CAPPED_STARVED = 0.75
 """a capped tenant is starved below this fraction of ``starved_below`` (see ``FairShareOrder.starved``)"""
 
@@ -106,9 +112,97 @@ class TenantDemand:
         return self.running.get(tenant, 0.0) / share if share > 0 else 1.0
 
 
+class QueueSort(Protocol):
+    """kube-scheduler's QueueSort extension point, with what a tenant-aware order adds: which tenants
+    are starved (they go first and may reclaim), the pods they may evict, the node a starved pod's
+    turn is held on, and the predicted runtimes shortest-first ordering reads."""
+
+    name: ClassVar[str]
+    tenant_aware: ClassVar[bool]
+    """False: nobody is ever starved, no victims, no reservations; the order is priority, then arrival
+    (the ledger's own), so a caller may skip `demand` and the passes built on it"""
+
+    def demand(self, entries: Iterable[PodEntry]) -> TenantDemand:
+        """What each tenant runs and waits for now, and its share."""
+        ...
+
+    def observe(self, demand: TenantDemand, now: float) -> None:
+        """Fold the tenants' service now into whatever the order remembers (turn-taking)."""
+        ...
+
+    def sort(self, waiting: Sequence[PodEntry], demand: TenantDemand) -> list[PodEntry]:
+        """The waiting pods in the order they are offered capacity."""
+        ...
+
+    def starved(self, tenant: str, demand: TenantDemand) -> bool: ...
+
+    def reclaim_victims(self, entry: PodEntry, holding: Iterable[PodEntry], demand: TenantDemand,
+                        now: float) -> list[str]:
+        """Running pods (uids) `entry` may evict, in the order they should go."""
+        ...
+
+    def reserve(self, entry: PodEntry, holding: Iterable[PodEntry], gpus_of_node: Mapping[str, int],
+                models: Mapping[str, str], now: float) -> Reservation | None:
+        """The node `entry` fits on soonest and when; None when none ever (or the order holds none)."""
+        ...
+
+    def predict(self, uid: str, seconds: float) -> None:
+        """The duration predictor's runtime for a waiting pod."""
+        ...
+
+    def forget(self, uid: str) -> None:
+        """The pod left: drop what was predicted for it."""
+        ...
+
+    def runtime(self, uid: str) -> float:
+        """The pod's predicted runtime (the default when nobody predicted it)."""
+        ...
+
+
+@dataclass(slots=True)
+class PrioritySort:
+    """``priority``: priority, then arrival; tenants play no part."""
+
+    name: ClassVar[str] = "priority"
+    tenant_aware: ClassVar[bool] = False
+    default_s: float = 3600.0
+
+    def demand(self, entries: Iterable[PodEntry]) -> TenantDemand:
+        return TenantDemand({}, {}, {})
+
+    def observe(self, demand: TenantDemand, now: float) -> None:
+        return None
+
+    def sort(self, waiting: Sequence[PodEntry], demand: TenantDemand) -> list[PodEntry]:
+        return sorted(waiting, key=lambda e: (-_priority(e), e.seq))
+
+    def starved(self, tenant: str, demand: TenantDemand) -> bool:
+        return False
+
+    def reclaim_victims(self, entry: PodEntry, holding: Iterable[PodEntry], demand: TenantDemand,
+                        now: float) -> list[str]:
+        return []
+
+    def reserve(self, entry: PodEntry, holding: Iterable[PodEntry], gpus_of_node: Mapping[str, int],
+                models: Mapping[str, str], now: float) -> Reservation | None:
+        return None
+
+    def predict(self, uid: str, seconds: float) -> None:
+        return None
+
+    def forget(self, uid: str) -> None:
+        return None
+
+    def runtime(self, uid: str) -> float:
+        return self.default_s
+
+
 @dataclass(slots=True)
 class FairShareOrder:
     """The ``fair-share`` order and its reclaim rule (see the module docstring)."""
+
+    name: ClassVar[str] = "fair-share"
+    tenant_aware: ClassVar[bool] = True
 
     capacity: Callable[[], float]
     """GPUs in the cluster now"""
@@ -146,7 +240,16 @@ class FairShareOrder:
         limit = self.starved_below * (CAPPED_STARVED if demand.capped(tenant) else 1.0)
         return demand.attained(tenant) < limit or self.due_turn(tenant, demand)
 
-    def sort(self, waiting: list[PodEntry], demand: TenantDemand) -> list[PodEntry]:
+    def predict(self, uid: str, seconds: float) -> None:
+        self.predicted[uid] = seconds
+
+    def forget(self, uid: str) -> None:
+        self.predicted.pop(uid, None)
+
+    def runtime(self, uid: str) -> float:
+        return self.predicted.get(uid, self.default_s)
+
+    def sort(self, waiting: Sequence[PodEntry], demand: TenantDemand) -> list[PodEntry]:
         def key(e: PodEntry) -> tuple[float, int, float, int]:
             prio = -_priority(e)
             t = queue_of(e)
@@ -235,11 +338,3 @@ class Reservation:
     def admits(self, runtime_s: float) -> bool:
         return self.now + runtime_s <= self.shadow
 
-
-def order_for(name: str, **kwargs: object) -> FairShareOrder | None:
-    """The order called ``name``: None for ``priority`` (the ledger's own order), else the plugin."""
-    if name == "priority":
-        return None
-    if name == "fair-share":
-        return FairShareOrder(**kwargs)  # type: ignore[arg-type]
-    raise ValueError(f"unknown queue order {name!r}: one of {', '.join(ORDERS)}")

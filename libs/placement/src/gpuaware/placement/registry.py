@@ -1,4 +1,4 @@
-"""The one registry of placement plugins and policies, closed and validated before anything runs.
+"""The registry of placement plugins and policies: closed and validated before anything runs.
 
 A policy is configuration, not code:
 
@@ -13,30 +13,23 @@ whole list, in order. The profile's shape and every plugin's arguments are msgsp
 plugin is refused with the list of known ones, a bad or unknown argument with its path
 (``Expected `float`, got `str` - at `$.score[0].args.strand```). The placement service does this when
 its settings load (`Registry.validate`), so a bad ``GPUAWARE_PLACEMENT_PROFILE`` stops the process at
-start-up instead of failing at the first decision. Plugins that need the workload's typical pods or
-randomness receive them through `PluginContext`, so the same configuration runs in the evaluator and in
-the service. `DEFAULT_PROFILE` (GpuAware) is the profile a deployment should run; `OURS`
-(WasteGradient) stays the packing policy the benchmarks compare.
+start-up instead of failing at the first decision. Plugins that need the workload's typical pods,
+randomness or the cluster's GPU count receive them through `PluginContext`, so the same configuration
+runs in the evaluator and in the service.
 
-Why closed. The registry used to be module-level dicts that other modules filled by being imported
-(``register_policy``), so `KubeDefault` existed only in processes that happened to import
-``gpuaware.placement.stock`` (the demo needed a ``--preload`` launcher), and what a name meant depended
-on import order. Now every built-in plugin and policy is listed in the tables below, in this one
-module, and `REGISTRY` is built from them by one call (`Registry.of`); it is immutable (frozen
-dataclass over read-only mappings), so nothing can change it at runtime. Other packages contribute
-through the entry-point group ``gpuaware.placement.plugins``, each entry a `PluginSet`, loaded only when
-someone calls `load_plugin_sets` / `Registry.with_entry_points` (never at import); a name defined twice
-is refused, not overridden.
+Why closed: what a name means must not depend on which modules a process happened to import. The
+built-in plugins and policies are one `PluginSet` (builtin.py, policies in profiles.py) and the
+registry every caller uses is built from it by one call (`Registry.of`); it is immutable (frozen
+dataclass over read-only mappings). Other packages contribute through the entry-point group
+``gpuaware.placement.plugins``, each entry a `PluginSet`, loaded only when someone calls
+`load_plugin_sets` / `Registry.with_entry_points` (never at import); a name defined twice is refused,
+not overridden.
 
-To add a built-in plugin: write the class (one Protocol per phase, framework.py), an args Struct in
-args.py if it takes arguments, and one line in the table of its kind below, e.g.
-
-    _SCORES = {..., "my-score": Plugin(lambda ctx, a: MyScore(a.alpha), MyScoreArgs)}
-
-Kinds: one per extension point, kube-scheduler's meaning (framework.py, extensions.py): filter,
-score, gpu (the GPU selector), pre_filter, permit, reserve, post_filter. `Registry.build` gives the
-filter/score/select `Scheduler`; `Registry.build_framework` gives it with the plugins of the other
-points, as the scheduling session (session.py) runs them.
+Kinds: one per extension point, kube-scheduler's meaning (framework.py, extensions.py,
+queue_order.py): filter, score, gpu (the GPU selector), pre_filter, permit, reserve, post_filter,
+queue_sort. `Registry.build` gives the filter/score/select `Scheduler`; `Registry.build_framework`
+gives it with the plugins of the other points, as the scheduling session (session.py) runs them;
+its `queue_sort` is the profile's order of waiting pods.
 """
 
 from __future__ import annotations
@@ -50,62 +43,15 @@ from typing import Any, Generic, TypeVar
 import msgspec
 import numpy as np
 
-from gpuaware.placement.args import (
-    CpuReserveArgs,
-    DefaultPreemptionArgs,
-    FilterEntry,
-    NoArgs,
-    PluginArgs,
-    Profile,
-    SignalAwareArgs,
-    ThroughputArgs,
-    WasteGradientArgs,
-)
-from gpuaware.placement.cpu_reserve import GpuNodeCpuReserve
-from gpuaware.placement.extensions import DefaultPreemption
+from gpuaware.placement.args import FilterEntry, NoArgs, PluginArgs, Profile
+from gpuaware.placement.cache import CachedScheduler, PickObserver
 from gpuaware.placement.frag import TypicalPods
-from gpuaware.placement.framework import (
-    BestFitGpu,
-    CycleGpu,
-    FilterPlugin,
-    GpuFit,
-    GpuSelector,
-    RandomGpu,
-    ResourcesFit,
-    Scheduler,
-    ScorePlugin,
-    WeightedScore,
-    WholeGpuOnly,
-)
-from gpuaware.placement.hetero import ThroughputScore
-from gpuaware.placement.policies import (
-    BestFitScore,
-    DotProdScore,
-    FgdScore,
-    GpuClusteringScore,
-    GpuPackingScore,
-    RandomScore,
-)
+from gpuaware.placement.framework import FilterPlugin, GpuSelector, Scheduler, ScorePlugin, WeightedScore
+from gpuaware.placement.queue_order import QueueSort
 from gpuaware.placement.session import Framework
-from gpuaware.placement.signals import (
-    ForecastHeadroomScore,
-    HealthScore,
-    SignalAwareGpu,
-    ThermalPowerScore,
-    TopologyScore,
-)
-from gpuaware.placement.stock import KUBE_DEFAULT, KUBE_DEFAULT_CONFIG, FirstFitScore, WholeGpu
-from gpuaware.placement.waste import FgdFloatScore, WasteGradientScore
 
 __all__ = [
-    "DEFAULT_PROFILE",
     "ENTRY_POINT_GROUP",
-    "OURS",
-    "POLICIES",
-    "PUBLISHED",
-    "REGISTRY",
-    "SIGNAL_WEIGHTS",
-    "VARIANTS",
     "Kind",
     "Plugin",
     "PluginContext",
@@ -113,10 +59,7 @@ __all__ = [
     "ProfileError",
     "Registry",
     "ResolvedProfile",
-    "build_scheduler",
-    "canonical_policy",
     "load_plugin_sets",
-    "policy",
 ]
 
 T = TypeVar("T")
@@ -140,16 +83,19 @@ class Kind(enum.StrEnum):
     PERMIT = "permit"
     RESERVE = "reserve"
     POST_FILTER = "post_filter"
+    QUEUE_SORT = "queue_sort"
 
     @property
     def noun(self) -> str:
-        return {"gpu": "GPU selector"}.get(self.value, f"{self.value.replace('_', '-')} plugin")
+        return {"gpu": "GPU selector", "queue_sort": "queue sort"}.get(
+            self.value, f"{self.value.replace('_', '-')} plugin")
 
 
 @dataclass(frozen=True, slots=True)
 class PluginContext:
-    """What plugin factories may draw on: the workload's typical pods, a seed for randomness, and the
-    registry itself (for plugins that wrap another plugin, as signal-aware wraps a GPU selector)."""
+    """What plugin factories may draw on: the workload's typical pods, a seed for randomness, the
+    registry itself (for plugins that wrap another plugin, as signal-aware wraps a GPU selector) and
+    the cluster's GPU count (for orders that weigh tenants' shares of it)."""
 
     typical: TypicalPods | None = None
     seed: int = 0
@@ -159,6 +105,8 @@ class PluginContext:
     memory: dict[str, Any] | None = None
     """the caller's state that outlives one build of a profile (profiles are rebuilt when the node set
     changes): a plugin keeps what it must remember under its own name, e.g. preemption cooldowns"""
+    capacity: Callable[[], float] | None = None
+    """GPUs in the cluster now (the caller's view)"""
 
     def remembered(self, plugin: str) -> dict[str, Any]:
         """This plugin's memory (a fresh dict when the caller keeps none)."""
@@ -169,14 +117,21 @@ class PluginContext:
             raise ValueError(f"plugin {plugin!r} needs typical pods (the workload's request distribution)")
         return self.typical
 
+    def need_capacity(self, plugin: str) -> Callable[[], float]:
+        if self.capacity is None:
+            raise ValueError(f"plugin {plugin!r} needs the cluster's GPU capacity")
+        return self.capacity
+
     def rng(self, salt: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])
 
     def gpu_selector(self, name: str) -> GpuSelector:
         """Another GPU selector of the registry, with its default arguments."""
-        registry = self.registry if self.registry is not None else REGISTRY
-        plugin = registry.plugin(Kind.GPU, name)
-        return plugin.factory(self, msgspec.convert({}, plugin.args))
+        if self.registry is None:
+            raise ValueError(f"GPU selector {name!r} is looked up in a registry, and this context has none")
+        plugin = self.registry.plugin(Kind.GPU, name)
+        selector: GpuSelector = plugin.factory(self, msgspec.convert({}, plugin.args))
+        return selector
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +178,8 @@ class ResolvedProfile:
     gpu: Bound[GpuSelector]
     others: Mapping[Kind, tuple[Bound[Any], ...] | None] = field(default_factory=dict)
     """pre_filter, permit, reserve, post_filter plugins (None: the profile left post_filter out)"""
+    queue_sort: Bound[QueueSort] | None = None
+    """None: the profile names none (``priority``)"""
 
 
 def _freeze(value: Any) -> Any:
@@ -355,7 +312,10 @@ class Registry:
             others[kind] = None if entries is None else tuple(
                 self._bind(kind, e.name, e.args, f"$.{kind.value}[{i}].name", f"$.{kind.value}[{i}].args")
                 for i, e in enumerate(entries))
-        return ResolvedProfile(profile, filters, scores, gpu, types.MappingProxyType(others))
+        queue_sort = None if profile.queue_sort is None else self._bind(
+            Kind.QUEUE_SORT, profile.queue_sort.name, profile.queue_sort.args, "$.queue_sort.name",
+            "$.queue_sort.args")
+        return ResolvedProfile(profile, filters, scores, gpu, types.MappingProxyType(others), queue_sort)
 
     def _bind(self, kind: Kind, name: str, raw: Mapping[str, Any], name_at: str, args_at: str) -> Bound[Any]:
         try:
@@ -389,10 +349,11 @@ class Registry:
         return self._scheduler(resolved, self._context(resolved.profile, typical, seed), tie_rank, name)
 
     def _context(self, profile: Profile, typical: TypicalPods | None, seed: int,
-                 clock: Callable[[], float] | None = None, memory: dict[str, Any] | None = None) -> PluginContext:
+                 clock: Callable[[], float] | None = None, memory: dict[str, Any] | None = None,
+                 capacity: Callable[[], float] | None = None) -> PluginContext:
         """The profile's own seed wins over the caller's."""
         return PluginContext(typical=typical, seed=int(seed if profile.seed is None else profile.seed), registry=self,
-                             clock=clock, memory=memory)
+                             clock=clock, memory=memory, capacity=capacity)
 
     def _scheduler(self, resolved: ResolvedProfile, ctx: PluginContext, tie_rank: np.ndarray | None,
                    name: str | None) -> Scheduler:
@@ -416,14 +377,19 @@ class Registry:
         memory: dict[str, Any] | None = None,
         default_post_filter: Mapping[str, Any] | None = None,
         extra_filters: Sequence[FilterPlugin] = (),
+        observers: Sequence[PickObserver] = (),
+        capacity: Callable[[], float] | None = None,
     ) -> Framework:
         """The scheduler and the plugins of every other extension point, for a scheduling session.
         `default_post_filter` (an entry such as ``{"name": "default-preemption", "args": {...}}``) is
         used when the profile names no `post_filter` list of its own. `extra_filters` are built
         plugins added after the profile's filters, whatever the profile (e.g. strict partitions fed
-        from the quota tree: a constraint of the cluster, not a choice of the profile)."""
+        from the quota tree: a constraint of the cluster, not a choice of the profile). `observers`
+        are shown the score cache's decisions (`CachedScheduler.observe`). `capacity` (the cluster's
+        GPUs now) is what a tenant-aware queue sort weighs shares against; `Framework.queue_sort` is
+        None when the profile names no queue sort (priority, then arrival)."""
         resolved = self.resolve(config)
-        ctx = self._context(resolved.profile, typical, seed, clock, memory)
+        ctx = self._context(resolved.profile, typical, seed, clock, memory, capacity)
         scheduler = self._scheduler(resolved, ctx, tie_rank, name)
         if extra_filters:
             scheduler.filters = (*scheduler.filters, *extra_filters)
@@ -436,10 +402,14 @@ class Registry:
         def built(kind: Kind, bounds: tuple[Bound[Any], ...] | None) -> tuple[Any, ...]:
             return tuple(b.build(ctx) for b in bounds or ())
 
-        return Framework.of(scheduler, pre_filters=built(Kind.PRE_FILTER, resolved.others.get(Kind.PRE_FILTER)),
-                            permits=built(Kind.PERMIT, resolved.others.get(Kind.PERMIT)),
-                            reservers=built(Kind.RESERVE, resolved.others.get(Kind.RESERVE)),
-                            post_filters=built(Kind.POST_FILTER, post))
+        framework = Framework.of(CachedScheduler(scheduler, observers=observers),
+                                 pre_filters=built(Kind.PRE_FILTER, resolved.others.get(Kind.PRE_FILTER)),
+                                 permits=built(Kind.PERMIT, resolved.others.get(Kind.PERMIT)),
+                                 reservers=built(Kind.RESERVE, resolved.others.get(Kind.RESERVE)),
+                                 post_filters=built(Kind.POST_FILTER, post))
+        if resolved.queue_sort is not None:
+            framework.queue_sort = resolved.queue_sort.build(ctx)
+        return framework
 
 
 def load_plugin_sets(group: str = ENTRY_POINT_GROUP) -> tuple[PluginSet, ...]:
@@ -461,169 +431,3 @@ def load_plugin_sets(group: str = ENTRY_POINT_GROUP) -> tuple[PluginSet, ...]:
             raise ProfileError(f"entry point {ep.name!r} ({ep.value}) of {group!r} is not a PluginSet")
         out.append(value)
     return tuple(out)
-
-
-# ---------------------------------------------------------------------------------------------------
-# The built-in tables: every plugin and policy gpuaware ships, in one place.
-# ---------------------------------------------------------------------------------------------------
-
-_FILTERS: dict[str, Plugin[FilterPlugin]] = {
-    "resources-fit": Plugin(lambda ctx, a: ResourcesFit()),
-    "gpu-fit": Plugin(lambda ctx, a: GpuFit()),
-    "whole-gpu-only": Plugin(lambda ctx, a: WholeGpuOnly()),
-    "gpu-node-cpu-reserve": Plugin(lambda ctx, a: GpuNodeCpuReserve(a.fraction), CpuReserveArgs),
-}
-
-_SCORES: dict[str, Plugin[ScorePlugin]] = {
-    "fgd": Plugin(lambda ctx, a: FgdScore(ctx.need_typical("fgd"))),
-    "bestfit": Plugin(lambda ctx, a: BestFitScore()),
-    "dotprod": Plugin(lambda ctx, a: DotProdScore()),
-    "gpupacking": Plugin(lambda ctx, a: GpuPackingScore()),
-    "gpuclustering": Plugin(lambda ctx, a: GpuClusteringScore()),
-    "random": Plugin(lambda ctx, a: RandomScore(rng=ctx.rng(1))),
-    # WasteGradientArgs' fields are WasteGradientScore's keyword arguments (a new one goes in both)
-    "waste-gradient": Plugin(
-        lambda ctx, a: WasteGradientScore(ctx.need_typical("waste-gradient"), **msgspec.structs.asdict(a)),
-        WasteGradientArgs),
-    "fgd-float": Plugin(lambda ctx, a: FgdFloatScore(ctx.need_typical("fgd-float"))),
-    "throughput": Plugin(lambda ctx, a: ThroughputScore(a.matrix), ThroughputArgs),
-    "health": Plugin(lambda ctx, a: HealthScore()),
-    "forecast-headroom": Plugin(lambda ctx, a: ForecastHeadroomScore()),
-    "topology": Plugin(lambda ctx, a: TopologyScore()),
-    "thermal-power": Plugin(lambda ctx, a: ThermalPowerScore()),
-    "first-fit": Plugin(lambda ctx, a: FirstFitScore()),  # KubeDefault's (stock.py)
-}
-
-
-def _check_signal_aware(args: SignalAwareArgs, registry: Registry) -> None:
-    inner = [n for n in registry.names(Kind.GPU)
-             if n != "signal-aware" and not msgspec.structs.fields(registry.plugins[Kind.GPU][n].args)]
-    if args.inner not in inner:
-        raise ValueError(f"unknown inner GPU selector {args.inner!r}; known: {', '.join(inner)} - at `$.inner`")
-
-
-_GPUS: dict[str, Plugin[GpuSelector]] = {
-    "best": Plugin(lambda ctx, a: BestFitGpu()),
-    "random": Plugin(lambda ctx, a: RandomGpu(rng=ctx.rng(2))),
-    "fgd": Plugin(lambda ctx, a: CycleGpu(FgdScore.gpu_key)),
-    "waste-gradient": Plugin(lambda ctx, a: CycleGpu(WasteGradientScore.gpu_key)),
-    "fgd-float": Plugin(lambda ctx, a: CycleGpu(FgdFloatScore.gpu_key)),
-    "signal-aware": Plugin(lambda ctx, a: SignalAwareGpu(ctx.gpu_selector(a.inner), tolerance=a.tolerance),
-                           SignalAwareArgs, check=_check_signal_aware),
-    "whole-gpu": Plugin(lambda ctx, a: WholeGpu()),  # KubeDefault's (stock.py)
-}
-
-_POST_FILTERS: dict[str, Plugin[Any]] = {
-    "default-preemption": Plugin(lambda ctx, a: DefaultPreemption(
-        a.max_victims, a.cooldown_s, a.max_candidates, clock=ctx.clock,
-        planned_at=ctx.remembered("default-preemption")), DefaultPreemptionArgs),
-}
-
-_PUBLISHED: dict[str, dict[str, Any]] = {
-    "Random": {"score": [{"name": "random", "weight": 1000}], "gpu": "random"},
-    "DotProd": {"score": [{"name": "dotprod", "weight": 1000}], "gpu": "best"},
-    "GpuClustering": {"score": [{"name": "gpuclustering", "weight": 1000}], "gpu": "best"},
-    "GpuPacking": {"score": [{"name": "gpupacking", "weight": 1000}], "gpu": "best"},
-    "BestFit": {"score": [{"name": "bestfit", "weight": 1000}], "gpu": "best"},
-    "FGD": {"score": [{"name": "fgd", "weight": 1000}], "gpu": "fgd"},
-}
-"""The six published policies, in the paper's order."""
-
-PUBLISHED = tuple(_PUBLISHED)
-
-OURS = "WasteGradient"
-"""Our policy: FGD's gradient on expected *waste* = fragmentation + GPU stranded by CPU + unfillable gaps."""
-
-
-def _waste(strand: float, gap: float, kappa: float = 30.0) -> dict[str, Any]:
-    return {"score": [{"name": "waste-gradient", "weight": 1000,
-                       "args": {"strand": strand, "gap": gap, "kappa": kappa}}], "gpu": "waste-gradient"}
-
-
-_OURS_AND_VARIANTS: dict[str, dict[str, Any]] = {
-    OURS: _waste(2.0, 4.0, 30.0),
-    # the variants tried on the way, kept so the comparison stays honest (see bench/results/placement.json)
-    "WasteGradient-StrandOnly": _waste(2.0, 0.0),
-    "WasteGradient-GapOnly": _waste(0.0, 4.0, 30.0),
-    "WasteGradient-RandomFill": _waste(2.0, 4.0, 1e6),  # gaps valued with unlimited small pods (no scarcity)
-    "FGD-Float": {"score": [{"name": "fgd-float", "weight": 1}], "gpu": "fgd-float"},
-}
-VARIANTS = tuple(p for p in _OURS_AND_VARIANTS if p != OURS)
-
-DEFAULT_PROFILE = "GpuAware"
-"""The default profile: OURS (WasteGradient, unchanged) plus the signal scores as tie-breakers.
-
-Weights. WasteGradient scores int(100 sigmoid(waste saved / 1000)) at weight 1000, so one point of it
-(about 40 milli-GPU of expected waste near the middle of the scale) is worth 1000. A signal score s at
-weight w moves a node by w * (difference in s); it outvotes k packing points only when that exceeds
-1000 k. The weights are chosen so that a signal breaks every packing tie, outvotes one packing point
-(up to three for a GPU at 0) only when the GPU is clearly bad, and never one for small differences:
-
-  signal             w    outvotes 1 packing point when       e.g.
-  health            32    health differs by >= 32 points      DEGRADED (<= 40) vs healthy 100: 1920
-  thermal-power     18    thermal/power differs by >= 56      90 degC vs cool: 1800; 75 degC (60): 720
-  forecast-headroom 12    overshoot differs by >= 0.84 GPU    a tie-breaker but for a GPU forecast full
-  topology          11    NVLink island (100) vs neither (0)  one NUMA node (60) vs neither: 660
-
-No single signal's weighted difference (at most 100 points) is a multiple of 1000, so a signal never
-exactly ties a number of packing points (ties would fall to the node rank, not to the signal).
-Unknown signals score 100 on every node (a constant), so without telemetry and topology the decisions
-are exactly WasteGradient's. The GPU choice is WasteGradient's too unless the picked GPU is more than
-25 quality points worse than the best fitting GPU of the node (signal-aware, tolerance 25).
-
-  {"score": [{"name": "waste-gradient", "weight": 1000, "args": {"strand": 2.0, "gap": 4.0, "kappa": 30.0}},
-             {"name": "health", "weight": 32}, {"name": "thermal-power", "weight": 18},
-             {"name": "forecast-headroom", "weight": 12}, {"name": "topology", "weight": 11}],
-   "gpu": "signal-aware", "gpu_args": {"inner": "waste-gradient", "tolerance": 25}}
-"""
-
-SIGNAL_WEIGHTS: Mapping[str, int] = types.MappingProxyType(
-    {"health": 32, "thermal-power": 18, "forecast-headroom": 12, "topology": 11})
-
-_DEFAULT: dict[str, Any] = {
-    "score": [*_OURS_AND_VARIANTS[OURS]["score"], *({"name": k, "weight": w} for k, w in SIGNAL_WEIGHTS.items())],
-    "gpu": "signal-aware",
-    "gpu_args": {"inner": _OURS_AND_VARIANTS[OURS]["gpu"], "tolerance": 25},
-}
-
-BUILTIN = PluginSet(
-    source="gpuaware.placement",
-    plugins={Kind.FILTER: _FILTERS, Kind.SCORE: _SCORES, Kind.GPU: _GPUS, Kind.POST_FILTER: _POST_FILTERS},
-    policies={**_PUBLISHED, **_OURS_AND_VARIANTS, DEFAULT_PROFILE: _DEFAULT, KUBE_DEFAULT: KUBE_DEFAULT_CONFIG},
-)
-"""Everything gpuaware ships."""
-
-REGISTRY: Registry = Registry.of(BUILTIN)
-"""The registry every caller uses unless it builds its own (`REGISTRY.with_entry_points()`)."""
-
-POLICIES: Mapping[str, Mapping[str, Any]] = REGISTRY.policies
-"""Every built-in policy's profile, read-only (`REGISTRY.policy_config(name)` gives a mutable copy)."""
-
-
-def canonical_policy(name: str) -> str:
-    """The registered spelling of a policy name (case-insensitive); ValueError listing known ones."""
-    return REGISTRY.canonical_policy(name)
-
-
-def build_scheduler(
-    config: Mapping[str, Any] | Profile,
-    *,
-    typical: TypicalPods | None = None,
-    seed: int = 0,
-    tie_rank: np.ndarray | None = None,
-    name: str | None = None,
-    registry: Registry = REGISTRY,
-) -> Scheduler:
-    """A Scheduler from a profile mapping:
-    {"filter": [{"name"}...], "score": [{"name", "weight", "args"}...], "gpu": name, "gpu_args": {...}}."""
-    return registry.build(config, typical=typical, seed=seed, tie_rank=tie_rank, name=name)
-
-
-def policy(
-    name: str, *, typical: TypicalPods | None = None, seed: int = 0, tie_rank: np.ndarray | None = None,
-    registry: Registry = REGISTRY,
-) -> Scheduler:
-    """A registered policy by name (case-insensitive)."""
-    canonical = registry.canonical_policy(name)
-    return registry.build(registry.policies[canonical], typical=typical, seed=seed, tie_rank=tie_rank,
-                          name=canonical)

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from gpuaware.placement.builtin import REGISTRY
 from gpuaware.placement.cluster import Cluster
 from gpuaware.placement.frag import TypicalPods
 from gpuaware.placement.framework import CycleState, Decision, rows_view, usable_gpus
 from gpuaware.placement.model import GPU_CATALOG, MILLI, NodeSpec, PodRequest
-from gpuaware.placement.registry import REGISTRY
 
 __all__ = ["warm_up"]
 

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpuaware import bus
+from gpuaware.placement import SignalEffect
 from gpuaware.placement.warmup import warm_up
 from gpuaware.runtime import ServiceContext
 from gpuaware.schemas.binder import PodBindFailed, PodBound, PodFinished, PodPreempted
@@ -81,6 +82,8 @@ class PlacementService:
                                              "a pending pod's event emitted -> its decision sent")
         ctx.metrics.source(lambda: placement_samples(self))
         typical = convert.typical_from_file(s.typical_pods_file) if s.typical_pods_file else None
+        self.forecast_effect = SignalEffect("forecast")
+        """how often the forecasts decided a placement (exported as gpuaware_placement_forecast_*)"""
         self.state = PlacementState(
             cluster_name=s.cluster, source=self.source, policy_name=s.policy_name, policy_config=s.policy_config,
             typical=typical, learn_typical=typical is None, typical_min_pods=s.typical_min_pods,
@@ -90,7 +93,7 @@ class PlacementService:
             checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree),
             queue_order=s.queue_order, starved_below=s.starved_below, duration_default_s=s.duration_default_s,
             reclaim_min_runtime_s=s.reclaim_min_runtime_s, max_reservations=s.reservations, turn_due=s.turn_due,
-            turn_lease_s=s.turn_lease_s)
+            turn_lease_s=s.turn_lease_s, observers=(self.forecast_effect,))
         self.followers: list[bus.Follower] = []
         self.lease: bus.LeaderLease | None = None  # or gpuaware.k8s.election.KubeLeaderLease (same interface)
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None

@@ -45,15 +45,13 @@ def placement_samples(service: Any) -> Iterable[Sample]:
                   c["fair_reclaims"])
     yield counter("gpuaware_placement_durations_predicted", "parked pods' runtimes the duration predictor answered",
                   service.durations.answered)
-    cache = summary["cache"]
+    effect = service.forecast_effect  # a gpuaware.placement.SignalEffect the service registered
     yield counter("gpuaware_placement_forecast_scored", "decisions made while per-GPU forecasts existed",
-                  cache.get("watched_scored", 0))
+                  effect.scored)
     yield counter("gpuaware_placement_forecast_changed",
-                  "decisions whose node would differ without the forecast-headroom score",
-                  cache.get("watched_changed", 0))
+                  "decisions whose node would differ without the forecast-headroom score", effect.changed)
     yield counter("gpuaware_placement_forecast_gpu_changed",
-                  "decisions on the same node whose GPUs would differ without the forecasts",
-                  cache.get("watched_gpu_changed", 0))
+                  "decisions on the same node whose GPUs would differ without the forecasts", effect.gpu_changed)
     for state in ("used", "total"):
         yield gauge("gpuaware_placement_gpu_milli", "GPU compute in the view, thousandths of a GPU",
                     summary[f"gpu_milli_{state}"], state=state)

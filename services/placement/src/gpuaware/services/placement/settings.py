@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from gpuaware.placement import DEFAULT_PROFILE, REGISTRY, ProfileError
-from gpuaware.placement.queue_order import ORDERS
+from gpuaware.placement import DEFAULT_PROFILE, REGISTRY, Kind, ProfileError
 from gpuaware.runtime import ServiceSettings, SettingsError
 
 
@@ -108,7 +107,8 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     queue_order: str = "priority"
     """The order parked pods get freed capacity in: ``priority`` (then arrival; kube-scheduler's
     PrioritySort) or ``fair-share`` (starved tenants first and they may reclaim from tenants above
-    their share; then shortest predicted runtime: `gpuaware.placement.queue_order`)."""
+    their share; then shortest predicted runtime: `gpuaware.placement.queue_order`). It and the
+    fair-share settings below become the profile's ``queue_sort`` entry unless the profile names one."""
     starved_below: float = 1.0
     """fair-share: a tenant running less than this fraction of its fair share is starved"""
     reclaim_min_runtime_s: float = 600.0
@@ -118,16 +118,12 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     turn_due: float = 0.1
     """fair-share: turn-taking (`gpuaware.quota.turns`; 0: off). A tenant below its share and owed this
     fraction of it lately (decayed mean shortfall, half-life 1 h) is starved, and may also reclaim pods
-    of tenants at or above their shares that are not owed a turn, even if that leaves them below.
-    On the philly demo (`gpuaware demo --trace philly --duration 60`) Jain read 0.965-0.969 in five
-    runs with it, 0.927-0.952 without: the one tenant whose 8-GPU pods never started without it (each
-    big node held a long 4-GPU pod of a tenant at its share) got 0.75-0.80 of what it asked, not 0.50."""
+    of tenants at or above their shares that are not owed a turn, even if that leaves them below."""
     turn_lease_s: float = 900.0
     """fair-share: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
     reservations: int = 0
     """fair-share: nodes held at once for starved tenants' pods wider than one GPU, others backfilling
-    them only with pods predicted to end first (EASY). Off by default: on the philly demo one held node
-    cost allocation (0.75-0.77 against 0.774) and was no fairer (Jain 0.92-0.94 against 0.94-0.95)"""
+    them only with pods predicted to end first (EASY). Off by default."""
     duration_timeout_s: float = 1.0
     checkpoint_grace_s: float = 60.0
     """how long (world time) a victim that can checkpoint is given to do so before it is evicted"""
@@ -166,8 +162,9 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
                 or self.takeover_cooldown_s < 0:
             raise SettingsError("GPUAWARE_PLACEMENT_TAKEOVER_BACKOFF_S, _BACKOFF_CAP_S and _SYNC_TIMEOUT_S must be > 0, "
                                 "_COOLDOWN_S >= 0")
-        if self.queue_order not in ORDERS:
-            raise SettingsError(f"GPUAWARE_PLACEMENT_QUEUE_ORDER must be one of {', '.join(ORDERS)}, "
+        orders = REGISTRY.names(Kind.QUEUE_SORT)
+        if self.queue_order not in orders:
+            raise SettingsError(f"GPUAWARE_PLACEMENT_QUEUE_ORDER must be one of {', '.join(orders)}, "
                                 f"not {self.queue_order!r}")
         if not 0 < self.starved_below <= 1 or self.reclaim_min_runtime_s < 0 or self.duration_default_s <= 0 \
                 or self.duration_timeout_s <= 0 or self.reservations < 0 or self.turn_due < 0 or self.turn_lease_s < 0:
@@ -182,8 +179,24 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
         return "custom" if self.profile else REGISTRY.canonical_policy(self.policy)
 
     @property
+    def queue_sort(self) -> dict[str, Any] | None:
+        """`queue_order` and the fair-share settings as a profile's ``queue_sort`` entry (None:
+        priority, what a profile naming no order gets)."""
+        if self.queue_order == "priority":
+            return None
+        if self.queue_order != "fair-share":
+            return {"name": self.queue_order}
+        return {"name": "fair-share", "args": {
+            "starved_below": self.starved_below, "default_s": self.duration_default_s,
+            "min_runtime_s": self.reclaim_min_runtime_s, "turn_due": self.turn_due, "turn_lease_s": self.turn_lease_s}}
+
+    @property
     def policy_config(self) -> dict[str, Any]:
-        return json.loads(self.profile) if self.profile else REGISTRY.policy_config(self.policy)
+        """The profile (`profile`, else the policy's), with `queue_sort` from the settings unless it names one."""
+        config: dict[str, Any] = json.loads(self.profile) if self.profile else REGISTRY.policy_config(self.policy)
+        if self.queue_sort is not None:
+            config.setdefault("queue_sort", self.queue_sort)
+        return config
 
     @property
     def durable(self) -> str:
