@@ -3,8 +3,6 @@ explanations."""
 
 from __future__ import annotations
 
-import asyncio
-
 import msgspec
 from placement_service_helpers import World, pending, placement
 
@@ -46,10 +44,9 @@ async def test_never_fits_is_unschedulable_with_a_reason_and_not_retried(world: 
         assert typed.node_classes[0].node_class == "2xT4/nvlink"
         assert typed.node_classes[0].rejected == {"no_matching_gpu_type": 1}
         assert typed.pod is not None and typed.pod.pod_uid == "typed"
-        # freeing capacity does not retry them into a loop: no further verdicts, no decisions
-        svc._retry_event.set()
-        await asyncio.sleep(0.3)
-        assert len(world.unschedulable) == 2 and not world.decisions
+        # freeing capacity does not retry them into a loop: the retry pass over parked pods skips both
+        outcomes, _more = svc.state.retry()
+        assert outcomes == [] and len(world.unschedulable) == 2 and not world.decisions
         assert svc.state.ledger.pods["huge"].phase == "unresolvable"
 
 
@@ -90,8 +87,9 @@ async def test_redelivered_pending_gives_one_decision(world: World, nats_proc, c
         p = pending(cluster, "dup", gpu_milli=500)
         await world.pend(p)
         await world.pend(p, msg_id="another-id")  # same pod, stored twice (a binder retry with a new id)
-        await world.wait(lambda: world.decisions, what="decision")
-        await asyncio.sleep(0.3)
+        # pending pods are decided in stream order: once a later pod is decided, the copy was handled
+        await world.pend(pending(cluster, "later", gpu_milli=250))
+        await world.wait(lambda: world.decision_for("later") is not None, what="the later pod's decision")
         stored = [d for d in await world.stored_decisions() if d.pod_uid == "dup"]
         assert len(stored) == 1 and stored[0].decision_id == "dup/0"
         assert svc.state.counters.duplicates >= 1
@@ -99,8 +97,12 @@ async def test_redelivered_pending_gives_one_decision(world: World, nats_proc, c
         ghost = msgspec.structs.replace(stored[0], pod_uid="ghost", decision_id="ghost/0")
         await world.bind_failed(ghost)
         await world.finished(ghost)
-        await asyncio.sleep(0.2)
-        assert svc.state.ledger.cluster.used_gpu_milli == 500
+        # the binder's events are applied in stream order: once the later pod's binding is, so are both
+        later = world.decision_for("later")
+        assert later is not None
+        await world.bound(later)
+        await world.wait(lambda: svc.state.ledger.pods["later"].phase == "bound", what="the later pod bound")
+        assert svc.state.ledger.cluster.used_gpu_milli == 750
         svc.state.ledger.check()
 
 
