@@ -371,11 +371,11 @@ async def end_to_end(nats_url: str, db_url: str, *, gpus: int, ticks: int, colle
 
 
 async def collector_counters(nats_url: str) -> dict[str, Any]:
-    from gpuaware.services.telemetry.handlers import STATS_SUBJECT, CollectorStats, StatsRequest
+    from gpuaware.schemas import COLLECTOR_STATS, CollectorStats, StatsRequest
 
     try:
         async with bus.connected(nats_url, name="bench-stats", initial_timeout=5) as nc:
-            stats = await bus.request(nc, STATS_SUBJECT, StatsRequest(), CollectorStats, timeout=5)
+            stats = await bus.request(nc, COLLECTOR_STATS, StatsRequest(), CollectorStats, timeout=5)
             info = await nc.jetstream().stream_info("DEADLETTER")
     except Exception as exc:
         return {"error": str(exc)}

@@ -23,6 +23,7 @@ from gpuaware.schemas import (
     GPU_SAMPLED,
     GPU_SCORED,
     GPU_STATE_CHANGED,
+    HEALTH_STATS,
     NODE_INVENTORY,
     STREAMS,
     AlertRaised,
@@ -33,15 +34,11 @@ from gpuaware.schemas import (
     GpuSampled,
     GpuScored,
     GpuStateChanged,
-    NodeInventory,
-)
-from gpuaware.services.health_scoring.handlers import (
-    STATS_SUBJECT,
-    HealthService,
     HealthStats,
+    NodeInventory,
     StatsRequest,
-    mounter,
 )
+from gpuaware.services.health_scoring.handlers import HealthService, mounter
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 
 SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
@@ -151,7 +148,7 @@ async def health_scoring(nats_url: str, database_url: str, cluster: str, **kw: A
 
 
 async def stats(nc: Any, timeout: float = 5.0) -> HealthStats:
-    return await bus.request(nc, STATS_SUBJECT, StatsRequest(), HealthStats, timeout=timeout)
+    return await bus.request(nc, HEALTH_STATS, StatsRequest(), HealthStats, timeout=timeout)
 
 
 @pytest.fixture

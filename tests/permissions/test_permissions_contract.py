@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from gpuaware.devstack import NatsProcess, credentials, start_nats
-from gpuaware.schemas import MESSAGES, REQUESTS, STREAMS, base_subject, subject_matches
+from gpuaware.schemas import (
+    COLLECTOR_STATS,
+    FORECASTING_STATS,
+    HEALTH_STATS,
+    MESSAGES,
+    REQUESTS,
+    STREAMS,
+    base_subject,
+    subject_matches,
+)
 from gpuaware.schemas.permissions import (
     ADMIN,
     BINDER_DURABLE,
@@ -28,14 +37,12 @@ from gpuaware.schemas.permissions import (
     render_server_config,
 )
 from gpuaware.services.binder.settings import BinderSettings
-from gpuaware.services.forecasting.handlers import STATS_SUBJECT as FORECASTING_STATS
 from gpuaware.services.forecasting.settings import ForecastingSettings
-from gpuaware.services.health_scoring.handlers import STATS_SUBJECT as HEALTH_STATS
 from gpuaware.services.health_scoring.handlers import telemetry_channel
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.quota.settings import QuotaSettings
-from gpuaware.services.telemetry.handlers import STATS_SUBJECT, TELEMETRY_IN
+from gpuaware.services.telemetry.handlers import TELEMETRY_IN
 from gpuaware.services.telemetry.settings import AgentSettings, CollectorSettings
 
 
@@ -44,7 +51,7 @@ def test_names_agree_with_the_services_defaults() -> None:
     assert PlacementSettings().lease_bucket == LEASE_BUCKET
     assert BinderSettings().durable == BINDER_DURABLE
     assert CollectorSettings().durable == COLLECTOR_DURABLE
-    assert OPERATIONAL_ENDPOINTS[TELEMETRY_COLLECTOR] == (STATS_SUBJECT,)
+    assert OPERATIONAL_ENDPOINTS[TELEMETRY_COLLECTOR] == (COLLECTOR_STATS,)
     assert HealthScoringSettings().durable_name() == health_durable("default")
     assert OPERATIONAL_ENDPOINTS[HEALTH_SCORING] == (HEALTH_STATS,)
     health = permissions_for(HEALTH_SCORING)

@@ -19,6 +19,7 @@ from gpuaware.schemas import (
     GPU_SAMPLED,
     GPU_STATE_CHANGED,
     HEALTH_CORDON,
+    HEALTH_STATS,
     NODE_INVENTORY,
     PLACEMENT_DECIDED,
     AlertRaised,
@@ -29,10 +30,12 @@ from gpuaware.schemas import (
     GpuSampled,
     GpuStateChanged,
     HealthState,
+    HealthStats,
     NodeInventory,
+    StatsRequest,
 )
-from gpuaware.schemas.permissions import ADMIN, HEALTH_SCORING, OPERATIONAL_ENDPOINTS, TELEMETRY_AGENT
-from gpuaware.services.health_scoring.handlers import HealthStats, StatsRequest, mount
+from gpuaware.schemas.permissions import ADMIN, HEALTH_SCORING, TELEMETRY_AGENT
+from gpuaware.services.health_scoring.handlers import mount
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 
 CLUSTER = "default"  # the devstack renders the permissions for the default cluster
@@ -90,7 +93,7 @@ async def test_health_scoring_runs_as_its_own_user(provisioned: Any, connect_as:
                 source="ops", emitted_at=time.time(), gpu_uuid=gpu, reason="RMA", by="alice"), CordonReply,
                 timeout=5.0)
             assert reply.by == "alice" and reply.current is HealthState.QUARANTINED
-            stats = await bus.request(admin, OPERATIONAL_ENDPOINTS[HEALTH_SCORING][0], StatsRequest(), HealthStats,
+            stats = await bus.request(admin, HEALTH_STATS, StatsRequest(), HealthStats,
                                       timeout=5.0)
             assert stats.states["quarantined"] >= 1 and stats.checkpoints > 0
     finally:

@@ -18,6 +18,7 @@ from gpuaware.schemas import (
     ENDPOINT_RE,
     EVENT_SUBJECT_RE,
     MESSAGES,
+    OPERATIONAL_ENDPOINTS,
     REQUESTS,
     Event,
     GpuSampled,
@@ -60,7 +61,7 @@ def _subject_constants() -> list[tuple[str, str, str]]:
 
 
 def test_every_subject_constant_is_registered_exactly_once_and_well_named() -> None:
-    constants = _subject_constants()
+    constants = [c for c in _subject_constants() if c[0] != "operational"]
     assert len(constants) == len(MESSAGES) + len(REQUESTS), constants
     registered = [*MESSAGES, *REQUESTS]
     for module, name, value in constants:
@@ -69,6 +70,15 @@ def test_every_subject_constant_is_registered_exactly_once_and_well_named() -> N
         assert regex.match(value), f"{module}.{name} = {value!r} breaks {regex.pattern}"
     values = [v for _, _, v in constants]
     assert len(set(values)) == len(values), "two constants share a subject"
+
+
+def test_operational_subjects_are_well_named_endpoints_outside_the_registry() -> None:
+    operational = [(name, value) for module, name, value in _subject_constants() if module == "operational"]
+    served = sorted(s for subjects in OPERATIONAL_ENDPOINTS.values() for s in subjects)
+    assert sorted(value for _, value in operational) == served
+    for name, value in operational:
+        assert ENDPOINT_RE.match(value), f"operational.{name} = {value!r} breaks {ENDPOINT_RE.pattern}"
+        assert value not in MESSAGES and value not in REQUESTS, value
 
 
 @pytest.mark.parametrize(

@@ -28,8 +28,17 @@ from gpuaware.gpu import (
     UtilTrace,
 )
 from gpuaware.runtime import run_service
-from gpuaware.schemas import GPU_SAMPLED, NODE_INVENTORY, STREAMS, GpuSampled, NodeInventory
-from gpuaware.services.telemetry.handlers import STATS_SUBJECT, CollectorStats, StatsRequest, mount_collector
+from gpuaware.schemas import (
+    COLLECTOR_STATS,
+    GPU_SAMPLED,
+    NODE_INVENTORY,
+    STREAMS,
+    CollectorStats,
+    GpuSampled,
+    NodeInventory,
+    StatsRequest,
+)
+from gpuaware.services.telemetry.handlers import mount_collector
 from gpuaware.services.telemetry.settings import CollectorSettings
 
 # simulated time starts three hours ago, on the hour (a multiple of the 600-s test traces): recent enough
@@ -134,7 +143,7 @@ def start_collector_process(nats_url: str, database_url: str, log: Path, **env: 
 
 
 async def collector_stats(nc: Any, timeout: float = 2.0) -> CollectorStats:
-    return await bus.request(nc, STATS_SUBJECT, StatsRequest(), CollectorStats, timeout=timeout)
+    return await bus.request(nc, COLLECTOR_STATS, StatsRequest(), CollectorStats, timeout=timeout)
 
 
 async def wait_for(check: Callable[[], Any], timeout: float, *, interval: float = 0.2, what: str = "") -> Any:

@@ -34,8 +34,7 @@ from telemetry_helpers import (
 
 from gpuaware import bus
 from gpuaware.gpu import ManualClock
-from gpuaware.schemas import GPU_ROLLED_UP, HEADER_REASON, GpuRolledUp, GpuSampled
-from gpuaware.services.telemetry.handlers import CollectorStats
+from gpuaware.schemas import GPU_ROLLED_UP, HEADER_REASON, CollectorStats, GpuRolledUp, GpuSampled
 from gpuaware.tsdb import migrate
 
 pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
@@ -213,7 +212,7 @@ async def _settled(js) -> bool:
 
 async def _outage(own_nats, own_postgres, outage_s: float) -> None:
     url = own_postgres.url
-    await asyncio.to_thread(migrate, url)
+    await migrate(url)
     fleet = quiet_fleet(20, 8, [flat_trace(50)], clock=ManualClock(T0))
     ticks = int(outage_s * 10) + 40  # one tick of 160 GPU rows every 0.1 s, before, during and after
     settings = collector_settings(own_nats.url, url)

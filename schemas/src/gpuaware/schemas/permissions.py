@@ -66,6 +66,7 @@ from gpuaware.schemas.deadletter import dead_letter_subject
 from gpuaware.schemas.forecast import DEMAND_PREDICTED, FORECAST_DURATION, GPU_UTIL_PREDICTED
 from gpuaware.schemas.health import DRAIN_RECOMMENDED, GPU_SCORED, GPU_STATE_CHANGED, HEALTH_CORDON
 from gpuaware.schemas.inventory import NODE_INVENTORY
+from gpuaware.schemas.operational import COLLECTOR_STATS, FORECASTING_STATS, HEALTH_STATS
 from gpuaware.schemas.placement import (
     PLACEMENT_DECIDED,
     PLACEMENT_EXPLAIN,
@@ -118,9 +119,9 @@ IDENTITIES: tuple[str, ...] = (ADMIN, *SERVICE_IDENTITIES)
 # Names the services choose in their settings (tests check these agree with the settings' defaults).
 #: request/reply endpoints services serve outside the contract's registry (operational introspection,
 #: not messages other services rely on; ``REQUESTS`` holds the contract's endpoints)
-OPERATIONAL_ENDPOINTS: dict[str, tuple[str, ...]] = {TELEMETRY_COLLECTOR: ("collector.stats",),
-                                                    HEALTH_SCORING: ("health.stats",),
-                                                    FORECASTING: ("forecasting.stats",)}
+OPERATIONAL_ENDPOINTS: dict[str, tuple[str, ...]] = {TELEMETRY_COLLECTOR: (COLLECTOR_STATS,),
+                                                    HEALTH_SCORING: (HEALTH_STATS,),
+                                                    FORECASTING: (FORECASTING_STATS,)}
 COLLECTOR_DURABLE = "telemetry-collector"
 BINDER_DURABLE = "binder"
 LEASE_BUCKET = "placement-leader"

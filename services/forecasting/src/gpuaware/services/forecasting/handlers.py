@@ -47,17 +47,19 @@ from typing import Any
 
 from gpuaware import bus, tsdb
 from gpuaware.runtime import ServiceContext
-from gpuaware.schemas import FORECAST_DURATION, DurationReply, DurationRequest
-from gpuaware.services.forecasting.service import ForecastService
-from gpuaware.services.forecasting.settings import ForecastingSettings
-from gpuaware.services.forecasting.stats import (
-    STATS_SUBJECT,
+from gpuaware.schemas import (
+    FORECAST_DURATION,
+    FORECASTING_STATS,
+    DurationReply,
+    DurationRequest,
     ForecastStats,
     StatsRequest,
-    forecasting_samples,
 )
+from gpuaware.services.forecasting.service import ForecastService
+from gpuaware.services.forecasting.settings import ForecastingSettings
+from gpuaware.services.forecasting.stats import forecasting_samples
 
-__all__ = ["STATS_SUBJECT", "ForecastService", "mount", "mounter"]
+__all__ = ["ForecastService", "mount", "mounter"]
 
 
 async def mount(ctx: ServiceContext, *, on_service: Callable[[ForecastService], None] | None = None,
@@ -84,7 +86,7 @@ async def mount(ctx: ServiceContext, *, on_service: Callable[[ForecastService], 
 
     ctx.metrics.source(lambda: forecasting_samples(service))
     return [bus.Endpoint(name="duration", subject=FORECAST_DURATION, request_type=DurationRequest, handler=duration),
-            bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
+            bus.Endpoint(name="stats", subject=FORECASTING_STATS, request_type=StatsRequest, handler=stats)]
 
 
 def mounter(on_service: Callable[[ForecastService], None],

@@ -35,6 +35,7 @@ from gpuaware.schemas import (
     DemandPredicted,
     DurationReply,
     DurationRequest,
+    ForecastStats,
     GpuRolledUp,
     GpuSampled,
     GpuUtilPredicted,
@@ -48,7 +49,6 @@ from gpuaware.schemas import (
 from gpuaware.schemas.streams import BINDER, TELEMETRY
 from gpuaware.services.forecasting.drift import drift_alert
 from gpuaware.services.forecasting.settings import ForecastingSettings
-from gpuaware.services.forecasting.stats import ForecastStats
 
 log = logging.getLogger(__name__)
 

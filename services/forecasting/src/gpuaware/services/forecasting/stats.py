@@ -1,45 +1,15 @@
-"""What a forecasting instance reports about itself: the ``forecasting.stats`` reply and its
-Prometheus series."""
+"""What a forecasting instance reports about itself: its Prometheus series (the ``forecasting.stats``
+reply is the contract's ``gpuaware.schemas.ForecastStats``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from gpuaware.runtime.metrics import Sample, counter, gauge
 
 if TYPE_CHECKING:
     from gpuaware.services.forecasting.service import ForecastService
-
-STATS_SUBJECT = "forecasting.stats"
-
-
-class StatsRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Ask a forecasting instance for its counters (no fields)."""
-
-
-class ForecastStats(msgspec.Struct, frozen=True, kw_only=True):
-    model: str
-    """``name@version`` served, or empty"""
-    unusable: str
-    """why no model is served (empty when one is)"""
-    series: int
-    windows: int
-    published: int
-    late_windows: int
-    store_failures: int
-    reloads: int
-    drift_alerts: int
-    demand_model: str = ""
-    """``name@version`` of the demand model served, or empty"""
-    demand_unusable: str = ""
-    demand_series: int = 0
-    demand_minutes: int = 0
-    demand_published: int = 0
-    runtimes_learnt: int = 0
-    """finished runs the duration predictor learnt from"""
 
 
 def forecasting_samples(service: ForecastService) -> Iterable[Sample]:

@@ -46,8 +46,6 @@ from collections.abc import Awaitable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import msgspec
-
 from gpuaware import bus, tsdb
 from gpuaware.runtime import ServiceContext
 from gpuaware.runtime.metrics import Sample, consumer_samples, counter, gauge
@@ -55,6 +53,7 @@ from gpuaware.schemas import (
     GPU_ROLLED_UP,
     GPU_SAMPLED,
     HEALTH_CORDON,
+    HEALTH_STATS,
     NODE_INVENTORY,
     PLACEMENT_DECIDED,
     POD_BIND_FAILED,
@@ -64,11 +63,13 @@ from gpuaware.schemas import (
     CordonRequest,
     GpuRolledUp,
     GpuSampled,
+    HealthStats,
     NodeInventory,
     PlacementDecided,
     PodBindFailed,
     PodFinished,
     PodPreempted,
+    StatsRequest,
     subject_token,
 )
 from gpuaware.schemas.streams import BINDER, PLACEMENT, TELEMETRY
@@ -82,7 +83,6 @@ INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
 PODS_GONE = (bus.Channel(POD_BIND_FAILED, PodBindFailed), bus.Channel(POD_PREEMPTED, PodPreempted),
              bus.Channel(POD_FINISHED, PodFinished))
-STATS_SUBJECT = "health.stats"
 
 
 def telemetry_channel(settings: HealthScoringSettings) -> bus.Channel[Any]:
@@ -91,40 +91,6 @@ def telemetry_channel(settings: HealthScoringSettings) -> bus.Channel[Any]:
     if settings.input == "rolledup":
         return bus.Channel(f"{GPU_ROLLED_UP}.{token}.>", GpuRolledUp)
     return bus.Channel(f"{GPU_SAMPLED}.{token}.>", GpuSampled)
-
-
-class StatsRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Ask a health-scoring instance for its counters (no fields)."""
-
-
-class HealthStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Counters of one health-scoring instance since it started (states and bad input: since ever)."""
-
-    instance: str
-    cluster: str
-    gpus: int
-    states: dict[str, int]
-    """GPUs per effective state"""
-    open_alerts: int
-    counts: dict[str, int]
-    """observations, redelivered (skipped: already applied), refused, state_changes, cordons ..."""
-    issues: dict[str, int]
-    """bad input met since this instance started, by kind (out_of_order, duplicate, gap, counter_reset,
-    unknown_xid, stale)"""
-    inputs: dict[str, Any]
-    """the book's InputCounters summed over the GPUs (persisted with them: since the GPUs were first seen)"""
-    published: dict[str, int]
-    publish_duplicates: int
-    received: int
-    processed: int
-    decode_errors: int
-    dead_lettered: int
-    retried: int
-    checkpoints: int
-    checkpoint_failures: int
-    last_db_error: str
-    restored_gpus: int
-    restored_alerts: int
 
 
 class HealthService:
@@ -303,7 +269,7 @@ async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endp
 
     ctx.metrics.source(lambda: health_samples(service))
     return [bus.Endpoint(name="cordon", subject=HEALTH_CORDON, request_type=CordonRequest, handler=service.cordon),
-            bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
+            bus.Endpoint(name="stats", subject=HEALTH_STATS, request_type=StatsRequest, handler=stats)]
 
 
 def health_samples(service: HealthService) -> Iterable[Sample]:

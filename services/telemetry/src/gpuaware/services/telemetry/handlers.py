@@ -28,17 +28,18 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
-
 from gpuaware import bus, tsdb
 from gpuaware.runtime import ServiceContext
 from gpuaware.runtime.metrics import Sample, consumer_samples, counter, gauge
 from gpuaware.schemas import (
+    COLLECTOR_STATS,
+    CollectorStats,
     GpuRolledUp,
     GpuSampled,
     MigMode,
     NodeInventory,
     PodUsageReported,
+    StatsRequest,
 )
 from gpuaware.services.telemetry.collector import Maintenance, SampleWriter, Watermark
 from gpuaware.services.telemetry.settings import CollectorSettings
@@ -48,40 +49,6 @@ log = logging.getLogger(__name__)
 
 TelemetryEvent = GpuSampled | NodeInventory | PodUsageReported | GpuRolledUp
 TELEMETRY_IN: bus.Channel[Any] = bus.Channel("telemetry.>", TelemetryEvent)  # type: ignore[arg-type]
-STATS_SUBJECT = "collector.stats"
-
-
-class StatsRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Ask a collector for its counters (no fields)."""
-
-
-class CollectorStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Counters of one collector process since it started."""
-
-    instance: str
-    received: int
-    processed: int
-    decode_errors: int
-    dead_lettered: int
-    retried: int
-    rejected: dict[str, int]
-    """refused sample batches by ``check_batch`` code (each also dead-lettered)"""
-    redeliveries: int
-    """sample batches seen again (after a crash, a timeout or a retry); their rows are never stored twice"""
-    rows_written: int
-    rows_new: int
-    """rows not stored before (rows_written - rows_new were already there: redelivered)"""
-    copies: int
-    copy_retries: int
-    copy_failures: int
-    last_db_error: str
-    inventory_gpus: int
-    usage_rows: int
-    rollups_published: dict[str, int]
-    maintenance_errors: int
-    watermark: float | None
-
-
 def _ts(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
@@ -324,7 +291,7 @@ async def mount_collector(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
         return handlers.stats()
 
     ctx.metrics.source(lambda: collector_samples(handlers))
-    return [bus.Endpoint(name="stats", subject=STATS_SUBJECT, request_type=StatsRequest, handler=stats)]
+    return [bus.Endpoint(name="stats", subject=COLLECTOR_STATS, request_type=StatsRequest, handler=stats)]
 
 
 def collector_samples(handlers: CollectorHandlers) -> Iterable[Sample]:
