@@ -23,11 +23,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from gpuaware.cli import demo as demo_module
 from gpuaware.cli.main import app
@@ -39,13 +40,54 @@ LOOP = ("binder.pod.pending.v1", "placement.pod.decided.v1", "binder.pod.bound.v
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _every_image_shows_in_chromium(report: Path, images: int) -> None:
+@dataclass(frozen=True)
+class DemoRun:
+    """One short demo, run once for the tests of this module."""
+
+    result: Result
+    out: Path
+    report: dict[str, Any]
+    drawn: dict[str, tuple[str, str]]
+    """the NATS passwords the demo drew, per identity"""
+    root: Path
+    """everything the demo wrote lies under it"""
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    root = tmp_path_factory.mktemp("demo")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.delenv("NATS_URL", raising=False)  # the demo starts its own stack, like `make demo`
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+        # the demo runs with --auth by default: capture the passwords it reads, to look for them afterwards
+        # (the stack deletes its credential files when it stops)
+        drawn: dict[str, tuple[str, str]] = {}
+        real = demo_module.stack_credentials
+
+        def spy(data_dir: Path) -> dict[str, tuple[str, str]]:
+            drawn.update(real(data_dir))
+            return real(data_dir)
+
+        monkeypatch.setattr(demo_module, "stack_credentials", spy)
+        out = root / "out"
+        result = CliRunner().invoke(app, [
+            "demo", "--duration", "45", "--window-h", "24", "--load", "1.8", "--seed", "7", "--out", str(out),
+            "--data-dir", str(root / "stack"), "--nats-port", "0", "--pg-port", "0",
+            "--kill-leader-at", "20", "--forecast-train-s", "8"])
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
+    assert report, result.output
+    return DemoRun(result=result, out=out, report=report, drawn=drawn, root=root)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it when run as root)")
+def test_every_image_of_the_report_shows_in_chromium(demo: DemoRun) -> None:
     """Open report.html in headless Chromium (Debian's `chromium`, which `make test` installs when it can):
     once loaded, every image has decoded (complete, non-zero width), and the page screenshots. A copy of
     the page carries the check (a script writing the count into the title, read back with --dump-dom)."""
-    if CHROMIUM is None:
-        print("chromium not installed: report.html not opened in a browser (make test installs it as root)")
-        return
+    assert CHROMIUM is not None
+    report = demo.out / "report.html"
+    images = report.read_text().count("<img ")
     probe = report.with_name("report-check.html")
     script = ("<script>window.addEventListener('load',()=>{const i=[...document.images];document.title="
               "'IMAGES '+i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length;});</script>")
@@ -69,28 +111,8 @@ def _children_of(pid: int) -> list[int]:
 
 
 @pytest.mark.timeout(240)
-def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NATS_URL", raising=False)  # the demo starts its own stack, like `make demo`
-    monkeypatch.delenv("DATABASE_URL", raising=False)
-    # the demo runs with --auth by default: capture the passwords it reads, to look for them afterwards
-    # (the stack deletes its credential files when it stops)
-    drawn: dict[str, tuple[str, str]] = {}
-    real = demo_module.stack_credentials
-
-    def spy(data_dir: Path) -> dict[str, tuple[str, str]]:
-        drawn.update(real(data_dir))
-        return real(data_dir)
-
-    monkeypatch.setattr(demo_module, "stack_credentials", spy)
-    out = tmp_path / "out"
-    started = time.monotonic()
-    result = CliRunner().invoke(app, [
-        "demo", "--duration", "45", "--window-h", "24", "--load", "1.8", "--seed", "7", "--out", str(out),
-        "--data-dir", str(tmp_path / "stack"), "--nats-port", "0", "--pg-port", "0",
-        "--kill-leader-at", "20", "--forecast-train-s", "8"])
-    took = time.monotonic() - started
-    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
-    assert report, result.output
+def test_two_minute_demo_keeps_its_invariants(demo: DemoRun) -> None:
+    result, out, report, drawn, tmp_path = demo.result, demo.out, demo.report, demo.drawn, demo.root
     runs = report["runs"]
     ours, base = runs["gpuaware"], runs["baseline"]
 
@@ -183,7 +205,6 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
     assert report["services"]["binder"].startswith("took part")
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 4 + len(panels)
-    _every_image_shows_in_chromium(out / "report.html", html.count("<img "))
     for name in ("allocation.png", "fragmentation.png", "queue_delay.png", "fairness.png", "forecast.png",
                  "messages.png"):
         assert (out / name).stat().st_size > 1000
@@ -191,7 +212,6 @@ def test_two_minute_demo_keeps_its_invariants(tmp_path: Path, monkeypatch: pytes
     # services and servers stopped: nothing of the demo's is left running under this process
     ours = ("gpuaware.services.", str(tmp_path))
     assert not [pid for pid in _children_of(os.getpid()) if any(mark in _cmdline(pid) for mark in ours)]
-    assert took < 200, f"the short demo took {took:.0f}s"
 
     # least privilege: every service logged in as its own NATS user, and no password is in anything the
     # demo wrote or printed (logs of every service and of nats-server, report.json/html, CSVs)
