@@ -5,7 +5,7 @@ What it runs:
      command itself (a subprocess of this interpreter): its summary.json is the headline, with the
      acceptance checks: recall at 1/6/24 h lead at least the never-recover rule's,
      quarantined server-hours at most half of the hours that rule withholds;
-  2. the tuning record, through the same library code (gpuaware.health.hbm, one replay per
+  2. the tuning record, through the same library code (gpuaware.sim.hbm, one replay per
      configuration): the aftershock amplitude K over a grid, scored on the whole file and on each half
      of it (tune on the first half, check on the second); the corrected-error term off / default /
      4x; the quarantine threshold of the risk;
@@ -14,7 +14,7 @@ What it runs:
 The simulated fleet, "fleet" in the results (``--section fleet`` runs it alone, ``--section calchas``
 the above alone; the other section's figures are kept from the existing file):
   4. a SimulatedFleet of 128 nodes x 8 GPUs (A100 80GB, H100, A100 40GB from the one catalog, load from
-     the real utilisation traces) for 7 simulated days; faults drawn by gpuaware.gpu.fleet_faults from
+     the real utilisation traces) for 7 simulated days; faults drawn by gpuaware.sim.fleet_faults from
      the real data (StepFun kinds, rate, durations, recurrences and fan faults; Titan's rate as a check;
      Calchas histories replayed before every DBE failure, and its quiet corrected-error bursts as
      noise), the StepFun-derived rates multiplied by a stated factor so there are enough failures to
@@ -24,7 +24,7 @@ the above alone; the other section's figures are kept from the existing file):
      gpuaware.health.score_stream with one HealthBook (the service's code, every GPU at full cadence:
      nothing is thinned), GPUs with a recurrence or a Calchas history carrying their months before
      the window at the history's hourly cadence; the peers' never-recover rule on the same
-     observations (gpuaware.health.fleet);
+     observations (gpuaware.sim.health_fleet);
   6. the figures: share of failures with precursors flagged >= 10 minutes before them, median and
      p10 lead, healthy GPUs ever quarantined / degraded (in all, and per kind of transient fault),
      transient faults recovered from, unhealthy GPU-hours; ours beside the peers'; acceptance with
@@ -59,7 +59,11 @@ from machine_info import machine as shared_machine
 from rich.console import Console
 from rich.table import Table
 
-from gpuaware.gpu.fleet_faults import (
+from gpuaware.gpu.simulated import FleetNode, FleetSpec, SimulatedFleet
+from gpuaware.health import HealthBook, HealthConfig, Observation, XidClass, classify_xid
+from gpuaware.schemas import find_gpu_model
+from gpuaware.sim import shared_data_dir
+from gpuaware.sim.fleet_faults import (
     CALCHAS_FILE,
     SIGNATURES,
     STEPFUN_FILE,
@@ -70,9 +74,8 @@ from gpuaware.gpu.fleet_faults import (
     load_calibration,
     render,
 )
-from gpuaware.gpu.simulated import FleetNode, FleetSpec, SimulatedFleet
-from gpuaware.health import HealthBook, HealthConfig, Observation, XidClass, classify_xid, parse_hbm_csv
-from gpuaware.health.fleet import (
+from gpuaware.sim.hbm import HbmEvaluation, HbmEvent, parse_hbm_csv, replay_all, score_replays
+from gpuaware.sim.health_fleet import (
     FailureTruth,
     FleetRun,
     GpuTruth,
@@ -82,9 +85,6 @@ from gpuaware.health.fleet import (
     minute_observations,
     score_gpu,
 )
-from gpuaware.health.hbm import HbmEvaluation, HbmEvent, replay_all, score_replays
-from gpuaware.schemas import find_gpu_model
-from gpuaware.sim import shared_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "health.json"

@@ -1,4 +1,4 @@
-"""The simulated fleet's fault model (gpuaware.gpu.fleet_faults): every rate, mix, duration and
+"""The simulated fleet's fault model (gpuaware.sim.fleet_faults): every rate, mix, duration and
 precursor comes from the data files, computed as written in the comments; the real files are checked
 too when present (GPUAWARE_SHARED_DATA, default ../shared/data)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuaware.gpu.fleet_faults import (
+from gpuaware.sim.fleet_faults import (
     Assumptions,
     Effects,
     FaultKind,

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuaware.cli.main import app
-from gpuaware.health import HbmEvent, HbmFormatError, parse_hbm_csv, ue_episodes
+from gpuaware.sim.hbm import HbmEvent, HbmFormatError, parse_hbm_csv, ue_episodes
 
 runner = CliRunner()
 T = 3600 * 444_000  # an hour boundary; every time below is T + hours * 3600

@@ -1,4 +1,4 @@
-"""The simulated-fleet evaluation (gpuaware.health.fleet): the peers' never-recover rule, timelines, and
+"""The simulated-fleet evaluation (gpuaware.sim.health_fleet): the peers' never-recover rule, timelines, and
 small fleets scored end to end (fault model -> per-minute telemetry -> score_stream -> figures)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from test_health_fleet_faults import ASSUME, CALCHAS, TITAN, TRACE
+from test_fleet_faults import ASSUME, CALCHAS, TITAN, TRACE
 
-from gpuaware.gpu.fleet_faults import Effects, FaultKind, Outage, Point, Replays, calibrate, draw_plan, render
 from gpuaware.health import HealthBook, HealthConfig, Observation
-from gpuaware.health.fleet import (
+from gpuaware.sim.fleet_faults import Effects, FaultKind, Outage, Point, Replays, calibrate, draw_plan, render
+from gpuaware.sim.health_fleet import (
     FailureTruth,
     FleetRun,
     GpuTruth,

@@ -31,9 +31,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpuaware import bus
-from gpuaware.health import HbmFormatError, HealthConfig, evaluate_hbm, parse_hbm_csv
-from gpuaware.health.hbm import HbmEvaluation
+from gpuaware.health import HealthConfig
 from gpuaware.schemas import HEALTH_CORDON, CordonAction, CordonReply, CordonRequest, HealthState
+from gpuaware.sim import HbmEvaluation, HbmFormatError, evaluate_hbm, parse_hbm_csv
 
 app = typer.Typer(help="GPU health scoring: evaluate it on real fault data, cordon and uncordon GPUs.",
                   no_args_is_help=True)

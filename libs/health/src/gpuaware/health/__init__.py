@@ -11,8 +11,9 @@
 Modules: ``observation`` (the input and the adapters from samples and rollups), ``tracker`` (the
 ``HealthBook``: bad-input handling, overrides, persistence), ``components`` (each component's score,
 reasons and evidence), ``track`` (what is kept per GPU, the ``Assessment``), ``state`` (hysteresis, overrides), ``risk`` (the failure
-risk, with its arithmetic), ``xid`` (NVIDIA's XID catalogue), ``alerts``, ``drain``, ``hbm`` (the
-Calchas evaluation behind ``gpuaware health evaluate``), ``config`` (every knob). README.md has the
+risk, with its arithmetic), ``xid`` (NVIDIA's XID catalogue), ``alerts``, ``drain``, ``config`` (every knob). The
+evaluations against real and simulated fault data live in ``gpuaware.sim`` (``hbm``,
+``health_fleet``, ``fleet_faults``). README.md has the
 whole API for the service.
 """
 
@@ -27,14 +28,6 @@ from gpuaware.health.alerts import (
 )
 from gpuaware.health.config import HealthConfig, RiskModel, ScoreRules, StateRules
 from gpuaware.health.drain import DrainPlan, DrainStep, PodOnGpu, PodsOnGpus, drain_order, recommend_drain
-from gpuaware.health.hbm import (
-    HbmEvaluation,
-    HbmEvent,
-    HbmFormatError,
-    evaluate_hbm,
-    parse_hbm_csv,
-    ue_episodes,
-)
 from gpuaware.health.inputs import InputCounters, InputIssue, IssueKind
 from gpuaware.health.observation import Observation, from_rolledup, from_rollup, from_sample, from_sampled
 from gpuaware.health.risk import RiskEstimate
@@ -56,9 +49,6 @@ __all__ = [
     "DrainPlan",
     "DrainStep",
     "GpuTrack",
-    "HbmEvaluation",
-    "HbmEvent",
-    "HbmFormatError",
     "HealthBook",
     "HealthConfig",
     "InputCounters",
@@ -80,13 +70,10 @@ __all__ = [
     "conditions",
     "decide_alerts",
     "drain_order",
-    "evaluate_hbm",
     "from_rolledup",
     "from_rollup",
     "from_sample",
     "from_sampled",
-    "parse_hbm_csv",
     "recommend_drain",
     "score_stream",
-    "ue_episodes",
 ]

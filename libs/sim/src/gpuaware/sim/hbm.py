@@ -35,10 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from gpuaware.health.config import HealthConfig
-from gpuaware.health.observation import Observation
-from gpuaware.health.state import LEVEL
-from gpuaware.health.tracker import HealthBook
+from gpuaware.health import LEVEL, HealthBook, HealthConfig, Observation
 
 __all__ = [
     "EPISODE_GAP_S",

@@ -4,7 +4,7 @@
 Like ``hbm`` for the Calchas file, this module decides nothing itself: every state comes from
 ``score_stream`` (the code the service runs); it only keeps each GPU's state changes as a timeline
 and measures them. The ground truth is plain data (``GpuTruth``), so this module knows nothing of
-how the faults were drawn (``gpuaware.gpu.fleet_faults`` draws them; the benchmark joins the two).
+how the faults were drawn (``gpuaware.sim.fleet_faults`` draws them; the benchmark joins the two).
 
 Definitions:
 
@@ -34,10 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaware.health.config import HealthConfig
-from gpuaware.health.observation import Observation
-from gpuaware.health.state import LEVEL
-from gpuaware.health.tracker import HealthBook, score_stream
+from gpuaware.health import LEVEL, HealthBook, HealthConfig, Observation, score_stream
 from gpuaware.schemas import percentile
 
 __all__ = [
