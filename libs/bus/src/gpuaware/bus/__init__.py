@@ -26,6 +26,7 @@ from gpuaware.bus.connection import (
     tls_context,
 )
 from gpuaware.bus.consumer import (
+    ConsumerOptions,
     ConsumerStats,
     Delivery,
     DurableConsumer,
@@ -70,6 +71,7 @@ __all__ = [
     "BusError",
     "Channel",
     "Client",
+    "ConsumerOptions",
     "ConsumerSpec",
     "ConsumerStats",
     "DeadLetters",

@@ -28,16 +28,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import TypeVar, Unpack, cast
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from gpuaware.bus import tracing
 from gpuaware.bus.codec import Channel, DecodeFailure
-from gpuaware.bus.consumer import Delivery, DurableConsumer, start_consumer
-from gpuaware.bus.dedupe import Deduper
-from gpuaware.bus.retry import RetryPolicy
+from gpuaware.bus.consumer import ConsumerOptions, Delivery, DurableConsumer, start_consumer
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +50,10 @@ class BatchConsumer(DurableConsumer[T]):
     """A `DurableConsumer` whose handler takes each pulled batch at once (module docstring)."""
 
     def _inflight(self) -> set[asyncio.Task[None]]:
-        tasks = getattr(self, "_batches", None)
+        tasks: set[asyncio.Task[None]] | None = getattr(self, "_batches", None)
         if tasks is None:
-            tasks = self._batches = set()
+            tasks = set()
+            self._batches = tasks
         return tasks
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
@@ -110,14 +109,14 @@ class BatchConsumer(DurableConsumer[T]):
             return
         with tracing.receive_batch_span(self._name, [d.headers for d in deliveries]):
             try:
-                failures = await self.handler(values, deliveries)  # type: ignore[arg-type,call-arg]
+                failures = await cast(BatchHandler[T], self.handler)(values, deliveries)
             except Exception as exc:  # the whole batch shares the fate
                 failures = dict.fromkeys(range(len(kept)), exc)
         failures = failures or {}
         for i, (msg, delivery) in enumerate(zip(kept, deliveries, strict=True)):
-            exc = failures.get(i)
-            if exc is not None:
-                await self._settle_error(msg, delivery, exc)
+            error = failures.get(i)
+            if error is not None:
+                await self._settle_error(msg, delivery, error)
                 continue
             if self._deduper is not None and delivery.msg_id:
                 self._deduper.remember(delivery.msg_id)
@@ -125,27 +124,9 @@ class BatchConsumer(DurableConsumer[T]):
             self.stats.processed += 1
 
 
-async def subscribe_batched(
-    js: JetStreamContext,
-    channel: Channel[T],
-    durable: str,
-    handler: BatchHandler[T],
-    *,
-    stream: str | None = None,
-    ack_wait: float = 30.0,
-    max_deliver: int = 5,
-    backoff: tuple[float, ...] = (),
-    max_ack_pending: int = 1000,
-    deliver_policy: str = "all",
-    manage: bool = True,
-    batch: int = 256,
-    poll: float = 1.0,
-    concurrency: int = 1,
-    retry: RetryPolicy | None = None,
-    deduper: Deduper | None = None,
-) -> BatchConsumer[T]:
+async def subscribe_batched(js: JetStreamContext, channel: Channel[T], durable: str, handler: BatchHandler[T], *,
+                            batch: int = 256, concurrency: int = 1,
+                            **options: Unpack[ConsumerOptions]) -> BatchConsumer[T]:
     """Like `subscribe_durable`, with a handler that takes each batch at once (module docstring)."""
-    return await start_consumer(
-        BatchConsumer, js, channel, durable, handler, stream=stream, ack_wait=ack_wait, max_deliver=max_deliver,
-        backoff=backoff, max_ack_pending=max_ack_pending, deliver_policy=deliver_policy, manage=manage,
-        batch=batch, poll=poll, concurrency=concurrency, retry=retry, deduper=deduper)
+    return await start_consumer(BatchConsumer, js, channel, durable, handler, batch=batch,
+                                concurrency=concurrency, **options)

@@ -27,7 +27,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -50,6 +50,7 @@ from gpuaware.bus.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+C = TypeVar("C", bound="DurableConsumer[Any]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,25 +344,24 @@ def _fail(span: Span, exc: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR, str(exc)))
 
 
-async def subscribe_durable(
-    js: JetStreamContext,
-    channel: Channel[T],
-    durable: str,
-    handler: Handler[T],
-    *,
-    stream: str | None = None,
-    ack_wait: float = 30.0,
-    max_deliver: int = 5,
-    backoff: tuple[float, ...] = (),
-    max_ack_pending: int = 1000,
-    deliver_policy: str = "all",
-    manage: bool = True,
-    batch: int = 32,
-    poll: float = 1.0,
-    concurrency: int = 1,
-    retry: RetryPolicy | None = None,
-    deduper: Deduper | None = None,
-) -> DurableConsumer[T]:
+class ConsumerOptions(TypedDict, total=False):
+    """The keyword arguments every ``subscribe_*`` function takes (defaults: ``start_consumer``'s)."""
+
+    stream: str | None
+    ack_wait: float
+    max_deliver: int
+    backoff: tuple[float, ...]
+    max_ack_pending: int
+    deliver_policy: str
+    manage: bool
+    poll: float
+    retry: RetryPolicy | None
+    deduper: Deduper | None
+
+
+async def subscribe_durable(js: JetStreamContext, channel: Channel[T], durable: str, handler: Handler[T], *,
+                            batch: int = 32, concurrency: int = 1,
+                            **options: Unpack[ConsumerOptions]) -> DurableConsumer[T]:
     """Consume `channel` through the durable pull consumer `durable` and return it running.
 
     `stream` defaults to the stream capturing the channel's subject. With `manage` the consumer is
@@ -370,18 +370,18 @@ async def subscribe_durable(
     without it an existing consumer is bound as is. `batch` messages are pulled at a time, waiting
     up to `poll` seconds; `concurrency` handlers run at once (1 keeps the stream's order).
     """
-    return await start_consumer(
-        DurableConsumer, js, channel, durable, handler, stream=stream, ack_wait=ack_wait, max_deliver=max_deliver,
-        backoff=backoff, max_ack_pending=max_ack_pending, deliver_policy=deliver_policy, manage=manage,
-        batch=batch, poll=poll, concurrency=concurrency, retry=retry, deduper=deduper)
+    return await start_consumer(DurableConsumer, js, channel, durable, handler, batch=batch,
+                                concurrency=concurrency, **options)
 
 
-async def start_consumer(cls: Any, js: JetStreamContext, channel: Channel[Any], durable: str, handler: Any, *,
-                         stream: str | None, ack_wait: float, max_deliver: int, backoff: tuple[float, ...],
-                         max_ack_pending: int, deliver_policy: str, manage: bool, batch: int, poll: float,
-                         concurrency: int, retry: RetryPolicy | None, deduper: Deduper | None) -> Any:
+async def start_consumer(cls: type[C], js: JetStreamContext, channel: Channel[Any], durable: str, handler: Any, *,
+                         batch: int, concurrency: int, stream: str | None = None, ack_wait: float = 30.0,
+                         max_deliver: int = 5, backoff: tuple[float, ...] = (), max_ack_pending: int = 1000,
+                         deliver_policy: str = "all", manage: bool = True, poll: float = 1.0,
+                         retry: RetryPolicy | None = None, deduper: Deduper | None = None) -> C:
     """Validate, find the stream, declare the consumer spec and start a `cls` consumer: what the
-    public `subscribe_*` functions share (they differ in the handler and the consumer class)."""
+    public `subscribe_*` functions share (they differ in the handler, the consumer class and the
+    default batch)."""
     if batch < 1 or concurrency < 1 or poll <= 0:
         raise ValueError("batch and concurrency must be >= 1 and poll > 0")
     if stream is None:

@@ -21,16 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack, cast
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from gpuaware.bus import tracing
 from gpuaware.bus.codec import Channel, DecodeFailure
-from gpuaware.bus.consumer import Delivery, DurableConsumer, _fail, start_consumer
-from gpuaware.bus.dedupe import Deduper
-from gpuaware.bus.retry import RetryPolicy
+from gpuaware.bus.consumer import ConsumerOptions, Delivery, DurableConsumer, _fail, start_consumer
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +50,10 @@ class PipelinedConsumer(DurableConsumer[T]):
     max_inflight_batches = 4
 
     def _inflight(self) -> set[asyncio.Task[None]]:
-        tasks = getattr(self, "_settling", None)
+        tasks: set[asyncio.Task[None]] | None = getattr(self, "_settling", None)
         if tasks is None:
-            tasks = self._settling = set()
+            tasks = set()
+            self._settling = tasks
         return tasks
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
@@ -113,7 +112,7 @@ class PipelinedConsumer(DurableConsumer[T]):
                 await msg.ack()
                 return None
             try:
-                completion = await self.handler(value, delivery)  # type: ignore[arg-type]
+                completion = await cast(PipelinedHandler[T], self.handler)(value, delivery)
             except BaseException as exc:
                 if not isinstance(exc, Exception):
                     raise
@@ -141,26 +140,9 @@ class PipelinedConsumer(DurableConsumer[T]):
 
 
 
-async def subscribe_pipelined(
-    js: JetStreamContext,
-    channel: Channel[T],
-    durable: str,
-    handler: PipelinedHandler[T],
-    *,
-    stream: str | None = None,
-    ack_wait: float = 30.0,
-    max_deliver: int = 5,
-    backoff: tuple[float, ...] = (),
-    max_ack_pending: int = 1000,
-    deliver_policy: str = "all",
-    manage: bool = True,
-    batch: int = 128,
-    poll: float = 1.0,
-    retry: RetryPolicy | None = None,
-    deduper: Deduper | None = None,
-) -> PipelinedConsumer[T]:
+async def subscribe_pipelined(js: JetStreamContext, channel: Channel[T], durable: str,
+                              handler: PipelinedHandler[T], *, batch: int = 128,
+                              **options: Unpack[ConsumerOptions]) -> PipelinedConsumer[T]:
     """Like `subscribe_durable`, with a two-step handler (see the module docstring)."""
-    return await start_consumer(
-        PipelinedConsumer, js, channel, durable, handler, stream=stream, ack_wait=ack_wait, max_deliver=max_deliver,
-        backoff=backoff, max_ack_pending=max_ack_pending, deliver_policy=deliver_policy, manage=manage,
-        batch=batch, poll=poll, concurrency=1, retry=retry, deduper=deduper)
+    return await start_consumer(PipelinedConsumer, js, channel, durable, handler, batch=batch, concurrency=1,
+                                **options)
