@@ -144,7 +144,7 @@ def _extender(num_nodes: int) -> tuple[Any, list[str]]:
 
     st, names = _world(num_nodes)
     ext = Extender(planner=st.planner, cluster="bench",
-                   request_of=lambda p: convert.pod_request(p, st.planner.models, st.capability))
+                   request_of=lambda p: convert.pod_request(p, st.planner.view.models, st.capability))
     return ext, names
 
 

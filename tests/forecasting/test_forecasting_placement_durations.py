@@ -32,7 +32,7 @@ async def test_a_parked_pod_is_ordered_by_the_runtime_the_forecasting_service_le
     async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster) as fc:
         await _one_gpu_node(rec.nc, cluster)  # the node exists before placement starts (it reads them at start)
         async with placement(nats_proc.url, cluster, queue_order="fair-share") as svc:
-            await eventually(lambda: svc.state.planner.num_nodes == 1, what="placement saw the node")
+            await eventually(lambda: svc.state.num_nodes == 1, what="placement saw the node")
             # two runs of a recurring job finished (30 and 40 minutes): the predictor learns it
             for i, (start, end) in enumerate([(0, 30), (31, 71)]):
                 await rec.pending(f"old{i}", "team-a", 1, start, name=f"train-x-run{i + 1}")
@@ -54,7 +54,7 @@ async def test_without_a_forecasting_service_parked_pods_count_the_default(nats_
     async with recorder(nats_proc.url, cluster) as rec:
         await _one_gpu_node(rec.nc, cluster)
         async with placement(nats_proc.url, cluster, queue_order="fair-share", duration_default_s=900.0) as svc:
-            await eventually(lambda: svc.state.planner.num_nodes == 1, what="placement saw the node")
+            await eventually(lambda: svc.state.num_nodes == 1, what="placement saw the node")
             await rec.pending("a", "t", 1, 0)
             await rec.pending("b", "t", 1, 1)
             await eventually(lambda: _phase(svc, "b") == "parked", what="b parked")

@@ -46,5 +46,5 @@ def extender(st: PlacementState, bound: list[tuple[Any, ...]] | None = None,
         return outcome or BindOutcome(True, node=node_name)
 
     return Extender(planner=st.planner, cluster="c",
-                    request_of=lambda p: convert.pod_request(p, st.planner.models, st.capability),
+                    request_of=lambda p: convert.pod_request(p, st.planner.view.models, st.capability),
                     bind_fn=bind, gpus_of=lambda n: st.gpus[n])

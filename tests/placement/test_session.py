@@ -10,6 +10,7 @@ import pytest
 from placement_helpers import node, share, whole
 
 from gpuaware.placement import Cluster, Code, CycleState, Decision, PodRequest, Snapshot, Status, policy
+from gpuaware.placement.actions import reclaim
 from gpuaware.placement.extensions import DefaultPreemption, PermitVerdict
 from gpuaware.placement.preempt import Victim
 from gpuaware.placement.session import Framework, Placed, Session, Statement, Waiting
@@ -257,7 +258,7 @@ def test_a_reclaim_evicts_only_pods_quota_named_and_the_fewest_on_one_node(gpus,
     c, s = _reclaim_world()
     before = _state(c)
     owner = PodRequest("owner", 1000, 1024, gpus, 1000, priority=0)
-    got = s.reclaim(owner, named)
+    got = reclaim(s, owner, named)
     if expected is None:
         assert got is None and _same(_state(c), before)  # nothing staged, nothing evicted
         return
@@ -268,10 +269,10 @@ def test_a_reclaim_evicts_only_pods_quota_named_and_the_fewest_on_one_node(gpus,
 
 def test_a_pod_evicted_by_one_reclaim_is_not_counted_again_by_the_next() -> None:
     c, s = _reclaim_world()
-    first = s.reclaim(PodRequest("o1", 1000, 1024, 1, 1000), ["b3"])
+    first = reclaim(s, PodRequest("o1", 1000, 1024, 1, 1000), ["b3"])
     assert isinstance(first, Placed) and [v.uid for v in first.victims] == ["b3"]
-    assert s.reclaim(PodRequest("o2", 1000, 1024, 1, 1000), ["b3"]) is None  # b3's GPU is o1's now
-    second = s.reclaim(PodRequest("o2", 1000, 1024, 1, 1000), ["b3", "b1"])
+    assert reclaim(s, PodRequest("o2", 1000, 1024, 1, 1000), ["b3"]) is None  # b3's GPU is o1's now
+    second = reclaim(s, PodRequest("o2", 1000, 1024, 1, 1000), ["b3", "b1"])
     assert isinstance(second, Placed) and [v.uid for v in second.victims] == ["b1"]
     assert c.allocations["o1"].gpus != c.allocations["o2"].gpus or c.allocations["o1"].node != c.allocations["o2"].node
     c.check()

@@ -160,7 +160,7 @@ async def test_start_seeds_the_view_from_the_worlds_snapshot(world: World, nats_
         async with placement(nats_proc.url, cluster, world_snapshot=True) as svc:
             assert sorted(svc.state.specs) == ["w0", "w1", "w2"]
             # the world's clock is the snapshot's time, not its last bind's (the pod bound at t=1)
-            assert 5000.0 <= svc.state.planner.world_now() < 5060.0
+            assert 5000.0 <= svc.state.planner.world.now() < 5060.0
             assert svc.state.ledger.pods["old"].phase == "bound" and svc.state.ledger.cluster.used_gpu_milli == 1000
             svc.state.ledger.check()
             # 6 GPUs, 1 held: five 1-GPU pods fit, none on the held GPU; the sixth waits

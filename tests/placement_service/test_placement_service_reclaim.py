@@ -9,12 +9,13 @@ from placement_service_helpers import inventory, pending
 
 from gpuaware.placement import POLICIES
 from gpuaware.schemas.binder import PodBound, PodFinished, PodOutcome, PodPreempted
+from gpuaware.services.placement.permit import AdmittedAndStored
 from gpuaware.services.placement.state import Decided, PlacementState, Unschedulable
 
 
-def _state() -> PlacementState:
+def _state(**held: object) -> PlacementState:
     st = PlacementState(cluster_name="c", source="placement/test", policy_name="WasteGradient",
-                        policy_config=POLICIES["WasteGradient"], preemption_cooldown_s=0.0)
+                        policy_config=POLICIES["WasteGradient"], preemption_cooldown_s=0.0, **held)
     st.apply_inventory(inventory("c", "a", gpus=2))
     st.apply_inventory(inventory("c", "b", gpus=2))
     return st
@@ -27,13 +28,14 @@ def _bound(st: PlacementState, d: Decided) -> None:
                             bound_at=time.time(), decision_id=m.decision_id))
 
 
-def _full() -> tuple[PlacementState, dict[str, Decided]]:
+def _full(**held_at_permit: object) -> tuple[PlacementState, dict[str, Decided]]:
     """b1..b4 (one GPU each, priority 5, b3 checkpointable) fill both nodes."""
-    st = _state()
+    st = _state(**held_at_permit)
     held = {}
     for uid in ("b1", "b2", "b3", "b4"):
         (d,) = st.on_pending(pending("c", uid, num_gpu=1, priority=5, checkpointable=uid == "b3"))
         assert isinstance(d, Decided)
+        st.allow(uid)
         _bound(st, d)
         held[uid] = d
     return st, held
@@ -83,7 +85,7 @@ def test_a_reclaim_that_cannot_make_room_leaves_the_pod_parked_and_nothing_evict
 
 
 def test_a_decision_admitted_with_a_plan_gets_the_plans_victims_once() -> None:
-    st, _ = _full()
+    st, _ = _full(permits=(AdmittedAndStored(),))
     st.apply_finished(PodFinished(source="binder", emitted_at=time.time(), cluster="c", pod_uid="b1", pod_name="b1",
                                   namespace="ns", outcome=PodOutcome.SUCCEEDED, finished_at=time.time()))
     (d,) = st.on_pending(pending("c", "owner", num_gpu=1))
@@ -91,8 +93,16 @@ def test_a_decision_admitted_with_a_plan_gets_the_plans_victims_once() -> None:
     msg = st.reclaim_for(d.msg, ["b2", "ghost"])
     assert [(p.pod_uid, p.reason) for p in msg.preemptions] == [("b2", "reclaim")]
     assert st.reclaim_for(msg, ["b2"]) is msg  # idempotent
-    assert st.ledger.pods["b2"].evicting == d.msg.decision_id
-    # the decision is not published after all: the victim holds again
-    st.undo("owner")
-    assert not st.ledger.pods["b2"].evicting
+    assert "b2" not in st.ledger.cluster.allocations  # evicted in the decision's open statement
+    # the decision is not published after all: the victim holds again, nothing was recorded
+    assert st.reject("owner") == []
+    assert not st.ledger.pods["b2"].evicting and "b2" in st.ledger.cluster.allocations
+    assert st.ledger.pods["owner"].phase.value == "queued" and "owner" not in st.ledger.cluster.allocations
+    st.ledger.check()
+    # decided again and stored this time: the ledger records the decision and its victim
+    (again,) = st.on_pending(pending("c", "owner", num_gpu=1))
+    msg = st.reclaim_for(again.msg, ["b2"])
+    st.allow("owner")
+    assert st.ledger.pods["b2"].evicting == again.msg.decision_id
+    assert st.ledger.pods["owner"].phase.value == "decided"
     st.ledger.check()

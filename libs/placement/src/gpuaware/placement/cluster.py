@@ -219,6 +219,15 @@ class Cluster:
     def num_nodes(self) -> int:
         return len(self.node_names)
 
+    def node_mask(self, names: Iterable[str]) -> np.ndarray | None:
+        """A bool mask over the nodes, True for those of `names` the cluster has; None when none."""
+        rows = [i for n in names if (i := self.index.get(n)) is not None]
+        if not rows:
+            return None
+        mask = np.zeros(self.num_nodes, bool)
+        mask[rows] = True
+        return mask
+
     def snapshot(self) -> Snapshot:
         """A read-only view of the current state: views of the live arrays, so one object serves until
         the set of signal kinds changes (a new one is made then; every decision asks for one)."""

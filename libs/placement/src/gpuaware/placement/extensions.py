@@ -3,15 +3,16 @@
     PreFilter   before any node is looked at: refuse a pod outright (it can never run here, or not yet)
     Filter      framework.FilterPlugin: a mask over nodes
     Score       framework.ScorePlugin (+ NormalizePlugin): 0..100 per feasible node
-    Permit      after a node and GPUs are chosen: allow, deny with a reason (quota: wait), or allow
-                with a reclaim plan (pods to evict so the owner of borrowed capacity gets it back)
+    Permit      after a node and GPUs are chosen: allow, deny with a reason, allow with a reclaim
+                plan (pods to evict so the owner of borrowed capacity gets it back), or wait: the
+                answer comes from outside the session (session.WaitingPod)
     Reserve     after the reservation is staged: take what the plugin tracks; Unreserve gives it back
                 when the statement is discarded (a later member of a gang failed, a permit denied)
     PostFilter  when no node fits: find a way to make one fit (preemption)
 
 Every plugin works on the session's snapshot and never does I/O: a permit that must ask another
-service (quota over NATS) is the caller's to make, between staging a decision and committing it
-(the placement service does exactly that, and a denial discards what was staged).
+service (quota over NATS) answers *wait*, and the caller asks; its answer allows or rejects the
+waiting pod, which commits or discards the statement the session left open.
 
 A plugin is a small class with a `name` and one method per point it implements; the registry
 (registry.py) builds them from a profile, e.g. ``{"post_filter": [{"name": "default-preemption",
@@ -24,6 +25,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
+import numpy as np
+
 from gpuaware.placement.cluster import Snapshot
 from gpuaware.placement.framework import CycleState, Decision, Scheduler, Status
 from gpuaware.placement.model import PodRequest
@@ -31,6 +34,7 @@ from gpuaware.placement.preempt import PreemptionPlan, Victim, plan_preemption
 
 __all__ = [
     "ALLOW",
+    "WAIT",
     "DefaultPreemption",
     "PermitPlugin",
     "PermitVerdict",
@@ -42,15 +46,18 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class PermitVerdict:
-    """A Permit plugin's answer. `reclaim` names running pods (uids) to evict first when allowed."""
+    """A Permit plugin's answer. `reclaim` names running pods (uids) to evict first when allowed;
+    `wait` holds the pod staged until the caller allows or rejects it (`session.WaitingPod`)."""
 
     allowed: bool
     reason: str = ""
     retry_after_s: float | None = None
     reclaim: tuple[str, ...] = ()
+    wait: bool = False
 
 
 ALLOW = PermitVerdict(True)
+WAIT = PermitVerdict(True, wait=True)
 
 
 @runtime_checkable
@@ -87,7 +94,7 @@ class PostFilterPlugin(Protocol):
     name: ClassVar[str]
 
     def post_filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, scheduler: Scheduler,
-                    running: Iterable[Victim], exclude: object) -> PreemptionPlan | None:
+                    running: Iterable[Victim], exclude: np.ndarray | None) -> PreemptionPlan | None:
         """A plan that makes the pod fit (victims to evict, node and GPUs), or None."""
         ...
 
@@ -119,7 +126,7 @@ class DefaultPreemption:
         self._planned_at.pop(pod, None)
 
     def post_filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, scheduler: Scheduler,
-                    running: Iterable[Victim], exclude: object) -> PreemptionPlan | None:
+                    running: Iterable[Victim], exclude: np.ndarray | None) -> PreemptionPlan | None:
         if pod.priority <= 0:
             return None
         if self.clock is not None and self.cooldown_s > 0:
@@ -133,4 +140,4 @@ class DefaultPreemption:
         if not victims:
             return None
         return plan_preemption(pod, snap, scheduler, victims, max_victims=self.max_victims,
-                               max_candidates=self.max_candidates, exclude=exclude)  # type: ignore[arg-type]
+                               max_candidates=self.max_candidates, exclude=exclude)

@@ -30,13 +30,8 @@ GPU memory is the cluster's (`Cluster.gpu_mem_free`): a pod holds the memory its
 their compute is free (a worldly binder refuses such a binding). The world's word is not refused:
 a binding reserves even where our memory accounting says it does not fit.
 
-A GPU's utilisation forecast describes the pods it had when it was made: when its last pod leaves,
-the forecast is dropped (nothing runs there, so none of that load is coming), and a forecast issued
-before that moment (`set_gpu_forecast`'s ``issued_at``, on the telemetry's clock, which the ledger's
-``clock`` reads too) is refused when it arrives late. Without this a freed GPU kept its old tenants'
-forecast until the next one and whole-GPU pods were steered away from it. A GPU gaining pods keeps
-its forecast: it then understates the load, but still counts some of it, where dropping it would make
-the GPU look idle.
+GPU health and telemetry signals are kept beside the pods (gpu_telemetry.py) and applied to every
+rebuilt cluster.
 
 The node set is not fixed: inventories come and go. `set_nodes` rebuilds the `Cluster` (a new uid,
 so every score cache starts over) and re-reserves every allocation; allocations on nodes that
@@ -45,56 +40,18 @@ vanished are dropped and returned, since their pods went with the node.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from gpuaware.placement.cluster import HEALTHY, QUARANTINED, Allocation, Cluster, ReserveError
-from gpuaware.placement.model import GPU_CATALOG, MILLI, GpuModel, NodeSpec, PodRequest, RequestError
+from gpuaware.placement.cluster import Allocation, Cluster, ReserveError
+from gpuaware.placement.entries import HOLDING, RETRIED, WAITING, Phase, PodEntry
+from gpuaware.placement.gpu_telemetry import GpuTelemetry
+from gpuaware.placement.model import GPU_CATALOG, GpuModel, NodeSpec, PodRequest, RequestError
 from gpuaware.placement.tombstones import Tombstones
 
-
-class Phase(StrEnum):
-    QUEUED = "queued"
-    PARKED = "parked"
-    HELD = "held"
-    UNRESOLVABLE = "unresolvable"
-    DECIDED = "decided"
-    BOUND = "bound"
-
-
-WAITING = (Phase.PARKED, Phase.HELD, Phase.UNRESOLVABLE, Phase.QUEUED)
-RETRIED = (Phase.PARKED, Phase.QUEUED)
-"""the phases a retry pass tries again"""
-HOLDING = (Phase.DECIDED, Phase.BOUND)
-
-
-@dataclass(slots=True)
-class PodEntry:
-    uid: str
-    attempt: int
-    phase: Phase
-    request: PodRequest | None
-    since: float = 0.0
-    """when the pod entered this phase (the caller's clock)"""
-    decision_id: str = ""
-    node: str = ""
-    gpus: tuple[int, ...] = ()
-    reason: str = ""
-    payload: Any = None
-    """the caller's own record of the pod (the wire message), carried along untouched"""
-    seq: int = 0
-    """arrival order, for FIFO among equals"""
-    placed: bool = False
-    """its reservation is in the cluster (False while its node is unknown to this view)"""
-    gpu_mem: int = 0
-    """GPU memory it holds on each of its GPUs, MiB (0: its compute share, `Cluster.gpu_memory_of`)"""
-    evicting: str = ""
-    """the decision whose plan evicts it (its reservation is released meanwhile)"""
-
+__all__ = ["HOLDING", "RETRIED", "WAITING", "Ledger", "LedgerStats", "Phase", "PodEntry"]
 
 @dataclass(slots=True)
 class LedgerStats:
@@ -123,13 +80,9 @@ class Ledger:
     pods: dict[str, PodEntry] = field(default_factory=dict)
     closed: Tombstones = field(init=False)
     """uid -> the highest closed attempt, for the `max_tombstones` most recently closed pods"""
-    health: dict[tuple[str, int], int] = field(default_factory=dict)
-    signals: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
-    """(node, slot) -> the latest telemetry signals (health score, temperature, power, forecast)"""
-    emptied: dict[tuple[str, int], float] = field(default_factory=dict)
-    """(node, slot) -> when (``clock``) the GPU's last pod left"""
     clock: Callable[[], float] = time.time
     """the telemetry's clock (forecasts' ``issued_at`` are on it): wall time"""
+    gpus: GpuTelemetry = field(init=False)
     stats: LedgerStats = field(default_factory=LedgerStats)
     _seq: int = 0
     _waiting: dict[str, PodEntry] = field(default_factory=dict)
@@ -138,6 +91,7 @@ class Ledger:
 
     def __post_init__(self) -> None:
         self.closed = Tombstones(self.max_tombstones)
+        self.gpus = GpuTelemetry(self.clock)
         if self.nodes:
             self.set_nodes(self.nodes)
 
@@ -151,10 +105,8 @@ class Ledger:
             self.catalog = dict(catalog)
         self.nodes = tuple(nodes)
         self.cluster = Cluster(self.nodes, self.catalog) if self.nodes else None
-        for (node, slot), state in self.health.items():
-            self._apply_health(node, slot, state)
-        for (node, slot), values in self.signals.items():
-            self._apply_signals(node, slot, values)
+        if self.cluster is not None:
+            self.gpus.apply_all(self.cluster)
         unplaced = []
         for phase in (Phase.BOUND, Phase.DECIDED):  # bindings first: they are the truth
             for entry in sorted((e for e in self.pods.values() if e.phase == phase), key=lambda e: e.seq):
@@ -166,56 +118,22 @@ class Ledger:
         self.stats.orphaned = len(unplaced)
         return unplaced
 
-    def node_index(self, node: str) -> int | None:
-        return None if self.cluster is None else self.cluster.index.get(node)
-
     def set_gpu_health(self, node: str, slot: int, state: int) -> bool:
         """Record a GPU's health; True when it gave capacity back (quarantine lifted)."""
-        before = self.health.get((node, slot), HEALTHY)
-        self.health[(node, slot)] = state
-        self._apply_health(node, slot, state)
-        return before == QUARANTINED and state != QUARANTINED
+        return self.gpus.set_health(self.cluster, node, slot, state)
 
-    def set_gpu_signals(self, node: str, slot: int, **values: float) -> bool:
+    def set_gpu_signals(self, node: str, slot: int, **values: float | None) -> bool:
         """Record a GPU's telemetry signals (``Cluster.set_gpu_signals`` keywords); kept across
         node-set rebuilds. True when the cluster's (quantised) view changed."""
-        values = {k: v for k, v in values.items() if v is not None}
-        if not values:
-            return False
-        self.signals.setdefault((node, slot), {}).update(values)
-        return self._apply_signals(node, slot, values)
+        return self.gpus.set_signals(self.cluster, node, slot, values)
 
     def set_gpu_forecast(self, node: str, slot: int, util: float, issued_at: float) -> bool:
         """Record a GPU's forecast p90 utilisation (0..1) issued at ``issued_at``; refused (False) when
-        the GPU's last pod left after that: the forecast is of load that is gone."""
-        if issued_at < self.emptied.get((node, slot), -math.inf):
+        the GPU's last pod left after that (gpu_telemetry.py)."""
+        if self.gpus.is_stale(node, slot, issued_at):
             self.stats.stale_forecasts += 1
             return False
         return self.set_gpu_signals(node, slot, util_forecast=util)
-
-    def _emptied(self, node: str, gpus: Iterable[int]) -> None:
-        """After a release: the GPUs left without a pod forget their forecast (see the module docstring)."""
-        i = self.node_index(node)
-        if i is None or self.cluster is None:
-            return
-        for g in gpus:
-            if 0 <= g < self.cluster.gpu_count[i] and self.cluster.gpu_free[i, g] == MILLI:
-                self.emptied[(node, g)] = self.clock()
-                known = self.signals.get((node, g))
-                if known is not None and known.pop("util_forecast", None) is not None:
-                    self._apply_signals(node, g, {"util_forecast": math.nan})
-
-    def _apply_signals(self, node: str, slot: int, values: dict[str, float]) -> bool:
-        i = self.node_index(node)
-        if i is None or self.cluster is None or not 0 <= slot < self.cluster.gpu_count[i]:
-            return False
-        return self.cluster.set_gpu_signals(i, slot, **values)
-
-    def _apply_health(self, node: str, slot: int, state: int) -> None:
-        i = self.node_index(node)
-        if i is None or self.cluster is None or not 0 <= slot < self.cluster.gpu_count[i]:
-            return
-        self.cluster.set_gpu_health(i, slot, state)
 
     # -- bookkeeping --------------------------------------------------------------------------------
 
@@ -303,7 +221,7 @@ class Ledger:
             return False
         if self.cluster.unreserve(entry.uid) is None:
             return False
-        self._emptied(entry.node, entry.gpus)
+        self.gpus.released(self.cluster, entry.node, entry.gpus)
         return True
 
     # -- waiting pods -------------------------------------------------------------------------------
@@ -345,9 +263,6 @@ class Ledger:
         out = [e for e in pool if e.phase in wanted and e.request is not None]
         out.sort(key=lambda e: (-(e.request.priority if e.request else 0), e.seq))
         return out
-
-    def count(self, phase: Phase) -> int:
-        return sum(1 for e in self.pods.values() if e.phase == phase)
 
     def __iter__(self) -> Iterator[PodEntry]:
         return iter(self.pods.values())
@@ -451,17 +366,6 @@ class Ledger:
         if freed:
             self.stats.rolled_back += 1
         return freed
-
-    def undo(self, uid: str) -> bool:
-        """Forget a decision that was never published (publishing failed): back to QUEUED."""
-        entry = self.pods.get(uid)
-        if entry is None or entry.phase != Phase.DECIDED:
-            return False
-        self._release(entry)
-        self.set_phase(entry, Phase.QUEUED)
-        self._restore_victims(entry.decision_id)
-        entry.decision_id, entry.node, entry.gpus = "", "", ()
-        return True
 
     def release(self, uid: str, attempt: int | None = None) -> bool:
         """The pod left (finished, deleted, preempted): free what it held and close it. True when

@@ -36,6 +36,7 @@ import numpy as np
 
 from gpuaware.placement.cluster import QUARANTINED, Snapshot
 from gpuaware.placement.framework import CycleState, Scheduler, rows_view, usable_gpus
+from gpuaware.placement.ledger import Ledger, Phase
 from gpuaware.placement.model import MILLI, PodRequest
 
 __all__ = ["PreemptionPlan", "Victim", "plan_preemption"]
@@ -182,3 +183,20 @@ def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, runni
     gpus = _pick_gpus(pod, freed)
     evict.sort(key=lambda v: v.uid)
     return PreemptionPlan(pod.name, node, snap.node_names[node], gpus, tuple(evict), len(candidates))
+
+
+def running_victims(ledger: Ledger, now: float) -> list[Victim]:
+    """The ledger's bound pods that still hold GPUs in its cluster, as a plan may evict them (a pod
+    already evicting, or evicted by a statement still open, is none)."""
+    allocations = ledger.cluster.allocations if ledger.cluster is not None else {}
+    out = []
+    for e in ledger:
+        if e.phase != Phase.BOUND or e.evicting or e.request is None:
+            continue
+        a = allocations.get(e.uid)
+        if a is None:
+            continue
+        out.append(Victim(e.uid, a.node, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, e.request.priority,
+                          e.request.checkpointable, max(1.0, now - e.since), bool(e.request.gang_id),
+                          gpu_mem=a.gpu_mem))
+    return out

@@ -15,25 +15,32 @@ bench/results is a decision the service would make.
          preempt   pods still unschedulable: PostFilter plugins plan evictions; the plan's
                    victims are evicted and the pod reserved in one statement, then permitted
       .allocate(pod) / .allocate_gang(members) / .preempt(pod)    one action on one unit
+      .stage(pod, decision, plan)    a decision made elsewhere (reclaim), staged and permitted
 
 Statements: `Statement.reserve` / `evict` change the cluster at once (a later pod of the same session
 sees them, so two pods never count the same free GPU) and remember how to undo; `discard` undoes in
 reverse order (Reserve plugins' `unreserve` included), `commit` forgets the undo log. A pod that a
 Permit plugin denies, or a gang with one member that fits nowhere, leaves nothing reserved.
 
+Permit may also answer *wait* (kube-scheduler's WaitingPod): the verdict comes from outside the
+session, e.g. the quota service over the bus. The pod's statement then stays open and its `Placed`
+carries a `WaitingPod`; whoever gets the answer calls `allow()` (the statement is committed) or
+`reject()` (it is discarded: nothing stays reserved, no victim stays evicted). Pods of later sessions
+see the waiting pod's reservation meanwhile, so nobody else takes its GPUs while it waits.
+
 The snapshot's arrays are read-only views of the live cluster, so within a session each pod sees
 what the pods before it took; the cluster is never changed behind the session's back (callers apply
 world events between sessions).
 
-Backfill (placing short jobs in the holes a blocked large job leaves) needs runtime predictions:
-it will be an action here once the forecasting service predicts durations; it is not one yet.
+The fair-share retry pass, reclaim and backfill are actions over sessions too; they live in
+`gpuaware.placement.actions`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,9 +54,12 @@ from gpuaware.placement.extensions import (
 )
 from gpuaware.placement.framework import Code, CycleState, Decision, Scheduler, Status
 from gpuaware.placement.model import PodRequest
-from gpuaware.placement.preempt import PreemptionPlan, Victim, plan_preemption
+from gpuaware.placement.preempt import PreemptionPlan, Victim
 
-__all__ = ["ACTIONS", "Framework", "Placed", "Result", "Session", "Statement", "Waiting"]
+if TYPE_CHECKING:
+    from gpuaware.placement.queue_order import QueueSort
+
+__all__ = ["ACTIONS", "Framework", "Placed", "Result", "Session", "Statement", "Waiting", "WaitingPod"]
 
 ACTIONS = ("allocate", "preempt")
 """The actions a session knows, in their default order."""
@@ -114,6 +124,8 @@ class Framework:
     permits: tuple[PermitPlugin, ...] = ()
     reservers: tuple[ReservePlugin, ...] = ()
     post_filters: tuple[PostFilterPlugin, ...] = ()
+    queue_sort: QueueSort | None = None
+    """the order waiting pods are retried in (None: priority, then arrival; see queue_order.py)"""
 
     @classmethod
     def of(cls, scheduler: Scheduler | CachedScheduler, **plugins: Any) -> Framework:
@@ -125,15 +137,61 @@ class Framework:
         return self.scheduler.name
 
 
+class WaitingPod:
+    """A pod (or a gang's members) staged and held at Permit until its verdict comes from outside.
+
+    Its statement stays open: `allow()` commits it, once for each member of `pods` (a gang commits
+    when every member was allowed); `reject()` discards it, whole. `waiting_on` names the Permit
+    plugins that asked to wait."""
+
+    __slots__ = ("_allowed", "_statement", "pods", "waiting_on")
+
+    def __init__(self, statement: Statement, pods: Sequence[str], waiting_on: Sequence[str]) -> None:
+        self._statement: Statement | None = statement
+        self._allowed: set[str] = set()
+        self.pods = tuple(pods)
+        self.waiting_on = tuple(waiting_on)
+
+    @property
+    def open(self) -> bool:
+        """Neither committed nor discarded yet."""
+        return self._statement is not None
+
+    def allow(self, pod: str | None = None) -> bool:
+        """`pod` (every member when None) is permitted; True when that closed the statement."""
+        if self._statement is None:
+            return False
+        self._allowed.update(self.pods if pod is None else (pod,))
+        if not self._allowed.issuperset(self.pods):
+            return False
+        self._statement.commit()
+        self._statement = None
+        return True
+
+    def evict(self, pod: str) -> bool:
+        """Also evict `pod` in the open statement (a permit's late reclaim plan). True if it held GPUs."""
+        return self._statement is not None and self._statement.evict(pod) is not None
+
+    def reject(self) -> bool:
+        """Undo everything staged for the unit. True when something was still open."""
+        if self._statement is None:
+            return False
+        self._statement.discard()
+        self._statement = None
+        return True
+
+
 @dataclass(frozen=True, slots=True)
 class Placed:
     """A pod reserved on `decision`'s node and GPUs; `victims` were evicted for it (a preemption plan
-    or a permit's reclaim), `plan` is the preemption plan when there was one."""
+    or a permit's reclaim), `plan` is the preemption plan when there was one. `permit` is set while a
+    Permit plugin makes the pod wait (its statement still open)."""
 
     pod: PodRequest
     decision: Decision
     victims: tuple[Victim, ...] = ()
     plan: PreemptionPlan | None = None
+    permit: WaitingPod | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +296,7 @@ class Session:
             return [Waiting(unit, failed[key])]
         result = self.allocate(unit)
         if (isinstance(result, Waiting) and result.status.code in (Code.UNSCHEDULABLE, Code.UNRESOLVABLE)
-                and result.status.plugin == "" and self._exclude(unit) is None):
+                and result.status.plugin == "" and self.excluded(unit) is None):
             failed[key] = result.status
         return [result]
 
@@ -250,7 +308,7 @@ class Session:
             status = plugin.pre_filter(cycle, pod, snap)
             if status is not None:
                 return status if status.plugin else Status(status.code, status.reason, plugin.name)
-        return self.framework.scheduler.schedule(pod, snap, self._exclude(pod))
+        return self.framework.scheduler.schedule(pod, snap, self.excluded(pod))
 
     def allocate(self, pod: PodRequest, statement: Statement | None = None) -> Result:
         """Schedule one pod and stage it (committed unless a `statement` of the caller holds it)."""
@@ -274,7 +332,12 @@ class Session:
                 return [got if m is pod else Waiting(m, Status(got.status.code, why, "gang"), got.retry_after_s)
                         for m in members]
             placed.append(got)
-        stmt.commit()
+        waits = sorted({name for r in placed if r.permit is not None for name in r.permit.waiting_on})
+        if waits:
+            permit = WaitingPod(stmt, [m.name for m in members], waits)
+            placed = [replace(r, permit=permit) for r in placed]
+        else:
+            stmt.commit()
         by_name = {r.pod.name: r for r in placed}
         return [by_name[m.name] for m in members]
 
@@ -286,38 +349,24 @@ class Session:
         snap = self.cluster.snapshot()
         running = _Candidates(self)  # read only if a plugin looks (most pods may evict nobody)
         for plugin in self.framework.post_filters:
-            plan = plugin.post_filter(cycle, pod, snap, self.framework.scheduler.inner, running, self._exclude(pod))
+            plan = plugin.post_filter(cycle, pod, snap, self.framework.scheduler.inner, running, self.excluded(pod))
             if plan is None:
                 continue
-            decision = Decision(pod.name, plan.node, plan.node_name, plan.gpus, 0.0, plan.candidates)
-            got = self._stage(cycle, pod, decision, statement, plan)
-            if isinstance(got, Placed):
-                self.stats.preempted += 1
+            got = self.stage(pod, plan, statement, cycle)
+            if got is not None:
                 return got
         return None
 
-    def reclaim(self, pod: PodRequest, named: Iterable[str], max_victims: int = 16,
-                statement: Statement | None = None) -> Placed | None:
-        """Quota's reclaim plan, executed: the pod fits by evicting only pods quota named (borrowers,
-        whatever their priority; never a gang member, never a pod another plan already evicts), the
-        fewest on one node, chosen by the same cost as a preemption. None when they cannot make room."""
-        if self.running is None:
-            return None
-        wanted = set(named)
-        cands = [v for v in self.candidates() if v.uid in wanted]
-        if not cands:
-            return None
-        snap = self.cluster.snapshot()
-        plan = plan_preemption(pod, snap, self.framework.scheduler.inner, cands, max_victims=max_victims,
-                               exclude=self._exclude(pod), eligible=lambda v: not v.gang)
-        if plan is None:
-            return None
+    def stage(self, pod: PodRequest, plan: PreemptionPlan, statement: Statement | None = None,
+              cycle: CycleState | None = None) -> Placed | None:
+        """A plan made outside the filters (a PostFilter's, or reclaim's): its victims evicted and the
+        pod reserved in one statement, then permitted. None when staging or a permit refused it."""
         decision = Decision(pod.name, plan.node, plan.node_name, plan.gpus, 0.0, plan.candidates)
-        got = self._stage(CycleState(), pod, decision, statement, plan)
-        if isinstance(got, Placed):
-            self.stats.preempted += 1
-            return got
-        return None
+        got = self._stage(CycleState() if cycle is None else cycle, pod, decision, statement, plan)
+        if not isinstance(got, Placed):
+            return None
+        self.stats.preempted += 1
+        return got
 
     # -- staging ----------------------------------------------------------------------------------------
 
@@ -327,7 +376,8 @@ class Session:
             self._running = list(self.running()) if self.running is not None else []
         return [v for v in self._running if v.uid not in self._evicted]
 
-    def _exclude(self, pod: PodRequest) -> np.ndarray | None:
+    def excluded(self, pod: PodRequest) -> np.ndarray | None:
+        """The nodes kept out of `pod`'s choices (`exclude`), None when none are."""
         if self.exclude is None:
             return None
         mask = self.exclude(pod)
@@ -352,14 +402,19 @@ class Session:
                 return Waiting(pod, status if status.plugin else Status(status.code, status.reason, plugin.name))
             stmt.on_discard(lambda p=plugin: p.unreserve(cycle, pod, decision))
         reclaim: list[str] = []
-        snap = self.cluster.snapshot() if self.framework.permits else None
+        waits: list[str] = []
+        snap: Snapshot | None = None
         for permit in self.framework.permits:
+            if snap is None:
+                snap = self.cluster.snapshot()
             verdict = permit.permit(cycle, pod, decision, snap)
             if not verdict.allowed:
                 stmt.discard(mark)
                 self.stats.denied += 1
                 return Waiting(pod, Status(Code.DENIED, verdict.reason or "denied", permit.name),
                                verdict.retry_after_s)
+            if verdict.wait:
+                waits.append(permit.name)
             reclaim += verdict.reclaim
         if reclaim:
             known = {v.uid: v for v in self.candidates()}
@@ -367,10 +422,11 @@ class Session:
                 if uid in known and uid not in {v.uid for v in victims}:
                     stmt.evict(uid)
                     victims.append(known[uid])
-        if statement is None:
+        waiting = WaitingPod(stmt, (pod.name,), waits) if waits else None
+        if statement is None and waiting is None:
             stmt.commit()
         self._evicted.update(v.uid for v in victims)
-        return Placed(pod, decision, tuple(victims), plan)
+        return Placed(pod, decision, tuple(victims), plan, waiting)
 
 
 class _Candidates:

@@ -50,7 +50,8 @@ class DurationAsker:
 
     @property
     def active(self) -> bool:
-        return self.state.planner.order is not None and self.absence.present
+        order = self.state.planner.order
+        return order is not None and order.tenant_aware and self.absence.present
 
     def ask_about(self, outcomes: Iterable[object]) -> None:
         """Start a question for each newly parked pod of `outcomes` (never blocks)."""

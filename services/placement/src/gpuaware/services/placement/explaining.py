@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from gpuaware import bus
 from gpuaware.placement.ledger import HOLDING
@@ -19,19 +19,26 @@ from gpuaware.schemas.placement import ExplainReply, ExplainRequest, Explanation
 from gpuaware.schemas.pods import PodPending
 from gpuaware.services.placement import convert
 from gpuaware.services.placement.channels import EXPLAINED
-
-if TYPE_CHECKING:
-    from gpuaware.services.placement.handlers import PlacementService
+from gpuaware.services.placement.quota_permit import QuotaPermit
+from gpuaware.services.placement.settings import PlacementSettings
+from gpuaware.services.placement.state import PlacementState
 
 log = logging.getLogger(__name__)
 
 
 class Explainer:
-    def __init__(self, service: PlacementService) -> None:
-        self.service = service
+    """The `placement.explain` endpoint over one instance's view; `js` records each answer."""
+
+    def __init__(self, state: PlacementState, quota: QuotaPermit, settings: PlacementSettings, js: Any,
+                 source: str) -> None:
+        self.state = state
+        self.quota = quota
+        self.settings = settings
+        self.js = js
+        self.source = source
 
     async def explain(self, req: ExplainRequest) -> ExplainReply:
-        st = self.service.state
+        st = self.state
         if req.pod_uid is not None:
             entry = st.ledger.pods.get(req.pod_uid)
             if entry is None or entry.request is None:
@@ -55,7 +62,7 @@ class Explainer:
         admitted, quota_reason = None, ""
         if req.ask_quota and pod is not None:
             try:
-                reply = await self.service.quota.ask(pod, result.best_node, None, True)
+                reply = await self.quota.ask(pod, result.best_node, None, True)
             except bus.TransientError as exc:
                 reply, quota_reason = None, exc.reason
             if reply is not None:
@@ -66,14 +73,14 @@ class Explainer:
     async def _explained(self, req: ExplainRequest, uid: str, pod: PodPending | None,
                          why: Explanation) -> ExplainReply:
         now = time.time()
-        if self.service.settings.explain_publish and pod is not None:
+        if self.settings.explain_publish and pod is not None:
             try:
-                await bus.publish(self.service.js, EXPLAINED, PlacementExplained(
-                    source=self.service.source, emitted_at=now, cluster=self.service.settings.cluster, pod_uid=uid,
+                await bus.publish(self.js, EXPLAINED, PlacementExplained(
+                    source=self.source, emitted_at=now, cluster=self.settings.cluster, pod_uid=uid,
                     pod_name=pod.pod_name, namespace=pod.namespace, explanation=why, explained_at=now), timeout=2.0)
             except Exception as exc:
                 log.warning("explanation of %s not recorded (%s)", uid, exc)
-        return ExplainReply(source=self.service.source, emitted_at=now, cluster=self.service.settings.cluster, pod_uid=uid,
+        return ExplainReply(source=self.source, emitted_at=now, cluster=self.settings.cluster, pod_uid=uid,
                             explanation=why)
 
 

@@ -50,7 +50,7 @@ def build_extender(state: PlacementState, *, bind: bool = False, core: Any = Non
                                    slices=slices, bound_at=now, decision_id=decision or None))
 
     return Extender(planner=state.planner, cluster=state.cluster_name, source=f"{state.source}/extender",
-                    request_of=lambda p: convert.pod_request(p, state.planner.models, state.capability),
+                    request_of=lambda p: convert.pod_request(p, state.planner.view.models, state.capability),
                     bind_fn=bind_fn, gpus_of=lambda n: state.gpus.get(n, ()), on_bound=on_bound)
 
 

@@ -59,6 +59,7 @@ from gpuaware.services.placement.durations import DurationAsker
 from gpuaware.services.placement.explaining import Explainer
 from gpuaware.services.placement.metrics import placement_samples
 from gpuaware.services.placement.partitions import partition_filters
+from gpuaware.services.placement.permit import AdmittedAndStored
 from gpuaware.services.placement.quota_permit import QuotaPermit
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected
@@ -93,7 +94,7 @@ class PlacementService:
             checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree),
             queue_order=s.queue_order, starved_below=s.starved_below, duration_default_s=s.duration_default_s,
             reclaim_min_runtime_s=s.reclaim_min_runtime_s, max_reservations=s.reservations, turn_due=s.turn_due,
-            turn_lease_s=s.turn_lease_s, observers=(self.forecast_effect,))
+            turn_lease_s=s.turn_lease_s, observers=(self.forecast_effect,), permits=(AdmittedAndStored(),))
         self.followers: list[bus.Follower] = []
         self.lease: bus.LeaderLease | None = None  # or gpuaware.k8s.election.KubeLeaderLease (same interface)
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None
@@ -348,7 +349,8 @@ class PlacementService:
     async def _send(self, outcomes: list[Outcome], *, pending: bool) -> Awaitable[None]:
         """Publish decisions and verdicts without waiting; the returned completion waits for the stream
         and raises TransientError when one was not stored (the ledger is put back first, so the pod is
-        decided again), PermanentError for an invalid request (after its verdict was stored)."""
+        decided again), PermanentError for an invalid request (after its verdict was stored). A decision
+        is held at Permit until then (permit.py): stored, it is allowed; not stored, rejected."""
         if self.settings.quota_enabled:  # reclaim plans executed, refused decisions parked (quota_permit.py)
             outcomes = await self.quota.permit(outcomes)
         self.durations.ask_about(outcomes)  # fair-share order: parked pods' predicted runtimes, in the background
@@ -378,9 +380,11 @@ class PlacementService:
                 failure = exc
                 self._unpublished(o)
                 continue
-            if isinstance(o, Decided) and ack.duplicate:
-                self._mine.pop(ack.msg_id, None)  # not stored again: no echo comes
-                await self._reconcile(o.msg, ack)
+            if isinstance(o, Decided):
+                self.state.allow(o.msg.pod_uid)  # admitted and stored: the ledger records it
+                if ack.duplicate:
+                    self._mine.pop(ack.msg_id, None)  # not stored again: no echo comes
+                    await self._reconcile(o.msg, ack)
             if isinstance(o, Rejected):
                 rejected = o
         if failure is not None:
@@ -403,7 +407,7 @@ class PlacementService:
     def _unpublished(self, o: Outcome) -> None:
         if isinstance(o, Decided):
             self._mine.pop(o.msg.decision_id, None)  # whoever stores this id next, its echo is news here
-            self.state.undo(o.msg.pod_uid)
+            self.state.reject(o.msg.pod_uid)  # discarded: the pod is decided again
         else:
             entry = self.state.ledger.pods.get(o.msg.pod_uid)
             if entry is not None and entry.attempt == o.msg.attempt:
@@ -442,7 +446,7 @@ def mounter(hook: Callable[[PlacementService], None] | None = None):
                                  bind=settings.extender_bind)
             await ext.start()
             ctx.on_stop(ext)
-        explainer = Explainer(service)
+        explainer = Explainer(service.state, service.quota, settings, service.js, service.source)
         return [bus.Endpoint(name="explain", subject=PLACEMENT_EXPLAIN, request_type=ExplainRequest,
                              handler=explainer.explain)]
 

@@ -1,10 +1,10 @@
 """Quota as placement's asynchronous Permit step: ask `quota.admit` about staged decisions.
 
-The scheduling session (libs/placement) stages a decision; quota answers over NATS, so its permit
-cannot run inside the pure session. The service asks here between staging and publishing: a pod the
-quota service refuses (and every other member of its gang) is un-staged (`PlacementState.deny`:
-nothing stays reserved) and parked with the reason, and the retry pass looks at it again after
-`retry_after_s`. Nobody listening on `quota.admit` means admit (logged once; asked again every
+The scheduling session (libs/placement) stages a decision and holds it at Permit (permit.py): quota
+answers over NATS, so it cannot answer inside the pure session. The service asks here between staging
+and publishing: a pod the quota service refuses is rejected (`PlacementState.reject`: its statement,
+with every other member of its gang, is discarded, so nothing stays reserved) and parked with the
+reason, and the retry pass looks at it again after `retry_after_s`. Nobody listening on `quota.admit` means admit (logged once; asked again every
 `quota_recheck_s`); a quota service that does not answer in time is a transient error (the pending
 pods come back).
 
@@ -15,8 +15,8 @@ the answer is executed through placement's preemption path (`PlacementState.recl
 placed where evicting only the pods quota named makes room, and those pods become the decision's
 planned preemptions (reason ``reclaim``, checkpoint first when they can), which the binder executes
 with its checkpoint handshake before binding. The decision then goes through the ordinary admit
-with its node, which reserves it in quota. A staged decision whose admit carries a plan gets the
-plan's victims added to its preemptions. Evicting victims are marked in the ledger, so a second
+with its node, which reserves it in quota. A held decision whose admit carries a plan gets the
+plan's victims evicted in its statement and added to its preemptions. Evicting victims are marked in the ledger, so a second
 plan never counts their GPUs again, and a decision's id is deterministic, so a repeated one is
 stored once. When quota says the borrowed capacity is not reclaimable yet (minimum runtimes), the
 pod is asked about again after `retry_after_s`; when its plan cannot be executed here yet (a victim
@@ -197,15 +197,14 @@ class QuotaPermit:
             raise bus.TransientError(f"quota did not answer: {exc}", delay=1.0) from None
 
     async def admit(self, decided: list[Decided]) -> tuple[dict[str, Unschedulable], dict[str, Decided]]:
-        """Ask quota about each staged decision; the refused ones (with their whole gang) are
-        un-staged and parked. Returns their verdicts by pod uid, to publish instead, and the
-        decisions an admit's reclaim plan added preemptions to."""
+        """Ask quota about each held decision; the refused ones (with their whole gang) are rejected
+        and parked. Returns their verdicts by pod uid, to publish instead, and the decisions an
+        admit's reclaim plan added preemptions to."""
         refused: dict[str, Unschedulable] = {}
         amended: dict[str, Decided] = {}
-        gangs_refused: set[str] = set()
         for o in decided:
             entry = self.state.ledger.pods.get(o.msg.pod_uid)
-            if entry is None or entry.payload is None:
+            if entry is None or entry.payload is None or o.msg.pod_uid in refused:
                 continue
             reply = await self.ask(entry.payload, o.msg.node, sum(s.gpu_milli for s in o.msg.slices), False)
             if reply is None:
@@ -213,23 +212,15 @@ class QuotaPermit:
                     break
                 continue
             if not reply.admitted:
-                self._deny(refused, o, reply.reason, reply.retry_after_s)
-                if o.msg.gang_id:
-                    gangs_refused.add(o.msg.gang_id)
+                for verdict in self.state.reject(o.msg.pod_uid, reply.reason or "refused by quota",
+                                                 reply.retry_after_s):
+                    refused[verdict.msg.pod_uid] = verdict
+                if reply.retry_after_s:
+                    self.retry_later(reply.retry_after_s)
             elif reply.would_reclaim:
                 msg = self.state.reclaim_for(o.msg, [c.pod_uid for c in reply.would_reclaim])
                 if msg is not o.msg:
                     amended[o.msg.pod_uid] = Decided(msg)
-        for o in decided:
-            if o.msg.gang_id in gangs_refused and o.msg.pod_uid not in refused:
-                self._deny(refused, o, "gang member refused by quota", None)
         if refused:
             self.retry_later(self.settings.quota_recheck_s)
         return refused, amended
-
-    def _deny(self, refused: dict[str, Unschedulable], o: Decided, reason: str, retry_after: float | None) -> None:
-        verdict = self.state.deny(o.msg, reason, retry_after)
-        if verdict is not None:
-            refused[o.msg.pod_uid] = verdict
-        if retry_after:
-            self.retry_later(retry_after)

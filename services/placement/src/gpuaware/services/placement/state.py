@@ -28,8 +28,9 @@ from gpuaware.placement import DEGRADED, HEALTHY, QUARANTINED, PodRequest, Reque
 from gpuaware.placement.explain import PodExplanation
 from gpuaware.placement.gang import Gang
 from gpuaware.placement.ledger import HOLDING, Ledger, Phase
-from gpuaware.placement.planner import Counters, Parked, Planner, PlannerConfig, decision_id
-from gpuaware.placement.planner import Decided as Placed
+from gpuaware.placement.outcomes import Counters, Parked, decision_id
+from gpuaware.placement.outcomes import Decided as Placed
+from gpuaware.placement.planner import Planner, PlannerConfig
 from gpuaware.schemas.binder import PodBindFailed, PodBound, PodFinished, PodPreempted
 from gpuaware.schemas.forecast import GpuUtilPredicted
 from gpuaware.schemas.health import GpuScored, GpuStateChanged, HealthState
@@ -113,7 +114,7 @@ class PlacementState:
     @max_victims.setter
     def max_victims(self, value: int) -> None:  # tuning a running instance (tests, tools)
         self.planner.config = dataclasses.replace(self.planner.config, max_victims=value)
-        self.planner.invalidate()
+        self.planner.view.invalidate()
 
     # -- the view -------------------------------------------------------------------------------------
 
@@ -131,7 +132,7 @@ class PlacementState:
 
     @property
     def num_nodes(self) -> int:
-        return self.planner.num_nodes
+        return len(self.planner.specs)
 
     def ensure_cluster(self) -> bool:
         return self.planner.ensure_cluster()
@@ -147,7 +148,7 @@ class PlacementState:
         """One page of the world's truth: its nodes replace the view's, its bound pods are committed,
         its time is the world's now (a quiet world's latest bind may be hours old). Returns the number
         of pods applied."""
-        self.planner.world_event(page.at)
+        self.planner.world.event(page.at)
         for n in page.nodes:
             self.world_nodes.add(n.name)
             self._set_node(*convert.node_of_world(n))
@@ -167,13 +168,13 @@ class PlacementState:
     def _set_node(self, spec: Any, gpus: tuple[GpuInfo, ...], model: Any, cc: tuple[int, int]) -> bool:
         if model is not None:
             self.capability[model.name] = cc
-        changed = self.planner.set_node(spec, model)
+        changed = self.planner.view.set_node(spec, model)
         if self.gpus.get(spec.name) != gpus:
             self.gpus[spec.name] = gpus
             for slot, g in enumerate(gpus):
                 self._slot[(spec.name, g.uuid)] = slot
             changed = True
-            self.planner.invalidate()
+            self.planner.view.invalidate()
         return changed
 
     def apply_health(self, ev: GpuStateChanged) -> bool:
@@ -304,7 +305,7 @@ class PlacementState:
             request = convert.observed_request(ev.pod_uid, 0, 0, ev.slices)
         self.ledger.bound(ev.pod_uid, attempt, ev.node, self._slots(ev.node, ev.slices), request,
                           ev.decision_id or "", ev.bound_at, gpu_mem=ev.slices[0].memory_mib if ev.slices else 0)
-        self.planner.world_event(ev.bound_at)
+        self.planner.world.event(ev.bound_at)
         self._remember(ev.pod_uid, ev)
         self.planner.refused.pop(ev.pod_uid, None)
 
@@ -326,7 +327,7 @@ class PlacementState:
         later than the eviction -- and no attempt is closed on the preemptor's number."""
         if ev.cluster != self.cluster_name:
             return False
-        self.planner.world_event(ev.preempted_at)
+        self.planner.world.event(ev.preempted_at)
         entry = self.ledger.pods.get(ev.pod_uid)
         if entry is None or entry.phase not in HOLDING or entry.node != ev.node \
                 or (entry.phase == Phase.BOUND and entry.since > ev.preempted_at):
@@ -337,7 +338,7 @@ class PlacementState:
     def apply_finished(self, ev: PodFinished) -> bool:
         if ev.cluster != self.cluster_name:
             return False
-        self.planner.world_event(ev.finished_at)
+        self.planner.world.event(ev.finished_at)
         self.planner.forget(ev.pod_uid)
         return self.ledger.release(ev.pod_uid)
 
@@ -350,7 +351,7 @@ class PlacementState:
     # -- deciding (the leader) --------------------------------------------------------------------------
 
     def _request(self, p: PodPending) -> PodRequest:
-        return convert.pod_request(p, self.planner.models, self.capability)
+        return convert.pod_request(p, self.planner.view.models, self.capability)
 
     def on_pending(self, p: PodPending) -> list[Outcome]:
         """A pending pod from the durable stream. Empty: nothing to publish (a duplicate, a stale
@@ -382,14 +383,15 @@ class PlacementState:
         outcomes, more = self.planner.retry(limit)
         return self._messages(outcomes), more
 
-    def undo(self, uid: str) -> None:
-        """A decision could not be published: forget it (the pending message will come again)."""
-        self.planner.undo(uid)
+    def allow(self, uid: str) -> None:
+        """A decision held at Permit was admitted and stored: the ledger records it."""
+        self.planner.waiting.allow(uid)
 
-    def deny(self, msg: PlacementDecided, reason: str, retry_after_s: float | None) -> Unschedulable | None:
-        """Quota (an asynchronous Permit) refused a staged decision: nothing stays reserved."""
-        parked = self.planner.deny(msg.pod_uid, reason, retry_after_s)
-        return None if parked is None else self._messages([parked])[0]  # type: ignore[return-value]
+    def reject(self, uid: str, reason: str = "", retry_after_s: float | None = None) -> list[Unschedulable]:
+        """A decision held at Permit is refused: nothing stays reserved. Quota's refusal (`reason`) parks
+        the pod (and its gang) with the verdicts returned; a decision not stored is decided again."""
+        return [Unschedulable(self._unschedulable_of(p)) for p in self.planner.waiting.reject(uid, reason,
+                                                                                              retry_after_s)]
 
     def reclaim(self, pod_uid: str, victims: Sequence[str]) -> Decided | None:
         """Quota answered a waiting pod with a reclaim plan: the decision that executes it (its
@@ -398,10 +400,10 @@ class PlacementState:
         return None if placed is None else Decided(self._decided(placed))
 
     def reclaim_for(self, msg: PlacementDecided, victims: Sequence[str]) -> PlacementDecided:
-        """Quota admitted a staged decision with a reclaim plan: the victims placement knows as
-        running (and no other plan evicts) join the decision's planned preemptions. Idempotent."""
+        """Quota admitted a held decision with a reclaim plan: the victims placement knows as running
+        (and no other plan evicts) are evicted in its statement and join its planned preemptions."""
         planned = {p.pod_uid for p in msg.preemptions}
-        evicted = self.ledger.evict_for(msg.decision_id, [u for u in victims if u not in planned])
+        evicted = self.planner.waiting.evict_also(msg.pod_uid, [u for u in victims if u not in planned])
         if not evicted:
             return msg
         extra = convert.planned_preemptions(evicted, "reclaim", self.checkpoint_grace_s)
@@ -413,11 +415,13 @@ class PlacementState:
             if isinstance(o, Placed):
                 out.append(Decided(self._decided(o)))
             else:
-                p: PodPending = o.entry.payload
-                msg = self._unschedulable(p, o.reason, o.message, o.explanation, unresolvable=o.unresolvable,
-                                          attempt=o.entry.attempt, retry_after_s=o.retry_after_s)
-                out.append(Unschedulable(msg))
+                out.append(Unschedulable(self._unschedulable_of(o)))
         return out
+
+    def _unschedulable_of(self, o: Parked) -> PodUnschedulable:
+        p: PodPending = o.entry.payload
+        return self._unschedulable(p, o.reason, o.message, o.explanation, unresolvable=o.unresolvable,
+                                   attempt=o.entry.attempt, retry_after_s=o.retry_after_s)
 
     def _decided(self, d: Placed) -> PlacementDecided:
         return convert.decided_message(d, self.gpus[d.node], source=self.source, cluster=self.cluster_name,
@@ -440,4 +444,4 @@ class PlacementState:
         return self.explain_request(self._request(p), max_classes)
 
     def summary(self) -> dict[str, Any]:
-        return self.planner.summary()
+        return self.planner.view.summary()
