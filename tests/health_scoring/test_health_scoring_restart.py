@@ -32,7 +32,7 @@ def _track(url: str, cluster: str, gpu: str) -> dict[str, Any]:
 async def test_a_clean_restart_keeps_states_and_open_alerts(recorder: Recorder, nats_proc, cluster: str,
                                                            fresh_database_url: str) -> None:
     r = recorder
-    g0 = gpu_uuid("n1", 0)
+    g0, g1 = gpu_uuid("n1", 0), gpu_uuid("n1", 1)
     await r.nodes(["n1"])
     async with health_scoring(nats_proc.url, fresh_database_url, cluster):
         await r.sample("n1", T0, [row("n1", 0), row("n1", 1)])
@@ -50,10 +50,14 @@ async def test_a_clean_restart_keeps_states_and_open_alerts(recorder: Recorder, 
         for k in range(2, 6):  # the same counters again: nothing new happened to the GPU
             await r.sample("n1", T0 + 10 * k, [row("n1", 0, ecc_uncorrected_aggregate=3, ecc_uncorrected_volatile=3),
                                                row("n1", 1)])
-        await r.wait(lambda: svc.view.book.tracks[g0].last_at == T0 + 50, what="the samples scored")
-        await asyncio.sleep(0.3)  # what the last one published, if anything, has arrived
-        assert len(r.changes) == changes, [c for c in r.changes[changes:]]  # no state flipped (nor a "first" again)
-        assert len(r.raised) == raised and not r.resolved  # nothing re-raised, nothing closed
+        # a later sample quarantines GPU 1: once that change has arrived, whatever the samples before it
+        # published about GPU 0 has arrived too
+        await r.sample("n1", T0 + 60, [row("n1", 0, ecc_uncorrected_aggregate=3, ecc_uncorrected_volatile=3),
+                                       row("n1", 1, ecc_uncorrected_aggregate=3, ecc_uncorrected_volatile=3)])
+        await r.wait(lambda: r.states_of(g1) == ["healthy", "quarantined"], what="the later sample's effect")
+        after = [c for c in r.changes[changes:] if c.gpu_uuid == g0]
+        assert after == [], after  # no state of GPU 0 flipped (nor a "first" again)
+        assert [a for a in r.raised[raised:] if a.gpu_uuid == g0] == [] and not r.resolved  # nothing re-raised
     track = _track(fresh_database_url, cluster, g0)
     assert track["lifetime_ue"] == 3 and track["inputs"]["counter_resets"] == 0 and track["inputs"]["duplicates"] == 0
 
