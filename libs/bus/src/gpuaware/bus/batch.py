@@ -34,8 +34,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from gpuaware.bus import tracing
-from gpuaware.bus.codec import Channel, DecodeFailure
-from gpuaware.bus.consumer import ConsumerOptions, Delivery, DurableConsumer, start_consumer
+from gpuaware.bus.codec import Channel
+from gpuaware.bus.consumer import SETTLED, ConsumerOptions, Delivery, DurableConsumer, start_consumer
 
 log = logging.getLogger(__name__)
 
@@ -90,17 +90,9 @@ class BatchConsumer(DurableConsumer[T]):
         deliveries: list[Delivery] = []
         kept: list[Msg] = []
         for msg in msgs:
-            self.stats.received += 1
-            delivery = self._delivery(msg)
-            try:
-                value = self.channel.decode_on(msg.subject, msg.data)
-            except DecodeFailure as exc:
-                self.stats.decode_errors += 1
-                await self._dead_letter(msg, delivery, f"decode error: {exc}")
-                continue
-            if self._deduper is not None and delivery.msg_id and self._deduper.seen(delivery.msg_id):
-                self.stats.duplicates += 1
-                await msg.ack()
+            delivery = self._received(msg)
+            value = await self._decoded(msg, delivery)
+            if value is SETTLED:
                 continue
             values.append(value)
             deliveries.append(delivery)
@@ -118,10 +110,7 @@ class BatchConsumer(DurableConsumer[T]):
             if error is not None:
                 await self._settle_error(msg, delivery, error)
                 continue
-            if self._deduper is not None and delivery.msg_id:
-                self._deduper.remember(delivery.msg_id)
-            await msg.ack()
-            self.stats.processed += 1
+            await self._settle_ok(msg, delivery)
 
 
 async def subscribe_batched(js: JetStreamContext, channel: Channel[T], durable: str, handler: BatchHandler[T], *,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -84,6 +85,15 @@ class Delivery:
 
 
 Handler = Callable[[T, Delivery], Awaitable[None]]
+
+
+class Settled(enum.Enum):
+    """A message the consumer settled itself before any handler saw it."""
+
+    HERE = enum.auto()
+
+
+SETTLED = Settled.HERE
 
 
 @dataclass(slots=True)
@@ -251,7 +261,9 @@ class DurableConsumer(Generic[T]):
             # redelivers the unacked message after ack_wait
             log.exception("consumer %s: could not settle a message", self._name)
 
-    def _delivery(self, msg: Msg) -> Delivery:
+    def _received(self, msg: Msg) -> Delivery:
+        """Count a message in and read what its handler may know of it."""
+        self.stats.received += 1
         at = position(msg)
         self.stats.pending = at.pending
         headers = msg.headers or {}
@@ -259,47 +271,51 @@ class DurableConsumer(Generic[T]):
                         attempt=at.delivered, max_deliver=self.max_deliver, msg_id=headers.get(MSG_ID),
                         headers=headers, _msg=msg)
 
-    async def _handle_unguarded(self, msg: Msg) -> None:
-        self.stats.received += 1
-        delivery = self._delivery(msg)
-        headers = delivery.headers
-        with tracing.receive_span(msg.subject, headers, attributes={
+    def _receive_span(self, msg: Msg, delivery: Delivery) -> contextlib.AbstractContextManager[Span]:
+        """The span handling one message runs in, continuing the producer's trace."""
+        return tracing.receive_span(msg.subject, delivery.headers, attributes={
             "messaging.consumer.group.name": self.durable,
             "messaging.message.id": delivery.msg_id or "",
             "messaging.nats.delivery_attempt": delivery.attempt,
-        }) as span:
-            try:
-                value = self.channel.decode_on(msg.subject, msg.data)
-            except DecodeFailure as exc:
-                self.stats.decode_errors += 1
+        })
+
+    async def _decoded(self, msg: Msg, delivery: Delivery, span: Span | None = None) -> T | Settled:
+        """The message's value for the handler, or ``SETTLED`` when it was settled here: undecodable
+        (dead-lettered with the reason, the raw bytes intact) or a duplicate the deduper has seen (acked)."""
+        try:
+            value = self.channel.decode_on(msg.subject, msg.data)
+        except DecodeFailure as exc:
+            self.stats.decode_errors += 1
+            if span is not None:
                 _fail(span, exc)
-                await self._dead_letter(msg, delivery, f"decode error: {exc}")
-                return
-            if self._deduper is not None and delivery.msg_id and self._deduper.seen(delivery.msg_id):
-                self.stats.duplicates += 1
-                await msg.ack()
+            await self._dead_letter(msg, delivery, f"decode error: {exc}")
+            return SETTLED
+        if self._deduper is not None and delivery.msg_id and self._deduper.seen(delivery.msg_id):
+            self.stats.duplicates += 1
+            await msg.ack()
+            return SETTLED
+        return value
+
+    async def _handle_unguarded(self, msg: Msg) -> None:
+        delivery = self._received(msg)
+        with self._receive_span(msg, delivery) as span:
+            value = await self._decoded(msg, delivery, span)
+            if value is SETTLED:
                 return
             try:
                 await self.handler(value, delivery)
-            except PermanentError as exc:
-                self.stats.failed += 1
-                _fail(span, exc)
-                await self._dead_letter(msg, delivery, f"permanent: {exc.reason}")
-            except TransientError as exc:
-                self.stats.failed += 1
-                _fail(span, exc)
-                await self._retry_later(msg, delivery, exc.reason, exc.delay)
             except Exception as exc:
-                self.stats.failed += 1
                 _fail(span, exc)
-                log.exception("consumer %s: handler failed on %s seq %d (attempt %d)",
-                              self._name, msg.subject, delivery.stream_seq, delivery.attempt)
-                await self._retry_later(msg, delivery, f"{type(exc).__name__}: {exc}", None)
+                await self._settle_error(msg, delivery, exc)
             else:
-                if self._deduper is not None and delivery.msg_id:
-                    self._deduper.remember(delivery.msg_id)
-                await msg.ack()
-                self.stats.processed += 1
+                await self._settle_ok(msg, delivery)
+
+    async def _settle_ok(self, msg: Msg, delivery: Delivery) -> None:
+        """The handler succeeded: remember the message id (if deduplicating) and ack."""
+        if self._deduper is not None and delivery.msg_id:
+            self._deduper.remember(delivery.msg_id)
+        await msg.ack()
+        self.stats.processed += 1
 
     async def _settle_error(self, msg: Msg, delivery: Delivery, exc: Exception) -> None:
         """A handler's error as the message's fate (the module docstring's table)."""

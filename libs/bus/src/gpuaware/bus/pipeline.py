@@ -26,9 +26,8 @@ from typing import Any, TypeVar, Unpack, cast
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from gpuaware.bus import tracing
-from gpuaware.bus.codec import Channel, DecodeFailure
-from gpuaware.bus.consumer import ConsumerOptions, Delivery, DurableConsumer, _fail, start_consumer
+from gpuaware.bus.codec import Channel
+from gpuaware.bus.consumer import SETTLED, ConsumerOptions, Delivery, DurableConsumer, _fail, start_consumer
 
 log = logging.getLogger(__name__)
 
@@ -93,23 +92,10 @@ class PipelinedConsumer(DurableConsumer[T]):
             await asyncio.wait(inflight)
 
     async def _start_one(self, msg: Msg) -> tuple[Msg, Delivery, Awaitable[Any]] | None:
-        self.stats.received += 1
-        delivery = self._delivery(msg)
-        with tracing.receive_span(msg.subject, delivery.headers, attributes={
-            "messaging.consumer.group.name": self.durable,
-            "messaging.message.id": delivery.msg_id or "",
-            "messaging.nats.delivery_attempt": delivery.attempt,
-        }) as span:
-            try:
-                value = self.channel.decode_on(msg.subject, msg.data)
-            except DecodeFailure as exc:
-                self.stats.decode_errors += 1
-                _fail(span, exc)
-                await self._dead_letter(msg, delivery, f"decode error: {exc}")
-                return None
-            if self._deduper is not None and delivery.msg_id and self._deduper.seen(delivery.msg_id):
-                self.stats.duplicates += 1
-                await msg.ack()
+        delivery = self._received(msg)
+        with self._receive_span(msg, delivery) as span:
+            value = await self._decoded(msg, delivery, span)
+            if value is SETTLED:
                 return None
             try:
                 completion = await cast(PipelinedHandler[T], self.handler)(value, delivery)
@@ -131,12 +117,6 @@ class PipelinedConsumer(DurableConsumer[T]):
             await self._settle_error(msg, delivery, exc)
             return
         await self._settle_ok(msg, delivery)
-
-    async def _settle_ok(self, msg: Msg, delivery: Delivery) -> None:
-        if self._deduper is not None and delivery.msg_id:
-            self._deduper.remember(delivery.msg_id)
-        await msg.ack()
-        self.stats.processed += 1
 
 
 
