@@ -18,25 +18,35 @@ from service_runner import placement as run_placement
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess
 from gpuaware.schemas import (
+    NODE_INVENTORY,
+    PLACEMENT_DECIDED,
     POD_BOUND,
     POD_FINISHED,
+    POD_PENDING,
     POD_PREEMPTED,
+    POD_UNSCHEDULABLE,
     QUOTA_ADMIT,
     QUOTA_USAGE_REPORTED,
     STREAMS,
     AdmitReply,
     AdmitRequest,
+    GpuInfo,
     GpuSlice,
+    NodeInventory,
+    PlacementDecided,
     PodBound,
     PodFinished,
     PodOutcome,
     PodPending,
     PodPreempted,
+    PodUnschedulable,
     QuotaUsageReported,
 )
 from gpuaware.services.quota.handlers import QuotaService, mounter
 from gpuaware.services.quota.settings import QuotaSettings
 
+PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.cluster}/{p.pod_uid}/{p.attempt}")
+INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 BOUND = bus.Channel(POD_BOUND, PodBound)
 FINISHED = bus.Channel(POD_FINISHED, PodFinished)
 PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
@@ -50,12 +60,49 @@ queues:
   - {name: a1, parent: team-a}
   - {name: b1, parent: team-b}
 """
-"""8 GPUs, two teams guaranteed 4 each: what one team leaves idle the other borrows (the reclaim tests)"""
+"""8 GPUs, two teams guaranteed 4 each: what one team leaves idle the other borrows"""
 
 
 @pytest.fixture
 def cluster() -> str:
     return f"q{uuid.uuid4().hex[:8]}"
+
+
+
+def inventory(cluster: str, node: str) -> NodeInventory:
+    return NodeInventory(
+        source="test", emitted_at=time.time(), cluster=cluster, node=node, cpu_milli=96_000, memory_mib=786_432,
+        gpus=tuple(GpuInfo(uuid=f"GPU-{node}-{i}", index=i, model="NVIDIA A100-SXM4-80GB", memory_mib=81920,
+                           pci_bus_id=f"00000000:{i:02x}:00.0", tensor_cores=True) for i in range(4)))
+
+
+class Watch:
+    """Every decision and verdict placement publishes for one cluster, in order."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self.decided: list[PlacementDecided] = []
+        self.unschedulable: list[PodUnschedulable] = []
+
+    async def start(self, w: World) -> Watch:
+        async def on_decided(msg: object) -> None:
+            d = msgspec.json.decode(msg.data, type=PlacementDecided)  # type: ignore[attr-defined]
+            if d.cluster == self.cluster:
+                self.decided.append(d)
+
+        async def on_unschedulable(msg: object) -> None:
+            u = msgspec.json.decode(msg.data, type=PodUnschedulable)  # type: ignore[attr-defined]
+            if u.cluster == self.cluster:
+                self.unschedulable.append(u)
+
+        for subject, cb in ((PLACEMENT_DECIDED, on_decided), (POD_UNSCHEDULABLE, on_unschedulable)):
+            await w.nc.subscribe(subject, cb=cb)
+            await w.nc.subscribe(f"{subject}.>", cb=cb)
+        await w.nc.flush()
+        return self
+
+    def of(self, uid: str) -> list[PlacementDecided]:
+        return [d for d in self.decided if d.pod_uid == uid]
 
 
 def pending(cluster: str, uid: str, queue: str, gpus: int = 1, milli: int = 1000, **kw: Any) -> PodPending:

@@ -14,69 +14,27 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import msgspec
-from quota_service_helpers import RECLAIM_TREE, World, pending, placement, quota
+from quota_service_helpers import (
+    BOUND,
+    INVENTORY,
+    PENDING,
+    PREEMPTED,
+    RECLAIM_TREE,
+    Watch,
+    World,
+    inventory,
+    pending,
+    placement,
+    quota,
+)
 from service_runner import eventually
 
 from gpuaware import bus
 from gpuaware.schemas import (
-    NODE_INVENTORY,
-    PLACEMENT_DECIDED,
-    POD_BOUND,
-    POD_PENDING,
-    POD_PREEMPTED,
-    POD_UNSCHEDULABLE,
-    GpuInfo,
-    NodeInventory,
     PlacementDecided,
     PodBound,
-    PodPending,
     PodPreempted,
-    PodUnschedulable,
 )
-
-PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.cluster}/{p.pod_uid}/{p.attempt}")
-INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
-BOUND = bus.Channel(POD_BOUND, PodBound)
-PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
-
-
-
-
-def inventory(cluster: str, node: str) -> NodeInventory:
-    return NodeInventory(
-        source="test", emitted_at=time.time(), cluster=cluster, node=node, cpu_milli=96_000, memory_mib=786_432,
-        gpus=tuple(GpuInfo(uuid=f"GPU-{node}-{i}", index=i, model="NVIDIA A100-SXM4-80GB", memory_mib=81920,
-                           pci_bus_id=f"00000000:{i:02x}:00.0", tensor_cores=True) for i in range(4)))
-
-
-class Watch:
-    """Every decision and verdict placement publishes for one cluster, in order."""
-
-    def __init__(self, cluster: str) -> None:
-        self.cluster = cluster
-        self.decided: list[PlacementDecided] = []
-        self.unschedulable: list[PodUnschedulable] = []
-
-    async def start(self, w: World) -> Watch:
-        async def on_decided(msg: object) -> None:
-            d = msgspec.json.decode(msg.data, type=PlacementDecided)  # type: ignore[attr-defined]
-            if d.cluster == self.cluster:
-                self.decided.append(d)
-
-        async def on_unschedulable(msg: object) -> None:
-            u = msgspec.json.decode(msg.data, type=PodUnschedulable)  # type: ignore[attr-defined]
-            if u.cluster == self.cluster:
-                self.unschedulable.append(u)
-
-        for subject, cb in ((PLACEMENT_DECIDED, on_decided), (POD_UNSCHEDULABLE, on_unschedulable)):
-            await w.nc.subscribe(subject, cb=cb)
-            await w.nc.subscribe(f"{subject}.>", cb=cb)
-        await w.nc.flush()
-        return self
-
-    def of(self, uid: str) -> list[PlacementDecided]:
-        return [d for d in self.decided if d.pod_uid == uid]
 
 
 async def bind(w: World, d: PlacementDecided) -> None:
@@ -97,23 +55,33 @@ def gpus_of(d: PlacementDecided) -> set[tuple[str, str]]:
     return {(d.node, s.gpu_uuid) for s in d.slices}
 
 
-async def test_owner_gets_its_lent_guarantee_back(world: World, nats_proc, cluster: str, fresh_database_url: str,
-                                                  tmp_path: Path) -> None:
-    w = world
+async def two_nodes(w: World, cluster: str, tmp_path: Path) -> tuple[Path, Watch]:
+    """The reclaim queue tree on disk, nodes n1 and n2 announced, and a watch on the cluster's decisions."""
     tree = tmp_path / "queues.yaml"
     tree.write_text(RECLAIM_TREE)
     for node in ("n1", "n2"):
         await bus.publish(w.js, INVENTORY.at(cluster, node), inventory(cluster, node))
-    watch = await Watch(cluster).start(w)
+    return tree, await Watch(cluster).start(w)
+
+
+async def place_and_bind(w: World, watch: Watch, cluster: str, borrowers: dict[str, bool]) -> None:
+    """Each borrower (uid -> checkpointable) pending in queue b1 with 2 GPUs, decided and bound, in turn."""
+    for uid, ckpt in borrowers.items():
+        await bus.publish(w.js, PENDING, pending(cluster, uid, "b1", gpus=2, cpu_milli=1000, memory_mib=4096,
+                                                 checkpointable=ckpt))
+        await eventually(lambda uid=uid: watch.of(uid), what=f"a decision for {uid}")
+        await bind(w, watch.of(uid)[0])
+
+
+async def test_owner_gets_its_lent_guarantee_back(world: World, nats_proc, cluster: str, fresh_database_url: str,
+                                                  tmp_path: Path) -> None:
+    w = world
+    tree, watch = await two_nodes(w, cluster, tmp_path)
     async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)) as q, \
             placement(nats_proc.url, cluster, preemption_cooldown_s=0.0) as p:
         # b1 fills the cluster: 4 pods of 2 GPUs (4 GPUs its guarantee, 4 borrowed from team-a)
         borrowers = {"b-1": False, "b-2": False, "b-3": True, "b-4": False}  # uid -> checkpointable
-        for uid, ckpt in borrowers.items():
-            await bus.publish(w.js, PENDING, pending(cluster, uid, "b1", gpus=2, cpu_milli=1000, memory_mib=4096,
-                                                     checkpointable=ckpt))
-            await eventually(lambda uid=uid: watch.of(uid), what=f"a decision for {uid}")
-            await bind(w, watch.of(uid)[0])
+        await place_and_bind(w, watch, cluster, borrowers)
         held = {uid: watch.of(uid)[0] for uid in borrowers}
         assert all(not d.preemptions for d in held.values())
         await eventually(lambda: all(p.state.ledger.pods[u].phase.value == "bound" for u in borrowers)
@@ -170,18 +138,11 @@ async def test_a_new_leader_asks_quota_about_the_pods_left_parked(world: World, 
     """The owner's pod arrived while quota was down (nobody answered: parked for lack of room, no plan).
     Quota comes back; the next placement leader asks about the parked pod and executes the plan."""
     w = world
-    tree = tmp_path / "queues.yaml"
-    tree.write_text(RECLAIM_TREE)
-    for node in ("n1", "n2"):
-        await bus.publish(w.js, INVENTORY.at(cluster, node), inventory(cluster, node))
-    watch = await Watch(cluster).start(w)
+    tree, watch = await two_nodes(w, cluster, tmp_path)
     borrowers = ("b-1", "b-2", "b-3", "b-4")
     async with placement(nats_proc.url, cluster, instance_id="p1") as p1:
         async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)):
-            for uid in borrowers:
-                await bus.publish(w.js, PENDING, pending(cluster, uid, "b1", gpus=2, cpu_milli=1000, memory_mib=4096))
-                await eventually(lambda uid=uid: watch.of(uid), what=f"a decision for {uid}")
-                await bind(w, watch.of(uid)[0])
+            await place_and_bind(w, watch, cluster, dict.fromkeys(borrowers, False))
             await eventually(lambda: all(p1.state.ledger.pods[u].phase.value == "bound" for u in borrowers),
                              what="the borrowers bound")
         # quota is gone: the owner's pod finds no room and nobody to ask
@@ -203,18 +164,11 @@ async def test_a_pod_parked_while_quota_was_down_is_asked_about_once_quota_is_ba
     """The same leader throughout: nobody answered when the owner's pod parked; once quota may be back
     (`quota_recheck_s`) placement asks about it and executes the plan."""
     w = world
-    tree = tmp_path / "queues.yaml"
-    tree.write_text(RECLAIM_TREE)
-    for node in ("n1", "n2"):
-        await bus.publish(w.js, INVENTORY.at(cluster, node), inventory(cluster, node))
-    watch = await Watch(cluster).start(w)
+    tree, watch = await two_nodes(w, cluster, tmp_path)
     borrowers = ("b-1", "b-2", "b-3", "b-4")
     async with placement(nats_proc.url, cluster, quota_recheck_s=0.5) as p:
         async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)):
-            for uid in borrowers:
-                await bus.publish(w.js, PENDING, pending(cluster, uid, "b1", gpus=2, cpu_milli=1000, memory_mib=4096))
-                await eventually(lambda uid=uid: watch.of(uid), what=f"a decision for {uid}")
-                await bind(w, watch.of(uid)[0])
+            await place_and_bind(w, watch, cluster, dict.fromkeys(borrowers, False))
             await eventually(lambda: all(p.state.ledger.pods[u].phase.value == "bound" for u in borrowers),
                              what="the borrowers bound")
         await bus.publish(w.js, PENDING, pending(cluster, "a-1", "a1", gpus=2, cpu_milli=1000, memory_mib=4096))

@@ -5,28 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quota_service_helpers import T0, World, pending, quota
+from quota_service_helpers import RECLAIM_TREE, T0, World, pending, quota
 from service_runner import eventually
 
 from gpuaware import bus
 from gpuaware.schemas import POD_PENDING, PodPending
 
 PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
-TREE = """
-capacity: {"*": {gpus: 8}}
-queues:
-  - {name: org, guaranteed: {"*": {gpus: 8}}}
-  - {name: team-a, parent: org, guaranteed: {"*": {gpus: 4}}}
-  - {name: team-b, parent: org, guaranteed: {"*": {gpus: 4}}}
-  - {name: a1, parent: team-a}
-  - {name: b1, parent: team-b}
-"""
 
 
 async def test_pending_pods_are_demand_and_jain_sees_the_starved_queue(
         world: World, nats_proc, cluster: str, fresh_database_url: str, tmp_path: Path) -> None:
     tree = tmp_path / "q.yaml"
-    tree.write_text(TREE)
+    tree.write_text(RECLAIM_TREE)
     w = world
     async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)) as q:
         await w.bound("a-big", "a1", "n1", 8, T0)
