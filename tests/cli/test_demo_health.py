@@ -8,17 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuaware.cli.demo_config import VIRTUAL_EPOCH, DemoConfig, RunSpec, demo_nodes, plan_faults, service_env
+from gpuaware.cli.demo_record import RunLog, RunResult
 from gpuaware.cli.demo_report import IN_FLIGHT_S, health_figures, virtual_clock, write_html
-from gpuaware.cli.demo_run import (
-    VIRTUAL_EPOCH,
-    DemoConfig,
-    RunLog,
-    RunResult,
-    RunSpec,
-    demo_nodes,
-    plan_faults,
-    service_env,
-)
 from gpuaware.schemas import (
     AlertRaised,
     AlertResolved,

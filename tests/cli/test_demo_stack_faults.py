@@ -16,11 +16,12 @@ import pytest
 
 from gpuaware import bus, tsdb
 from gpuaware.cli.demo import _keep_stack_up
-from gpuaware.cli.demo_run import EventWriter, RunLog, delete_loop_streams, delete_run_consumers
+from gpuaware.cli.demo_bus import delete_loop_streams, delete_run_consumers
+from gpuaware.cli.demo_record import EventWriter, RunLog
 from gpuaware.devstack import NatsProcess, stack_down, stack_health, stack_up, start_nats, start_postgres
 from gpuaware.devstack.processes import pid_alive
 from gpuaware.schemas.streams import BINDER, PLACEMENT
-from gpuaware.tsdb.events import PlacementEvent, count_placement_events_async
+from gpuaware.tsdb import PlacementEvent, count_placement_events
 
 pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
 
@@ -43,8 +44,8 @@ async def test_recorded_events_are_kept_through_a_postgres_stop_and_written_when
     # a 20 s PostgreSQL stop made the demo drop 619 rows ("couldn't get a connection"): now none is lost
     pg = start_postgres(tmp_path / "pg")
     try:
-        await asyncio.to_thread(tsdb.migrate, pg.url)
-        pool = await tsdb.open_async_pool(pg.url, application_name="t", min_size=0, max_size=1, timeout=0.5)
+        await tsdb.migrate(pg.url)
+        pool = await tsdb.open_pool(pg.url, application_name="t", min_size=0, max_size=1, timeout=0.5)
         cluster = f"c{uuid.uuid4().hex[:6]}"
         log = RunLog(cluster)
         writer = EventWriter(pool, log, every_s=0.1, drain_s=30.0)
@@ -61,7 +62,7 @@ async def test_recorded_events_are_kept_through_a_postgres_stop_and_written_when
         await asyncio.wait_for(task, 40)
         assert writer.written == 15 and log.rows == []
         async with pool.connection() as conn:
-            assert await count_placement_events_async(conn, cluster) == {"placement.pod.decided.v1": 15}
+            assert await count_placement_events(conn, cluster) == {"placement.pod.decided.v1": 15}
         await pool.close()
     finally:
         pg.stop()

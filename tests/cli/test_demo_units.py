@@ -13,16 +13,9 @@ import msgspec
 import pytest
 
 from gpuaware import tsdb
+from gpuaware.cli.demo_config import VIRTUAL_EPOCH, DemoConfig, RunSpec, service_env
+from gpuaware.cli.demo_record import RunLog, RunResult, subject_key
 from gpuaware.cli.demo_report import analyse, compare, pod_records, write_html, write_plots
-from gpuaware.cli.demo_run import (
-    VIRTUAL_EPOCH,
-    DemoConfig,
-    RunLog,
-    RunResult,
-    RunSpec,
-    service_env,
-    subject_key,
-)
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.schemas import (
     GpuSlice,
@@ -36,12 +29,7 @@ from gpuaware.schemas import (
     PodUnschedulable,
 )
 from gpuaware.sim.workload_gen import PodClass, SimPod
-from gpuaware.tsdb.events import (
-    PlacementEvent,
-    count_placement_events_async,
-    pod_history_async,
-    write_placement_events_async,
-)
+from gpuaware.tsdb import PlacementEvent, count_placement_events, pod_history, write_placement_events
 
 C = "c1"
 T0 = VIRTUAL_EPOCH
@@ -260,20 +248,20 @@ def test_service_processes_stop_with_sigterm_and_log_to_files(tmp_path: Path) ->
 
 
 def test_placement_events_are_stored_once_and_counted(fresh_database_url: str) -> None:
-    tsdb.migrate(fresh_database_url)
+    asyncio.run(tsdb.migrate(fresh_database_url))
     at = datetime(2026, 1, 1, tzinfo=UTC)
     rows = [PlacementEvent(C, "placement.pod.decided.v1", "p/0", "p", at, "p/0", "n1", 500, "P", {"x": 1}),
             PlacementEvent(C, "binder.pod.bound.v1", "p/0", "p", at, "p/0", "n1", 500),
             PlacementEvent("other", "binder.pod.bound.v1", "p/0", "p", at)]
 
     async def go() -> tuple[int, int, dict[str, int], list]:
-        pool = await tsdb.open_async_pool(fresh_database_url, max_size=1)
+        pool = await tsdb.open_pool(fresh_database_url, max_size=1)
         try:
             async with pool.connection() as conn:
-                first = await write_placement_events_async(conn, rows)
-                again = await write_placement_events_async(conn, rows[:2])
-                counts = await count_placement_events_async(conn, C)
-                history = await pod_history_async(conn, C, "p")
+                first = await write_placement_events(conn, rows)
+                again = await write_placement_events(conn, rows[:2])
+                counts = await count_placement_events(conn, C)
+                history = await pod_history(conn, C, "p")
             return first, again, counts, history
         finally:
             await pool.close()

@@ -9,7 +9,7 @@ What it does, in order (every step is real: servers, processes, messages, rows):
 4. run **gpuaware**: placement (our best policy) + binder (the twin replays the workload on an
    accelerated clock) + health-scoring as processes; live progress; every event recorded to
    ``placement_events``; three of the twin's GPUs develop faults (an uncorrectable-ECC storm, XID 79,
-   a thermal runaway: ``demo_run.plan_faults``) that health-scoring must catch and placement avoid;
+   a thermal runaway: ``demo_config.plan_faults``) that health-scoring must catch and placement avoid;
 5. run the **baseline**: the identical workload (same trace, seed, nodes, virtual start) through the
    same services with placement set to stock-Kubernetes behaviour (``KubeDefault``: whole GPUs,
    first fit, FIFO, no preemption);
@@ -48,7 +48,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from gpuaware import bus, tsdb
+from gpuaware.cli.demo_config import DemoConfig, Interrupted, RunSpec, nats_admin, nats_login
 from gpuaware.cli.demo_forecast import describe as describe_forecasting
+from gpuaware.cli.demo_record import RunLog, RunResult, SubjectCounter
 from gpuaware.cli.demo_report import (
     analyse,
     busiest_window,
@@ -59,17 +61,7 @@ from gpuaware.cli.demo_report import (
     write_pods_csv,
     write_typical_pods,
 )
-from gpuaware.cli.demo_run import (
-    DemoConfig,
-    Interrupted,
-    RunLog,
-    RunResult,
-    RunSpec,
-    SubjectCounter,
-    nats_admin,
-    nats_login,
-    run_once,
-)
+from gpuaware.cli.demo_run import run_once
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.cli.roundtrip import run_roundtrip
@@ -159,7 +151,7 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
         with console.status("starting NATS (JetStream) and PostgreSQL"):
             stack = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth,
                              auth_clusters=[f"{run_id}-gpuaware", f"{run_id}-baseline"])
-            applied = migrate(stack.state.database_url)
+            applied = asyncio.run(migrate(stack.state.database_url))
             credentials = _demo_credentials(stack, data_dir)
     except StackError as exc:
         console.print(f"[red]cannot start the stack:[/red] {exc}")
@@ -334,7 +326,7 @@ async def _measured_utilisation(pool: Any, run: RunResult, cfg: DemoConfig) -> d
         return {"status": run.telemetry.get("status", "off")}
     (w0, v0), (w1, v1) = run.clock[0], run.clock[-1]
     async with pool.connection() as conn:
-        rows = await tsdb.utilisation_range_async(conn, run.node_names, datetime.fromtimestamp(w0, UTC),
+        rows = await tsdb.utilisation_range(conn, run.node_names, datetime.fromtimestamp(w0, UTC),
                                                   datetime.fromtimestamp(w1, UTC))
     walls = [w for w, _ in run.clock]
     virt = [v for _, v in run.clock]
@@ -422,7 +414,7 @@ async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    pool = await tsdb.open_async_pool(database_url, application_name="gpuaware-demo", max_size=2)
+    pool = await tsdb.open_pool(database_url, application_name="gpuaware-demo", max_size=2)
     try:
         async with bus.connected(nats_url, name="gpuaware-demo", **nats_admin(cfg)) as nc:
             # the round trip's batches name nodes no agent announced: a collector would dead-letter them

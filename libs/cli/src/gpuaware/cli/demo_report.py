@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuaware.cli.demo_run import DemoConfig, RunResult
+from gpuaware.cli.demo_config import DemoConfig
+from gpuaware.cli.demo_record import RunResult
 from gpuaware.schemas import HealthState, PodBound, PodFinished, PodPreempted
 from gpuaware.sim.metrics import (
     PodRecord,

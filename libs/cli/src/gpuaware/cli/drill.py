@@ -37,8 +37,10 @@ from rich.table import Table
 
 from gpuaware import bus, tsdb
 from gpuaware.cli.chaos import SCENARIOS, ChaosError, ChaosRunner, ChaosStep, parse_chaos
+from gpuaware.cli.demo_config import DemoConfig, RunSpec
+from gpuaware.cli.demo_record import RunResult, SubjectCounter
 from gpuaware.cli.demo_report import analyse, rebuild_workload
-from gpuaware.cli.demo_run import DemoConfig, RunResult, RunSpec, SubjectCounter, run_once
+from gpuaware.cli.demo_run import run_once
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_command
 from gpuaware.devstack import StackError, stack_down, stack_up
@@ -188,7 +190,7 @@ async def run_drill(plan: str, *, data_dir: Path, out: Path, duration_s: float |
     stack = await asyncio.to_thread(lambda: stack_up(data_dir, nats_port=0, pg_port=0, nats_nodes=nats_nodes))
     try:
         nats_url, database_url = stack.state.nats_url, stack.state.database_url
-        await asyncio.to_thread(tsdb.migrate, database_url)
+        await tsdb.migrate(database_url)
         await provision_streams(nats_url)  # every stream exists before the first follower or publisher
         window = 24 * 3600.0
         cfg = DemoConfig(out=out, run_id=f"drill-{uuid.uuid4().hex[:6]}", duration_s=duration_s, window_s=window,
@@ -204,7 +206,7 @@ async def run_drill(plan: str, *, data_dir: Path, out: Path, duration_s: float |
 async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], scenario: str, plan: str,
                  data_dir: Path, nats_url: str, database_url: str, say: Callable[[str], None],
                  nats_nodes: int) -> DrillResult:
-    pool = await tsdb.open_async_pool(database_url, application_name="gpuaware-drill", min_size=0, max_size=2,
+    pool = await tsdb.open_pool(database_url, application_name="gpuaware-drill", min_size=0, max_size=2,
                                       timeout=5.0)
     try:
         async with bus.connected(nats_url, name="gpuaware-drill") as nc:

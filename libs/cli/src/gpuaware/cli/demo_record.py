@@ -1,0 +1,378 @@
+"""What the demo records of a run: every event of its cluster (``RunLog``), the messages per subject
+JetStream stored (``SubjectCounter``), the rows written to ``placement_events`` (``EventWriter``), and
+the figures a run hands to the report (``RunResult``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from gpuaware import bus
+from gpuaware.cli.demo_config import RunSpec
+from gpuaware.schemas import (
+    PLACEMENT_DECIDED,
+    POD_UNSCHEDULABLE,
+    AlertRaised,
+    AlertResolved,
+    DrainRecommended,
+    GpuStateChanged,
+    PlacementDecided,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPending,
+    PodPreempted,
+    PodUnschedulable,
+)
+from gpuaware.schemas.streams import STREAMS
+from gpuaware.sim.metrics import GpuLedger
+from gpuaware.tsdb import PlacementEvent, write_placement_events
+
+__all__ = ["WRITER_DRAIN_S", "EventWriter", "RunLog", "RunResult", "SubjectCounter", "failover_figures",
+           "subject_key"]
+
+log = logging.getLogger(__name__)
+
+WRITER_DRAIN_S = 60.0
+"""how long the event writer keeps retrying after a run when the database is away"""
+
+
+def subject_key(subject: str) -> str:
+    """A subject without its routing suffix: ``binder.pod.bound.v1.c.n`` -> ``binder.pod.bound.v1``."""
+    parts = subject.split(".")
+    for i, p in enumerate(parts):
+        if i >= 2 and len(p) >= 2 and p[0] == "v" and p[1:].isdigit():
+            return ".".join(parts[: i + 1])
+    return subject
+
+
+@dataclass
+class RunLog:
+    """Everything the recorder saw of one run's cluster, in stream order."""
+
+    cluster: str
+    pending: dict[str, PodPending] = field(default_factory=dict)
+    """first pending event of each pod (the request as submitted)"""
+    attempt: dict[str, int] = field(default_factory=dict)
+    decided: dict[str, PlacementDecided] = field(default_factory=dict)
+    unschedulable: dict[str, PodUnschedulable] = field(default_factory=dict)
+    binder_events: list[Any] = field(default_factory=list)
+    """bound / bind_failed / preempted / finished, in BINDER stream order"""
+    state: dict[str, str] = field(default_factory=dict)
+    recorded: Counter[str] = field(default_factory=Counter)
+    policies: Counter[str] = field(default_factory=Counter)
+    explained: dict[str, str] = field(default_factory=dict)
+    bind_failed: dict[str, PodBindFailed] = field(default_factory=dict)
+    """the last bind failure of each pod"""
+    bind_failures: Counter[str] = field(default_factory=Counter)
+    """bind failures by reason"""
+    rows: list[PlacementEvent] = field(default_factory=list)
+    decision_times: list[tuple[float, str]] = field(default_factory=list)
+    """(decided_at wall time, deciding instance) of every decision, for the fail-over figures"""
+    double_bound: list[str] = field(default_factory=list)
+    """pods the binder reported bound by a second decision while still bound by the first"""
+    bound_by: dict[str, str] = field(default_factory=dict)
+    planned_victims: int = 0
+    """victims named in decisions' preemption plans"""
+    placements: list[tuple[float, tuple[str, ...], str]] = field(default_factory=list)
+    """(decided_at, GPU uuids, pod uid) of every decision: checked against the GPUs' health states"""
+    health_changes: list[GpuStateChanged] = field(default_factory=list)
+    alerts_raised: list[AlertRaised] = field(default_factory=list)
+    alerts_resolved: list[AlertResolved] = field(default_factory=list)
+    drains: list[DrainRecommended] = field(default_factory=list)
+
+    def on_health(self, ev: Any, _subject: str) -> None:
+        """health-scoring's state changes and alerts of this run's cluster."""
+        if getattr(ev, "cluster", None) != self.cluster:
+            return
+        if isinstance(ev, GpuStateChanged):
+            self.health_changes.append(ev)
+        elif isinstance(ev, AlertRaised):
+            self.alerts_raised.append(ev)
+        elif isinstance(ev, AlertResolved):
+            self.alerts_resolved.append(ev)
+        elif isinstance(ev, DrainRecommended):
+            self.drains.append(ev)
+
+    def quarantined_now(self) -> set[str]:
+        last: dict[str, str] = {}
+        for c in self.health_changes:
+            last[c.gpu_uuid] = c.current.value
+        return {g for g, st in last.items() if st == "quarantined"}
+
+    def on_event(self, ev: Any, subject: str) -> None:
+        if getattr(ev, "cluster", None) != self.cluster:
+            return
+        key = subject_key(subject)
+        self.recorded[key] += 1
+        uid = ev.pod_uid
+        if isinstance(ev, PodPending):
+            self.pending.setdefault(uid, ev)
+            self.attempt[uid] = max(self.attempt.get(uid, 0), ev.attempt)
+            self.state[uid] = "pending"
+            row = (f"{uid}/{ev.attempt}", ev.emitted_at, None, None, ev.gpu_milli_total if ev.num_gpu else 0, "")
+        elif isinstance(ev, PlacementDecided):
+            self.decided[uid] = ev
+            self.policies[ev.policy] += 1
+            self.decision_times.append((ev.decided_at, ev.source))
+            self.placements.append((ev.decided_at, tuple(sl.gpu_uuid for sl in ev.slices), uid))
+            self.planned_victims += len(ev.preemptions)
+            row = (ev.decision_id, ev.decided_at, ev.decision_id, ev.node, sum(s.gpu_milli for s in ev.slices),
+                   ev.policy)
+        elif isinstance(ev, PodUnschedulable):
+            self.unschedulable[uid] = ev
+            row = (f"{uid}/{ev.attempt}/{ev.reason}", ev.emitted_at, None, None, 0, ev.reason)
+        else:
+            self.binder_events.append(ev)
+            if isinstance(ev, PodBound):
+                if self.state.get(uid) == "bound" and self.bound_by.get(uid) not in (None, ev.decision_id):
+                    self.double_bound.append(uid)
+                self.bound_by[uid] = ev.decision_id or ""
+                self.state[uid] = "bound"
+                row = (ev.decision_id or uid, ev.bound_at, ev.decision_id, ev.node,
+                       sum(s.gpu_milli for s in ev.slices), "")
+            elif isinstance(ev, PodFinished):
+                self.state[uid] = "finished"
+                row = (uid, ev.finished_at, None, ev.node, sum(s.gpu_milli for s in ev.slices), ev.outcome.value)
+            elif isinstance(ev, PodPreempted):
+                self.state[uid] = "pending"
+                row = (f"{uid}/{ev.decision_id}", ev.preempted_at, ev.decision_id, ev.node,
+                       sum(s.gpu_milli for s in ev.slices), ev.reason)
+            elif isinstance(ev, PodBindFailed):
+                self.bind_failed[uid] = ev
+                self.bind_failures[ev.reason] += 1
+                row = (ev.decision_id, ev.failed_at, ev.decision_id, ev.node, 0, ev.reason)
+            else:
+                return
+        msg_key, at, decision, node, milli, detail = row
+        self.rows.append(PlacementEvent(
+            cluster=self.cluster, subject=key, msg_key=msg_key, pod_uid=uid,
+            event_at=datetime.fromtimestamp(at, UTC), decision_id=decision, node=node, gpu_milli=int(milli),
+            detail=detail, payload=msgspec.to_builtins(ev)))
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(self.state.values())
+        return {"arrived": len(self.pending), "pending": c["pending"], "bound": c["bound"],
+                "finished": c["finished"], "decided": self.recorded[PLACEMENT_DECIDED],
+                "unschedulable": self.recorded[POD_UNSCHEDULABLE]}
+
+    # -- after the run ------------------------------------------------------------------------------
+
+    def accounting(self) -> dict[str, tuple[str, str]]:
+        """Every arrived pod: (state, reason). state is bound | finished | pending; a pending pod's
+        reason is placement's verdict for its latest attempt, the decision in flight when the run
+        stopped, its explanation, or the world's last refusal to bind it; "" when none (an
+        accounting failure)."""
+        out: dict[str, tuple[str, str]] = {}
+        for uid in self.pending:
+            st = self.state.get(uid, "pending")
+            if st != "pending":
+                out[uid] = (st, "")
+                continue
+            attempt = self.attempt.get(uid, 0)
+            d = self.decided.get(uid)
+            u = self.unschedulable.get(uid)
+            if d is not None and d.attempt == attempt:
+                reason = "decision_in_flight"
+            elif u is not None and u.attempt == attempt:
+                reason = u.reason
+            elif uid in self.explained:
+                reason = f"explained: {self.explained[uid]}"
+            elif uid in self.bind_failed:
+                reason = f"bind_failed: {self.bind_failed[uid].reason} (re-queued)"
+            elif u is not None:
+                reason = u.reason
+            else:
+                reason = ""
+            out[uid] = ("pending", reason)
+        return out
+
+    def workload_fingerprint(self) -> tuple[str, dict[str, tuple[Any, ...]]]:
+        """sha256 over every arrived pod's request as first submitted, and the requests by pod."""
+        reqs = {uid: (p.pod_name, p.namespace, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.gpu_memory_mib,
+                      tuple(p.gpu_types), p.gang_id, p.gang_min_members, p.queue, p.priority,
+                      round(p.submitted_at, 3))
+                for uid, p in self.pending.items()}
+        h = hashlib.sha256(json.dumps(sorted(reqs.items()), default=str).encode()).hexdigest()
+        return h, reqs
+
+    def replay(self, gpus: dict[str, int]) -> tuple[GpuLedger, int, int]:
+        """The GPU ledger replayed from the binder's events (over-allocation caught per event), and
+        (fractional pods put on a GPU already in use, fractional pods bound).
+
+        Replayed in the world's time order, releases before binds at the same instant: the binder
+        applies decisions concurrently, so a pod bound on GPUs another decision's victim just gave
+        back can reach the stream before that victim's ``preempted`` event does (the world evicted it
+        first: it refuses a bind on a full GPU). Arrival order breaks the remaining ties."""
+        ledger = GpuLedger(gpus)
+        shared = fractional = 0
+        for ev in sorted(self.binder_events, key=_world_order):
+            if isinstance(ev, PodBound):
+                asked = self.pending.get(ev.pod_uid)
+                asked_milli = asked.gpu_milli if asked is not None else max((s.gpu_milli for s in ev.slices), default=0)
+                if asked is not None and asked.num_gpu == 1 and asked.gpu_milli < 1000:
+                    fractional += 1
+                    shared += any(ledger.used.get(s.gpu_uuid, 0) > 0 for s in ev.slices)
+                ledger.bind(ev.bound_at, ev.pod_uid, [(s.gpu_uuid, s.gpu_milli, s.memory_mib) for s in ev.slices],
+                            asked_milli)
+            elif isinstance(ev, PodFinished):
+                ledger.release(ev.finished_at, ev.pod_uid)
+            elif isinstance(ev, PodPreempted):
+                ledger.release(ev.preempted_at, ev.pod_uid)
+        return ledger, shared, fractional
+
+
+def _world_order(ev: object) -> tuple[float, int]:
+    if isinstance(ev, PodBound):
+        return ev.bound_at, 1
+    if isinstance(ev, PodFinished):
+        return ev.finished_at, 0
+    if isinstance(ev, PodPreempted):
+        return ev.preempted_at, 0
+    return math.inf, 2
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    log: RunLog
+    gpus: dict[str, int]
+    """GPU uuid -> memory MiB, from the world's snapshot"""
+    nodes: int
+    started_at: float
+    """the twin's virtual start (Unix seconds)"""
+    virtual_end: float
+    wall_s: float
+    reached_end: bool
+    messages: dict[str, int]
+    """per subject, stored by JetStream while the run lasted"""
+    db: dict[str, int]
+    """per subject, rows in placement_events"""
+    snapshot_violations: list[str]
+    snapshot_pods: int
+    exit_codes: dict[str, int | None]
+    services: dict[str, str]
+    failure: str = ""
+    failover: dict[str, Any] | None = None
+    """the fault drill's figures (``DemoConfig.kill_leader_at_s``), None without one"""
+    node_names: list[str] = field(default_factory=list)
+    clock: list[tuple[float, float]] = field(default_factory=list)
+    """(wall Unix time, the twin's virtual time) pairs seen during the run: maps telemetry's wall
+    timestamps onto the virtual day"""
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    """the run's telemetry agent: status, exporter URL"""
+    health: dict[str, Any] = field(default_factory=dict)
+    """health-scoring in this run: status, the faults injected (with their GPUs' uuids), the operator's
+    repair, the service's own counters at the end"""
+    quota: dict[str, Any] = field(default_factory=dict)
+    """the quota service in this run (gpuaware.cli.quota.demo_summary), empty when it did not run"""
+    chaos: list[dict[str, Any]] = field(default_factory=list)
+    """the planned faults done during the run (``ChaosRunner.finish``), empty without a plan"""
+    forecast: dict[str, Any] = field(default_factory=dict)
+    """the forecasting service in this run: the demand model, its counters, the demand forecasts scored
+    (``demo_forecast.demand_accuracy``); empty when it did not run"""
+
+
+class SubjectCounter:
+    """Messages per subject, from JetStream's own accounting (``stream_info`` with a subject filter):
+    every event subject of the platform is captured by exactly one stream, so the streams' per-subject
+    counts are what crossed NATS and was stored. ``mark()`` at a run's start, ``since()`` gives the
+    run's share. (A core ``>`` subscription would count too, but it also answers every request subject,
+    which hides "no responders" from requesters such as placement asking ``quota.admit``.)"""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._base: Counter[str] = Counter()
+
+    async def read(self, js: bus.JetStream) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for spec in STREAMS:
+            try:
+                info = await js.stream_info(spec.name, subjects_filter=">")
+            except Exception:
+                continue
+            for subject, n in (info.state.subjects or {}).items():
+                out[subject_key(subject)] += int(n)
+        return out
+
+    async def mark(self, js: bus.JetStream) -> None:
+        self._base = await self.read(js)
+        self.counts = {}
+
+    async def since(self, js: bus.JetStream) -> dict[str, int]:
+        now = await self.read(js)
+        self.counts = {s: n - self._base.get(s, 0) for s, n in sorted(now.items()) if n - self._base.get(s, 0) > 0}
+        return self.counts
+
+
+class EventWriter:
+    """Every half second, a run's recorded events into ``placement_events`` (first writer wins). A
+    batch that cannot be written (PostgreSQL stopped) is kept and written again, as the collector
+    does; after ``stop`` it is retried for up to ``drain_s`` before the invariant reports the rest."""
+
+    def __init__(self, pool: Any, run_log: RunLog, *, every_s: float = 0.5, drain_s: float = WRITER_DRAIN_S) -> None:
+        self.pool = pool
+        self.run_log = run_log
+        self.every_s = every_s
+        self.drain_s = drain_s
+        self.stop = asyncio.Event()
+        self.written = 0
+        self.failures = 0
+
+    async def run(self) -> None:
+        failing_since: float | None = None
+        deadline: float | None = None
+        while True:
+            stopping = self.stop.is_set()
+            if stopping and deadline is None:
+                deadline = time.monotonic() + self.drain_s
+            batch, self.run_log.rows = self.run_log.rows, []
+            if batch:
+                try:
+                    async with self.pool.connection() as conn:
+                        await write_placement_events(conn, batch)
+                    self.written += len(batch)
+                    if failing_since is not None:
+                        log.warning("placement_events: written again after %.1f s without the database",
+                                    time.monotonic() - failing_since)
+                        failing_since = None
+                except Exception as exc:
+                    self.failures += 1
+                    self.run_log.rows = batch + self.run_log.rows  # kept, in order, for the next pass
+                    if failing_since is None:
+                        failing_since = time.monotonic()
+                        log.warning("placement_events: %d rows kept for later (%s)", len(batch), exc)
+                    if stopping and deadline is not None and time.monotonic() < deadline:
+                        await asyncio.sleep(self.every_s)
+                        continue
+            if stopping:
+                if self.run_log.rows:
+                    log.error("placement_events: %d rows not written within %.0f s after the run",
+                              len(self.run_log.rows), self.drain_s)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), self.every_s)
+
+
+def failover_figures(drill: dict[str, Any], run_log: RunLog, exit_codes: dict[str, int | None]) -> dict[str, Any]:
+    """What the fault drill showed: how long after the SIGKILL another instance decided, and how
+    many decisions each side made. The killed process's exit code (-9) is the drill's, not a fault:
+    it moves from ``exit_codes`` into the figures."""
+    killed, at = drill["killed"], drill["killed_at"]
+    after = [t for t, src in run_log.decision_times if t >= at and src.rsplit("/", 1)[-1] != killed]
+    return {**drill, "killed_exit_code": exit_codes.pop(drill["process"], None),
+            "takeover_s": round(min(after) - at, 3) if after else None,
+            "decisions_after": len(after),
+            "decisions_by_killed_after_kill": sum(1 for t, src in run_log.decision_times
+                                                  if t > at + 0.5 and src.rsplit("/", 1)[-1] == killed)}
