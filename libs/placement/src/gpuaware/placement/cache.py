@@ -224,7 +224,7 @@ class CachedScheduler:
                 watch.observer.observe(Pick(
                     pod, snap, pick, gpus, masked, part, self.inner.tie_rank,
                     lambda view: fit_gpus(pod, view, pick, selector.select(cycle, pod, view, pick))))
-        return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), np.count_nonzero(entry.feasible))
+        return Decision(pod.name, pick, snap.node_names[pick], gpus, float(best), int(np.count_nonzero(entry.feasible)))
 
     def _schedule_excluding(self, pod: PodRequest, snap: Snapshot, exclude: np.ndarray) -> Decision | Status:
         nodes, total = self.scores(pod, snap)

@@ -10,16 +10,19 @@ process instead of failing the import.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from numba import njit
 
 __all__ = ["kernel"]
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def kernel(fn: Callable[..., Any]) -> Any:
-    """`njit(cache=True)`, or plain `njit` where numba has nowhere to cache."""
+
+def kernel(fn: F) -> F:
+    """`njit(cache=True)`, or plain `njit` where numba has nowhere to cache. The compiled function
+    is called as the Python one is, so it keeps its signature for the type checker."""
     try:
-        return njit(cache=True)(fn)
+        return cast(F, njit(cache=True)(fn))
     except RuntimeError:
-        return njit(fn)
+        return cast(F, njit(fn))

@@ -22,7 +22,7 @@ __all__ = ["gpu_fit", "memory_held", "resources_fit", "usable_rows", "whole_gpu_
 
 
 @kernel
-def memory_held(total, mem_ask, milli):
+def memory_held(total: int, mem_ask: int, milli: int) -> int:
     """GPU memory a pod holds on a GPU of `total` MiB: what it asks (`mem_ask`), else its compute share
     (`milli`) of the GPU's memory, rounded down; 0 where memory is not accounted (total 0)."""
     if mem_ask:
@@ -31,7 +31,8 @@ def memory_held(total, mem_ask, milli):
 
 
 @kernel
-def _usable(n, g, gpu_free, gpu_mem_free, gpu_mem_total, gpu_health, need, mem_ask, milli, tolerates, degraded):
+def _usable(n: int, g: int, gpu_free: np.ndarray, gpu_mem_free: np.ndarray, gpu_mem_total: np.ndarray,
+            gpu_health: np.ndarray, need: int, mem_ask: int, milli: int, tolerates: bool, degraded: int) -> bool:
     if gpu_free[n, g] < need:
         return False
     if gpu_mem_free[n, g] < memory_held(gpu_mem_total[n, g], mem_ask, milli):
@@ -40,7 +41,8 @@ def _usable(n, g, gpu_free, gpu_mem_free, gpu_mem_total, gpu_health, need, mem_a
 
 
 @kernel
-def usable_rows(rows, gpu_free, gpu_mem_free, gpu_mem_total, gpu_health, need, mem_ask, milli, tolerates, degraded):
+def usable_rows(rows: np.ndarray, gpu_free: np.ndarray, gpu_mem_free: np.ndarray, gpu_mem_total: np.ndarray,
+                gpu_health: np.ndarray, need: int, mem_ask: int, milli: int, tolerates: bool, degraded: int) -> np.ndarray:
     """[K, G] bool: the GPUs of `rows` that can take the pod (module doc)."""
     n_gpu = gpu_free.shape[1]
     out = np.zeros((rows.size, n_gpu), np.bool_)
@@ -52,8 +54,10 @@ def usable_rows(rows, gpu_free, gpu_mem_free, gpu_mem_total, gpu_health, need, m
 
 
 @kernel
-def gpu_fit(rows, model_ok, model_idx, gpu_free, gpu_mem_free, gpu_mem_total, gpu_health, groups, need, mem_ask,
-            milli, tolerates, degraded, num_gpu, share, grouped):
+def gpu_fit(rows: np.ndarray, model_ok: np.ndarray, model_idx: np.ndarray, gpu_free: np.ndarray,
+            gpu_mem_free: np.ndarray, gpu_mem_total: np.ndarray, gpu_health: np.ndarray, groups: np.ndarray,
+            need: int, mem_ask: int, milli: int, tolerates: bool, degraded: int, num_gpu: int, share: bool,
+            grouped: bool) -> np.ndarray:
     """[K] bool, GpuFit on `rows`: the node's model is allowed (`model_ok`, last entry: CPU-only nodes)
     and it has one usable GPU (a sharing pod) or `num_gpu` usable ones, all in one group of `groups`
     (NVLink island or NUMA node per GPU, -1: none) when `grouped`."""
@@ -90,7 +94,7 @@ def gpu_fit(rows, model_ok, model_idx, gpu_free, gpu_mem_free, gpu_mem_total, gp
 
 
 @kernel
-def resources_fit(rows, cpu_free, mem_free, cpu, mem):
+def resources_fit(rows: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, cpu: int, mem: int) -> np.ndarray:
     """[K] bool, ResourcesFit on `rows`: the CPU and memory requests fit what is free."""
     out = np.empty(rows.size, np.bool_)
     for k in range(rows.size):
@@ -99,7 +103,7 @@ def resources_fit(rows, cpu_free, mem_free, cpu, mem):
 
 
 @kernel
-def whole_gpu_free(rows, gpu_free, milli):
+def whole_gpu_free(rows: np.ndarray, gpu_free: np.ndarray, milli: int) -> np.ndarray:
     """[K] bool, WholeGpuOnly for a sharing pod on `rows`: some GPU is entirely free."""
     out = np.zeros(rows.size, np.bool_)
     for k in range(rows.size):

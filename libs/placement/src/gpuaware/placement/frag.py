@@ -19,11 +19,21 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpuaware.placement import frag_kernels as kernels
 from gpuaware.placement.model import MILLI, GpuModel, PodRequest
+
+if TYPE_CHECKING:
+    from gpuaware.placement.cluster import Snapshot
+
+KernelArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""a typical-pod model's arrays as the kernels take them: u, um, num, cpu, p, access"""
+KernelArgs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                   np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""`KernelArrays` and a fragmentation state's cnt, small, total, frag"""
 
 SpecKey = tuple[int, int, int, str]  # (score CPU milli, num GPU, milli per GPU, GPU types "a|b")
 
@@ -121,7 +131,7 @@ class FragModel:
                 acc[:, j] = type_allowed(models, key[3])
         acc[-1, :] = False
         self.access = acc
-        self.arrays = (self.u.astype(np.int64), self.um.astype(np.int64), self.num.astype(np.int64),
+        self.arrays: KernelArrays = (self.u.astype(np.int64), self.um.astype(np.int64), self.num.astype(np.int64),
                        self.cpu.astype(np.int64), self.p, np.ascontiguousarray(acc))
         """what the kernels take: u, um, num, cpu, p, access"""
 
@@ -153,7 +163,7 @@ class FragState:
     F: np.ndarray  # [N]
 
     @classmethod
-    def build(cls, model: FragModel, snap) -> FragState:
+    def build(cls, model: FragModel, snap: Snapshot) -> FragState:
         n = snap.num_nodes
         st = cls(
             model,
@@ -168,7 +178,7 @@ class FragState:
         st.refresh(snap)
         return st
 
-    def refresh(self, snap, rows: np.ndarray | None = None) -> None:
+    def refresh(self, snap: Snapshot, rows: np.ndarray | None = None) -> None:
         if snap.cluster_uid != self.cluster_uid:
             raise ValueError("FragState belongs to another cluster")
         if rows is None:
@@ -181,14 +191,14 @@ class FragState:
                           self.small, self.total, self.frag, self.F)
         self.version[stale] = snap.version[stale]
 
-    def kernel_args(self) -> tuple:
+    def kernel_args(self) -> KernelArgs:
         """The model's and this state's arrays in the order the delta kernels take them (after the rows
         and the snapshot's columns)."""
         return (*self.model.arrays, self.cnt, self.small, self.total, self.frag)
 
 
 def frag_delta_share(
-    st: FragState, snap, rows: np.ndarray, milli: int, cpu: int
+    st: FragState, snap: Snapshot, rows: np.ndarray, milli: int, cpu: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """F_before - F_after for a GPU-sharing pod placed on each GPU of each node in `rows`.
 
@@ -198,7 +208,7 @@ def frag_delta_share(
     return kernels.share_deltas(rows, snap.gpu_free, snap.cpu_free, snap.model_idx, *st.kernel_args(), milli, cpu)
 
 
-def frag_delta_whole(st: FragState, snap, rows: np.ndarray, num_gpu: int, cpu: int) -> np.ndarray:
+def frag_delta_whole(st: FragState, snap: Snapshot, rows: np.ndarray, num_gpu: int, cpu: int) -> np.ndarray:
     """F_before - F_after for a pod taking `num_gpu` whole GPUs (0 = CPU-only) on each node in `rows`."""
     return kernels.whole_deltas(rows, snap.gpu_free, snap.cpu_free, snap.model_idx, *st.kernel_args(), num_gpu, cpu,
                                 MILLI)

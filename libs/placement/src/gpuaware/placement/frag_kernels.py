@@ -1,11 +1,10 @@
 """The fragmentation arithmetic of frag.py and waste.py, compiled: loops over the nodes being rescored.
 
 Why compiled: a placement decision rescores only the nodes that changed since its request shape
-was last seen, typically one to a few dozen. Written as numpy over those rows, each score cost some
-60 array calls whose fixed overhead, not their arithmetic, was the time: a decision with one or
-two stale nodes took 138 µs on the 1,213-node openb cluster. The same arithmetic as loops over the
-rows costs a few µs, whatever the number of rows, and does one pass where numpy built [K, G, U]
-temporaries. numba compiles each kernel on first use and keeps the machine code on disk
+was last seen, typically one to a few dozen. Written as numpy over so few rows, each score is some
+60 array calls whose fixed overhead, not their arithmetic, is the time; as loops over the rows the
+cost barely depends on the number of rows, and one pass replaces the [K, G, U] temporaries numpy
+would build. numba compiles each kernel on first use and keeps the machine code on disk
 (compiled.py).
 
 The definitions (frag.py's module doc): node n's fragmentation against typical pod m is the free
@@ -39,7 +38,7 @@ def _sigmoid_int(delta: float) -> int:
 
 
 @kernel
-def priced_scores(value, nodes, price, base, gpu_milli):
+def priced_scores(value: np.ndarray, nodes: np.ndarray, price: np.ndarray, base: float, gpu_milli: int) -> np.ndarray:
     """`_sigmoid_int` of value[n] - (price[n] - base) * gpu_milli for each n of `nodes` (waste.py's price
     of GPU others cannot do without)."""
     out = np.empty(nodes.size, np.int64)
@@ -50,7 +49,7 @@ def priced_scores(value, nodes, price, base, gpu_milli):
 
 
 @kernel
-def sigmoid_scores(delta):
+def sigmoid_scores(delta: np.ndarray) -> np.ndarray:
     """`_sigmoid_int` over an array (any shape)."""
     out = np.empty(delta.shape, np.int64)
     flat_in = delta.ravel()
@@ -61,13 +60,13 @@ def sigmoid_scores(delta):
 
 
 @kernel
-def _model_row(model_idx, n, access):
+def _model_row(model_idx: np.ndarray, n: int, access: np.ndarray) -> int:
     """Node n's row of `access` (the last row: CPU-only nodes, model index -1)."""
-    return model_idx[n] if model_idx[n] >= 0 else access.shape[0] - 1
+    return int(model_idx[n]) if model_idx[n] >= 0 else access.shape[0] - 1
 
 
 @kernel
-def _frag(allowed, cnt_j, num_m, cpu, cpu_m, small_j, total):
+def _frag(allowed: bool, cnt_j: int, num_m: int, cpu: int, cpu_m: int, small_j: int, total: int) -> int:
     """frag(node, m): the free milli on GPUs below m's request (`small_j`) when m fits (its GPU type
     `allowed`, `cnt_j` >= `num_m` GPUs with enough free, `cpu` >= `cpu_m`), else all of it (`total`).
     Scalars only, so the compiler inlines it into the loops over m."""
@@ -75,7 +74,10 @@ def _frag(allowed, cnt_j, num_m, cpu, cpu_m, small_j, total):
 
 
 @kernel
-def fill_rows(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag, F):
+def fill_rows(rows: np.ndarray, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray,
+              u: np.ndarray, um: np.ndarray, num: np.ndarray, cpu_req: np.ndarray, p: np.ndarray,
+              access: np.ndarray, cnt: np.ndarray, small: np.ndarray, total: np.ndarray, frag: np.ndarray,
+              F: np.ndarray) -> None:
     """Compute cnt, small, total, frag and F of node states `rows` in place (frag.py: FragState)."""
     n_gpu = gpu_free.shape[1]
     n_u = u.size
@@ -103,8 +105,10 @@ def fill_rows(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, acces
 
 
 @kernel
-def _share_delta(n, a, milli, cpu, model_idx, cpu_free, u, um, num, cpu_req, p, access, cnt, small, total, frag,
-                 cnt2, small2):
+def _share_delta(n: int, a: int, milli: int, cpu: int, model_idx: np.ndarray, cpu_free: np.ndarray,
+                 u: np.ndarray, um: np.ndarray, num: np.ndarray, cpu_req: np.ndarray, p: np.ndarray,
+                 access: np.ndarray, cnt: np.ndarray, small: np.ndarray, total: np.ndarray, frag: np.ndarray,
+                 cnt2: np.ndarray, small2: np.ndarray) -> float:
     """F before - F after on node n when a pod takes `milli` (and `cpu`) from one of its GPUs with `a` free."""
     b = a - milli
     for j in range(u.size):
@@ -122,8 +126,10 @@ def _share_delta(n, a, milli, cpu, model_idx, cpu_free, u, um, num, cpu_req, p, 
 
 
 @kernel
-def share_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag,
-                 milli, cpu):
+def share_deltas(rows: np.ndarray, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray,
+                 u: np.ndarray, um: np.ndarray, num: np.ndarray, cpu_req: np.ndarray, p: np.ndarray,
+                 access: np.ndarray, cnt: np.ndarray, small: np.ndarray, total: np.ndarray, frag: np.ndarray,
+                 milli: int, cpu: int) -> tuple[np.ndarray, np.ndarray]:
     """(delta[K, G], valid[K, G]) for a GPU-sharing pod on each GPU of `rows`: valid marks GPUs with
     >= milli free, delta is 0 elsewhere. A node's GPUs with the same free milli are evaluated once."""
     k_rows = rows.size
@@ -153,8 +159,10 @@ def share_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, ac
 
 
 @kernel
-def whole_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag,
-                 num_gpu, cpu, milli_per_gpu):
+def whole_deltas(rows: np.ndarray, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray,
+                 u: np.ndarray, um: np.ndarray, num: np.ndarray, cpu_req: np.ndarray, p: np.ndarray,
+                 access: np.ndarray, cnt: np.ndarray, small: np.ndarray, total: np.ndarray, frag: np.ndarray,
+                 num_gpu: int, cpu: int, milli_per_gpu: int) -> np.ndarray:
     """F before - F after for a pod taking `num_gpu` whole GPUs (0: CPU-only) on each node of `rows`:
     num_gpu fewer GPUs above every threshold, `small` unchanged (a whole GPU sits above them all)."""
     out = np.empty(rows.size)
@@ -172,7 +180,7 @@ def whole_deltas(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, ac
 
 
 @kernel
-def gpu_pick(delta, valid):
+def gpu_pick(delta: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """FGD's GPU for each row: the valid GPU with the highest `_sigmoid_int` score, the first on ties
     (GPU 0 when none is valid); returns (its delta, its index)."""
     k_rows, n_gpu = delta.shape
@@ -191,20 +199,24 @@ def gpu_pick(delta, valid):
 
 
 @kernel
-def _stranded(cpu_free, gpu_free, rho):
+def _stranded(cpu_free: float, gpu_free: float, rho: float) -> float:
     return max(0.0, gpu_free - cpu_free / rho)
 
 
 @kernel
-def _strand(n, cpu_free, total, cpu, gpu_milli, rho, weight):
+def _strand(n: int, cpu_free: np.ndarray, total: np.ndarray, cpu: int, gpu_milli: int, rho: float,
+            weight: float) -> float:
     c = float(cpu_free[n])
     t = float(total[n])
     return weight * (_stranded(c, t, rho) - _stranded(c - cpu, t - gpu_milli, rho))
 
 
 @kernel
-def waste_share(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag,
-                milli, cpu, gpu_milli, gap, gap_weight, strand_weight, rho):
+def waste_share(rows: np.ndarray, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray,
+                u: np.ndarray, um: np.ndarray, num: np.ndarray, cpu_req: np.ndarray, p: np.ndarray,
+                access: np.ndarray, cnt: np.ndarray, small: np.ndarray, total: np.ndarray, frag: np.ndarray,
+                milli: int, cpu: int, gpu_milli: int, gap: np.ndarray, gap_weight: float,
+                strand_weight: float, rho: float) -> tuple[np.ndarray, np.ndarray]:
     """waste.py's value of a GPU-sharing pod on each node of `rows` and the GPU it takes there: per GPU
     `share_deltas` plus the gap term gap_weight * (W[a] - W[a - milli]), the GPU by `gpu_pick`'s rule,
     plus the node's stranded-GPU term for `cpu` and `gpu_milli` (the pod's total GPU milli)."""
@@ -221,8 +233,10 @@ def waste_share(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, acc
 
 
 @kernel
-def waste_whole(rows, gpu_free, cpu_free, model_idx, u, um, num, cpu_req, p, access, cnt, small, total, frag,
-                num_gpu, cpu, milli_per_gpu, gpu_milli, strand_weight, rho):
+def waste_whole(rows: np.ndarray, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray,
+                u: np.ndarray, um: np.ndarray, num: np.ndarray, cpu_req: np.ndarray, p: np.ndarray,
+                access: np.ndarray, cnt: np.ndarray, small: np.ndarray, total: np.ndarray, frag: np.ndarray,
+                num_gpu: int, cpu: int, milli_per_gpu: int, gpu_milli: int, strand_weight: float, rho: float) -> np.ndarray:
     """waste.py's value of a whole-GPU (or CPU-only) pod on each node of `rows`: the fragmentation delta
     plus the stranded-GPU term for `cpu` and `gpu_milli` (every node loses the same W(1000) per GPU
     taken: no gap term)."""

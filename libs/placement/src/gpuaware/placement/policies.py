@@ -45,7 +45,8 @@ def min_max_normalize(scores: np.ndarray) -> np.ndarray:
     lo, hi = scores.min(), scores.max()
     if hi == lo:
         return np.zeros_like(scores)
-    return (scores - lo) * (MAX_NODE_SCORE - MIN_NODE_SCORE) // (hi - lo) + MIN_NODE_SCORE
+    out: np.ndarray = (scores - lo) * (MAX_NODE_SCORE - MIN_NODE_SCORE) // (hi - lo) + MIN_NODE_SCORE
+    return out
 
 
 class _SpecCache:
@@ -144,7 +145,8 @@ class BestFitScore(ScorePlugin):
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
         cpu_left = (snap.cpu_free[nodes] - pod.score_cpu_milli) / MAX_SPEC_CPU * 0.5
         gpu_left = (snap.gpu_free[nodes].sum(axis=1) - pod.total_gpu_milli) / MAX_SPEC_GPU * 0.5
-        return ((1.0 - (cpu_left + gpu_left)) * MAX_NODE_SCORE).astype(np.int64)
+        out: np.ndarray = ((1.0 - (cpu_left + gpu_left)) * MAX_NODE_SCORE).astype(np.int64)
+        return out
 
     def normalize(self, cycle: CycleState, pod: PodRequest, scores: np.ndarray) -> np.ndarray:
         return min_max_normalize(scores)
@@ -197,7 +199,8 @@ class GpuPackingScore(ScorePlugin):
             used_full = np.full(nodes.size, pod.num_gpu, dtype=np.int64)
             shared = np.zeros(nodes.size, dtype=np.int64)
         on_used = np.maximum(MAX_NODE_SCORE // 2 - used_full, MAX_NODE_SCORE // 3)  # case 2
-        return np.where(full == count, idle, np.where(used_full > 0, on_used, shared))
+        out: np.ndarray = np.where(full == count, idle, np.where(used_full > 0, on_used, shared))
+        return out
 
 
 class GpuClusteringScore(ScorePlugin):
@@ -220,7 +223,8 @@ class GpuClusteringScore(ScorePlugin):
         kinds = (counts > 0).sum(axis=1)
         band = np.where(has, np.where(kinds == 1, 75, 50), np.where(kinds == 0, 25, 0))
         left = snap.gpu_free[nodes].sum(axis=1)
-        return (MAX_NODE_SCORE // 4) * (MAX_SPEC_GPU - left) // MAX_SPEC_GPU + band
+        out: np.ndarray = (MAX_NODE_SCORE // 4) * (MAX_SPEC_GPU - left) // MAX_SPEC_GPU + band
+        return out
 
 
 class RandomScore(ScorePlugin):

@@ -282,7 +282,8 @@ class Registry:
 
     def policy_config(self, name: str) -> dict[str, Any]:
         """A policy's profile as a plain, mutable copy (dicts and lists)."""
-        return _thaw(self.policies[self.canonical_policy(name)])
+        config: dict[str, Any] = _thaw(self.policies[self.canonical_policy(name)])
+        return config
 
     # -- validation -------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ __all__ = ["changed_rows", "stale_rows", "store_rows", "store_values", "store_ve
 
 
 @kernel
-def changed_rows(computed_at, version):
+def changed_rows(computed_at: np.ndarray, version: np.ndarray) -> np.ndarray:
     """Every node whose value was computed at another version than the node's now."""
     out = np.empty(version.size, np.int64)
     k = 0
@@ -27,7 +27,7 @@ def changed_rows(computed_at, version):
 
 
 @kernel
-def stale_rows(nodes, computed_at, version):
+def stale_rows(nodes: np.ndarray, computed_at: np.ndarray, version: np.ndarray) -> np.ndarray:
     """The members of `nodes` whose value was computed at another version than the node's now."""
     out = np.empty(nodes.size, np.int64)
     k = 0
@@ -39,7 +39,8 @@ def stale_rows(nodes, computed_at, version):
 
 
 @kernel
-def store_values(rows, value, computed_at, values, version):
+def store_values(rows: np.ndarray, value: np.ndarray, computed_at: np.ndarray, values: np.ndarray,
+                 version: np.ndarray) -> None:
     """values[rows] = value, stamped with the nodes' versions now."""
     for k in range(rows.size):
         n = rows[k]
@@ -48,7 +49,8 @@ def store_values(rows, value, computed_at, values, version):
 
 
 @kernel
-def store_rows(rows, value, gpu, computed_at, values, gpus, version):
+def store_rows(rows: np.ndarray, value: np.ndarray, gpu: np.ndarray, computed_at: np.ndarray,
+               values: np.ndarray, gpus: np.ndarray, version: np.ndarray) -> None:
     """`store_values`, and gpus[rows] = gpu."""
     store_values(rows, value, computed_at, values, version)
     for k in range(rows.size):
@@ -56,7 +58,8 @@ def store_rows(rows, value, gpu, computed_at, values, gpus, version):
 
 
 @kernel
-def store_verdicts(rows, fits, fit_rows, total, feasible, totals, computed_at, version):
+def store_verdicts(rows: np.ndarray, fits: np.ndarray, fit_rows: np.ndarray, total: np.ndarray,
+                   feasible: np.ndarray, totals: np.ndarray, computed_at: np.ndarray, version: np.ndarray) -> None:
     """The score cache's verdicts on `rows` (cache.py): feasible[rows] = fits, totals = -inf there but
     on `fit_rows` (the rows that fit, in order) = total, stamped with the nodes' versions now."""
     for k in range(rows.size):

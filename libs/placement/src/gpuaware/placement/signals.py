@@ -20,12 +20,9 @@ scores: with no telemetry, GpuAware decides exactly as WasteGradient does.
 The signals are `Cluster.set_gpu_signals`' quantised values (health 5 points, 2 degC, 0.05), so a node's
 version, and its score, only moves when its telemetry really changed. Each score keeps its values per
 request shape and node version (like FGD's cache), so a decision recomputes only the nodes changed
-since: scoring all 1,213 openb nodes four times over per pod would triple the decision time. What is
-left, measured on openb's default trace (seed 42, this 2-core machine, noisy): GpuAware costs about
-0.08 ms more per decision than WasteGradient with the bare scheduler (0.15 -> 0.23 ms mean) and
-0.05 ms more under CachedScheduler (0.10 -> 0.15 ms), mostly numpy's per-call overhead on the one or
-two nodes each decision changes. A kind of signal no GPU has (no telemetry yet, or none of that
-kind) costs nothing: its score is 100 on every node the pod fits without computing (`Snapshot.signals`).
+since, rather than scoring every node four times over per pod. A kind of signal no GPU has (no
+telemetry yet, or none of that kind) costs nothing: its score is 100 on every node the pod fits
+without computing (`Snapshot.signals`, the score's declared `signal`).
 
 `SignalAwareGpu` wraps a GPU selector (WasteGradient's pick for sharing pods) and overrides its choice
 only when the picked GPU is clearly worse on the signals than the best fitting one on the node.
@@ -61,7 +58,8 @@ TOPOLOGY_NVLINK, TOPOLOGY_NUMA, TOPOLOGY_NONE = 100, 60, 0
 def health_values(snap: Snapshot, rows: np.ndarray) -> np.ndarray:
     """The telemetry health score, DEGRADED GPUs capped at 40."""
     score = snap.gpu_health_score[rows].astype(np.float64)
-    return np.where(snap.gpu_health[rows] == DEGRADED, np.minimum(score, DEGRADED_HEALTH_CAP), score)
+    out: np.ndarray = np.where(snap.gpu_health[rows] == DEGRADED, np.minimum(score, DEGRADED_HEALTH_CAP), score)
+    return out
 
 
 def thermal_power_values(snap: Snapshot, rows: np.ndarray) -> np.ndarray:
@@ -71,7 +69,8 @@ def thermal_power_values(snap: Snapshot, rows: np.ndarray) -> np.ndarray:
     (this runs on every decision for the nodes that changed)."""
     hot = np.clip((HOT_FROM_C + HOT_SPAN_C - snap.gpu_temp_c[rows]) * (100.0 / HOT_SPAN_C), 0.0, 100.0)
     capped = np.clip((CAPPED_FROM + CAPPED_SPAN - snap.gpu_power_frac[rows]) * (100.0 / CAPPED_SPAN), 0.0, 100.0)
-    return np.fmin(np.fmin(hot, capped), 100.0)  # fmin skips NaN (unknown): both unknown -> 100
+    out: np.ndarray = np.fmin(np.fmin(hot, capped), 100.0)  # fmin skips NaN (unknown): both unknown -> 100
+    return out
 
 
 def forecast_values(snap: Snapshot, rows: np.ndarray, share: float) -> np.ndarray:
@@ -79,13 +78,15 @@ def forecast_values(snap: Snapshot, rows: np.ndarray, share: float) -> np.ndarra
     the pod's share should stay within the GPU; every 1 % it overshoots costs a point. Unknown = 100.
     Computed as clip(100 (2 - share - f), 0, 100)."""
     v = np.clip(((2.0 - share) - snap.gpu_util_forecast[rows]) * 100.0, 0.0, 100.0)
-    return np.fmin(v, 100.0)  # NaN (unknown) -> 100
+    out: np.ndarray = np.fmin(v, 100.0)  # NaN (unknown) -> 100
+    return out
 
 
 def gpu_quality(snap: Snapshot, rows: np.ndarray, share: float) -> np.ndarray:
     """The worst of health, thermal/power and forecast headroom per GPU (what SignalAwareGpu ranks by)."""
     q = np.minimum(health_values(snap, rows), thermal_power_values(snap, rows))
-    return np.minimum(q, forecast_values(snap, rows, share))
+    out: np.ndarray = np.minimum(q, forecast_values(snap, rows, share))
+    return out
 
 
 def has_signals(snap: Snapshot, node: int) -> bool:
@@ -105,7 +106,8 @@ def pod_gpu_value(values: np.ndarray, pod: PodRequest, free: np.ndarray) -> np.n
     else:
         k = pod.num_gpu
         v = np.sort(np.where(free >= MILLI, values, -np.inf), axis=1)[:, ::-1][:, :k].mean(axis=1)
-    return np.rint(np.maximum(v, 0.0)).astype(np.int64)
+    out: np.ndarray = np.rint(np.maximum(v, 0.0)).astype(np.int64)
+    return out
 
 
 class _CachedScore(ScorePlugin):
@@ -134,7 +136,8 @@ class _CachedScore(ScorePlugin):
             return np.full(nodes.size, same, dtype=np.int64)
         val, _ = self.cache.values(snap, (pod.num_gpu, pod.gpu_milli), nodes,
                                    lambda rows: (self.compute(pod, snap, rows), None))
-        return val[nodes].astype(np.int64)
+        out: np.ndarray = val[nodes].astype(np.int64)
+        return out
 
 
 def _share(pod: PodRequest) -> float:

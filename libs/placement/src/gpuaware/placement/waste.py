@@ -1,14 +1,12 @@
 """Waste gradient: place each pod where it grows the cluster's *expected wasted GPU* least.
 
 FGD (frag.py) measures a node's waste as the GPU milli that the next typical pod could not use.
-Replaying the openb traces shows two kinds of waste it does not see:
+There are two kinds of waste it does not see:
 
-1. GPUs stranded by CPU. CPU is nearly as scarce as GPU in openb (84 % of it is requested at 130 %
-   load), and the node types differ tenfold in CPU per GPU (G2: 12 cores per GPU, T4: 52). FGD
-   only notices CPU when a typical pod no longer fits; by then the node's remaining GPUs are dead.
-   We add a smooth term: stranded(n) = max(0, free_gpu - free_cpu / rho), rho being the typical
-   GPU pod's CPU per GPU milli (about 11 cores per GPU on openb), i.e. the GPU that the node's CPU
-   can no longer feed.
+1. GPUs stranded by CPU. CPU can be nearly as scarce as GPU, and node types differ tenfold in CPU
+   per GPU. FGD only notices CPU when a typical pod no longer fits; by then the node's remaining
+   GPUs are dead. We add a smooth term: stranded(n) = max(0, free_gpu - free_cpu / rho), rho being
+   the typical GPU pod's CPU per GPU milli, i.e. the GPU that the node's CPU can no longer feed.
 2. Gaps nobody will fill. FGD counts a GPU's free milli as fragment when the next pod cannot use
    it, so a 350-milli gap (waiting for the common 320-milli pods) looks *worse* than a 210-milli gap
    (which only the rare 160-milli pods fit). We value each GPU gap g by W(g), the expected milli
@@ -25,18 +23,15 @@ exactly FGD's scale and tie-break (the truncation plus rank tie-break is worth a
 allocation: the same objective scored in floating point packs worse, see the FGD-Float variant).
 Sharing pods try every GPU of the node and keep the best; whole-GPU pods take fully free GPUs.
 
-Below saturation those two terms cost pods (issue 9). Both move flexible pods onto GPUs that other
+Below saturation those two terms alone cost pods: both move flexible pods onto GPUs that other
 pods have no alternative to, and a pod that finds no node is never retried:
 
-- gpu_spec traces. The strand term credits a pod for feeding a CPU-poor node (P100: 8 cores per
-  GPU, V100M16: 8) and charges CPU-heavy pods on balanced ones, so flexible pods crowd onto P100,
-  V100 and T4 nodes, which the pods that may only use those types need. openb_pod_list_gpuspec25,
-  seeds 42-44: at 90 % arrived WasteGradient had placed 84.53 % of the GPUs vs FGD's 85.07, the
-  difference being P100- and V100-only pods refused.
-- multi-GPU traces. A 24-core one-GPU pod strands GPU on a partly used G2 (12 cores per GPU), so it
-  breaks an idle G3 (16 per GPU) instead; the 8-GPU pods asking 120 cores fit only an idle G3 and
-  were refused (openb_pod_list_multigpu40: 7 of them by 90 % arrived, the whole 0.8-point gap).
-  They are too rare by count to be typical pods, so no term built on the typical pods sees them.
+- Pods restricted to GPU types. The strand term credits a pod for feeding a CPU-poor node and
+  charges CPU-heavy pods on balanced ones, so flexible pods crowd onto the CPU-poor models, which
+  the pods that may only use those types need.
+- Rare wide pods. A CPU-heavy one-GPU pod strands GPU on a partly used node, so it breaks an idle
+  big node instead, which the rare 8-GPU pods asking most of a node's CPU need. They are too rare
+  by count to be typical pods, so no term built on the typical pods sees them.
 
 Hence a price for taking GPU that others cannot do without, paid by the pods that have a choice:
 
@@ -46,33 +41,20 @@ Hence a price for taking GPU that others cannot do without, paid by the pods tha
    reserve_floor)) of t's GPUs is reserved, on t's CPU-richest nodes first; reserve_floor keeps a
    little of every model for the restricted pods too rare to be typical. A reserved node costs
    reserve_cost per milli-GPU taken: a flat price on a set of nodes rather than a price r_t on all
-   of t, because a few percent of restricted demand (gpuspec05: r_P100 = 0.044) priced over all of
-   P100 never outweighs the strand credit (~900 for a pod on an idle 16-core P100 node). The floor
-   applies only when some typical pod names GPU types and the cluster has more than one model (no
-   reserve at all on openb_pod_list_default, and none in a one-model cluster).
+   of t, because a few percent of restricted demand priced over all of t never outweighs the strand
+   credit. The floor applies only when some typical pod names GPU types and the cluster has more
+   than one model.
 4. Capable nodes last. A node able to host the whole-node pods of more node shapes (GPU count, CPU
    capacity) is where the rare big pods can go: c(n) = sum over shapes s whose idle node n could
-   hold (>= s's GPUs and CPU) of cap(s) / cap(shapes that could hold s), e.g. openb: G3 (8 GPUs,
-   128 cores) 2.76, G2 (8, 96) 1.04, T4 (2, 104) 0.76, P100 (2, 16) 0.04. It costs capability * c(n)
+   hold (>= s's GPUs and CPU) of cap(s) / cap(shapes that could hold s). It costs capability * c(n)
    per milli-GPU.
 
 A pod pays (cost(n) - the least cost among the nodes that could ever hold it) * its GPU milli: a pod
 restricted to reserved nodes pays nothing, and on its cheapest nodes no pod's score moves (the
 integer sigmoid buckets, hence the ties, stay FGD's). Both prices are fixed per node (its model, GPU
 count and CPU capacity) and computed once per cluster, so a node's score still depends on the node
-alone: the per-spec cache and CachedScheduler stay exact. Defaults (reserve 2, floor 0.02, cost 2.5
-per milli, capability 0.2) were chosen on openb seeds 42-44 and keep WasteGradient at or above FGD
-(our run, same seeds) at every arrived level 90..130 % on all 16 openb pod lists we have (seeds
-42-51 for default, gpuspec05/25, multigpu40), e.g. gpuspec25 at 90 %: 89.70 vs 85.25; multigpu40:
-89.98 vs 89.97; default at 100 %: 96.06 (96.09 before; FGD 95.27).
-
-Tried and dropped (seeds 42-44): a price r_t on all of t (gpuspec25 fixed, gpuspec05 not: see 3);
-scaling the strand term with cluster utilisation (utilisation is global state, so cached scores go
-stale; it also lost 0.3 points at saturation on default); learning the rare pods online (global state
-again); crediting only stranding a pod causes, never what it relieves (fixes gpuspec05, loses 0.6 of
-gpuspec25's 1.3-point gain at 110 %); weighting FGD's multi-GPU typical pods more (multigpu40 barely
-moves: the refused pods are not typical); a price for breaking an idle node in proportion to its CPU
-(nearly fixes multigpu40, costs default 0.2 points at 100 %).
+alone: the per-spec cache and the score cache stay exact. The defaults (reserve 2, floor 0.02, cost
+2.5 per milli, capability 0.2) and how they compare with FGD are in bench/results/placement.json.
 """
 
 from __future__ import annotations
@@ -313,4 +295,5 @@ class FgdFloatScore(FgdScore):
                                      lambda rows: self.deltas(pod, snap, rows))
         cycle[self.gpu_key] = (nodes, gpu[nodes])
         with np.errstate(over="ignore"):
-            return 100.0 / (1.0 + np.exp(-val[nodes] / 1000.0))
+            out: np.ndarray = 100.0 / (1.0 + np.exp(-val[nodes] / 1000.0))
+            return out
