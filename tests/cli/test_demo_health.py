@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuaware.cli.demo_analysis import IN_FLIGHT_S, health_figures, virtual_clock
 from gpuaware.cli.demo_config import VIRTUAL_EPOCH, DemoConfig, RunSpec, demo_nodes, plan_faults, service_env
 from gpuaware.cli.demo_record import RunLog, RunResult
-from gpuaware.cli.demo_report import IN_FLIGHT_S, health_figures, virtual_clock, write_html
+from gpuaware.cli.demo_report import write_html
 from gpuaware.schemas import (
     AlertRaised,
     AlertResolved,

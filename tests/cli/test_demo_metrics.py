@@ -144,7 +144,7 @@ def test_time_weighted_mean(times: list[float], values: list[float], t0: float, 
     ([9.0, 0.0, 5.0], 10.0, 0.0),                       # unsorted input; all three within 10 s of 0
 ])
 def test_busiest_window(arrivals: list[float], length: float, expected: float) -> None:
-    from gpuaware.cli.demo_report import busiest_window
+    from gpuaware.cli.demo_analysis import busiest_window
 
     assert busiest_window(arrivals, length) == expected
 

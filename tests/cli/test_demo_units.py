@@ -13,9 +13,10 @@ import msgspec
 import pytest
 
 from gpuaware import tsdb
+from gpuaware.cli.demo_analysis import analyse, compare, pod_records
 from gpuaware.cli.demo_config import VIRTUAL_EPOCH, DemoConfig, RunSpec, service_env
 from gpuaware.cli.demo_record import RunLog, RunResult, subject_key
-from gpuaware.cli.demo_report import analyse, compare, pod_records, write_html, write_plots
+from gpuaware.cli.demo_report import write_html, write_plots
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.schemas import (
     GpuSlice,

@@ -48,19 +48,11 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from gpuaware import bus, tsdb
+from gpuaware.cli.demo_analysis import analyse, busiest_window, compare, rebuild_workload
 from gpuaware.cli.demo_config import DemoConfig, Interrupted, RunSpec, nats_admin, nats_login
 from gpuaware.cli.demo_forecast import describe as describe_forecasting
 from gpuaware.cli.demo_record import RunLog, RunResult, SubjectCounter
-from gpuaware.cli.demo_report import (
-    analyse,
-    busiest_window,
-    compare,
-    rebuild_workload,
-    write_html,
-    write_plots,
-    write_pods_csv,
-    write_typical_pods,
-)
+from gpuaware.cli.demo_report import write_html, write_plots, write_pods_csv, write_typical_pods
 from gpuaware.cli.demo_run import run_once
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command

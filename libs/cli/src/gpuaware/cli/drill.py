@@ -37,9 +37,9 @@ from rich.table import Table
 
 from gpuaware import bus, tsdb
 from gpuaware.cli.chaos import SCENARIOS, ChaosError, ChaosRunner, ChaosStep, parse_chaos
+from gpuaware.cli.demo_analysis import analyse, rebuild_workload
 from gpuaware.cli.demo_config import DemoConfig, RunSpec
 from gpuaware.cli.demo_record import RunResult, SubjectCounter
-from gpuaware.cli.demo_report import analyse, rebuild_workload
 from gpuaware.cli.demo_run import run_once
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_command

@@ -1,0 +1,336 @@
+"""The demo's report rendered: PNG plots and one self-contained HTML page (images inlined), next to
+``report.json``, and the CSV files (every pod, the workload's request mix). The numbers come from
+``demo_analysis``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuaware.cli.demo_analysis import IN_FLIGHT_S, pod_records
+from gpuaware.cli.demo_record import RunResult
+from gpuaware.sim.workload_gen import SimPod
+
+__all__ = ["write_html", "write_plots", "write_pods_csv", "write_typical_pods"]
+
+
+def write_typical_pods(path: Path, workload: Mapping[str, SimPod]) -> bool:
+    """The workload's request mix as an openb-format pod list (``cpu_milli,num_gpu,gpu_milli``): what
+    placement's fragmentation-aware scores assume about the pods to come (FGD's premise). False when
+    there is no workload to describe."""
+    import csv
+
+    if not workload:
+        return False
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["name", "cpu_milli", "num_gpu", "gpu_milli"])
+        for p in workload.values():
+            w.writerow([p.uid, p.cpu_milli, p.num_gpu, p.gpu_milli if p.num_gpu else 0])
+    return True
+
+
+def write_pods_csv(path: Path, run: RunResult, workload: Mapping[str, SimPod]) -> None:
+    """One line per arrived pod: what it asked, when it arrived, started, finished, and how it ended."""
+    import csv
+
+    accounting = run.log.accounting()
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["pod_uid", "class", "tenant", "gpu_milli_total", "arrival_s", "first_start_s", "finished_s",
+                    "bound_intervals", "state", "reason", "node"])
+        for r in pod_records(run, workload):
+            state, reason = accounting.get(r.uid, ("", ""))
+            d = run.log.decided.get(r.uid)
+            w.writerow([r.uid, r.klass, r.tenant, r.gpu_milli_total, round(r.arrival, 1),
+                        None if r.first_start is None else round(r.first_start, 1),
+                        None if r.finished is None else round(r.finished, 1), len(r.intervals), state, reason,
+                        d.node if d is not None else ""])
+
+
+def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str, Any],
+                window_h: float | None = None) -> list[Path]:
+    """PNG plots (matplotlib, Agg); ``full`` holds the un-downsampled series by label; time axes end
+    at ``window_h`` (the replayed window) when given."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"gpuaware": "#1f77b4", "baseline": "#d62728"}
+    paths: list[Path] = []
+
+    def save(fig: Any, name: str) -> None:
+        path = out / name
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for r in results:
+        s = full[r["label"]]
+        c = colors.get(r["label"])
+        ax.step(s["t_h"], s["allocated"], where="post", color=c,
+                label=f"{r['label']} ({r['policy']}): asked compute held, mean {r['allocation']['mean']:.3f}")
+        ax.step(s["t_h"], s["occupied"], where="post", color=c, linestyle="--", alpha=0.6,
+                label=f"{r['label']}: GPUs occupied, mean {r['allocation']['occupied_mean']:.3f}")
+        util = (r.get("utilisation") or {}).get("series")
+        if util and util["t_h"]:
+            # None (not measured: the twin jumped over a quiet stretch) breaks the line: a gap, not a flat value
+            values = [math.nan if v is None else v for v in util["utilisation"]]
+            gap_h = r["utilisation"].get("not_measured_h") or 0
+            ax.step(util["t_h"], values, where="post", color=c, linestyle=":", linewidth=1.6,
+                    label=f"{r['label']}: GPU utilisation measured by telemetry, mean {r['utilisation']['mean']:.3f}"
+                          + (f" ({gap_h:g} h skipped by the twin: not measured)" if gap_h else ""))
+    ax.set_xlabel("virtual time (hours)")
+    ax.set_xlim(0, window_h)
+    ax.set_ylabel("share of the cluster's GPUs")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("GPU allocation and measured utilisation over time")
+    ax.legend(fontsize=7, loc="lower right")
+    save(fig, "allocation.png")
+
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for r in results:
+        s = full[r["label"]]
+        ax.step(s["t_h"], s["fragmentation"], where="post", color=colors.get(r["label"]),
+                label=f"{r['label']}: mean {r['allocation']['fragmentation_mean']:.3f}")
+    ax.set_xlabel("virtual time (hours)")
+    ax.set_xlim(0, window_h)
+    ax.set_ylabel("free compute on partly used GPUs")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Fragmentation over time")
+    ax.legend(fontsize=8)
+    save(fig, "fragmentation.png")
+
+    classes = sorted({c for r in results for c in r["queue_delay_s"]["by_class"]})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    width = 0.38
+    for k, q in enumerate(("p50", "p99")):
+        ax = axes[k]
+        for i, r in enumerate(results):
+            vals = [(r["queue_delay_s"]["by_class"].get(c, {}).get(q) or 0.0) / 60 for c in classes]
+            ax.bar([x + i * width for x in range(len(classes))], vals, width, color=colors.get(r["label"]),
+                   label=r["label"])
+        ax.set_xticks([x + width / 2 for x in range(len(classes))], classes)
+        ax.set_ylabel("minutes (virtual)")
+        ax.set_title(f"queue delay {q} per class")
+        ax.legend(fontsize=8)
+    save(fig, "queue_delay.png")
+
+    tenants = sorted({t for r in results for t in r["fairness"]["served_share"]})
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for i, r in enumerate(results):
+        vals = [r["fairness"]["served_share"].get(t) or 0.0 for t in tenants]
+        ax.bar([x + i * width for x in range(len(tenants))], vals, width, color=colors.get(r["label"]),
+               label=f"{r['label']}: Jain {r['fairness']['jain']:.3f}")
+    ax.set_xticks([x + width / 2 for x in range(len(tenants))], tenants)
+    ax.set_ylabel("GPU-seconds held / asked")
+    ax.set_title("share of demand served per tenant")
+    ax.legend(fontsize=8)
+    save(fig, "fairness.png")
+
+    for r in results:
+        acc = ((r.get("forecast") or {}).get("accuracy") or {})
+        if acc.get("status") == "scored" and acc["plot"]["t_h"]:
+            save(_demand_plot(plt, r, acc, window_h), "forecast.png")
+
+    subjects = sorted({s for r in results for s in r["messages"]})
+    fig, ax = plt.subplots(figsize=(9, max(3.0, 0.32 * len(subjects) + 1)))
+    for i, r in enumerate(results):
+        vals = [r["messages"].get(s, 0) for s in subjects]
+        ax.barh([y + i * width for y in range(len(subjects))], vals, width, color=colors.get(r["label"]),
+                label=r["label"])
+    ax.set_yticks([y + width / 2 for y in range(len(subjects))], subjects, fontsize=7)
+    ax.set_xscale("symlog")
+    ax.set_xlabel("messages during the run")
+    ax.set_title("NATS messages per subject")
+    ax.legend(fontsize=8)
+    save(fig, "messages.png")
+    return paths
+
+
+def _demand_plot(plt: Any, r: dict[str, Any], acc: dict[str, Any], window_h: float | None) -> Any:
+    """The cluster's GPU demand (running + pending) minute by minute, and what the forecasting service
+    predicted for each minute 30 minutes before it (p50 and p90)."""
+    p = acc["plot"]
+
+    def nan(v: list[Any]) -> list[float]:
+        return [math.nan if x is None else x for x in v]
+
+    h30 = acc["at_horizon_min"].get("30", {})
+    model = r["forecast"].get("model", {}).get("model") or "persistence"
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    ax.step(p["t_h"], p["actual"], where="post", color="black", linewidth=1.2, label="demand: GPUs running + pending")
+    ax.step(p["t_h"], nan(p["p50_30min"]), where="post", color="#1f77b4", linewidth=1.0,
+            label=f"forecast 30 min ahead, p50 ({model}; RMSE {h30.get('rmse')} vs persistence "
+                  f"{h30.get('persistence_rmse')})")
+    ax.fill_between(p["t_h"], nan(p["p50_30min"]), nan(p["p90_30min"]), color="#1f77b4", alpha=0.25, step="post",
+                    label=f"... up to its p90 (the actual at or under it {h30.get('p90_coverage')} of the time)")
+    ax.set_xlabel("virtual time (hours)")
+    ax.set_xlim(0, window_h)
+    ax.set_ylabel("GPUs")
+    ax.set_title(f"{r['label']} run: GPU demand and the forecasting service's forecast")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 100 else f"{v:,.0f}"
+    return str(v)
+
+
+def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> None:
+    """One self-contained page: tables of the headline numbers, the plots inlined as base64 PNGs."""
+    runs = report["runs"]
+    a, b = runs.get("gpuaware"), runs.get("baseline")
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>gpuaware demo</title><style>",
+             "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;"
+             "text-align:right}th{background:#f4f4f4}td:first-child{text-align:left}"
+             ".ok{color:#080}.bad{color:#c00}img{max-width:100%}",
+             "</style></head><body>", "<h1>gpuaware demo</h1>",
+             f"<p>{html.escape(report['summary'])}</p>"]
+    inv = {**report.get("invariants", {}),
+           **{f"outcome: {k}": v for k, v in report.get("outcomes", {}).items()}}
+    parts.append("<h2>Invariants</h2><ul>" + "".join(
+        f"<li class='{'ok' if ok else 'bad'}'>{'✔' if ok else '✘'} {html.escape(k)}</li>" for k, ok in inv.items())
+        + "</ul>")
+    if a and b:
+        rows = [
+            ("allocation (asked compute held, time-weighted)", a["allocation"]["mean"], b["allocation"]["mean"]),
+            ("GPUs occupied (time-weighted)", a["allocation"]["occupied_mean"], b["allocation"]["occupied_mean"]),
+            ("GPU utilisation measured by telemetry (time-weighted)", (a.get("utilisation") or {}).get("mean"),
+             (b.get("utilisation") or {}).get("mean")),
+            ("fragmentation (time-weighted)", a["allocation"]["fragmentation_mean"],
+             b["allocation"]["fragmentation_mean"]),
+            ("pods arrived", a["pods"]["arrived"], b["pods"]["arrived"]),
+            ("pods finished", a["pods"]["finished"], b["pods"]["finished"]),
+            ("pods bound at the end", a["pods"]["bound"], b["pods"]["bound"]),
+            ("pods pending at the end", a["pods"]["pending"], b["pods"]["pending"]),
+            ("queue delay p50 (s, all)", a["queue_delay_s"]["all"]["p50"], b["queue_delay_s"]["all"]["p50"]),
+            ("queue delay p99 (s, all)", a["queue_delay_s"]["all"]["p99"], b["queue_delay_s"]["all"]["p99"]),
+            ("JCT p50 (s)", a["jct_s"]["p50"], b["jct_s"]["p50"]),
+            ("JCT p99 (s)", a["jct_s"]["p99"], b["jct_s"]["p99"]),
+            ("JCT mean (s, finished jobs)", a["jct_s"]["mean"], b["jct_s"]["mean"]),
+            ("time in system mean (s, every job, unfinished to the end)", a["jct_s"].get("in_system_mean"),
+             b["jct_s"].get("in_system_mean")),
+            (f"inference SLO attainment (start ≤ {a['slo']['threshold_s']:.0f}s)", a["slo"]["attainment"],
+             b["slo"]["attainment"]),
+            ("Jain's index over tenants", a["fairness"]["jain"], b["fairness"]["jain"]),
+            ("fractional pods on a shared GPU", a["allocation"]["fractional_on_shared_gpu"],
+             b["allocation"]["fractional_on_shared_gpu"]),
+            ("decisions the world refused (bind failed)", sum(a["bind_failures"].values()),
+             sum(b["bind_failures"].values())),
+            ("pods preempted (of them checkpointed first)",
+             f"{a['preemption']['preempted']} ({a['preemption']['checkpointed']})",
+             f"{b['preemption']['preempted']} ({b['preemption']['checkpointed']})"),
+        ]
+        parts.append("<h2>gpuaware vs stock Kubernetes</h2>")
+        parts.append(_table(["", f"gpuaware ({a['policy']})", f"baseline ({b['policy']})"], rows))
+        classes = sorted(set(a["queue_delay_s"]["by_class"]) | set(b["queue_delay_s"]["by_class"]))
+        qrows = []
+        for c in classes:
+            qa, qb = a["queue_delay_s"]["by_class"].get(c, {}), b["queue_delay_s"]["by_class"].get(c, {})
+            qrows.append((c, qa.get("n"), qa.get("p50"), qa.get("p99"), qa.get("waiting"), qb.get("p50"),
+                          qb.get("p99"), qb.get("waiting")))
+        parts.append("<h3>Queue delay per class (virtual seconds)</h3>")
+        parts.append(_table(["class", "pods", "gpuaware p50", "gpuaware p99", "gpuaware waiting", "baseline p50",
+                             "baseline p99", "baseline waiting"], qrows))
+        tenants = sorted(set(a["fairness"]["served_share"]) | set(b["fairness"]["served_share"]))
+        parts.append("<h3>Share of demand served per tenant</h3>")
+        parts.append(_table(["tenant", "gpuaware", "baseline"],
+                            [(t, a["fairness"]["served_share"].get(t), b["fairness"]["served_share"].get(t))
+                             for t in tenants]))
+        drill = a.get("failover")
+        if drill:
+            took = "never" if drill["takeover_s"] is None else f"{drill['takeover_s']:.2f} s later"
+            parts.append(f"<h2>Fault drill</h2><p>The placement leader ({html.escape(str(drill['killed']))}) was "
+                         f"SIGKILLed during the gpuaware run; another instance decided {took} "
+                         f"({drill['decisions_before']} decisions before, {drill['decisions_after']} after; the "
+                         f"killed instance decided {drill['decisions_by_killed_after_kill']} after it died).</p>")
+    hf = (a or {}).get("health") or {}
+    if hf.get("faults") is not None:
+        parts.append("<h2>GPU health: faults injected into the twin's GPUs (gpuaware run)</h2>")
+        frows = [(f["label"], f"{f['node']} #{f['gpu_index']}", f["at_h"],
+                  f"{f.get('caught_state')} at {f.get('caught_at_h')} h" if f["caught"] else "NOT CAUGHT",
+                  f.get("detected_after_virtual_min"), f.get("detected_after_wall_s"),
+                  f"{f['first_alert']['rule']} at {f['first_alert']['at_h']} h" if f.get("first_alert") else "",
+                  f.get("pods_running_when_caught"), f["decisions_on_it_while_quarantined"],
+                  " → ".join(f"{t['to']} ({t['at_h']} h)" for t in f["timeline"]))
+                 for f in hf["faults"]]
+        parts.append(_table(["fault", "GPU", "starts (virtual h)", "caught", "after (virtual min)", "after (wall s)",
+                             "first alert", "pods running on it then", "pods placed on it while quarantined",
+                             "its states"], frows))
+        parts.append(f"<p>{hf['decisions_checked']} decisions checked against {hf['gpus_with_a_state']} GPUs' "
+                     f"health states: {hf['decisions_on_quarantined_gpus']} on a quarantined GPU "
+                     f"({hf['decisions_in_flight_at_a_quarantine']} already in flight within {IN_FLIGHT_S:g} s of a "
+                     "quarantine's publication). Transitions: "
+                     + html.escape(", ".join(f"{k} ×{v}" for k, v in sorted(hf["transitions"].items()))) + ".</p>")
+        al = hf["alerts"]
+        parts.append("<h3>Alerts</h3>")
+        parts.append(_table(["rule", "severity", "GPU", "raised (virtual h)", "resolved (virtual h)", "summary"],
+                            [(x["rule"], x["severity"], x["gpu_uuid"], x["raised_at_h"], x["resolved_at_h"],
+                              x["summary"][:120]) for x in al["list"]]))
+        rep = hf.get("repair")
+        if rep:
+            parts.append(f"<p>Operator: {html.escape(str(rep.get('reason')))} — <code>gpuaware health uncordon "
+                         f"{html.escape(str(rep.get('gpu_uuid')))} --clear</code> at {rep.get('virtual_h')} h: "
+                         f"{html.escape(str(rep.get('previous')))} → {html.escape(str(rep.get('current')))}.</p>")
+    parts.append("<h2>Plots</h2>")
+    for p in plots:
+        data = base64.b64encode(p.read_bytes()).decode()
+        parts.append(f"<p><img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'></p>")
+    panels = report.get("dashboards") or []
+    if panels:
+        parts.append("<h2>Dashboards</h2><p>The Grafana dashboards' panels (deploy/grafana, the same SQL), drawn "
+                     "from this demo's database for the gpuaware run.</p>")
+        for board in dict.fromkeys(x["dashboard"] for x in panels):
+            parts.append(f"<h3>{html.escape(board)}</h3>")
+            for x in (x for x in panels if x["dashboard"] == board):
+                if "image" in x and (path.parent / x["image"]).is_file():
+                    data = base64.b64encode((path.parent / x["image"]).read_bytes()).decode()
+                    parts.append(f"<figure><img class='panel' alt='{html.escape(x['title'])}' "
+                                 f"src='data:image/png;base64,{data}'><figcaption>{html.escape(x['title'])}: "
+                                 f"{x['rows']} rows over {html.escape(x.get('range', ''))} (<a href='{html.escape(x['image'])}'>image</a>)"
+                                 "</figcaption></figure>")
+                else:
+                    parts.append(f"<p class='bad'>{html.escape(x['title'])}: {html.escape(x.get('error', 'no image'))}</p>")
+    parts.append("<h2>Messages per subject, and what landed in PostgreSQL</h2>")
+    subjects = sorted({s for r in runs.values() for s in (*r["messages"], *r["placement_events_rows"])})
+    mrows = [(s, *(x for r in runs.values() for x in (r["messages"].get(s), r["recorded"].get(s),
+                                                       r["placement_events_rows"].get(s)))) for s in subjects]
+    heads = ["subject", *(f"{lbl} {k}" for lbl in runs for k in ("stored by JetStream", "recorded", "in PostgreSQL"))]
+    parts.append(_table(heads, mrows))
+    parts.append("<h2>Services</h2>")
+    parts.append(_table(["service", "status"], list(report["services"].items())))
+    for key in ("roundtrip", "health", "forecasting", "telemetry", "utilisation"):
+        if key in report:
+            value = report[key]
+            if isinstance(value, Mapping):  # the series are in the plots; the page keeps the figures
+                value = {k: ({kk: vv for kk, vv in v.items() if kk != "series"} if isinstance(v, Mapping) else v)
+                         for k, v in value.items()}
+            parts.append(f"<h2>{html.escape(key)}</h2><pre>{html.escape(_pretty(value))}</pre>")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts))
+
+
+def _pretty(v: Any) -> str:
+    import json
+
+    return json.dumps(v, indent=2, default=str)
