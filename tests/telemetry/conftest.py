@@ -2,7 +2,8 @@
 
 The session's nats-server is shared by every test of the suite, and its TELEMETRY stream would
 carry other tests' samples into a collector replaying it; tests that count what lands in the
-database therefore start their own nats-server (a fraction of a second) and use a fresh database.
+database therefore take a nats-server of their own (``nats_proc``, a fraction of a second) and a fresh
+database; the tests that stop PostgreSQL take one of their own too (``own_postgres``).
 """
 
 from __future__ import annotations
@@ -12,14 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaware.devstack import NatsProcess, PostgresProcess, start_nats, start_postgres
-
-
-@pytest.fixture
-def own_nats(tmp_path: Path) -> Iterator[NatsProcess]:
-    proc = start_nats(tmp_path / "nats")
-    yield proc
-    proc.stop()
+from gpuaware.devstack import PostgresProcess, start_postgres
 
 
 @pytest.fixture

@@ -55,9 +55,9 @@ async def _drive(agent: Agent, clock: ManualClock, seconds: int) -> None:
         clock.advance(1.0)
 
 
-async def test_adaptive_sends_five_times_fewer_messages_and_a_step_change_within_two_seconds(own_nats) -> None:
+async def test_adaptive_sends_five_times_fewer_messages_and_a_step_change_within_two_seconds(nats_proc) -> None:
     counts = {}
-    async with bus.connected(own_nats.url, name="test") as nc:
+    async with bus.connected(nats_proc.url, name="test") as nc:
         js = nc.jetstream()
         await ensure_streams(js)
         for mode, fixed in (("adaptive", False), ("fixed", True)):
@@ -67,7 +67,7 @@ async def test_adaptive_sends_five_times_fewer_messages_and_a_step_change_within
             clock = ManualClock(T0)
             # 8 GPUs at a steady 20 % that step to 80 % at T0 + 300 s
             fleet = quiet_fleet(1, 8, [step_trace(20, 80, at=300)], clock=clock)
-            agent = Agent(_settings(own_nats.url, fixed_rate=fixed), js, {"node-0": fleet.node("node-0")},
+            agent = Agent(_settings(nats_proc.url, fixed_rate=fixed), js, {"node-0": fleet.node("node-0")},
                           clock=clock, fleet=fleet)
             await agent.start()
             await _drive(agent, clock, 310)
@@ -106,8 +106,8 @@ class _Shrinking:
         self.node.close()
 
 
-async def test_inventory_is_announced_at_start_and_on_change_only(own_nats) -> None:
-    async with bus.connected(own_nats.url, name="test") as nc:
+async def test_inventory_is_announced_at_start_and_on_change_only(nats_proc) -> None:
+    async with bus.connected(nats_proc.url, name="test") as nc:
         js = nc.jetstream()
         await ensure_streams(js)
         got: list[NodeInventory] = []
@@ -116,7 +116,7 @@ async def test_inventory_is_announced_at_start_and_on_change_only(own_nats) -> N
         clock = ManualClock(T0)
         fleet = quiet_fleet(1, 8, clock=clock)
         backend = _Shrinking(fleet.node("node-0"))
-        agent = Agent(_settings(own_nats.url, inventory_check_s=10, inventory_interval_s=3600), js,
+        agent = Agent(_settings(nats_proc.url, inventory_check_s=10, inventory_interval_s=3600), js,
                       {"node-0": backend}, clock=clock, fleet=fleet)
         await agent.start()
         await _drive(agent, clock, 60)       # checked 6 times, unchanged: nothing more
@@ -131,7 +131,7 @@ async def test_inventory_is_announced_at_start_and_on_change_only(own_nats) -> N
 
 
 async def test_shared_gpu_usage_is_attributed_per_pod_and_tenant_from_binder_events(
-        own_nats, fresh_database_url) -> None:
+        nats_proc, fresh_database_url) -> None:
     clock = ManualClock(T0)
     fleet = quiet_fleet(1, 2, [flat_trace(50)], clock=clock, pods=False)
     gpu0, gpu1 = fleet.uuids
@@ -150,13 +150,13 @@ async def test_shared_gpu_usage_is_attributed_per_pod_and_tenant_from_binder_eve
               bound("u-b", "b", "ns-b", "team-2", gpu0, 0, 700, 30_000),
               bound("u-c", "c", "ns-a", "team-1", gpu1, 1, 1000, 5_000),
               msgspec.structs.replace(bound("u-x", "x", "ns-x", "team-3", gpu1, 1, 1000, 1), node="node-9")]
-    settings = collector_settings(own_nats.url, fresh_database_url)
-    async with running_collector(settings), bus.connected(own_nats.url, name="test") as nc:
+    settings = collector_settings(nats_proc.url, fresh_database_url)
+    async with running_collector(settings), bus.connected(nats_proc.url, name="test") as nc:
         js = nc.jetstream()
         await ensure_streams(js)
         for ev in events:
             await bus.publish(js, bus.Channel(POD_BOUND, PodBound), ev)
-        agent = Agent(_settings(own_nats.url, allocations="binder", usage_window_s=60), js,
+        agent = Agent(_settings(nats_proc.url, allocations="binder", usage_window_s=60), js,
                       {"node-0": fleet.node("node-0")}, clock=clock, fleet=fleet)
         await agent.start()
         # node-9's binding is not this node's business
@@ -182,12 +182,12 @@ async def test_shared_gpu_usage_is_attributed_per_pod_and_tenant_from_binder_eve
     assert {t: round(v, 6) for t, v in tenants.items()} == {"team-1": 78.0, "team-2": 21.0}
 
 
-async def test_agent_entry_point_runs_and_stops_cleanly(own_nats, fresh_database_url, tmp_path) -> None:
-    env = {**os.environ, "NATS_URL": own_nats.url, "GPUAWARE_TELEMETRY_AGENT_BACKEND": "simulated",
+async def test_agent_entry_point_runs_and_stops_cleanly(nats_proc, fresh_database_url, tmp_path) -> None:
+    env = {**os.environ, "NATS_URL": nats_proc.url, "GPUAWARE_TELEMETRY_AGENT_BACKEND": "simulated",
            "GPUAWARE_TELEMETRY_AGENT_SIM_NODES": "2", "GPUAWARE_TELEMETRY_AGENT_SIM_TRACES": "synthetic",
            "GPUAWARE_TELEMETRY_AGENT_FAST_S": "0.2", "GPUAWARE_TELEMETRY_AGENT_LOG_FORMAT": "console"}
     log = tmp_path / "agent.log"
-    settings = collector_settings(own_nats.url, fresh_database_url)
+    settings = collector_settings(nats_proc.url, fresh_database_url)
     async with running_collector(settings):
         with log.open("wb") as out:
             proc = subprocess.Popen([sys.executable, "-m", "gpuaware.services.telemetry", "agent"], env=env,

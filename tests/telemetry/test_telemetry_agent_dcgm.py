@@ -123,7 +123,7 @@ def test_the_environment_names_them() -> None:
         AgentSettings.from_env({k: v for k, v in env.items() if not k.endswith("DCGM_NODES")})
 
 
-async def test_scrapes_run_together_and_off_the_loop(own_nats) -> None:
+async def test_scrapes_run_together_and_off_the_loop(nats_proc) -> None:
     """Four exporters that answer only once all four are asked, and only after the agent's event loop has
     turned meanwhile: a read one after the other, or one holding the loop (NATS pings, acks, the binder's
     events), gets no answer in time and counts as a read error."""
@@ -156,10 +156,10 @@ async def test_scrapes_run_together_and_off_the_loop(own_nats) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        settings = AgentSettings(nats_url=own_nats.url, backend="dcgm", dcgm_nodes=",".join(names),
+        settings = AgentSettings(nats_url=nats_proc.url, backend="dcgm", dcgm_nodes=",".join(names),
                                  dcgm_url=f"http://127.0.0.1:{server.server_address[1]}/metrics/{{node}}",
                                  allocations="none", log_format="console")
-        async with bus.connected(own_nats.url, name="test") as nc:
+        async with bus.connected(nats_proc.url, name="test") as nc:
             js = nc.jetstream()
             await ensure_streams(js)
             clock = ManualClock(T0)
@@ -208,11 +208,11 @@ async def _snapshot(nc: object) -> WorldSnapshotReply:
     return await bus.request(nc, WORLD_SNAPSHOT, ask, WorldSnapshotReply, timeout=2)
 
 
-async def test_an_agent_publishes_the_twins_gpus_scraped_from_the_binder(own_nats, tmp_path: Path) -> None:
+async def test_an_agent_publishes_the_twins_gpus_scraped_from_the_binder(nats_proc, tmp_path: Path) -> None:
     (tmp_path / "nodes.csv").write_text(NODES_CSV)
     (tmp_path / "pods.csv").write_text(PODS_CSV)
     port = _free_port()
-    env = {**os.environ, "NATS_URL": own_nats.url, "GPUAWARE_BINDER_TWIN_NODES": str(tmp_path / "nodes.csv"),
+    env = {**os.environ, "NATS_URL": nats_proc.url, "GPUAWARE_BINDER_TWIN_NODES": str(tmp_path / "nodes.csv"),
            "GPUAWARE_BINDER_WORKLOAD": "openb", "GPUAWARE_BINDER_WORKLOAD_FILE": str(tmp_path / "pods.csv"),
            # real time, and no jump over idle stretches: a jump would run p0 to its end at once
            "GPUAWARE_BINDER_START": str(T0), "GPUAWARE_BINDER_SPEED": "1", "GPUAWARE_BINDER_SKIP_IDLE": "false",
@@ -228,7 +228,7 @@ async def test_an_agent_publishes_the_twins_gpus_scraped_from_the_binder(own_nat
             return await asyncio.to_thread(_get, base) == "n1\nn2\n"
 
         await wait_for(up, 30, what="the binder's dcgm-exporter endpoint")
-        async with bus.connected(own_nats.url, name="test") as nc:
+        async with bus.connected(nats_proc.url, name="test") as nc:
             js = nc.jetstream()
             await ensure_streams(js)
 
@@ -259,7 +259,7 @@ async def test_an_agent_publishes_the_twins_gpus_scraped_from_the_binder(own_nat
             await nc.subscribe(f"{NODE_INVENTORY}.>", cb=collect_into(
                 inventories, lambda m: msgspec.json.decode(m.data, type=NodeInventory)))
             settings = AgentSettings.from_env({
-                "NATS_URL": own_nats.url, "GPUAWARE_TELEMETRY_AGENT_BACKEND": "dcgm",
+                "NATS_URL": nats_proc.url, "GPUAWARE_TELEMETRY_AGENT_BACKEND": "dcgm",
                 "GPUAWARE_TELEMETRY_AGENT_DCGM_URL": f"{base}/{{node}}",
                 "GPUAWARE_TELEMETRY_AGENT_DCGM_NODES": "n1,n2", "GPUAWARE_TELEMETRY_AGENT_ALLOCATIONS": "none",
                 "GPUAWARE_TELEMETRY_AGENT_FIXED_RATE": "true", "GPUAWARE_TELEMETRY_AGENT_LOG_FORMAT": "console"})

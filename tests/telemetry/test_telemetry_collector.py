@@ -41,7 +41,7 @@ pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios a
 
 
 async def test_bad_input_is_dead_lettered_with_reason_and_counted_while_valid_samples_land(
-        own_nats, fresh_database_url: str) -> None:
+        nats_proc, fresh_database_url: str) -> None:
     fleet = quiet_fleet(1, 2, [flat_trace(50)], clock=ManualClock(T0))
     good = fleet_batches(fleet, T0, 3)
     subject = SAMPLED.at("default", "node-0").subject
@@ -57,8 +57,8 @@ async def test_bad_input_is_dead_lettered_with_reason_and_counted_while_valid_sa
         "unknown": msgspec.json.encode({**template, "gpu_uuid": [template["gpu_uuid"][0], "GPU-not-announced"]}),
     }
     assert b"NaN" in bad["nan"]
-    settings = collector_settings(own_nats.url, fresh_database_url, inventory_attempts=2)
-    async with running_collector(settings), bus.connected(own_nats.url, name="test") as nc:
+    settings = collector_settings(nats_proc.url, fresh_database_url, inventory_attempts=2)
+    async with running_collector(settings), bus.connected(nats_proc.url, name="test") as nc:
         js = nc.jetstream()
         await ensure_streams(js)
         letters: list[Any] = []
@@ -82,16 +82,16 @@ async def test_bad_input_is_dead_lettered_with_reason_and_counted_while_valid_sa
     assert (stats.decode_errors, stats.dead_lettered, stats.rows_new) == (3, 6, 6)
 
 
-async def test_rollups_of_closed_windows_are_published_and_tables_refreshed(own_nats, fresh_database_url) -> None:
+async def test_rollups_of_closed_windows_are_published_and_tables_refreshed(nats_proc, fresh_database_url) -> None:
     fleet = quiet_fleet(2, 4, [flat_trace(50)], clock=ManualClock(T0))
-    settings = collector_settings(own_nats.url, fresh_database_url, refresh_interval_s=0.2)
+    settings = collector_settings(nats_proc.url, fresh_database_url, refresh_interval_s=0.2)
     latest = T0 + 60  # watermark T0+149 s, grace 5 s: the latest closed minute is [T0+60, T0+120)
 
     def minutes() -> tuple[int, int] | None:
         with psycopg.connect(fresh_database_url) as conn:
             return conn.execute("SELECT count(*), sum(samples) FROM gpu_metrics_1m").fetchone()
 
-    async with running_collector(settings), bus.connected(own_nats.url, name="test") as nc:
+    async with running_collector(settings), bus.connected(nats_proc.url, name="test") as nc:
         js = nc.jetstream()
         await ensure_streams(js)
         rolled: list[GpuRolledUp] = []
@@ -114,19 +114,19 @@ def _published_rows(batches) -> int:
     return sum(len(b.gpu_uuid) for b in batches)
 
 
-async def test_collector_killed_mid_stream_loses_and_duplicates_no_sample(own_nats, fresh_database_url, tmp_path):
+async def test_collector_killed_mid_stream_loses_and_duplicates_no_sample(nats_proc, fresh_database_url, tmp_path):
     fleet = quiet_fleet(40, 8, [flat_trace(50)], clock=ManualClock(T0))
     batches = fleet_batches(fleet, T0, 60)  # 2,400 messages, 19,200 GPU rows
     expected = _published_rows(batches)
     env = {"GPUAWARE_TELEMETRY_COLLECTOR_ACK_WAIT_S": "3", "GPUAWARE_TELEMETRY_COLLECTOR_FETCH_BATCH": "64",
            "GPUAWARE_TELEMETRY_COLLECTOR_LINGER_S": "0.005"}
     log = tmp_path / "collector.log"
-    async with bus.connected(own_nats.url, name="test") as nc:
+    async with bus.connected(nats_proc.url, name="test") as nc:
         js = nc.jetstream()
         await ensure_streams(js)
         await publish_inventory(js, fleet)
         await publish_batches(js, batches[:1200])
-        first = start_collector_process(own_nats.url, fresh_database_url, log,
+        first = start_collector_process(nats_proc.url, fresh_database_url, log,
                                         GPUAWARE_TELEMETRY_COLLECTOR_INSTANCE_ID="first", **env)
         try:
             await wait_for(lambda: count_rows(fresh_database_url) >= 3000, 60, interval=0.02,
@@ -139,7 +139,7 @@ async def test_collector_killed_mid_stream_loses_and_duplicates_no_sample(own_na
         at_kill = count_rows(fresh_database_url)
         assert 0 < at_kill < expected
         await publish_batches(js, batches[1200:])  # published while no collector runs: they wait in JetStream
-        second = start_collector_process(own_nats.url, fresh_database_url, log,
+        second = start_collector_process(nats_proc.url, fresh_database_url, log,
                                          GPUAWARE_TELEMETRY_COLLECTOR_INSTANCE_ID="second", **env)
         try:
             await wait_for(lambda: count_rows(fresh_database_url) == expected, 60, what=f"{expected} rows")
@@ -163,7 +163,7 @@ async def test_collector_killed_mid_stream_loses_and_duplicates_no_sample(own_na
     assert stats.dead_lettered == 0
 
 
-async def test_two_collectors_on_one_durable_share_a_stream_without_duplicates(own_nats, fresh_database_url,
+async def test_two_collectors_on_one_durable_share_a_stream_without_duplicates(nats_proc, fresh_database_url,
                                                                              tmp_path) -> None:
     """Scale-out: two collector processes started together on a filled stream split it (each stores a
     part), every row once, and neither one's partition upkeep fails (the race itself: test_tsdb_partitions)."""
@@ -172,12 +172,12 @@ async def test_two_collectors_on_one_durable_share_a_stream_without_duplicates(o
     expected = _published_rows(batches)
     log = tmp_path / "collectors.log"
     env = {"GPUAWARE_TELEMETRY_COLLECTOR_FETCH_BATCH": "32", "GPUAWARE_TELEMETRY_COLLECTOR_LOG_LEVEL": "INFO"}
-    async with bus.connected(own_nats.url, name="test") as nc:
+    async with bus.connected(nats_proc.url, name="test") as nc:
         js = nc.jetstream()
         await ensure_streams(js)
         await publish_inventory(js, fleet)
         await publish_batches(js, batches)
-        procs = [start_collector_process(own_nats.url, fresh_database_url, log,
+        procs = [start_collector_process(nats_proc.url, fresh_database_url, log,
                                          GPUAWARE_TELEMETRY_COLLECTOR_INSTANCE_ID=name, **env) for name in ("a", "b")]
         try:
             await wait_for(lambda: count_rows(fresh_database_url) == expected, 60, what=f"{expected} rows")
@@ -210,14 +210,14 @@ async def _settled(js) -> bool:
     return info.num_pending == 0 and info.num_ack_pending == 0
 
 
-async def _outage(own_nats, own_postgres, outage_s: float) -> None:
+async def _outage(nats_proc, own_postgres, outage_s: float) -> None:
     url = own_postgres.url
     await migrate(url)
     fleet = quiet_fleet(20, 8, [flat_trace(50)], clock=ManualClock(T0))
     ticks = int(outage_s * 10) + 40  # one tick of 160 GPU rows every 0.1 s, before, during and after
-    settings = collector_settings(own_nats.url, url)
+    settings = collector_settings(nats_proc.url, url)
     published: list[Any] = []
-    async with running_collector(settings), bus.connected(own_nats.url, name="test") as nc:
+    async with running_collector(settings), bus.connected(nats_proc.url, name="test") as nc:
         js = nc.jetstream()
         await ensure_streams(js)
         await publish_inventory(js, fleet)
@@ -250,19 +250,19 @@ async def _outage(own_nats, own_postgres, outage_s: float) -> None:
 
 
 @pytest.mark.slow
-async def test_database_outage_of_30_seconds_loses_no_sample(own_nats, own_postgres) -> None:
-    await _outage(own_nats, own_postgres, 30.0)
+async def test_database_outage_of_30_seconds_loses_no_sample(nats_proc, own_postgres) -> None:
+    await _outage(nats_proc, own_postgres, 30.0)
 
 
-async def test_samples_wait_for_an_inventory_a_dead_replica_was_holding(own_nats, fresh_database_url) -> None:
+async def test_samples_wait_for_an_inventory_a_dead_replica_was_holding(nats_proc, fresh_database_url) -> None:
     """A replica that died holding a node's inventory message (delivered, never acknowledged) gives
     it back only after the consumer's ack wait; the node's samples must wait that long, not be
     dead-lettered for "no inventory" first."""
     fleet = quiet_fleet(1, 4, [flat_trace(50)], clock=ManualClock(T0))
     batches = fleet_batches(fleet, T0, 5)
     expected = sum(len(b.gpu_uuid) for b in batches)
-    settings = collector_settings(own_nats.url, fresh_database_url, ack_wait_s=5.0)
-    async with bus.connected(own_nats.url, name="test") as nc:
+    settings = collector_settings(nats_proc.url, fresh_database_url, ack_wait_s=5.0)
+    async with bus.connected(nats_proc.url, name="test") as nc:
         js = nc.jetstream()
         await ensure_streams(js)
         async with running_collector(settings):  # declares the durable, then goes away
