@@ -126,7 +126,7 @@ REQUESTS: dict[str, tuple[type[Request], type[Reply]]] = {
 #: every event type, as one tagged union (decode with ``msgspec.json.decode(data, type=AnyEvent)``)
 AnyEvent: Any = functools.reduce(operator.or_, MESSAGES.values())
 
-_event_decoder = msgspec.json.Decoder(AnyEvent)
+_event_decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(AnyEvent)
 
 
 def decode_event(data: bytes) -> Event:

@@ -124,7 +124,7 @@ def from_webhook(payload: Mapping[str, Any], *, cluster: str, now: float) -> lis
             raise WebhookError(f"alerts[{i}]: fingerprint {fp!r} is not 16 hex digits")
         status = a.get("status")
         started = _epoch(a.get("startsAt"), f"alerts[{i}].startsAt")
-        common = {"source": f"{SOURCE_PREFIX}{receiver}"[:253], "emitted_at": now,
+        common: dict[str, Any] = {"source": f"{SOURCE_PREFIX}{receiver}"[:253], "emitted_at": now,
                   "cluster": str(labels.get("cluster") or cluster), "fingerprint": fp, "rule": rule[:253],
                   "severity": Severity(severity) if severity in _SEVERITIES else Severity.WARNING,
                   "started_at": started, "node": _label(labels.get("node")), "gpu_uuid": _label(labels.get("gpu_uuid"))}

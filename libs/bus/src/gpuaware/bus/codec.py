@@ -37,9 +37,14 @@ a subclass of DecodeError, listed for clarity)."""
 
 
 @functools.lru_cache(maxsize=512)
-def decoder_for(type_: Any) -> msgspec.json.Decoder:
-    """The JSON decoder of `type_`, built once per type."""
+def _decoder(type_: Any) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(type_)
+
+
+def decoder_for(type_: type[T]) -> msgspec.json.Decoder[T]:
+    """The JSON decoder of `type_`, built once per type."""
+    key: Any = type_  # a type is hashable; mypy cannot tell through a type variable
+    return _decoder(key)
 
 
 def content_id(subject: str, payload: bytes) -> str:
@@ -64,7 +69,7 @@ class Channel(Generic[T]):
     id_of: Callable[[T], str] | None = None
     dedupe: bool = True
     """publishes carry a `Nats-Msg-Id` (module docstring)"""
-    decoder: msgspec.json.Decoder = field(init=False, repr=False, compare=False)
+    decoder: msgspec.json.Decoder[T] = field(init=False, repr=False, compare=False)
     _version: tuple[int, str] | None = field(init=False, repr=False, compare=False)
     """where the subject's version token is, and the token (checked for every message received)"""
 

@@ -97,4 +97,4 @@ class DeadLetters:
             await self.js.publish(dl_subject, payload, timeout=self.timeout, headers=hdrs)
         else:
             await self.nc.publish(dl_subject, payload, headers=hdrs)
-            await self.nc.flush(timeout=self.timeout)
+            await self.nc.flush(timeout=self.timeout)  # type: ignore[arg-type]  # nats-py says int; any float works

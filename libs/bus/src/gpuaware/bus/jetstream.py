@@ -276,7 +276,7 @@ async def ensure_consumer(js: JetStreamContext, stream: str, spec: ConsumerSpec)
     """Create the durable consumer, or update it when its configuration differs; return its info."""
     want = spec.config()
     try:
-        info = await js.consumer_info(stream, spec.durable)
+        info: api.ConsumerInfo = await js.consumer_info(stream, spec.durable)
     except NotFoundError:
         try:
             info = await js.add_consumer(stream, want)

@@ -38,7 +38,8 @@ class RetryPolicy:
     """fraction of the delay drawn at random (0: none), so many clients spread their attempts"""
 
     def delay(self, attempt: int, rng: Uniform | None = None) -> float:
-        delay = min(self.cap, self.base * (2 ** max(0, min(attempt - 1, _MAX_DOUBLINGS))))
+        delay: float = min(self.cap, self.base * (2 ** max(0, min(attempt - 1, _MAX_DOUBLINGS))))
         if not self.jitter:
             return delay
-        return delay * (1.0 - self.jitter * (rng or random).random())
+        draw = rng.random() if rng is not None else random.random()
+        return delay * (1.0 - self.jitter * draw)

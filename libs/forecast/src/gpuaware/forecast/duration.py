@@ -118,8 +118,8 @@ def evaluate_philly(path: Path, split: str = "2017-11-01") -> dict:
         fp = fingerprint(tenant=str(job.cluster), gpus=int(job.num_gpus))
         if job.t >= cut:
             pred, how = model.predict(fp)
-            acc = tenant_sum.get(str(job.cluster))
-            mean = acc[1] / acc[0] if acc and acc[0] else float("nan")
+            known = tenant_sum.get(str(job.cluster))
+            mean = known[1] / known[0] if known and known[0] else float("nan")
             rows.append((float(job.duration), pred, mean, fp in seen, how))
         heapq.heappush(finished, (job.t + float(job.duration), i))
     res = pd.DataFrame(rows, columns=["actual", "ours", "tenant_mean", "recurring", "how"])

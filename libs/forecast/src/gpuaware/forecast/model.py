@@ -246,7 +246,7 @@ def export_onnx(result: TrainResult, meta: dict | None = None) -> bytes:
     with warnings.catch_warnings():
         # the exporter warns about batch sizes with LSTMs; h and c are explicit inputs, which is its own advice
         warnings.simplefilter("ignore")
-        torch.onnx.export(_Step(model), args, buf, dynamo=False, opset_version=17,
+        torch.onnx.export(_Step(model), args, buf, dynamo=False, opset_version=17,  # type: ignore[arg-type]  # a file object works too
                           input_names=["x", "h", "c"], output_names=["y", "h_out", "c_out"],
                           dynamic_axes={"x": {0: "series"}, "h": {1: "series"}, "c": {1: "series"},
                                         "y": {0: "series"}, "h_out": {1: "series"}, "c_out": {1: "series"}})

@@ -155,7 +155,7 @@ class Server:
     def adopt(self, other: Server) -> None:
         """Take the series rows of the server this one replaces (hot reload): the same rows, new states
         (a new model's LSTM state starts cold, so its rows serve persistence until warm)."""
-        for key in sorted(other.index, key=other.index.get):
+        for key in sorted(other.index, key=other.index.__getitem__):
             self._row(key)
         self.last_window = other.last_window
 
@@ -180,7 +180,7 @@ class Server:
             row[i] = v
         self.last_window = window_start
         result = self.streams.step(row, window_start)
-        if result.raw is None:
+        if result.raw is None or result.held is None:
             return result
         self._score(window_start, row)
         q = self.streams.quantiles.index(0.5) if 0.5 in self.streams.quantiles else 0

@@ -182,14 +182,15 @@ def _merge_mig(row: dict[str, Any], kids: list[DcgmEntity]) -> None:
     if "mem_used_mib" not in row and used:
         row["mem_used_mib"] = sum(used)
     slices = [mig_compute_slices(k.gpu_instance_profile or "") for k in kids]
-    if any(s is None for s in slices):
+    sizes = [s for s in slices if s is not None]
+    if len(sizes) < len(slices):
         return
     for column, family in (
         ("util_pct", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
         ("tensor_active_pct", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
     ):
         if column not in row and all(family in k.values for k in kids):
-            busy = sum(k.values[family] * s for k, s in zip(kids, slices, strict=True))  # type: ignore[operator]
+            busy = sum(k.values[family] * s for k, s in zip(kids, sizes, strict=True))
             row[column] = 100.0 * busy / _MIG_COMPUTE_SLICES
 
 
@@ -479,7 +480,7 @@ class DcgmExporterBackend:
             bounds=(0, len(rows)),
             gpu_uuid=[r["gpu_uuid"] for r in rows],
             gpu_index=[r["gpu_index"] for r in rows],
-            columns={name: [r.get(name) for r in rows] for name in COLUMNS},
+            columns={name: [r.get(name) for r in rows] for name in COLUMNS},  # type: ignore[misc]  # None: missing
         )
         self._pending += self._watch.update(frame)
         return frame

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import msgspec.inspect as mi
 import numpy as np
@@ -45,7 +45,8 @@ class ColumnSpec:
 
     @property
     def dtype(self) -> type[np.generic]:
-        return {"f": np.float64, "i": np.int64, "b": np.int8}[self.kind]
+        dtypes: dict[str, type[np.generic]] = {"f": np.float64, "i": np.int64, "b": np.int8}
+        return dtypes[self.kind]
 
     @property
     def missing(self) -> float:
@@ -66,7 +67,7 @@ def _spec_of(name: str, t: mi.Type) -> ColumnSpec:
     raise TypeError(f"GpuSample.{name}: unsupported column type {t!r}")
 
 
-_FIELDS = {f.name: f.type for f in mi.type_info(GpuSample).fields}  # type: ignore[union-attr]
+_FIELDS = {f.name: f.type for f in cast(mi.StructType, mi.type_info(GpuSample)).fields}
 #: every metric column of the contract, in wire order
 COLUMNS: Mapping[str, ColumnSpec] = {name: _spec_of(name, _FIELDS[name]) for name in METRIC_COLUMNS}
 
@@ -82,7 +83,8 @@ def _coerce(spec: ColumnSpec, values: ArrayLike, n: int) -> tuple[np.ndarray, in
     if isinstance(values, np.ndarray) and values.dtype != object:
         raw = values.astype(np.float64, copy=False)
     else:
-        raw = np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)  # type: ignore[union-attr]
+        numbers = cast("Sequence[float | None]", values)  # not an array: numbers, None where missing
+        raw = np.array([math.nan if v is None else float(v) for v in numbers], dtype=np.float64)
     if raw.shape != (n,):
         raise ValueError(f"column `{spec.name}` has shape {raw.shape}, expected ({n},)")
     was_missing = np.isnan(raw) if spec.kind == "f" else (np.isnan(raw) | (raw == -1))

@@ -92,7 +92,8 @@ _MAX_DRAIN = 256
 
 def format_cpu_list(cpus: set[int] | frozenset[int]) -> str:
     """{0, 1, 2, 5} -> ``"0-2,5"`` (the ``nvidia-smi topo -m`` CPU Affinity format)."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for c in sorted(cpus):
         if run and c == run[-1] + 1:
             run.append(c)
@@ -472,7 +473,7 @@ class NvmlBackend:
             bounds=(0, len(rows)),
             gpu_uuid=[g.uuid for g in self._gpus],
             gpu_index=[g.index for g in self._gpus],
-            columns={name: [r.get(name) for r in rows] for name in COLUMNS},
+            columns={name: [r.get(name) for r in rows] for name in COLUMNS},  # type: ignore[misc]  # None: missing
         )
         self._pending += self._watch.update(frame)
         return frame

@@ -488,6 +488,8 @@ class SimulatedFleet:
             islands = [f"{node}/nvl0"] * spec.gpus
         else:
             islands = [None] * spec.gpus
+        memory_mib = m.memory_mib
+        assert memory_mib is not None, "a simulatable model has its memory size"
         gpus = []
         for i in range(spec.gpus):
             uuid = self.uuids[s + i]
@@ -498,7 +500,7 @@ class SimulatedFleet:
                     uuid=uuid,
                     index=i,
                     model=m.nvml_name,
-                    memory_mib=m.memory_mib,
+                    memory_mib=memory_mib,
                     pci_bus_id=f"00000000:{_DGX_BUS[i] if spec.gpus <= 8 else f'{16 + 8 * i:02X}'}:00.0",
                     compute_capability=m.compute_capability,
                     tensor_cores=m.tensor_cores,

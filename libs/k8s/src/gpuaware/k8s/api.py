@@ -74,7 +74,8 @@ def bind(api: client.CoreV1Api, namespace: str, name: str, uid: str, node: str,
     """Create the pod's Binding to `node` (see ``objects.bind_outcome`` for how answers read)."""
     body = binding(namespace, name, uid, node, annotations)
     try:
-        resp = api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+        # _preload_content=False: the raw urllib3 response, not the model the client's types promise
+        resp: Any = api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
     except ApiException as exc:
         return bind_outcome(int(exc.status or 0), exc.body, node)
     return bind_outcome(resp.status, resp.data, node)
@@ -95,7 +96,7 @@ def evict(api: client.CoreV1Api, namespace: str, name: str, uid: str,
     """Evict through the Eviction API (PDBs respected by the apiserver). Returns (outcome, message)."""
     body = eviction(namespace, name, uid, grace_period_s)
     try:
-        resp = api.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+        resp: Any = api.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
         status, data = resp.status, resp.data
     except ApiException as exc:
         status, data = int(exc.status or 0), exc.body
@@ -167,7 +168,9 @@ def read_claim(namespace: str, name: str, *, template: bool, core: Any = None) -
     """A DRA ResourceClaim (or template) as JSON, None when absent (`core`: a CoreV1Api whose
     connection to reuse)."""
     api = client.ResourceV1Api(core.api_client if core is not None else None)
-    call = api.read_namespaced_resource_claim_template if template else api.read_namespaced_resource_claim
+    # called with _preload_content=False: the raw response (its .data), not the typed model
+    call: Callable[..., Any] = (api.read_namespaced_resource_claim_template if template
+                                else api.read_namespaced_resource_claim)
     try:
         return json.loads(call(name, namespace, _preload_content=False).data)
     except ApiException as exc:
@@ -183,7 +186,7 @@ def read_gang(namespace: str, name: str, *, core: Any = None) -> dict[str, Any] 
 
     api = client.CustomObjectsApi(core.api_client if core is not None else None)
     try:
-        obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, "gpugangs", name)
+        obj: Any = api.get_namespaced_custom_object(GROUP, VERSION, namespace, "gpugangs", name)
     except ApiException as exc:
         if exc.status == 404:
             return None

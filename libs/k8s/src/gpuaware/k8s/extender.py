@@ -329,10 +329,10 @@ class Extender:
             messages: dict[str, bytes] = {}
             for r in rows[~passing].tolist():
                 code = reason[r] or "rejected_by_policy"
-                msg = messages.get(code)
-                if msg is None:
-                    msg = messages[code] = _enc.encode(_message(code, req))
-                (unresolvable if static[r] else failed).append(keys[r] + msg)
+                text = messages.get(code)
+                if text is None:
+                    text = messages[code] = _enc.encode(_message(code, req))
+                (unresolvable if static[r] else failed).append(keys[r] + text)
         return _filter_json(passed, failed, unresolvable)
 
     def prioritize(self, args: Mapping[str, Any]) -> msgspec.Raw:

@@ -229,7 +229,7 @@ class KubeMirror:
         index = {g.uuid: g.index for g in self._gpus(node)}
         slices = tuple(GpuSlice(gpu_uuid=u, gpu_index=index.get(u, i), gpu_milli=milli, memory_mib=mem,
                                 mig_profile=ann.get(ASSIGNED.MIG_PROFILE)) for i, u in enumerate(uuids))
-        cond = next((c for c in (pod.get("status") or {}).get("conditions") or () if c.get("type") == "PodScheduled"),
+        cond: dict[str, Any] = next((c for c in (pod.get("status") or {}).get("conditions") or () if c.get("type") == "PodScheduled"),
                     {})
         return PodBound(source=self.source, emitted_at=0.0, cluster=self.cluster, pod_uid=uid, pod_name=meta["name"],
                         namespace=meta.get("namespace") or "default", node=node, slices=slices,

@@ -144,10 +144,11 @@ def bind_outcome(status: int, body: bytes | str | Mapping[str, Any] | None, node
     """The apiserver's answer to a Binding for `node`, whichever way it came (raw 201 response or an
     ``ApiException``'s status and body)."""
     if isinstance(body, bytes | str):
+        raw = body
         try:
-            body = json.loads(body) if body else {}
+            body = json.loads(raw) if raw else {}
         except json.JSONDecodeError:
-            body = {"message": body if isinstance(body, str) else body.decode("utf-8", "replace")}
+            body = {"message": raw if isinstance(raw, str) else raw.decode("utf-8", "replace")}
     body = body or {}
     msg = str(body.get("message", ""))
     if status in (200, 201) and body.get("status", "Success") == "Success":

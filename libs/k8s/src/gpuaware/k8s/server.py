@@ -12,9 +12,12 @@ as HAMi does).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gpuaware.k8s.extender import BadRequest, Extender, FilterResult
 
@@ -49,7 +52,7 @@ def extender_app(extender: Extender, *, max_body: int = 1 << 20) -> web.Applicat
     async def healthz(_request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    async def too_big(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    async def too_big(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge as exc:
@@ -67,7 +70,7 @@ def admission_app(*, default_queue: str = "default", max_body: int = 3 << 20) ->
     failurePolicy."""
     from gpuaware.k8s.admission import BadReview, mutate, validate
 
-    def handler(fn):  # type: ignore[no-untyped-def]
+    def handler(fn: Callable[[Any], Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def run(request: web.Request) -> web.Response:
             try:
                 review = msgspec.json.decode(await request.read())

@@ -40,7 +40,7 @@ from typing import Any
 import msgspec
 from kubernetes.utils.quantity import parse_quantity
 
-from gpuaware.schemas.inventory import GpuInfo, MigMode, NodeInventory
+from gpuaware.schemas.inventory import MigMode, NodeInventory
 from gpuaware.schemas.pods import GpuCapabilities, PodPending, QosClass, TopologyPreference
 
 __all__ = [
@@ -421,7 +421,7 @@ def _node_inventory(node: Mapping[str, Any], *, source: str, cluster: str, emitt
     mig_capable = labels.get("nvidia.com/mig.capable") == "true"
     mig_mode = (MigMode.ENABLED if strategy in ("single", "mixed") else MigMode.DISABLED) if mig_capable \
         else MigMode.UNSUPPORTED
-    gpus: list[GpuInfo] = []
+    gpus: list[dict[str, Any]] = []  # converted with the rest below, checked against the contract
     if HAMI_REGISTER in ann:
         for i, d in enumerate(hami_devices(ann[HAMI_REGISTER])):
             if d.get("health") is False:

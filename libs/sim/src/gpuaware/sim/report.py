@@ -117,7 +117,7 @@ def plot_alloc(path: Path, runs: Sequence[RunResult], title: str, expected: dict
     ax.set_title(title + (" (dashed: paper)" if expected else ""))
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
-    inset = ax.inset_axes([0.52, 0.1, 0.45, 0.42])
+    inset = ax.inset_axes((0.52, 0.1, 0.45, 0.42))
     for i, (_name, rs) in enumerate(by_policy(runs).items()):
         mean = np.nanmean(np.vstack([r.alloc_pct for r in rs]), axis=0)
         inset.plot(ARRIVED[85:], mean[85:], color=colors[i % len(colors)], lw=1.2)

@@ -45,7 +45,7 @@ class ColumnBatch(NamedTuple):
     gpu_uuid: list[str]
     metrics: dict[str, np.ndarray]
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __len__(self) -> int:
         return len(self.ts)
 
 

@@ -101,8 +101,8 @@ class NodeEdge:
     def _account(self, frame: GpuFrame, now: float, allocations: Mapping[str, Sequence[PodAlloc]],
                  emitted: float) -> PodUsageReported | None:
         if self._pending is not None:
-            then, readings, allocs = self._pending
-            self.usage.add(min(now - then, self.max_gap_s), readings, allocs)
+            then, held, allocs = self._pending
+            self.usage.add(min(now - then, self.max_gap_s), held, allocs)
         window = math.floor(now / self.usage_window_s) * self.usage_window_s
         report = None
         if self._window is not None and window != self._window:

@@ -114,7 +114,7 @@ def check_batch(batch: GpuSampled, *, known: Mapping[str, Set[str]] | None = Non
             return _absurd(batch, i, f"mem_used_mib {batch.mem_used_mib[i]} > mem_total_mib {batch.mem_total_mib[i]}")
     if batch.power_w and batch.power_limit_w:
         try:
-            plain = min(batch.power_limit_w) > 0  # no None, no zero "limit" (unsupported)
+            plain = min(batch.power_limit_w) > 0  # type: ignore[type-var,operator]  # a None raises TypeError, caught
         except TypeError:
             plain = False
         ceiling = (tuple(map(operator.mul, batch.power_limit_w, repeat(lim.power_over_limit))) if plain else
