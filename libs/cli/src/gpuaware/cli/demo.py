@@ -36,24 +36,21 @@ import platform
 import signal
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from gpuaware import bus, tsdb
-from gpuaware.cli.demo_analysis import analyse, busiest_window, compare, rebuild_workload
+from gpuaware.cli.demo_analysis import busiest_window, rebuild_workload
 from gpuaware.cli.demo_config import DemoConfig, Interrupted, RunSpec, nats_admin, nats_login
-from gpuaware.cli.demo_forecast import describe as describe_forecasting
-from gpuaware.cli.demo_record import RunLog, RunResult, SubjectCounter
+from gpuaware.cli.demo_console import LiveView, console, print_report, with_live
+from gpuaware.cli.demo_record import RunResult, SubjectCounter
 from gpuaware.cli.demo_report import write_html, write_plots, write_pods_csv, write_typical_pods
 from gpuaware.cli.demo_run import run_once
+from gpuaware.cli.demo_summary import analyse_runs, summarise
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.cli.roundtrip import run_roundtrip
@@ -73,7 +70,6 @@ DEFAULT_DURATION_S = 150.0
 """wall seconds per run: two runs + stack + services + report stay well inside 10 minutes on 2 cores"""
 DEFAULT_WINDOW_S = 86400.0
 
-console = Console()
 
 
 def built_services() -> dict[str, bool]:
@@ -253,49 +249,6 @@ def _machine() -> dict[str, Any]:
 # --- the full demo ------------------------------------------------------------------------------------
 
 
-class LiveView:
-    """What the terminal shows while a run lasts (a rich Live table, or a line every 10 s)."""
-
-    def __init__(self, cfg: DemoConfig, counter: SubjectCounter) -> None:
-        self.cfg = cfg
-        self.counter = counter
-        self.live: Live | None = None
-        self._last_line = 0.0
-
-    def render(self, spec: RunSpec, log: RunLog, virtual_s: float, wall_s: float) -> Group:
-        c = log.counts()
-        frac = min(1.0, max(0.0, virtual_s / self.cfg.window_s))
-        head = Table.grid(padding=(0, 2))
-        head.add_row(f"[bold]{spec.label}[/bold] (placement policy {spec.policy})",
-                     f"virtual {virtual_s / 3600:5.1f} h / {self.cfg.window_s / 3600:.1f} h",
-                     f"wall {wall_s:5.0f} s / ~{self.cfg.duration_s:.0f} s")
-        pods = Table(title="pods", show_edge=False)
-        for col in ("arrived", "pending", "bound", "finished", "decided", "unschedulable"):
-            pods.add_column(col, justify="right")
-        pods.add_row(*(str(c[k]) for k in ("arrived", "pending", "bound", "finished", "decided", "unschedulable")))
-        msgs = Table(title="messages per subject (this run)", show_edge=False)
-        msgs.add_column("subject")
-        msgs.add_column("count", justify="right")
-        for subject, n in sorted(self.counter.counts.items(), key=lambda kv: -kv[1])[:10]:
-            msgs.add_row(subject, str(n))
-        parts: list[Any] = [head, ProgressBar(total=1.0, completed=frac, width=60), pods]
-        if log.health_changes or log.alerts_raised:
-            parts.append(f"health: {len(log.quarantined_now())} GPUs quarantined now, "
-                         f"{sum(1 for c in log.health_changes if c.previous is not None)} state changes, "
-                         f"{len(log.alerts_raised)} alerts raised / {len(log.alerts_resolved)} resolved")
-        return Group(*parts, msgs)
-
-    def __call__(self, spec: RunSpec, log: RunLog, virtual_s: float, wall_s: float) -> None:
-        if self.live is not None:
-            self.live.update(self.render(spec, log, virtual_s, wall_s))
-        elif time.monotonic() - self._last_line >= 10.0:
-            self._last_line = time.monotonic()
-            c = log.counts()
-            console.print(f"{spec.label}: virtual {virtual_s / 3600:.1f}/{self.cfg.window_s / 3600:.1f} h, "
-                          f"wall {wall_s:.0f}s: arrived {c['arrived']} pending {c['pending']} bound {c['bound']} "
-                          f"finished {c['finished']} decided {c['decided']}")
-
-
 async def _start_telemetry(cfg: DemoConfig, procs: ProcessGroup, nats_url: str, database_url: str) -> dict[str, Any]:
     """The collector writing telemetry to PostgreSQL; each run starts its own agent on the twin's
     GPUs (``run_once``), so measured utilisation sits next to allocation in the report."""
@@ -420,7 +373,7 @@ async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started:
                     for spec in (RunSpec("gpuaware", DEFAULT_PROFILE, f"{cfg.run_id}-gpuaware"),
                                  RunSpec("baseline", KUBE_DEFAULT, f"{cfg.run_id}-baseline")):
                         console.rule(f"run: {spec.label} — placement policy {spec.policy}, cluster {spec.cluster}")
-                        results[spec.label] = await _with_live(view, lambda s=spec: run_once(
+                        results[spec.label] = await with_live(view, lambda s=spec: run_once(
                             cfg, s, nc=nc, nats_url=nats_url, database_url=database_url, pool=pool,
                             counter=counter, procs=procs, progress=view, stop=stop))
                     if telemetry.get("status") == "running":
@@ -435,271 +388,17 @@ async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started:
     return _finish(cfg, report, results, services, started)
 
 
-async def _with_live(view: LiveView, make: Callable[[], Any]) -> RunResult:
-    if not console.is_terminal:
-        return await make()
-    with Live(console=console, refresh_per_second=2, transient=False) as live:
-        view.live = live
-        try:
-            return await make()
-        finally:
-            view.live = None
-
-
 def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResult], services: dict[str, bool],
             started: float) -> bool:
+    """Analyse both runs, add the verdict to ``report``, write the CSVs, plots, JSON and HTML, print it."""
     workload = rebuild_workload(cfg)
-    runs = {label: analyse(r, cfg, workload) for label, r in results.items()}
-    for label in runs:
-        runs[label]["utilisation"] = report.get("telemetry", {}).get(label, {"status": "not measured"})
-    full = {label: runs[label].pop("series") for label in runs}
-    # the plots get the complete series; the file keeps the downsampled ones
-    for label, r in results.items():
-        ledger, _, _ = r.log.replay(r.gpus)
-        full[label] = {"t_h": [(s.t - r.started_at) / 3600 for s in ledger.samples],
-                       "allocated": [s.allocated for s in ledger.samples],
-                       "occupied": [s.occupied for s in ledger.samples],
-                       "fragmentation": [s.fragmentation for s in ledger.samples]}
+    runs, full = analyse_runs(cfg, results, workload, report.get("telemetry", {}))
+    summarise(cfg, report, results, runs, services, started)
     a, b = runs["gpuaware"], runs["baseline"]
-    cmp_ = compare(results["gpuaware"], results["baseline"], a, b)
-    loop_subjects = ("binder.pod.pending.v1", "placement.pod.decided.v1", "binder.pod.bound.v1")
-    invariants = {
-        "every pod accounted (bound, finished, or pending with a reason)":
-            a["pods"]["unaccounted_count"] == 0 and b["pods"]["unaccounted_count"] == 0,
-        "no GPU over-allocated (event replay and world snapshot)": all(
-            r["invariants"]["over_allocations_replayed"] == 0 and r["invariants"]["over_allocations_in_world_snapshot"]
-            == 0 for r in runs.values()),
-        "identical workload in both runs (pod ids and requests)": cmp_["same_workload"],
-        "both runs replayed the whole window": all(r.reached_end for r in results.values()),
-        "messages on pending / decided / bound in both runs": all(
-            (r["messages"].get(s) or 0) > 0 for r in runs.values() for s in loop_subjects),
-        "every decision landed in PostgreSQL": all(
-            r["placement_events_rows"].get("placement.pod.decided.v1", 0)
-            == r["recorded"].get("placement.pod.decided.v1", -1) for r in runs.values()),
-        "the bus → database round trip stored every message": bool(report["roundtrip"]["ok"]),
-        "no pod bound twice": all(r["invariants"]["double_bound"] == 0 for r in runs.values()),
-    }
-    hf = a.get("health") or {}
-    health_ran = hf.get("status") not in (None, "not in this run")
-    if health_ran:
-        invariants["no pod placed on a quarantined GPU (after its state change)"] = (
-            hf.get("decisions_on_quarantined_gpus") == 0)
-        if hf.get("faults"):
-            invariants["every GPU fault injected into the twin caught by health scoring"] = bool(
-                hf.get("all_faults_caught"))
-    drill = a.get("failover")
-    if cfg.kill_leader_at_s > 0:
-        invariants["placement leader killed mid-run: another instance decided within 5 s"] = bool(
-            drill and drill["takeover_s"] is not None and drill["takeover_s"] <= 5.0
-            and drill["decisions_by_killed_after_kill"] == 0)
-    svc_status = {}
-    for name, built in services.items():
-        if not built:
-            svc_status[name] = "not built yet"
-        elif name == "telemetry":
-            tel = report.get("telemetry", {})
-            measured = [k for k in ("gpuaware", "baseline") if tel.get(k, {}).get("status") == "measured"]
-            svc_status[name] = (f"took part ({' and '.join(measured)} runs: agent on the twin's GPUs, collector)"
-                                if measured else tel.get("status", "built"))
-        elif name == "health_scoring":
-            if health_ran:
-                al = hf.get("alerts", {})
-                svc_status[name] = (f"took part (gpuaware run: {hf.get('gpus_with_a_state', 0)} GPUs graded, "
-                                    f"{sum(hf.get('transitions', {}).values())} state changes, "
-                                    f"{sum(al.get('raised', {}).values())} alerts raised / "
-                                    f"{sum(al.get('resolved', {}).values())} resolved)")
-            else:
-                svc_status[name] = "built (not run: the demo's health run is off)"
-        elif name == "quota":
-            qf = a.get("quota") or {}
-            svc_status[name] = (f"took part (gpuaware run: {len(qf.get('queues', {}))} queues reported, Jain's index "
-                                f"mean {qf.get('jain', {}).get('mean')}, {len(qf.get('chargeback_by_queue', []))} "
-                                "queues billed)" if qf.get("status") == "took part" else qf.get("status", "built"))
-        elif name == "forecasting":
-            fc = results["gpuaware"].forecast
-            svc_status[name] = (describe_forecasting(fc.get("model") or {}, fc.get("accuracy") or {},
-                                                     fc.get("placement"), fc.get("stats"))
-                                if fc else "built (not run in this demo)")
-        else:
-            svc_status[name] = "took part (both runs)"
-    summary = (f"{a['nodes']} nodes / {a['gpus']} GPUs, {cfg.trace} workload, {a['pods']['arrived']} pods over "
-               f"{cfg.window_s / 3600:.1f} virtual hours (speed {cfg.speed:.0f}x). Allocation: gpuaware "
-               f"{(a['allocation']['mean'] or 0):.3f} vs baseline {(b['allocation']['mean'] or 0):.3f}"
-               + (f" ({cmp_['allocation_gain_pct']:+.1f}%)" if cmp_["allocation_gain_pct"] is not None else "") + ".")
-    report.update({
-        "ok": all(invariants.values()),
-        "outcomes": {"gpuaware allocates more than the baseline": cmp_["gpuaware_beats_baseline"]}, "seconds": round(time.perf_counter() - started, 1), "summary": summary,
-        "config": {"duration_s": cfg.duration_s, "window_s": cfg.window_s, "speed": cfg.speed, "trace": cfg.trace,
-                   "nodes": cfg.nodes, "load": cfg.load, "seed": cfg.seed, "max_pods": cfg.max_pods,
-                   "slo_s": cfg.slo_s, "run_id": cfg.run_id},
-        "invariants": invariants, "comparison": cmp_, "runs": runs, "services": svc_status,
-        "health": ("health_scoring not built yet: no health events" if not services["health_scoring"] else {
-            "faults_injected": len(hf.get("faults") or []),
-            "faults_caught": sum(1 for f in hf.get("faults") or [] if f.get("caught")),
-            "decisions_on_quarantined_gpus": hf.get("decisions_on_quarantined_gpus"),
-            "alerts_raised": sum((hf.get("alerts") or {}).get("raised", {}).values()),
-            "alerts_resolved": sum((hf.get("alerts") or {}).get("resolved", {}).values()),
-            "details": "runs.gpuaware.health"} if health_ran else hf.get("status", "not run")),
-        "forecasting": ("forecasting not built yet: no forecast accuracy" if not services["forecasting"]
-                        else dict(results["gpuaware"].forecast) or "not run"),
-        "utilisation": ("allocation is what the pods asked for and hold (event-sourced, exact); utilisation is "
-                        "what the telemetry agent measured on the twin's GPUs (dcgm-exporter text served by the "
-                        "binder -> agent -> NATS -> collector -> PostgreSQL), each GPU's load following the pods "
-                        "bound to it"),
-    })
     for label, r in results.items():
         write_pods_csv(cfg.out / f"pods-{label}.csv", r, workload)
     plots = write_plots(cfg.out, [a, b], full, cfg.window_s / 3600)
     (cfg.out / "report.json").write_text(json.dumps(report, indent=2, default=str))
     write_html(cfg.out / "report.html", report, plots)
-    _print_report(report, a, b, plots, cfg)
+    print_report(report, a, b, plots, cfg)
     return bool(report["ok"])
-
-
-def _print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], plots: list[Path],
-                  cfg: DemoConfig) -> None:
-    console.rule("report")
-    console.print(report["summary"])
-    t = Table(title="gpuaware vs stock Kubernetes (same workload, same services)")
-    t.add_column("")
-    t.add_column(f"gpuaware ({a['policy']})", justify="right")
-    t.add_column(f"baseline ({b['policy']})", justify="right")
-
-    def row(name: str, x: Any, y: Any) -> None:
-        def f(v):
-            return ("n/a" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v)))
-        t.add_row(name, f(x), f(y))
-
-    row("allocation, time-weighted (asked compute held)", a["allocation"]["mean"], b["allocation"]["mean"])
-    row("GPUs occupied, time-weighted", a["allocation"]["occupied_mean"], b["allocation"]["occupied_mean"])
-    row("GPU utilisation measured by telemetry, time-weighted", a["utilisation"].get("mean"),
-        b["utilisation"].get("mean"))
-    row("fragmentation, time-weighted", a["allocation"]["fragmentation_mean"], b["allocation"]["fragmentation_mean"])
-    row("pods arrived / finished", f"{a['pods']['arrived']} / {a['pods']['finished']}",
-        f"{b['pods']['arrived']} / {b['pods']['finished']}")
-    row("pods bound / pending at the end", f"{a['pods']['bound']} / {a['pods']['pending']}",
-        f"{b['pods']['bound']} / {b['pods']['pending']}")
-    for c in sorted(set(a["queue_delay_s"]["by_class"]) | set(b["queue_delay_s"]["by_class"])):
-        qa, qb = a["queue_delay_s"]["by_class"].get(c, {}), b["queue_delay_s"]["by_class"].get(c, {})
-        row(f"queue delay {c} p50 / p99 (min)", _mins(qa), _mins(qb))
-    row("JCT p50 / p99 (h)", _hours(a["jct_s"]), _hours(b["jct_s"]))
-    row("JCT mean, finished jobs / every job to the end (h)", _means(a["jct_s"]), _means(b["jct_s"]))
-    row(f"inference SLO (start ≤ {cfg.slo_s / 60:.0f} min)", a["slo"]["attainment"], b["slo"]["attainment"])
-    row("Jain's index over tenants", a["fairness"]["jain"], b["fairness"]["jain"])
-    row("decisions the world refused (bind failed)", sum(a["bind_failures"].values()),
-        sum(b["bind_failures"].values()))
-    row("fractional pods put on a shared GPU", a["allocation"]["fractional_on_shared_gpu"],
-        b["allocation"]["fractional_on_shared_gpu"])
-    row("pods preempted (checkpointed first)", f"{a['preemption']['preempted']} ({a['preemption']['checkpointed']})",
-        f"{b['preemption']['preempted']} ({b['preemption']['checkpointed']})")
-    console.print(t)
-    drill = a.get("failover")
-    if drill:
-        took = "never" if drill["takeover_s"] is None else f"{drill['takeover_s']:.2f} s later"
-        console.print(f"fault drill: placement leader {drill['killed']} SIGKILLed "
-                      f"{cfg.kill_leader_at_s:.0f} s into the run; another instance decided {took} "
-                      f"({drill['decisions_before']} decisions before, {drill['decisions_after']} after)")
-    m = Table(title="messages per subject (on the bus / rows in placement_events)")
-    m.add_column("subject")
-    m.add_column("gpuaware", justify="right")
-    m.add_column("baseline", justify="right")
-    for s in sorted(set(a["messages"]) | set(b["messages"])):
-        m.add_row(s, _msg(a, s), _msg(b, s))
-    console.print(m)
-    hf = a.get("health") or {}
-    if hf.get("faults"):
-        h = Table(title="GPU health: faults injected into the twin's GPUs (gpuaware run; virtual hours)")
-        for col in ("fault", "starts", "caught", "first alert", "pods on it / placed there in quarantine",
-                    "drain recommended", "its states"):
-            h.add_column(col, justify="right" if col == "starts" else "left")
-        for f in hf["faults"]:
-            caught = (f"[green]{f['caught_state']} at {f['caught_at_h']:.2f} h[/green], "
-                      f"{f['detected_after_virtual_min']:.0f} min after ({f['detected_after_wall_s']:.1f} s wall)"
-                      if f["caught"] else "[red]not caught[/red]")
-            first = f.get("first_alert")
-            h.add_row(f"{f['label']} ({f['node']} #{f['gpu_index']})", f"{f['at_h']:.2f}", caught,
-                      f"{first['rule']} {first['at_h']:.2f}" if first else "",
-                      f"{f.get('pods_running_when_caught', '')} / {f['decisions_on_it_while_quarantined']}",
-                      (f"{f['drain']['pods']} pods, {f['drain']['checkpointable']} checkpointable first"
-                       + (" (urgent)" if f["drain"]["urgent"] else "") if f.get("drain") else "-"),
-                      " → ".join(f"{t['to']} {t['at_h']:.2f}" for t in f["timeline"]))
-        console.print(h)
-        al = hf["alerts"]
-        console.print(f"health: {hf['decisions_checked']} decisions checked, {hf['decisions_on_quarantined_gpus']} on "
-                      f"a quarantined GPU ({hf['decisions_in_flight_at_a_quarantine']} in flight at a quarantine); "
-                      f"alerts raised {sum(al['raised'].values())} ("
-                      + ", ".join(f"{k} {v}" for k, v in sorted(al["raised"].items()))
-                      + f"), resolved {sum(al['resolved'].values())}, open at the end {al['open_at_end']}")
-        dr = hf.get("drain_recommendations") or {}
-        if dr:
-            console.print(f"drain recommendations: {dr['published']} published ({dr['urgent']} urgent), "
-                          f"{dr['pods_listed']} pods listed to move")
-        rep = hf.get("repair")
-        if rep:
-            console.print(f"operator: uncordon --clear {rep['gpu_uuid']} at {rep['virtual_h']:.2f} h ({rep['reason']}): "
-                          f"{rep.get('previous')} → {rep.get('current')}")
-    if (a.get("quota") or {}).get("status") == "took part":
-        from gpuaware.cli.quota import demo_table
-        console.print(demo_table(a["quota"]))
-    acc = ((a.get("forecast") or {}).get("accuracy") or {})
-    if acc.get("status") == "scored":
-        model = (a["forecast"].get("model") or {})
-        f = Table(title=f"demand forecasts (gpuaware run; model: {model.get('model') or 'persistence'}; "
-                        f"{acc['forecasts']:,} stored over {acc['series']} series)")
-        for col in ("horizon", "points", "RMSE (GPUs)", "persistence RMSE", "better by", "actual <= p90"):
-            f.add_column(col, justify="right")
-        for h, v in acc["at_horizon_min"].items():
-            gain = v.get("vs_persistence")
-            f.add_row(f"{h} min", str(v["points"]), str(v["rmse"]), str(v["persistence_rmse"]),
-                      "n/a" if gain is None else f"{gain:+.1%}", str(v["p90_coverage"]))
-        console.print(f)
-    inv = Table(title="invariants")
-    inv.add_column("check")
-    inv.add_column("")
-    for k, ok in report["invariants"].items():
-        inv.add_row(k, "[green]ok[/green]" if ok else "[red]FAILED[/red]")
-    for k, ok in report["outcomes"].items():
-        inv.add_row(f"outcome: {k}", "[green]yes[/green]" if ok else "[yellow]no[/yellow]")
-    console.print(inv)
-    svc = Table(title="services")
-    svc.add_column("service")
-    svc.add_column("status")
-    for name, status in report["services"].items():
-        colour = "green" if status.startswith(("took part", "running")) else "yellow"
-        svc.add_row(name, f"[{colour}]{status}[/{colour}]")
-    console.print(svc)
-    panels = report.get("dashboards") or []
-    if panels:
-        with_rows = sum(1 for x in panels if x.get("rows"))
-        failed = [x["title"] for x in panels if "error" in x]
-        console.print(f"dashboards: {len(panels)} Grafana panels drawn from their SQL in {cfg.out / 'panels'} "
-                      f"({with_rows} with data" + (f"; failed: {', '.join(failed)}" if failed else "") + ")")
-    console.print(f"report: {cfg.out / 'report.html'} (self-contained), {cfg.out / 'report.json'}; plots: "
-                  + ", ".join(str(p) for p in plots) + f"; service logs: {cfg.out / 'logs'}")
-    console.print(f"demo took {report['seconds']:.0f}s")
-
-
-def _mins(q: dict[str, Any]) -> str:
-    if not q or q.get("p50") is None:
-        return "n/a"
-    return f"{q['p50'] / 60:.1f} / {q['p99'] / 60:.1f}"
-
-
-def _hours(q: dict[str, Any]) -> str:
-    if q.get("p50") is None:
-        return "n/a"
-    return f"{q['p50'] / 3600:.2f} / {q['p99'] / 3600:.2f} ({q['finished']} done)"
-
-
-def _means(q: dict[str, Any]) -> str:
-    """The finished jobs' mean JCT, and every arrived job's time in the system (unfinished ones up to
-    the end of the window): a scheduler that finishes fewer, shorter jobs looks good only on the first."""
-    if q.get("mean") is None or q.get("in_system_mean") is None:
-        return "n/a"
-    return f"{q['mean'] / 3600:.2f} / {q['in_system_mean'] / 3600:.2f}"
-
-
-def _msg(r: dict[str, Any], s: str) -> str:
-    bus_n = r["messages"].get(s, 0)
-    db_n = r["placement_events_rows"].get(s)
-    return f"{bus_n}" + (f" / {db_n}" if db_n is not None else "")
