@@ -31,6 +31,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +113,8 @@ class Snapshot:
         what a decision would have been without it (the score cache's counts of what a signal changed)."""
         neutral = {name: _neutral_array(getattr(self, name).shape, getattr(self, name).dtype.str, value)
                    for name, value in _NEUTRAL[kind]}
-        return dataclasses.replace(self, signals=self.signals - {kind}, **neutral)
+        changes: dict[str, Any] = {"signals": self.signals - {kind}, **neutral}
+        return dataclasses.replace(self, **changes)
 
 
 @functools.lru_cache(maxsize=16)

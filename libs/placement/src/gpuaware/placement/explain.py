@@ -75,7 +75,7 @@ class PodExplanation:
 def node_class_names(snap: Snapshot) -> list[str]:
     """`8xA100/nvlink`, `2xT4`, `cpu-only` per node."""
     out = []
-    has_link = (snap.nvlink_island >= 0).any(axis=1)
+    has_link = np.asarray((snap.nvlink_island >= 0).any(axis=1))
     for i in range(snap.num_nodes):
         k = int(snap.gpu_count[i])
         if k == 0:
@@ -141,15 +141,15 @@ def node_reasons(pod: PodRequest, snap: Snapshot) -> tuple[np.ndarray, np.ndarra
         if not pod.tolerates_failure:  # degraded GPUs are not this pod's: they count as unhealthy
             free = np.where(snap.gpu_health == DEGRADED, 0, free)
         if pod.is_gpu_share:
-            fits = (free >= pod.gpu_milli).any(axis=1)
-            fits_healed = (healed >= pod.gpu_milli).any(axis=1)
+            fits = np.asarray((free >= pod.gpu_milli).any(axis=1))
+            fits_healed = np.asarray((healed >= pod.gpu_milli).any(axis=1))
         else:
-            fits = (free >= MILLI).sum(axis=1) >= pod.num_gpu
-            fits_healed = (healed >= MILLI).sum(axis=1) >= pod.num_gpu
+            fits = np.asarray((free >= MILLI).sum(axis=1) >= pod.num_gpu)
+            fits_healed = np.asarray((healed >= MILLI).sum(axis=1) >= pod.num_gpu)
         mark(~fits & fits_healed, UNHEALTHY_GPUS, False)
         mark(~fits, INSUFFICIENT_GPU, False)
         usable = usable_gpus(pod, snap)  # compute and GPU memory (held by pods asking more than their share)
-        mem_fits = usable.any(axis=1) if pod.is_gpu_share else usable.sum(axis=1) >= pod.num_gpu
+        mem_fits = np.asarray(usable.any(axis=1) if pod.is_gpu_share else usable.sum(axis=1) >= pod.num_gpu)
         mark(fits & ~mem_fits, INSUFFICIENT_GPU_MEMORY, False)
         if grouped:
             assert group is not None

@@ -55,4 +55,5 @@ class ThroughputScore(ScorePlugin):
     def score(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, nodes: np.ndarray) -> np.ndarray:
         if pod.num_gpu == 0 or pod.job_type not in self.matrix:
             return np.zeros(nodes.size, dtype=np.int64)
-        return self.row(snap, pod.job_type)[snap.model_idx[nodes]]
+        scores: np.ndarray = self.row(snap, pod.job_type)[snap.model_idx[nodes]]
+        return scores

@@ -15,7 +15,7 @@ pod that names no queue (``""`` / ``default``) is taken to be of `default_queue`
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -37,7 +37,7 @@ class StrictPartitions(FilterPlugin):
     def __init__(self, reserved: Mapping[str, Collection[str]], default_queue: str = "") -> None:
         self.reserved = {node: frozenset(queues) for node, queues in reserved.items()}
         self.default_queue = default_queue
-        self._names: list[str] | None = None
+        self._names: Sequence[str] | None = None
         self._groups: np.ndarray = np.zeros(0, dtype=np.int64)
         self._allowed: list[frozenset[str]] = sorted(set(self.reserved.values()), key=sorted)
         self._group_of = {q: i for i, q in enumerate(self._allowed)}

@@ -38,6 +38,7 @@ The fair-share retry pass, reclaim and backfill are actions over sessions too; t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -75,7 +76,7 @@ class Statement:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self._undo: list[Callable[[], None]] = []
+        self._undo: list[Callable[[], object]] = []
 
     def reserve(self, pod: PodRequest, node: int, gpus: Sequence[int], gpu_mem: int | None = None) -> Allocation:
         """`Cluster.reserve`, undone by `discard` (a placement the pod already held is left alone)."""
@@ -92,7 +93,7 @@ class Statement:
             self._undo.append(lambda: self.cluster.restore(alloc))
         return alloc
 
-    def on_discard(self, undo: Callable[[], None]) -> None:
+    def on_discard(self, undo: Callable[[], object]) -> None:
         """Run `undo` if the statement is discarded (Reserve plugins' Unreserve)."""
         self._undo.append(undo)
 
@@ -130,7 +131,8 @@ class Framework:
     @classmethod
     def of(cls, scheduler: Scheduler | CachedScheduler, **plugins: Any) -> Framework:
         cached = scheduler if isinstance(scheduler, CachedScheduler) else CachedScheduler(scheduler)
-        return cls(cached, **{k: tuple(v) for k, v in plugins.items()})
+        points: dict[str, Any] = {k: tuple(v) for k, v in plugins.items()}
+        return cls(cached, **points)
 
     @property
     def name(self) -> str:
@@ -323,7 +325,7 @@ class Session:
         staged before the next is scheduled; one member without a place discards them all."""
         order = sorted(members, key=lambda p: (-p.total_gpu_milli, -p.cpu_milli, p.name))
         stmt = Statement(self.cluster)
-        placed: list[Result] = []
+        placed: list[Placed] = []
         for pod in order:
             got = self.allocate(pod, stmt)
             if isinstance(got, Waiting):
@@ -400,7 +402,7 @@ class Session:
             if status is not None:
                 stmt.discard(mark)
                 return Waiting(pod, status if status.plugin else Status(status.code, status.reason, plugin.name))
-            stmt.on_discard(lambda p=plugin: p.unreserve(cycle, pod, decision))
+            stmt.on_discard(functools.partial(plugin.unreserve, cycle, pod, decision))
         reclaim: list[str] = []
         waits: list[str] = []
         snap: Snapshot | None = None

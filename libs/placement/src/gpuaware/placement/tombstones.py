@@ -2,10 +2,9 @@
 
 The ledger remembers, for every pod attempt it closed (finished, rolled back, evicted), the highest
 closed attempt, so a late or redelivered event about it is recognised as stale instead of
-reserving capacity for a pod that is gone. It keeps the most recent `capacity` of them. An
-`OrderedDict` did that with about 150 bytes per entry allocated as pods closed: at 500 pods/s the
-service grew by 30 MB over its first seven minutes (`make bench-soak`) before the cap held it, which
-looks like a leak to anyone watching and lands close to a container's memory limit only after hours.
+reserving capacity for a pod that is gone. It keeps the most recent `capacity` of them, in memory
+allocated once: a structure that grows as pods close looks like a leak to anyone watching the
+service's footprint, and reaches its cap only after hours.
 
 `Tombstones` allocates its whole table up front (about 60 bytes per unit of capacity: 12 MB for the
 default 200,000) and never grows: an open-addressing hash table with linear probing over fixed

@@ -1,14 +1,14 @@
 """Compile the engine's kernels before the first real decision needs them.
 
-Why: the fragmentation kernels (frag_kernels.py) are compiled on first use, about 2.5 s of CPU on a
-2-core machine when numba's disk cache is empty (a new container, a fresh /tmp). A placement
+Why: the fragmentation kernels (frag_kernels.py) are compiled on first use, which takes seconds
+when numba's disk cache is empty (a new container, a fresh /tmp). A placement
 instance would pay that on its first pod, and a standby on the first pod after it takes over the
 lease, when the queue is longest. `warm_up` decides four pods (sharing a GPU, one whole GPU, two
 whole GPUs, CPU only) with the service's own profile on a two-node cluster whose GPUs carry
-health, thermal and forecast signals, through the same
-framework and score cache the service decides with, so every kernel that profile uses is compiled
-for the argument types it will be called with; then the filters and the usable-GPU check once more
-on a copy of the rows, as preemption plans call them. With the cache filled it takes milliseconds.
+health, thermal and forecast signals, through the same framework and score cache the service
+decides with, so every kernel that profile uses is compiled for the argument types it will be called
+with; then the filters and the usable-GPU check once more on a copy of the rows, as preemption plans
+call them. With numba's cache filled it is quick.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def warm_up(config: Mapping[str, Any]) -> float:
             cluster.reserve(pod, decision.node, decision.gpus)
     # preemption plans check what-if copies of a few rows (writable arrays: their own compiled variants)
     view = rows_view(cluster.snapshot(), np.arange(cluster.num_nodes))
-    filters = getattr(framework.scheduler, "inner", framework.scheduler).filters
+    filters = framework.scheduler.inner.filters
     for pod in _PODS:
         for f in filters:
             f.filter(CycleState(), pod, view)

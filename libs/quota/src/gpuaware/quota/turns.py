@@ -2,32 +2,30 @@
 served beyond theirs.
 
 Why: ordering and fair reclaim cannot serve a queue whose waiting jobs are all wider than its share.
-On Pollux's workloads, imagenet's jobs take 24-48 GPUs against a share of about 11 of 64. Fair
-reclaim (``QuotaLedger.fair_reclaim_plan``) only takes GPUs while the victim's queue stays at least
-as well served as the asker will be, and a job wider than its share never meets that. So such a
-queue waited for a whole cluster to drain, and held 0.4-0.6 of its entitlement in contended hours.
-Over time it can still get its share *on average*: its job runs for a while, then yields. This is
-time-slicing as Gandiva and Themis do it, at checkpoint granularity.
+Fair reclaim (``QuotaLedger.fair_reclaim_plan``) only takes GPUs while the victim's queue stays at
+least as well served as the asker will be, and a job wider than its share never meets that, so such a
+queue would wait for a whole cluster to drain. Over time it can still get its share *on average*: its
+job runs for a while, then yields. This is time-slicing as Gandiva and Themis do it, at checkpoint
+granularity.
 
 * Each queue's *owed service* (``OwedService``) is the decayed mean of (entitlement - held). It is
   ``DecayedUsage``'s exact integral (half-life 1 h by default, as the usage history's). It is
   positive while the queue gets less than its share lately, and negative while it gets more.
 * A queue is *due* a turn when it holds less than its share now and its owed service has reached
-  ``due`` times its share. Owing 0.1 of its share, on average over the last half-life, is enough.
+  ``due`` times its share.
 * A turn takes pods of queues that hold at least their share now and are not owed a turn: a queue
   exactly at its share yields too, or a tenant whose one long job fills its share would block a
-  node for good (the philly demo's 8-GPU pods waited a whole day behind such jobs). It takes pods
-  of any priority, lower priority first: priority orders a queue's own pods, fair share orders the
-  queues, as in KAI Scheduler's reclaim. Otherwise a queue that marks its jobs high would never
-  yield: on Pollux's workloads at 2.0x the high class (a fifth of the jobs) held most of the GPUs
-  while imagenet waited for hours (bench/results/fairness.md). It only takes pods that can checkpoint and have run for at least
+  node for good. It takes pods of any priority, lower priority first: priority orders a queue's own
+  pods, fair share orders the queues, as in KAI Scheduler's reclaim; otherwise a queue that marks its
+  jobs high would never yield. It only takes pods that can checkpoint and have run for at least
   ``lease_s`` (and their queue's ``min_runtime_s``) since they last started; then the most
   over-served queue first, and within a queue the longest-running pod first. The binder checkpoints
   a victim before it stops it, so a turn costs the victim a restart, not its work.
 
 ``TurnTaking`` plans turns over a quota ledger; placement's fair-share order keeps its own
-``OwedService`` over the pods it places (``gpuaware.placement.queue_order``). Measured by ``make
-bench-fairness`` (policy ``quota+turns``). Pure: ledger, shares and times in, victims out.
+``OwedService`` over the pods it places (``gpuaware.placement.queue_order``). ``make bench-fairness``
+compares it with the other policies (bench/results/fairness.md). Pure: ledger, shares and times in,
+victims out.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ MAX_REMEMBERED = 100_000
 
 
 class DurationAsker:
-    def __init__(self, nc: object, state: PlacementState, source: str, cluster: str, timeout_s: float) -> None:
+    def __init__(self, nc: bus.Client, state: PlacementState, source: str, cluster: str, timeout_s: float) -> None:
         self.nc = nc
         self.state = state
         self.source = source

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaware import bus
 from gpuaware.placement import SignalEffect
@@ -39,7 +39,6 @@ from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainRequest, Placem
 from gpuaware.schemas.pods import PodPending
 from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, TELEMETRY
 from gpuaware.schemas.telemetry import GpuRolledUp
-from gpuaware.schemas.world import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
 from gpuaware.services.placement import convert, takeover
 from gpuaware.services.placement.channels import (
     BIND_FAILED,
@@ -63,6 +62,10 @@ from gpuaware.services.placement.permit import AdmittedAndStored
 from gpuaware.services.placement.quota_permit import QuotaPermit
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected
+from gpuaware.services.placement.world_sync import world_sync
+
+if TYPE_CHECKING:
+    from gpuaware.k8s.election import KubeLeaderLease
 
 log = logging.getLogger(__name__)
 UNECHOED_FOR_S = 60.0
@@ -96,7 +99,7 @@ class PlacementService:
             reclaim_min_runtime_s=s.reclaim_min_runtime_s, max_reservations=s.reservations, turn_due=s.turn_due,
             turn_lease_s=s.turn_lease_s, observers=(self.forecast_effect,), permits=(AdmittedAndStored(),))
         self.followers: list[bus.Follower] = []
-        self.lease: bus.LeaderLease | None = None  # or gpuaware.k8s.election.KubeLeaderLease (same interface)
+        self.lease: bus.LeaderLease | KubeLeaderLease | None = None
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None
         self._lead_task: asyncio.Task[None] | None = None
         self._retry_task: asyncio.Task[None] | None = None
@@ -145,13 +148,14 @@ class PlacementService:
         if s.leader_election == "kubernetes":  # cluster mode: a coordination.k8s.io Lease
             from gpuaware.k8s.election import KubeLeaderLease
 
-            self.lease = KubeLeaderLease(s.lease_k8s_namespace(), f"gpuaware-placement-{s.cluster}",  # type: ignore[assignment]
-                                         self.ctx.instance_id, duration_s=s.lease_k8s_duration_s,
-                                         on_change=self._on_lease)
+            lease: bus.LeaderLease | KubeLeaderLease = KubeLeaderLease(
+                s.lease_k8s_namespace(), f"gpuaware-placement-{s.cluster}", self.ctx.instance_id,
+                duration_s=s.lease_k8s_duration_s, on_change=self._on_lease)
         else:
-            self.lease = bus.LeaderLease(self.js, s.lease_bucket, s.cluster, self.ctx.instance_id,
-                                         ttl_s=s.lease_ttl_s, poll_s=s.lease_poll_s, on_change=self._on_lease)
-        await self.lease.start()
+            lease = bus.LeaderLease(self.js, s.lease_bucket, s.cluster, self.ctx.instance_id,
+                                    ttl_s=s.lease_ttl_s, poll_s=s.lease_poll_s, on_change=self._on_lease)
+        self.lease = lease
+        await lease.start()
         self._report_task = asyncio.create_task(self._report(), name="placement report")
 
     async def stop(self) -> None:
@@ -242,29 +246,9 @@ class PlacementService:
             log.info("placement %s", "leader" if self.leading else "standby", extra={"state": self.state.summary()})
 
     async def _world_sync(self, *, quiet: bool) -> bool:
-        """Seed the view with the world's truth (`world.snapshot`, served by the binder): its nodes and
-        every bound pod. False when no binder answers (the streams alone then rebuild the view)."""
-        s = self.settings
-        node_offset: int | None = 0
-        pod_offset: int | None = 0
-        pods = pages = 0
-        while node_offset is not None or pod_offset is not None:
-            req = WorldSnapshotRequest(source=self.source, emitted_at=time.time(), cluster=s.cluster,
-                                       include_nodes=node_offset is not None, include_pods=pod_offset is not None,
-                                       node_offset=node_offset or 0, pod_offset=pod_offset or 0, limit=500)
-            try:
-                page = await bus.request(self.nc, WORLD_SNAPSHOT, req, WorldSnapshotReply, timeout=5.0)
-            except (bus.ServiceError, bus.RequestTimeout) as exc:
-                if not quiet:
-                    log.info("no world snapshot (%s): the view comes from the streams; asking again later", exc)
-                return False
-            if page.cluster != s.cluster:
-                return False
-            pods += self.state.apply_world(page)
-            pages += 1
-            node_offset = page.next_node_offset if req.include_nodes else None
-            pod_offset = page.next_pod_offset if req.include_pods else None
-        log.info("world snapshot: %d nodes, %d bound pods (%d pages)", len(self.state.world_nodes), pods, pages)
+        """Seed the view with the world's truth (world_sync.py); False when no binder answers."""
+        if not await world_sync(self.nc, self.state, self.settings.cluster, self.source, quiet=quiet):
+            return False
         self._freed(True)
         return True
 
@@ -361,10 +345,9 @@ class PlacementService:
                 if isinstance(o, Decided):
                     # remembered before it is sent: its echo often arrives before the stream's ack
                     self._remember(o.msg.decision_id)
-                    channel = DECIDED
+                    sent.append((o, await bus.publish_async(self.js, DECIDED, o.msg)))
                 else:
-                    channel = UNSCHEDULABLE
-                sent.append((o, await bus.publish_async(self.js, channel, o.msg)))
+                    sent.append((o, await bus.publish_async(self.js, UNSCHEDULABLE, o.msg)))
             except Exception as exc:
                 failure = exc
                 self._unpublished(o)
@@ -429,11 +412,14 @@ class PlacementService:
         asyncio.get_running_loop().call_later(delay, self._retry_event.set)
 
 
-def mounter(hook: Callable[[PlacementService], None] | None = None):
+def mounter(hook: Callable[[PlacementService], None] | None = None
+            ) -> Callable[[ServiceContext], Awaitable[list[bus.Endpoint[Any, Any]]]]:
     """The `mount` for `run_service`; `hook` receives the service once it runs (tests, tools)."""
 
-    async def mount(ctx: ServiceContext) -> list[bus.Endpoint]:
-        settings: PlacementSettings = ctx.settings  # type: ignore[assignment]
+    async def mount(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
+        settings = ctx.settings
+        if not isinstance(settings, PlacementSettings):
+            raise TypeError(f"placement needs PlacementSettings, not {type(settings).__name__}")
         service = PlacementService(ctx, settings)
         await service.start()
         ctx.on_stop(service)

@@ -54,7 +54,7 @@ MAX_ASKS_PER_PASS = 64
 
 
 class QuotaPermit:
-    def __init__(self, nc: object, settings: PlacementSettings, source: str, state: PlacementState,
+    def __init__(self, nc: bus.Client, settings: PlacementSettings, source: str, state: PlacementState,
                  retry_later: Callable[[float], None]) -> None:
         self.nc = nc
         self.settings = settings

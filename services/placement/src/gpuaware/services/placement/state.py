@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from gpuaware.schemas.forecast import GpuUtilPredicted
 from gpuaware.schemas.health import GpuScored, GpuStateChanged, HealthState
 from gpuaware.schemas.inventory import GpuInfo, NodeInventory
 from gpuaware.schemas.placement import (
+    GpuSlice,
     PlacementDecided,
     PodUnschedulable,
     UnschedulableReason,
@@ -234,7 +235,7 @@ class PlacementState:
                 return s
         return None
 
-    def _slots(self, node: str, gpu_slices) -> tuple[int, ...]:
+    def _slots(self, node: str, gpu_slices: Iterable[GpuSlice]) -> tuple[int, ...]:
         out = []
         for s in gpu_slices:
             slot = self._slot_of(node, s.gpu_uuid, s.gpu_index)
