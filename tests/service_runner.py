@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
+
+import msgspec
 
 from gpuaware.runtime import run_service
 
@@ -35,6 +37,22 @@ async def in_process(settings: Any, mounter: Callable[[Callable[[Any], None]], A
     finally:
         stop.set()
         await asyncio.wait_for(task, stop_timeout)
+
+
+async def record(nc: Any, cluster: str, into: Mapping[str, tuple[type, list[Any]]]) -> list[Any]:
+    """Subscribe (core NATS) to each subject's routed messages and append those of ``cluster``, decoded
+    as the type given, to the list given. Returns the subscriptions, flushed: nothing published after
+    the call is missed."""
+    subs = []
+    for subject, (typ, events) in into.items():
+        async def on(msg: Any, typ: type = typ, events: list[Any] = events) -> None:
+            ev = msgspec.json.decode(msg.data, type=typ)
+            if ev.cluster == cluster:
+                events.append(ev)
+
+        subs.append(await nc.subscribe(f"{subject}.>", cb=on))
+    await nc.flush()
+    return subs
 
 
 async def eventually(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> None:

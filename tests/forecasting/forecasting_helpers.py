@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import torch
 from service_runner import eventually as wait_until
-from service_runner import in_process
+from service_runner import in_process, record
 
 from gpuaware import bus
 from gpuaware.forecast.features import Features
@@ -79,15 +79,8 @@ class Recorder:
         self._subs: list[Any] = []
 
     async def start(self) -> Recorder:
-        for subject, typ, into in ((GPU_UTIL_PREDICTED, GpuUtilPredicted, self.gpu),
-                                   (DEMAND_PREDICTED, DemandPredicted, self.demand)):
-            async def on(msg: Any, typ: Any = typ, into: list[Any] = into) -> None:
-                ev = msgspec.json.decode(msg.data, type=typ)
-                if ev.cluster == self.cluster:
-                    into.append(ev)
-
-            self._subs.append(await self.nc.subscribe(f"{subject}.>", cb=on))
-        await self.nc.flush()
+        self._subs += await record(self.nc, self.cluster, {GPU_UTIL_PREDICTED: (GpuUtilPredicted, self.gpu),
+                                                           DEMAND_PREDICTED: (DemandPredicted, self.demand)})
         return self
 
     async def pending(self, uid: str, queue: str, gpus: int, minute: float, *, name: str = "") -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from service_runner import eventually, in_process
+from service_runner import eventually, in_process, record
 
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess
@@ -94,17 +94,10 @@ class Recorder:
         self._subs: list[Any] = []
 
     async def start(self) -> Recorder:
-        decoders = {GPU_SCORED: (GpuScored, self.scored), GPU_STATE_CHANGED: (GpuStateChanged, self.changes),
-                    ALERT_RAISED: (AlertRaised, self.raised), ALERT_RESOLVED: (AlertResolved, self.resolved),
-                    DRAIN_RECOMMENDED: (DrainRecommended, self.drains)}
-        for subject, (typ, into) in decoders.items():
-            async def on(msg: Any, typ: Any = typ, into: list[Any] = into) -> None:
-                ev = msgspec.json.decode(msg.data, type=typ)
-                if ev.cluster == self.cluster:
-                    into.append(ev)
-
-            self._subs.append(await self.nc.subscribe(f"{subject}.>", cb=on))
-        await self.nc.flush()
+        self._subs += await record(self.nc, self.cluster, {
+            GPU_SCORED: (GpuScored, self.scored), GPU_STATE_CHANGED: (GpuStateChanged, self.changes),
+            ALERT_RAISED: (AlertRaised, self.raised), ALERT_RESOLVED: (AlertResolved, self.resolved),
+            DRAIN_RECOMMENDED: (DrainRecommended, self.drains)})
         return self
 
     async def stop(self) -> None:
