@@ -122,9 +122,12 @@ JOIN pg_inherits i ON i.inhrelid = s.relid WHERE i.inhparent = 'gpu_samples'::re
 """
 
 
-def stored_rows(conn: Any) -> int:
-    conn.execute("SELECT pg_stat_clear_snapshot()")
-    return int(conn.execute(STORED_ROWS).fetchone()[0])
+async def stored_rows(conn: tsdb.Connection) -> int:
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    cur = await conn.execute(STORED_ROWS)
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -153,7 +156,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         loop.add_signal_handler(sig, stop.set)
     partial = False
     try:
-        tsdb.migrate(pg.url)
+        await tsdb.migrate(pg.url)
         async with bus.connected(nats.url, name="bench-soak") as nc:
             js = nc.jetstream()
             for spec in STREAMS:
@@ -188,8 +191,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             driver = asyncio.create_task(drive_pods(world, pods, args.pods_per_s, seconds, stop))
             t0 = time.monotonic()
             series: list[dict[str, Any]] = []
-            probe = tsdb.connect(pg.url, autocommit=True)
-            rows0, since = stored_rows(probe), time.monotonic()
+            probe = await tsdb.connect(pg.url, autocommit=True)
+            rows0, since = await stored_rows(probe), time.monotonic()
             cpu_prev = {r: sum(_cpu_of(p) for p in pids) for r, pids in roles_pids(roles).items()}
             with Progress(TextColumn("soak"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
                           TimeRemainingColumn(), console=Console(stderr=True)) as bar:
@@ -198,7 +201,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.sleep(args.sample_every_s)
                     now = time.monotonic()
                     lat, done = world.take_latencies(since)
-                    rows = await asyncio.to_thread(stored_rows, probe)
+                    rows = await stored_rows(probe)
                     pids = roles_pids(roles)
                     cpu = {r: sum(_cpu_of(p) for p in ps) for r, ps in pids.items()}
                     mem = {r: memory_mib(ps) for r, ps in pids.items()}
@@ -215,7 +218,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     })
                     cpu_prev, rows0, since = cpu, rows, now
                     bar.update(task, completed=min(seconds, elapsed))
-            probe.close()
+            await probe.close()
             partial = stop.is_set()
             driver.cancel()
             published = (await asyncio.gather(driver, return_exceptions=True))[0]

@@ -127,7 +127,7 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 # --- raw COPY --------------------------------------------------------------------------------------
 
-def raw_copy(url: str, gpus: int, ticks: int) -> dict[str, Any]:
+async def raw_copy(url: str, gpus: int, ticks: int) -> dict[str, Any]:
     fleet = fleet_of(gpus)
     t0 = start_time()
     batches = []
@@ -140,18 +140,18 @@ def raw_copy(url: str, gpus: int, ticks: int) -> dict[str, Any]:
         payloads.append(tsdb.encode_sample_columns(tsdb.SampleColumns(*to_columns(batches[i:i + per_payload]))))
     encode_s = time.perf_counter() - started
     rows = sum(len(b.gpu_uuid) for b in batches)
-    with tsdb.connect(url) as conn:
-        conn.execute("TRUNCATE gpu_samples")  # a previous round's rows share these seconds
-        tsdb.ensure_partitions(conn, tsdb.SampleColumns(*to_columns(batches[:1])).days())
-        conn.commit()
+    async with await tsdb.connect(url) as conn:
+        await conn.execute("TRUNCATE gpu_samples")  # a previous round's rows share these seconds
+        await tsdb.ensure_partitions(conn, tsdb.SampleColumns(*to_columns(batches[:1])).days())
+        await conn.commit()
         started = time.perf_counter()
         for payload in payloads:
-            tsdb.copy_binary(conn, "gpu_samples", tsdb.SAMPLE_COLUMNS, payload)
-            conn.commit()
+            await tsdb.copy_binary(conn, "gpu_samples", tsdb.SAMPLE_COLUMNS, payload)
+            await conn.commit()
         copy_s = time.perf_counter() - started
-        stored = conn.execute("SELECT count(*) FROM gpu_samples").fetchone()[0]
-        conn.execute("TRUNCATE gpu_samples")
-        conn.commit()
+        stored = await _count(conn, "SELECT count(*) FROM gpu_samples")
+        await conn.execute("TRUNCATE gpu_samples")
+        await conn.commit()
     assert stored == rows, (stored, rows)
     return {"rows": rows, "payloads": len(payloads), "bytes": sum(map(len, payloads)),
             "copy_s": copy_s, "rows_per_s": rows / copy_s, "samples_per_s": rows * METRICS_PER_ROW / copy_s,
@@ -240,8 +240,8 @@ async def wait_ready(nats_url: str, n: int, timeout: float = 60) -> None:
 
 async def inventory_stored(db_url: str, nodes: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
-    with tsdb.connect(db_url, autocommit=True) as conn:
-        while len({g.node for g in tsdb.list_inventory(conn)}) < nodes:
+    async with await tsdb.connect(db_url, autocommit=True) as conn:
+        while len({g.node for g in await tsdb.list_inventory(conn)}) < nodes:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the collectors did not store {nodes} nodes' inventories in {timeout:g} s")
             await asyncio.sleep(0.1)
@@ -273,10 +273,15 @@ class AckProbe:
 
 
 async def stored_rows(db_url: str) -> int:
-    def count() -> int:
-        with tsdb.connect(db_url, autocommit=True) as conn:
-            return int(conn.execute("SELECT count(*) FROM gpu_samples").fetchone()[0])
-    return await asyncio.to_thread(count)
+    async with await tsdb.connect(db_url, autocommit=True) as conn:
+        return await _count(conn, "SELECT count(*) FROM gpu_samples")
+
+
+async def _count(conn: tsdb.Connection, query: str) -> int:
+    cur = await conn.execute(query)
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 async def end_to_end(nats_url: str, db_url: str, *, gpus: int, ticks: int, collectors: int, mode: str,
@@ -285,8 +290,8 @@ async def end_to_end(nats_url: str, db_url: str, *, gpus: int, ticks: int, colle
     (the stream is filled first, then the collectors drain it: the collectors' own rate), `paced`."""
     paced = mode == "paced"
     nodes = gpus // GPUS_PER_NODE
-    with tsdb.connect(db_url, autocommit=True) as conn:
-        conn.execute("TRUNCATE gpu_samples")
+    async with await tsdb.connect(db_url, autocommit=True) as conn:
+        await conn.execute("TRUNCATE gpu_samples")
     ctx = mp.get_context("spawn")
     out, go = ctx.Queue(), ctx.Queue()
     procs: list[subprocess.Popen[bytes]] = []
@@ -342,8 +347,9 @@ async def end_to_end(nats_url: str, db_url: str, *, gpus: int, ticks: int, colle
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
-    with tsdb.connect(db_url) as conn:
-        stored, distinct = conn.execute("SELECT count(*), count(DISTINCT (gpu_uuid, ts)) FROM gpu_samples").fetchone()
+    async with await tsdb.connect(db_url) as conn:
+        cur = await conn.execute("SELECT count(*), count(DISTINCT (gpu_uuid, ts)) FROM gpu_samples")
+        stored, distinct = await cur.fetchone() or (0, 0)
     end = done_at or series[-1][0]
     if mode == "prefill":  # from the first row stored: the collectors' start-up is not ingest
         t_first, c_first = next((t, c) for t, c in series if c > 0)
@@ -544,7 +550,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     pg = None
     try:
         pg = start_postgres(tmp / "postgres")
-        tsdb.migrate(pg.url)
+        await tsdb.migrate(pg.url)
         async with bus.connected(nats.url, name="bench-setup", initial_timeout=10) as nc:
             js = nc.jetstream()
             for spec in STREAMS:
@@ -556,7 +562,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             print(f"round {k + 1}/{args.rounds}: raw COPY of {args.gpus:,} GPUs x {args.raw_ticks} ticks, then end "
                   f"to end saturated and drain, {args.gpus:,} GPUs x {args.ticks} ticks, {args.collectors} "
                   "collector(s) ...", flush=True)
-            raw = raw_copy(pg.url, args.gpus, args.raw_ticks)
+            raw = await raw_copy(pg.url, args.gpus, args.raw_ticks)
             runs = {mode: await end_to_end(nats.url, pg.url, gpus=args.gpus, ticks=args.ticks,
                                            collectors=args.collectors, mode=how, log=log, servers=servers)
                     for mode, how in (("saturated", "concurrent"), ("drain", "prefill"))}

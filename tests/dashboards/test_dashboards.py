@@ -4,6 +4,7 @@ migrated PostgreSQL (the full demo test runs them again on a database a demo fil
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,7 +57,7 @@ def test_every_grafana_alert_rule_is_a_sql_query_and_a_condition(fresh_database_
     assert [r["uid"] for r in group["rules"]] == [r.uid for r in ALERT_RULES]
     datasources = yaml.safe_load((DEPLOYED / "provisioning" / "datasources" / "gpuaware.yaml").read_text())
     assert DATASOURCE_UID in {d["uid"] for d in datasources["datasources"]}
-    tsdb.migrate(fresh_database_url)
+    asyncio.run(tsdb.migrate(fresh_database_url))
     with psycopg.connect(fresh_database_url) as conn:
         for rule in group["rules"]:
             sql_q, cond = rule["data"]
@@ -68,7 +69,7 @@ def test_every_grafana_alert_rule_is_a_sql_query_and_a_condition(fresh_database_
 
 
 def test_every_sql_panel_runs_on_the_schema(fresh_database_url: str) -> None:
-    tsdb.migrate(fresh_database_url)
+    asyncio.run(tsdb.migrate(fresh_database_url))
     start, end = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
     with psycopg.connect(fresh_database_url) as conn:
         for p in sql_panels():

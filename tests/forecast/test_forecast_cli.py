@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -91,16 +92,19 @@ def test_model_latest_reads_the_registry(helios_file: Path, model_file: Path, tm
     from gpuaware import tsdb
     from gpuaware.forecast import registry
 
-    tsdb.migrate(fresh_database_url)
+    asyncio.run(tsdb.migrate(fresh_database_url))
     monkeypatch.setenv("DATABASE_URL", fresh_database_url)
     args = ["forecast", "evaluate", "--series", str(helios_file), "--format", "helios", "--test-days", "2",
             "--model", "latest", "--out", str(tmp_path)]
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and "registry is empty" in res.output
-    with tsdb.connect(fresh_database_url) as conn:
-        version = registry.publish(conn, "vcTest", model_file.read_bytes())
-        entry = registry.latest(conn)
-    assert entry.version == version and entry.onnx == model_file.read_bytes()  # the round trip
+    async def publish() -> tuple[int, registry.RegistryEntry | None]:
+        async with await tsdb.connect(fresh_database_url) as conn:
+            return (await registry.publish_async(conn, "vcTest", model_file.read_bytes()),
+                    await registry.latest_async(conn))
+
+    version, entry = asyncio.run(publish())
+    assert entry is not None and entry.version == version and entry.onnx == model_file.read_bytes()  # the round trip
     assert entry.data_window["train_from"].startswith("2020-05-01")
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output

@@ -98,12 +98,12 @@ async def test_gpu_model_series_from_the_inventories(nats_proc, fresh_database_u
 
 
 async def test_a_registry_model_is_served_named_and_hot_reloaded(nats_proc, fresh_database_url: str, cluster: str) -> None:
-    await __import__("asyncio").to_thread(tsdb.migrate, fresh_database_url)
-    with tsdb.connect(fresh_database_url) as conn:
-        assert registry.publish(conn, "test", model_bytes(0), {"rmse_at": {"30": 1.0}}) == 1
+    await tsdb.migrate(fresh_database_url)
+    async with await tsdb.connect(fresh_database_url) as conn:
+        assert await registry.publish_async(conn, "test", model_bytes(0), {"rmse_at": {"30": 1.0}}) == 1
         with pytest.raises(ModelError):
-            registry.publish(conn, "test", b"corrupt")  # refused before it reaches the registry
-        assert registry.latest(conn).version == 1
+            await registry.publish_async(conn, "test", b"corrupt")  # refused before it reaches the registry
+        assert (await registry.latest_async(conn)).version == 1
     rng = np.random.default_rng(0)
     async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster) as svc:
         assert svc.stats().model == "test@1"
@@ -117,8 +117,8 @@ async def test_a_registry_model_is_served_named_and_hot_reloaded(nats_proc, fres
         assert all(np.isfinite(g.values).all() and all(b >= a for a, b in zip(*g.values, strict=True))
                    for g in served.gpus)  # p90 >= p50 at every step
         # a new version: served at the next poll, its rows cold (persistence) until warm again
-        with tsdb.connect(fresh_database_url) as conn:
-            registry.publish(conn, "test", model_bytes(1))
+        async with await tsdb.connect(fresh_database_url) as conn:
+            await registry.publish_async(conn, "test", model_bytes(1))
         await eventually(lambda: svc.stats().model == "test@2", what="hot reload of version 2")
         seen = len(rec.gpu)
         for minute in range(14, 30):
@@ -129,7 +129,7 @@ async def test_a_registry_model_is_served_named_and_hot_reloaded(nats_proc, fres
 
 async def test_an_unusable_registry_model_falls_back_with_the_reason(nats_proc, fresh_database_url: str,
                                                                     cluster: str) -> None:
-    await __import__("asyncio").to_thread(tsdb.migrate, fresh_database_url)
+    await tsdb.migrate(fresh_database_url)
     with psycopg.connect(fresh_database_url) as conn:  # written around registry.publish, as a broken tool might
         conn.execute("INSERT INTO forecast_models (name, step_s, sha256, onnx) VALUES ('bad', 60, 'x', %s)",
                      (b"\x00not onnx",))
@@ -169,9 +169,9 @@ async def test_demand_per_queue_from_pod_events(nats_proc, fresh_database_url: s
 
 
 async def test_the_demand_model_serves_demand_only(nats_proc, fresh_database_url: str, cluster: str) -> None:
-    await __import__("asyncio").to_thread(tsdb.migrate, fresh_database_url)
-    with tsdb.connect(fresh_database_url) as conn:
-        registry.publish(conn, "demand", model_bytes(2))
+    await tsdb.migrate(fresh_database_url)
+    async with await tsdb.connect(fresh_database_url) as conn:
+        await registry.publish_async(conn, "demand", model_bytes(2))
     async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster) as svc:
         stats = svc.stats()
         assert stats.demand_model == "demand@1" and stats.model == ""  # not taken for utilisation

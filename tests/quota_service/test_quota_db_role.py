@@ -3,12 +3,16 @@ the reader role reads both."""
 
 from __future__ import annotations
 
+import asyncio
+
+import psycopg
+
 from gpuaware import tsdb
 
 
 def test_quota_role_privileges(fresh_database_url: str) -> None:
-    tsdb.migrate(fresh_database_url)
-    with tsdb.connect(fresh_database_url) as conn:
+    asyncio.run(tsdb.migrate(fresh_database_url))
+    with psycopg.connect(fresh_database_url) as conn:
         assert conn.execute("SELECT rolcanlogin FROM pg_roles WHERE rolname = 'gpuaware_quota'").fetchone() == (False,)
 
         def can(role: str, table: str, what: str) -> bool:

@@ -26,9 +26,12 @@ queues:
 """
 
 
-def _rows(url: str, cluster: str) -> int:
-    with tsdb.connect(url) as conn:
-        return conn.execute("SELECT count(*) FROM quota_intervals WHERE cluster = %s", (cluster,)).fetchone()[0]
+async def _rows(url: str, cluster: str) -> int:
+    async with await tsdb.connect(url) as conn:
+        cur = await conn.execute("SELECT count(*) FROM quota_intervals WHERE cluster = %s", (cluster,))
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 async def test_accounting_survives_a_restart_without_double_counting(
@@ -45,7 +48,7 @@ async def test_accounting_survives_a_restart_without_double_counting(
         await eventually(lambda: q.view.counts["bound"] == 2 and q.view.counts["finished"] == 1, what="events")
         await q.writer.flush()
         assert q.view.ledger.used("team-b")[1] == 500 and q.view.ledger.used("team-a")[1] == 0
-    assert _rows(url, cluster) == 2
+    assert await _rows(url, cluster) == 2
     async with quota(nats_proc.url, url, cluster, tree=str(tree)) as q:
         # the replay rebuilt the ledger: p2 runs, p1 does not
         await eventually(lambda: q.view.counts["bound"] == 2, what="the replay")
@@ -62,8 +65,8 @@ async def test_accounting_survives_a_restart_without_double_counting(
         await q.writer.flush()
         # a pod asked about after the restart is judged against the rebuilt ledger
         assert (await w.admit(pending(cluster, "p9", "a1"), node="n1")).admitted
-    assert _rows(url, cluster) == 3
-    got = charge(load_intervals(url, cluster, T0, T0 + 7200), T0, T0 + 7200, by="queue")
+    assert await _rows(url, cluster) == 3
+    got = charge(await load_intervals(url, cluster, T0, T0 + 7200), T0, T0 + 7200, by="queue")
     assert got == [
         {"queue": "a1", "pods": 1, "gpu_seconds": 7200.0, "gpu_memory_gib_seconds": 57600.0},
         {"queue": "b1", "pods": 1, "gpu_seconds": 1500.0, "gpu_memory_gib_seconds": 1800 * 4 + 600 * 8.0},

@@ -26,9 +26,9 @@ def delivered(msgs: Sequence[Any]) -> list[bus.Delivery]:
 
 @pytest.fixture
 async def handlers(fresh_database_url: str) -> AsyncIterator[CollectorHandlers]:
-    tsdb.migrate(fresh_database_url)
+    await tsdb.migrate(fresh_database_url)
     settings = collector_settings("nats://unused:4222", fresh_database_url, inventory_attempts=3)
-    pool = await tsdb.open_async_pool(fresh_database_url, application_name="test", max_size=4)
+    pool = await tsdb.open_pool(fresh_database_url, application_name="test", max_size=4)
     h = CollectorHandlers(settings, pool, None, "test", clock=lambda: T0 + 60)
     try:
         yield h

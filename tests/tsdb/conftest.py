@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
-import psycopg
 import pytest
 
-from gpuaware.tsdb import migrate
+from gpuaware.tsdb import Connection, connect, migrate
 
 
 @pytest.fixture
-def migrated_url(fresh_database_url: str) -> str:
-    migrate(fresh_database_url)
+async def migrated_url(fresh_database_url: str) -> str:
+    await migrate(fresh_database_url)
     return fresh_database_url
 
 
 @pytest.fixture
-def conn(migrated_url: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(migrated_url, autocommit=True) as connection:
+async def conn(migrated_url: str) -> AsyncIterator[Connection]:
+    async with await connect(migrated_url, autocommit=True) as connection:
         yield connection
-

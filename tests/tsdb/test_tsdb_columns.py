@@ -8,19 +8,20 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import psycopg
 import pytest
-from tsdb_helpers import at
+from tsdb_helpers import at, fetch_all, fetch_one
 
 from gpuaware.tsdb import (
     SAMPLE_COLUMNS,
+    Connection,
     PodUsage,
     Sample,
     SampleColumns,
+    connect,
     copy_binary,
     encode_sample_columns,
-    window_rollups_async,
-    write_pod_usage_async,
+    window_rollups,
+    write_pod_usage,
     write_sample_columns,
-    write_sample_columns_async,
     write_samples,
 )
 
@@ -58,15 +59,15 @@ def _as_samples(cols: SampleColumns) -> list[Sample]:
 
 
 @pytest.mark.parametrize("nulls", [False, True], ids=["uniform-layout", "scattered-layout"])
-def test_binary_payload_stores_what_the_row_writer_stores(migrated_url: str, nulls: bool) -> None:
+async def test_binary_payload_stores_what_the_row_writer_stores(migrated_url: str, nulls: bool) -> None:
     cols = _columns(40, nulls=nulls)
-    with psycopg.connect(migrated_url) as conn:
-        assert write_sample_columns(conn, cols) == 40
-        columnar = conn.execute(SELECT).fetchall()
-        conn.execute("TRUNCATE gpu_samples")
-        conn.commit()
-        assert write_samples(conn, _as_samples(cols)) == 40
-        assert conn.execute(SELECT).fetchall() == columnar
+    async with await connect(migrated_url) as conn:
+        assert await write_sample_columns(conn, cols) == 40
+        columnar = await fetch_all(conn, SELECT)
+        await conn.execute("TRUNCATE gpu_samples")
+        await conn.commit()
+        assert await write_samples(conn, _as_samples(cols)) == 40
+        assert await fetch_all(conn, SELECT) == columnar
 
 
 def test_empty_and_malformed_batches() -> None:
@@ -83,21 +84,22 @@ def test_empty_and_malformed_batches() -> None:
 async def test_columnar_writer_is_idempotent_and_counts_only_new_rows(migrated_url: str) -> None:
     first = _columns(400, nulls=True)
     later = _columns(400, nulls=True, start=T + 50)  # overlaps the last 50 timestamps of `first`
-    async with await psycopg.AsyncConnection.connect(migrated_url, autocommit=True) as conn:
-        assert await write_sample_columns_async(conn, first) == 400
-        assert await write_sample_columns_async(conn, first) == 0        # a redelivery: nothing new
-        assert await write_sample_columns_async(conn, later) == 200      # 50 s x 4 GPUs overlap
+    async with await connect(migrated_url, autocommit=True) as conn:
+        assert await write_sample_columns(conn, first) == 400
+        assert await write_sample_columns(conn, first) == 0        # a redelivery: nothing new
+        assert await write_sample_columns(conn, later) == 200      # 50 s x 4 GPUs overlap
         cur = await conn.execute("SELECT count(*), count(DISTINCT (gpu_uuid, ts)) FROM gpu_samples")
         assert await cur.fetchone() == (600, 600)
 
 
-def test_raw_copy_of_a_payload(conn: psycopg.Connection) -> None:
+async def test_raw_copy_of_a_payload(conn: Connection) -> None:
     payload = encode_sample_columns(_columns(100, nulls=False))
-    with conn.transaction():
-        copy_binary(conn, "gpu_samples", SAMPLE_COLUMNS, payload)
-    assert conn.execute("SELECT count(*) FROM gpu_samples").fetchone() == (100,)
-    with pytest.raises(psycopg.errors.UniqueViolation), conn.transaction():
-        copy_binary(conn, "gpu_samples", SAMPLE_COLUMNS, payload)
+    async with conn.transaction():
+        await copy_binary(conn, "gpu_samples", SAMPLE_COLUMNS, payload)
+    assert await fetch_one(conn, "SELECT count(*) FROM gpu_samples") == (100,)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        async with conn.transaction():
+            await copy_binary(conn, "gpu_samples", SAMPLE_COLUMNS, payload)
 
 
 async def test_pod_usage_rows_and_tenant_views(migrated_url: str) -> None:
@@ -109,9 +111,9 @@ async def test_pod_usage_rows_and_tenant_views(migrated_url: str) -> None:
     t0 = at("2025-03-01 10:00:00")
     rows = [row("a", "t1", "GPU-0", t0, 9.0), row("a", "t1", "GPU-0", t0 + timedelta(minutes=1), 6.0),
             row("b", "t2", "GPU-0", t0, 21.0), row("c", "t1", "GPU-1", t0 + timedelta(hours=1), 3.0)]
-    async with await psycopg.AsyncConnection.connect(migrated_url, autocommit=True) as conn:
-        assert await write_pod_usage_async(conn, rows) == 4
-        await write_pod_usage_async(conn, rows[:2])  # redelivered: ignored
+    async with await connect(migrated_url, autocommit=True) as conn:
+        assert await write_pod_usage(conn, rows) == 4
+        await write_pod_usage(conn, rows[:2])  # redelivered: ignored
         cur = await conn.execute("SELECT bucket, tenant, pods, gpus, gpu_seconds_allocated, gpu_seconds_used "
                                  "FROM tenant_usage_1h ORDER BY bucket, tenant")
         # hour 10: t1 = a's two windows (9 + 6), t2 = b (21); hour 11: t1 = c (3)
@@ -127,8 +129,8 @@ async def test_window_statistics_are_time_weighted(migrated_url: str) -> None:
     def s(offset: float, util: float, **more) -> Sample:
         return Sample(ts=t0 + timedelta(seconds=offset), node="n", gpu_uuid="GPU-0", util_pct=util, **more)
 
-    with psycopg.connect(migrated_url) as conn:
-        write_samples(conn, [
+    async with await connect(migrated_url) as conn:
+        await write_samples(conn, [
             # carried in: 40 % from -10 s holds until the first reading inside the window
             s(-10, 40.0, ecc_aggregate=2, throttle_reasons=0),
             s(20, 80.0, ecc_aggregate=3, throttle_reasons=0x4, anomaly_flags=0x2),
@@ -136,8 +138,8 @@ async def test_window_statistics_are_time_weighted(migrated_url: str) -> None:
             s(70, 10.0),  # next window
             Sample(ts=t0 + timedelta(seconds=5), node="m", gpu_uuid="GPU-9", util_pct=None),  # no util at all
         ])
-    async with await psycopg.AsyncConnection.connect(migrated_url, autocommit=True) as conn:
-        rows = await window_rollups_async(conn, t0, t0 + timedelta(minutes=1))
+    async with await connect(migrated_url, autocommit=True) as conn:
+        rows = await window_rollups(conn, t0, t0 + timedelta(minutes=1))
     by_gpu = {r.gpu_uuid: r for r in rows}
     r = by_gpu["GPU-0"]
     # 40 % for 20 s, 80 % for 30 s, 0 % for 10 s: (800 + 2400 + 0) / 60 = 53.33 (a plain average would be 60)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from gpuaware.tsdb import Sample
+from gpuaware.tsdb import Connection, Sample
 
 
 def at(text: str) -> datetime:
@@ -12,5 +13,17 @@ def at(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
-def sample(ts: datetime | str, gpu: str = "GPU-a", node: str = "node-1", **metrics) -> Sample:
+def sample(ts: datetime | str, gpu: str = "GPU-a", node: str = "node-1", **metrics: Any) -> Sample:
     return Sample(ts=at(ts) if isinstance(ts, str) else ts, node=node, gpu_uuid=gpu, **metrics)
+
+
+async def fetch_all(conn: Connection, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """Every row `query` returns."""
+    cur = await conn.execute(query, params)
+    return await cur.fetchall()
+
+
+async def fetch_one(conn: Connection, query: str, params: Any = None) -> tuple[Any, ...] | None:
+    """The first row `query` returns, None when it returns none."""
+    cur = await conn.execute(query, params)
+    return await cur.fetchone()

@@ -22,6 +22,7 @@ _total``, read from each placement instance's metrics at the end of the run; `pl
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,16 @@ def ensure_demand_model(database_url: str, data_dir: Path, shared: Path, train_s
     from gpuaware.forecast import registry
     from gpuaware.forecast.runtime import ModelError
 
-    with tsdb.connect(database_url) as conn:
-        entry = registry.latest(conn, DEMAND_MODEL)
+    async def newest() -> registry.RegistryEntry | None:
+        async with await tsdb.connect(database_url) as conn:
+            return await registry.latest_async(conn, DEMAND_MODEL)
+
+    async def publish(blob: bytes, metrics: dict[str, Any]) -> tuple[int, registry.RegistryEntry | None]:
+        async with await tsdb.connect(database_url) as conn:
+            return (await registry.publish_async(conn, DEMAND_MODEL, blob, metrics),
+                    await registry.latest_async(conn, DEMAND_MODEL))
+
+    entry = asyncio.run(newest())
     if entry is not None:
         return {"status": "in the registry", "model": entry.label, "trained_on": entry.meta.get("series", [])}
     files = helios_files(shared)
@@ -79,10 +88,8 @@ def ensure_demand_model(database_url: str, data_dir: Path, shared: Path, train_s
         cache.write_bytes(blob)
         how = "trained"
     try:
-        with tsdb.connect(database_url) as conn:
-            version = registry.publish(conn, DEMAND_MODEL, cache.read_bytes(),
-                                       {"trained_s": train_s, "source": "helios", "how": how})
-            entry = registry.latest(conn, DEMAND_MODEL)
+        version, entry = asyncio.run(publish(cache.read_bytes(), {"trained_s": train_s, "source": "helios",
+                                                                  "how": how}))
     except ModelError as exc:
         cache.unlink(missing_ok=True)
         return {"status": "none", "reason": f"the cached model is unusable ({exc}): persistence is served"}

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import typer
 from rich.console import Console
 
 from gpuaware import tsdb
 from gpuaware.forecast import registry
+
+
+async def _latest(dsn: str) -> registry.RegistryEntry | None:
+    async with await tsdb.connect(dsn) as conn:
+        return await registry.latest_async(conn)
 
 
 def latest_model_bytes(dsn: str) -> tuple[bytes, str]:
@@ -15,8 +22,7 @@ def latest_model_bytes(dsn: str) -> tuple[bytes, str]:
         console.print("[red]--model latest needs DATABASE_URL[/red] (the registry lives in PostgreSQL)")
         raise typer.Exit(2)
     try:
-        with tsdb.connect(dsn) as conn:
-            entry = registry.latest(conn)
+        entry = asyncio.run(_latest(dsn))
     except Exception as exc:  # the driver's errors, surfaced with their message
         console.print(f"[red]cannot read the model registry:[/red] {type(exc).__name__}: {exc}")
         raise typer.Exit(3) from None

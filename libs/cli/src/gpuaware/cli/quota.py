@@ -10,6 +10,7 @@ Times are ISO 8601 (`2026-11-23T08:00`, UTC unless an offset is given) or relati
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -65,10 +66,11 @@ def _database_url(given: str) -> str:
     return state.database_url
 
 
-def load_intervals(database_url: str, cluster: str, since: float, until: float) -> list[Interval]:
-    with tsdb.connect(database_url, application_name="gpuaware-quota-report") as conn:
-        rows = conn.execute(SELECT, (cluster, datetime.fromtimestamp(until, UTC),
-                                     datetime.fromtimestamp(since, UTC))).fetchall()
+async def load_intervals(database_url: str, cluster: str, since: float, until: float) -> list[Interval]:
+    async with await tsdb.connect(database_url, application_name="gpuaware-quota-report") as conn:
+        cur = await conn.execute(SELECT, (cluster, datetime.fromtimestamp(until, UTC),
+                                          datetime.fromtimestamp(since, UTC)))
+        rows = await cur.fetchall()
     return [Interval(r[0], r[1], r[2], int(r[3]), int(r[4]), float(r[5]), None if r[6] is None else float(r[6]), r[7])
             for r in rows]
 
@@ -91,7 +93,7 @@ def report(
     end = now if until.strip() == "now" else parse_when(until, now)
     if end <= start:
         raise typer.BadParameter(f"--until ({until}) must be after --since ({since})")
-    rows = charge(load_intervals(_database_url(database_url), cluster, start, end), start, end, by=by)
+    rows = charge(asyncio.run(load_intervals(_database_url(database_url), cluster, start, end)), start, end, by=by)
     fmt = "%Y-%m-%d %H:%M:%S"
     table = Table(title=f"GPU chargeback by {by}, {datetime.fromtimestamp(start, UTC).strftime(fmt)} .. "
                         f"{datetime.fromtimestamp(end, UTC).strftime(fmt)} UTC ({timedelta(seconds=round(end - start))})")

@@ -56,7 +56,7 @@ async def run_roundtrip(nats_url: str, database_url: str, *, nodes: int = 8, gpu
     total = nodes * ticks
     sent_at: dict[str, float] = {}
     done = asyncio.Event()
-    pool = await tsdb.open_async_pool(database_url, application_name="gpuaware-demo", max_size=4)
+    pool = await tsdb.open_pool(database_url, application_name="gpuaware-demo", max_size=4)
     try:
         async with bus.connected(nats_url, name="gpuaware-demo", **(nats_options or {})) as nc:
             js = nc.jetstream()
@@ -69,10 +69,10 @@ async def run_roundtrip(nats_url: str, database_url: str, *, nodes: int = 8, gpu
                 msg_id = delivery.msg_id or CHANNEL.id_of(batch)
                 async with pool.connection() as conn, conn.transaction():
                     # the id and the samples commit together: a redelivery finds the id and stores nothing
-                    fresh = await tsdb.store_roundtrip_async(conn, msg_id, delivery.subject,
+                    fresh = await tsdb.store_roundtrip(conn, msg_id, delivery.subject,
                                                              {"node": batch.node, "seq": batch.seq})
                     # the collector's own road: GpuSampled -> columns -> one binary COPY
-                    stored = (await tsdb.write_sample_columns_async(conn, tsdb.SampleColumns(*to_columns([batch])))
+                    stored = (await tsdb.write_sample_columns(conn, tsdb.SampleColumns(*to_columns([batch])))
                               if fresh else 0)
                 if fresh:
                     result.stored_samples += stored

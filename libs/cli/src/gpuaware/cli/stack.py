@@ -51,7 +51,7 @@ def up(
         with console.status("starting the embedded stack"):
             started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth, tls=tls,
                                nats_nodes=nats_cluster)
-            applied = migrate(started.state.database_url)
+            applied = asyncio.run(migrate(started.state.database_url))
             if started.state.nats_auth:
                 user, password = stack_credentials(data_dir)[ADMIN]
                 asyncio.run(provision_streams(started.state.nats_url, user=user, password=password,

@@ -1,9 +1,9 @@
 """The model registry's SQL (migration 0012): publish a version, read the newest, store forecasts.
 
-Only gpuaware.tsdb imports psycopg, so these functions take a connection the caller opened through
-``gpuaware.tsdb`` (a psycopg Connection or AsyncConnection: the ``_async`` variants await) and never
-import the driver. The ONNX bytes are validated (``runtime.StreamingModel.load``) before a version is
-published, so the registry never holds a model the service would refuse.
+Only gpuaware.tsdb imports psycopg, so these coroutines take a connection the caller opened through
+``gpuaware.tsdb`` (``tsdb.connect`` or a pool) and never import the driver. The ONNX bytes are
+validated (``runtime.StreamingModel.load``) before a version is published, so the registry never
+holds a model the service would refuse.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["RegistryEntry", "accuracy_async", "latest", "latest_async", "latest_version_async", "publish",
+__all__ = ["RegistryEntry", "accuracy_async", "latest_async", "latest_version_async", "publish_async",
            "store_points_async"]
 
 _COLUMNS = "version, name, created_at, step_s, data_window, metrics, meta, sha256, onnx"
@@ -52,24 +52,21 @@ def _entry(row: tuple | None) -> RegistryEntry | None:
     return RegistryEntry(*v)
 
 
-def publish(conn: Any, name: str, onnx: bytes, metrics: dict | None = None) -> int:
-    """Validate ``onnx`` and store it as the next version of ``name``; returns the version."""
+async def publish_async(conn: Any, name: str, onnx: bytes, metrics: dict | None = None) -> int:
+    """Validate ``onnx`` and store it as the next version of ``name`` (committed); returns the version."""
     from gpuaware.forecast.runtime import StreamingModel
 
     model = StreamingModel.load(onnx)  # ModelError: nothing is stored
-    row = conn.execute(_PUBLISH, (name, model.features.step_s, json.dumps(model.meta.get("data_window", {})),
-                                  json.dumps(metrics or {}), json.dumps(model.meta),
-                                  hashlib.sha256(onnx).hexdigest(), onnx)).fetchone()
-    conn.commit()
+    async with conn.transaction():
+        cur = await conn.execute(_PUBLISH, (name, model.features.step_s,
+                                            json.dumps(model.meta.get("data_window", {})), json.dumps(metrics or {}),
+                                            json.dumps(model.meta), hashlib.sha256(onnx).hexdigest(), onnx))
+        row = await cur.fetchone()
     return int(row[0])
 
 
-def latest(conn: Any, name: str | None = None, *, exclude: str | None = None) -> RegistryEntry | None:
-    """The newest version of ``name`` (of any name but ``exclude`` when ``name`` is None)."""
-    return _entry(conn.execute(_LATEST, {"name": name, "exclude": exclude}).fetchone())
-
-
 async def latest_async(conn: Any, name: str | None = None, *, exclude: str | None = None) -> RegistryEntry | None:
+    """The newest version of ``name`` (of any name but ``exclude`` when ``name`` is None)."""
     cur = await conn.execute(_LATEST, {"name": name, "exclude": exclude})
     return _entry(await cur.fetchone())
 

@@ -1,9 +1,11 @@
 """gpuaware.tsdb: metric history in PostgreSQL, with TimescaleDB where the extension exists.
 
-The only package allowed to import psycopg. It owns the schema (versioned SQL migrations shipped in
-`migrations/`), connection pools, idempotent COPY writers, readers, rollups and retention. Whether
-the database has TimescaleDB is decided once, at migration time; afterwards every call and every
-table/view name (`gpu_samples`, `gpu_metrics_1m`, `gpu_metrics_1h`, ...) is the same either way:
+The only package allowed to import psycopg; import what you need from here, not from its modules.
+It owns the schema (versioned SQL migrations shipped in `migrations/`), connection pools, idempotent
+COPY writers, readers, rollups and retention. Every call that touches the database is a coroutine
+taking an asyncio connection (`Connection`). Whether the database has TimescaleDB is decided once,
+at migration time; afterwards every call and every table/view name (`gpu_samples`, `gpu_metrics_1m`,
+`gpu_metrics_1h`, ...) is the same either way:
 
 * TimescaleDB: hypertable with compression and retention policies, continuous aggregates.
 * native PostgreSQL: daily range partitions (made ahead by `maintain_partitions`, which also applies
@@ -11,16 +13,24 @@ table/view name (`gpu_samples`, `gpu_metrics_1m`, `gpu_metrics_1h`, ...) is the 
 
 Typical service use::
 
-    migrate(dsn)                                   # at start-up; safe when several services race
-    pool = open_pool(dsn, application_name="gpuaware-collector")
-    with pool.connection() as conn:
-        write_samples(conn, samples)               # redelivered samples insert nothing
-    write_sample_columns(conn, SampleColumns(...))   # the same, columnar: one numpy-built binary COPY
+    pool = await open_service_pool(dsn, service="gpuaware-collector", env="COLLECTOR_DATABASE_URL",
+                                   max_size=4, timeout=10.0)   # migrates first; safe when services race
+    async with pool.connection() as conn:
+        await write_sample_columns(conn, SampleColumns(...))   # redelivered samples insert nothing
+
+A script: `asyncio.run(migrate(dsn))`, then `async with await connect(dsn) as conn: ...`.
 """
 
 from gpuaware.tsdb.binary import SampleColumns, encode_copy_binary, encode_sample_columns, timestamp_micros
 from gpuaware.tsdb.capabilities import Backend, choose_backend, installed_backend, timescaledb_available
 from gpuaware.tsdb.errors import ChecksumMismatchError, MigrationError, TsdbError, is_transient
+from gpuaware.tsdb.events import (
+    PLACEMENT_EVENT_COLUMNS,
+    PlacementEvent,
+    count_placement_events,
+    pod_history,
+    write_placement_events,
+)
 from gpuaware.tsdb.health import (
     HEALTH_RETENTION,
     HealthAlertRow,
@@ -28,30 +38,15 @@ from gpuaware.tsdb.health import (
     HealthOverrideRow,
     HealthScoreRow,
     HealthTrackRow,
-    expire_health_async,
-    health_alerts_async,
-    health_overrides_async,
-    health_scores_async,
-    load_health_state_async,
-    save_health_checkpoint_async,
+    expire_health,
+    health_alerts,
+    health_overrides,
+    health_scores,
+    load_health_state,
+    save_health_checkpoint,
 )
-from gpuaware.tsdb.inventory import (
-    fetch_roundtrip,
-    fetch_roundtrip_async,
-    list_inventory,
-    list_inventory_async,
-    store_roundtrip,
-    store_roundtrip_async,
-    upsert_inventory,
-    upsert_inventory_async,
-)
-from gpuaware.tsdb.migrator import (
-    Migration,
-    applied_migrations,
-    load_migrations,
-    migrate,
-    pending_migrations,
-)
+from gpuaware.tsdb.inventory import fetch_roundtrip, list_inventory, store_roundtrip, upsert_inventory
+from gpuaware.tsdb.migrator import Migration, applied_migrations, load_migrations, migrate, pending_migrations
 from gpuaware.tsdb.partitions import (
     RAW_RETENTION,
     Partition,
@@ -59,24 +54,15 @@ from gpuaware.tsdb.partitions import (
     ensure_partitions,
     list_partitions,
     maintain_partitions,
-    maintain_partitions_async,
 )
-from gpuaware.tsdb.pool import connect, conninfo, open_async_pool, open_pool, open_service_pool
-from gpuaware.tsdb.readers import (
-    latest_samples,
-    latest_samples_async,
-    rollup_range,
-    rollup_range_async,
-    utilisation_range_async,
-)
+from gpuaware.tsdb.pool import Connection, ConnectionPool, connect, conninfo, open_pool
+from gpuaware.tsdb.readers import latest_samples, rollup_range, utilisation_range
 from gpuaware.tsdb.rollups import (
     ROLLUP_1H_RETENTION,
     ROLLUP_1M_RETENTION,
     ROLLUP_VIEWS,
     expire_rollups,
-    expire_rollups_async,
     refresh_rollups,
-    refresh_rollups_async,
     refresh_statements,
 )
 from gpuaware.tsdb.rows import (
@@ -90,25 +76,13 @@ from gpuaware.tsdb.rows import (
     Sample,
     WindowRollup,
 )
-from gpuaware.tsdb.usage import (
-    POD_USAGE_RETENTION,
-    expire_pod_usage_async,
-    window_rollups_async,
-    write_pod_usage_async,
-)
-from gpuaware.tsdb.writer import (
-    copy_binary,
-    copy_binary_async,
-    copy_rows,
-    copy_rows_async,
-    write_sample_columns,
-    write_sample_columns_async,
-    write_samples,
-    write_samples_async,
-)
+from gpuaware.tsdb.startup import open_service_pool
+from gpuaware.tsdb.usage import POD_USAGE_RETENTION, expire_pod_usage, window_rollups, write_pod_usage
+from gpuaware.tsdb.writer import copy_binary, copy_rows, write_sample_columns, write_samples
 
 __all__ = [
     "HEALTH_RETENTION",
+    "PLACEMENT_EVENT_COLUMNS",
     "POD_USAGE_COLUMNS",
     "POD_USAGE_RETENTION",
     "RAW_RETENTION",
@@ -120,6 +94,8 @@ __all__ = [
     "SAMPLE_PG_TYPES",
     "Backend",
     "ChecksumMismatchError",
+    "Connection",
+    "ConnectionPool",
     "HealthAlertRow",
     "HealthCheckpoint",
     "HealthOverrideRow",
@@ -130,6 +106,7 @@ __all__ = [
     "MigrationError",
     "Partition",
     "PartitionReport",
+    "PlacementEvent",
     "PodUsage",
     "Rollup",
     "Sample",
@@ -141,54 +118,43 @@ __all__ = [
     "connect",
     "conninfo",
     "copy_binary",
-    "copy_binary_async",
     "copy_rows",
-    "copy_rows_async",
+    "count_placement_events",
     "encode_copy_binary",
     "encode_sample_columns",
     "ensure_partitions",
-    "expire_health_async",
-    "expire_pod_usage_async",
+    "expire_health",
+    "expire_pod_usage",
     "expire_rollups",
-    "expire_rollups_async",
     "fetch_roundtrip",
-    "fetch_roundtrip_async",
-    "health_alerts_async",
-    "health_overrides_async",
-    "health_scores_async",
+    "health_alerts",
+    "health_overrides",
+    "health_scores",
     "installed_backend",
     "is_transient",
     "latest_samples",
-    "latest_samples_async",
     "list_inventory",
-    "list_inventory_async",
     "list_partitions",
-    "load_health_state_async",
+    "load_health_state",
     "load_migrations",
     "maintain_partitions",
-    "maintain_partitions_async",
     "migrate",
-    "open_async_pool",
     "open_pool",
     "open_service_pool",
     "pending_migrations",
+    "pod_history",
     "refresh_rollups",
-    "refresh_rollups_async",
     "refresh_statements",
     "rollup_range",
-    "rollup_range_async",
-    "save_health_checkpoint_async",
+    "save_health_checkpoint",
     "store_roundtrip",
-    "store_roundtrip_async",
     "timescaledb_available",
     "timestamp_micros",
     "upsert_inventory",
-    "upsert_inventory_async",
-    "utilisation_range_async",
-    "window_rollups_async",
-    "write_pod_usage_async",
+    "utilisation_range",
+    "window_rollups",
+    "write_placement_events",
+    "write_pod_usage",
     "write_sample_columns",
-    "write_sample_columns_async",
     "write_samples",
-    "write_samples_async",
 ]

@@ -10,40 +10,45 @@ from __future__ import annotations
 
 from typing import Literal, cast
 
-import psycopg
+from gpuaware.tsdb.pool import Connection
 
 Backend = Literal["timescale", "native"]
 Requested = Literal["auto", "timescale", "native"]
 BACKENDS: tuple[Backend, ...] = ("timescale", "native")
 
 
-def timescaledb_available(conn: psycopg.Connection) -> bool:
+async def timescaledb_available(conn: Connection) -> bool:
     """True when TimescaleDB is installed in this database, or can be: it is listed in
     pg_available_extensions AND preloaded (CREATE EXTENSION fails without shared_preload_libraries)."""
-    row = conn.execute(
+    cur = await conn.execute(
         """
         SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'timescaledb'),
                EXISTS (SELECT FROM pg_catalog.pg_available_extensions WHERE name = 'timescaledb'),
                current_setting('shared_preload_libraries')
         """
-    ).fetchone()
+    )
+    row = await cur.fetchone()
     assert row is not None
     installed, listed, preload = row
     preloaded = "timescaledb" in [p.strip().strip('"') for p in (preload or "").split(",")]
     return bool(installed or (listed and preloaded))
 
 
-def installed_backend(conn: psycopg.Connection) -> Backend | None:
+async def installed_backend(conn: Connection) -> Backend | None:
     """The backend recorded by the migrations, or None before any backend-specific one ran."""
-    row = conn.execute(
-        "SELECT to_regclass('schema_migrations') IS NOT NULL"
-    ).fetchone()
-    if not row or not row[0]:
+    if not await migrations_table_exists(conn):
         return None
-    found = conn.execute(
-        "SELECT variant FROM schema_migrations WHERE variant <> 'common' ORDER BY version LIMIT 1"
-    ).fetchone()
+    cur = await conn.execute(
+        "SELECT variant FROM schema_migrations WHERE variant <> 'common' ORDER BY version LIMIT 1")
+    found = await cur.fetchone()
     return cast(Backend, found[0]) if found else None
+
+
+async def migrations_table_exists(conn: Connection) -> bool:
+    """False for a database that was never migrated."""
+    cur = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL")
+    row = await cur.fetchone()
+    return bool(row and row[0])
 
 
 def choose_backend(requested: Requested, *, available: bool, recorded: Backend | None) -> Backend:

@@ -13,15 +13,16 @@ from dataclasses import astuple, dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
+
+from gpuaware.tsdb.pool import Connection
 
 __all__ = [
     "PLACEMENT_EVENT_COLUMNS",
     "PlacementEvent",
-    "count_placement_events_async",
-    "pod_history_async",
-    "write_placement_events_async",
+    "count_placement_events",
+    "pod_history",
+    "write_placement_events",
 ]
 
 
@@ -60,7 +61,7 @@ def _params(rows: Iterable[PlacementEvent]) -> list[tuple[Any, ...]]:
     return out
 
 
-async def write_placement_events_async(conn: psycopg.AsyncConnection, rows: Sequence[PlacementEvent]) -> int:
+async def write_placement_events(conn: Connection, rows: Sequence[PlacementEvent]) -> int:
     """Insert the rows not stored yet (one transaction); returns how many were new."""
     params = _params(rows)
     if not params:
@@ -73,14 +74,14 @@ async def write_placement_events_async(conn: psycopg.AsyncConnection, rows: Sequ
     return new
 
 
-async def count_placement_events_async(conn: psycopg.AsyncConnection, cluster: str) -> dict[str, int]:
+async def count_placement_events(conn: Connection, cluster: str) -> dict[str, int]:
     """Rows per subject for one cluster (one demo run)."""
     cur = await conn.execute(_COUNT, (cluster,))
     return {subject: int(n) for subject, n in await cur.fetchall()}
 
 
-async def pod_history_async(conn: psycopg.AsyncConnection, cluster: str,
-                            pod_uid: str) -> list[tuple[str, datetime, str | None, str | None, int, str]]:
+async def pod_history(conn: Connection, cluster: str,
+                      pod_uid: str) -> list[tuple[str, datetime, str | None, str | None, int, str]]:
     """(subject, event_at, decision_id, node, gpu_milli, detail) of one pod, oldest first."""
     cur = await conn.execute(_HISTORY, (cluster, pod_uid))
     return list(await cur.fetchall())

@@ -5,7 +5,7 @@ The service hands over JSON it encoded itself (a ``GpuTrack``, an ``ActiveAlert`
 this module never needs to know ``gpuaware.health``'s types, and the database keeps them as jsonb
 for operators to query.
 
-``save_health_checkpoint_async`` writes one checkpoint in one transaction: the GPUs whose state
+``save_health_checkpoint`` writes one checkpoint in one transaction: the GPUs whose state
 changed since the last one (upserted), the scores published (first writer wins on (cluster, gpu,
 ts), except that a row carrying a state change replaces one that does not), alerts raised (inserted
 open) and resolved (closed), and overrides (the audit). All or nothing: a restart reads back either
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-import psycopg
+from gpuaware.tsdb.functions import aware, call_count
+from gpuaware.tsdb.pool import Connection
 
 __all__ = [
     "HEALTH_RETENTION",
@@ -26,12 +28,12 @@ __all__ = [
     "HealthOverrideRow",
     "HealthScoreRow",
     "HealthTrackRow",
-    "expire_health_async",
-    "health_alerts_async",
-    "health_overrides_async",
-    "health_scores_async",
-    "load_health_state_async",
-    "save_health_checkpoint_async",
+    "expire_health",
+    "health_alerts",
+    "health_overrides",
+    "health_scores",
+    "load_health_state",
+    "save_health_checkpoint",
 ]
 
 HEALTH_RETENTION = timedelta(days=90)
@@ -157,7 +159,7 @@ _LOAD_OPEN = ("SELECT active::text FROM health_alerts WHERE cluster = %s AND res
 _EXPIRE = "SELECT gpuaware_expire_health(%s)"
 
 
-async def save_health_checkpoint_async(conn: psycopg.AsyncConnection, cp: HealthCheckpoint) -> None:
+async def save_health_checkpoint(conn: Connection, cp: HealthCheckpoint) -> None:
     """Write one checkpoint in one transaction (see the module docstring)."""
     if not cp:
         return
@@ -183,7 +185,7 @@ async def save_health_checkpoint_async(conn: psycopg.AsyncConnection, cp: Health
                  o.node) for o in cp.overrides])
 
 
-async def load_health_state_async(conn: psycopg.AsyncConnection, cluster: str) -> tuple[dict[str, str], list[str]]:
+async def load_health_state(conn: Connection, cluster: str) -> tuple[dict[str, str], list[str]]:
     """(gpu uuid -> its track as JSON, the open alerts' AlertBook records as JSON) of one cluster."""
     cur = await conn.execute(_LOAD_TRACKS, (cluster,))
     tracks = {uuid: text for uuid, text in await cur.fetchall()}
@@ -192,38 +194,25 @@ async def load_health_state_async(conn: psycopg.AsyncConnection, cluster: str) -
     return tracks, alerts
 
 
-async def expire_health_async(conn: psycopg.AsyncConnection, older_than: datetime) -> int:
+async def expire_health(conn: Connection, older_than: datetime) -> int:
     """Delete scores older than ``older_than`` and alerts resolved before it; returns rows (chunks) dropped."""
-    if older_than.tzinfo is None:
-        raise ValueError("older_than must be timezone-aware")
-    async with conn.transaction():
-        cur = await conn.execute(_EXPIRE, (older_than,))
-        row = await cur.fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+    return await call_count(conn, _EXPIRE, (aware(older_than, "older_than"),))
 
 
 # --- readers (operators, the demo's report, tests) ----------------------------------------------------
 
 
-async def health_scores_async(conn: psycopg.AsyncConnection, cluster: str, *, gpu_uuid: str | None = None,
-                              changes_only: bool = False) -> list[dict[str, object]]:
+async def health_scores(conn: Connection, cluster: str, *, gpu_uuid: str | None = None,
+                        changes_only: bool = False) -> list[dict[str, object]]:
     """Score history of a cluster (one GPU's with ``gpu_uuid``; state changes only with ``changes_only``),
     oldest first, as dicts with ``at`` in Unix seconds."""
-    sql = ("SELECT extract(epoch FROM ts)::float8, node, gpu_uuid, gpu_index, score, state, risk, changed, previous, "
-           "cause, components, reasons FROM health_scores WHERE cluster = %s")
-    params: list[object] = [cluster]
-    if gpu_uuid is not None:
-        sql += " AND gpu_uuid = %s"
-        params.append(gpu_uuid)
-    if changes_only:
-        sql += " AND changed"
-    cur = await conn.execute(sql + " ORDER BY ts, gpu_uuid", params)
     keys = ("at", "node", "gpu_uuid", "gpu_index", "score", "state", "risk", "changed", "previous", "cause",
             "components", "reasons")
-    return [dict(zip(keys, row, strict=True)) for row in await cur.fetchall()]
+    rows = await _history(conn, _SCORES + (" AND changed" if changes_only else ""), "ts", cluster, gpu_uuid)
+    return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
-async def health_alerts_async(conn: psycopg.AsyncConnection, cluster: str) -> list[dict[str, object]]:
+async def health_alerts(conn: Connection, cluster: str) -> list[dict[str, object]]:
     """Every alert of a cluster, oldest first (``resolved_at`` None while open), times in Unix seconds."""
     cur = await conn.execute(
         "SELECT fingerprint, rule, severity, gpu_uuid, node, summary, extract(epoch FROM started_at)::float8, "
@@ -233,14 +222,23 @@ async def health_alerts_async(conn: psycopg.AsyncConnection, cluster: str) -> li
     return [dict(zip(keys, row, strict=True)) for row in await cur.fetchall()]
 
 
-async def health_overrides_async(conn: psycopg.AsyncConnection, cluster: str,
-                                 gpu_uuid: str | None = None) -> list[HealthOverrideRow]:
+async def health_overrides(conn: Connection, cluster: str, gpu_uuid: str | None = None) -> list[HealthOverrideRow]:
     """The audit trail of cordons and uncordons, oldest first."""
-    sql = ("SELECT gpu_uuid, extract(epoch FROM at)::float8, action, reason, requested_by, previous, current, "
-           "cleared, node FROM health_overrides WHERE cluster = %s")
+    return [HealthOverrideRow(*row) for row in await _history(conn, _OVERRIDES, "at", cluster, gpu_uuid)]
+
+
+_SCORES = ("SELECT extract(epoch FROM ts)::float8, node, gpu_uuid, gpu_index, score, state, risk, changed, "
+           "previous, cause, components, reasons FROM health_scores WHERE cluster = %s")
+_OVERRIDES = ("SELECT gpu_uuid, extract(epoch FROM at)::float8, action, reason, requested_by, previous, current, "
+              "cleared, node FROM health_overrides WHERE cluster = %s")
+
+
+async def _history(conn: Connection, select: str, time_column: str, cluster: str,
+                   gpu_uuid: str | None) -> list[tuple[Any, ...]]:
+    """Rows of `select` (filtered on cluster) for one cluster, or one GPU of it, in time order."""
     params: list[object] = [cluster]
     if gpu_uuid is not None:
-        sql += " AND gpu_uuid = %s"
+        select += " AND gpu_uuid = %s"
         params.append(gpu_uuid)
-    cur = await conn.execute(sql + " ORDER BY at, gpu_uuid", params)
-    return [HealthOverrideRow(*row) for row in await cur.fetchall()]
+    cur = await conn.execute(f"{select} ORDER BY {time_column}, gpu_uuid", params)
+    return list(await cur.fetchall())

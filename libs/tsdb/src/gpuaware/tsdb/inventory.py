@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
+from gpuaware.tsdb.pool import Connection
 from gpuaware.tsdb.rows import INVENTORY_COLUMNS, InventoryGpu
 
 _INV_WRITE_COLS = INVENTORY_COLUMNS[:-1]  # updated_at is set by the database
@@ -39,18 +39,8 @@ def _upsert_params(gpus: Iterable[InventoryGpu]) -> list[list[Any]] | None:
     return [list(column) for column in zip(*last.values(), strict=True)]
 
 
-def upsert_inventory(conn: psycopg.Connection, gpus: Iterable[InventoryGpu]) -> int:
+async def upsert_inventory(conn: Connection, gpus: Iterable[InventoryGpu]) -> int:
     """Insert or replace each GPU's row; returns how many rows were written."""
-    params = _upsert_params(gpus)
-    if params is None:
-        return 0
-    with conn.transaction(), conn.cursor() as cur:
-        cur.execute(_UPSERT, params)
-        return cur.rowcount
-
-
-async def upsert_inventory_async(conn: psycopg.AsyncConnection, gpus: Iterable[InventoryGpu]) -> int:
-    """The asyncio twin of `upsert_inventory`."""
     params = _upsert_params(gpus)
     if params is None:
         return 0
@@ -59,8 +49,8 @@ async def upsert_inventory_async(conn: psycopg.AsyncConnection, gpus: Iterable[I
         return cur.rowcount
 
 
-async def list_inventory_async(conn: psycopg.AsyncConnection, *, node: str | None = None) -> list[InventoryGpu]:
-    """The asyncio twin of `list_inventory`."""
+async def list_inventory(conn: Connection, *, node: str | None = None) -> list[InventoryGpu]:
+    """Every GPU's row (or one node's), ordered by node and GPU index."""
     async with conn.cursor(row_factory=class_row(InventoryGpu)) as cur:
         if node is None:
             await cur.execute(_SELECT + " ORDER BY node, gpu_index")
@@ -69,38 +59,20 @@ async def list_inventory_async(conn: psycopg.AsyncConnection, *, node: str | Non
         return await cur.fetchall()
 
 
-def list_inventory(conn: psycopg.Connection, *, node: str | None = None) -> list[InventoryGpu]:
-    with conn.cursor(row_factory=class_row(InventoryGpu)) as cur:
-        if node is None:
-            return cur.execute(_SELECT + " ORDER BY node, gpu_index").fetchall()
-        return cur.execute(_SELECT + " WHERE node = %s ORDER BY gpu_index", (node,)).fetchall()
-
-
 _STORE = ("INSERT INTO bus_roundtrip (id, subject, payload) VALUES (%s, %s, %s) "
           "ON CONFLICT (id) DO NOTHING")
 _FETCH = "SELECT id, subject, payload, received_at FROM bus_roundtrip WHERE id = %s"
 
 
-def store_roundtrip(conn: psycopg.Connection, message_id: str, subject: str, payload: Any) -> bool:
+async def store_roundtrip(conn: Connection, message_id: str, subject: str, payload: Any) -> bool:
     """Store one received message; False when this id was already stored (a redelivery)."""
-    with conn.transaction():
-        cur = conn.execute(_STORE, (message_id, subject, Jsonb(payload)))
-    return cur.rowcount == 1
-
-
-async def store_roundtrip_async(conn: psycopg.AsyncConnection, message_id: str, subject: str,
-                                payload: Any) -> bool:
     async with conn.transaction():
         cur = await conn.execute(_STORE, (message_id, subject, Jsonb(payload)))
     return cur.rowcount == 1
 
 
-def fetch_roundtrip(conn: psycopg.Connection, message_id: str) -> tuple[str, str, Any, datetime] | None:
+async def fetch_roundtrip(conn: Connection, message_id: str) -> tuple[str, str, Any, datetime] | None:
     """(id, subject, payload, received_at) of a stored message, or None."""
-    return conn.execute(_FETCH, (message_id,)).fetchone()
-
-
-async def fetch_roundtrip_async(conn: psycopg.AsyncConnection,
-                                message_id: str) -> tuple[str, str, Any, datetime] | None:
     cur = await conn.execute(_FETCH, (message_id,))
-    return await cur.fetchone()
+    row = await cur.fetchone()
+    return None if row is None else (row[0], row[1], row[2], row[3])

@@ -4,13 +4,16 @@ Why plain SQL files: reviewers read exactly what runs, DBAs can apply them by ha
 database stays the source of truth. The rules:
 
 * Files live in `gpuaware/tsdb/migrations/` and are named `NNNN_name.sql`. A version whose SQL
-  depends on the backend ships two files instead, `NNNN_name.timescale.sql` and
-  `NNNN_name.native.sql`; the runner picks one (see `capabilities.choose_backend`) and both must
-  leave behind the same tables, views, columns and functions for callers.
+  depends on the backend marks its native-only and TimescaleDB-only sections (see `dialects`); the
+  runner renders it for the backend it picked (see `capabilities.choose_backend`), and both
+  renderings must leave behind the same tables, views, columns and functions for callers.
 * Each file runs in its own transaction together with its row in
   `schema_migrations(version, name, variant, checksum, applied_at)`: it applies entirely or not at all.
-* Applying again is a no-op. An applied file whose content changed (sha256, line endings
-  normalised) is an error naming the file: never edit an applied migration, add a new one.
+  `variant` is the backend for a file with sections, 'common' for one without.
+* Applying again is a no-op. An applied file whose rendered SQL changed (sha256, line endings
+  normalised) is an error naming the file: never edit an applied migration, add a new one. The one
+  exception is `EARLIER_CHECKSUMS`: files rewritten as one source for both backends without changing
+  what they create, whose earlier checksums stay valid for databases migrated before.
 * A session advisory lock serialises runners, so services starting together do not race; the
   second waits, then finds nothing left to do.
 * A database that knows versions this code does not (a newer release migrated it) is accepted
@@ -22,25 +25,46 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import cast
 
 import psycopg
 
-from gpuaware.tsdb.capabilities import Backend, Requested, choose_backend, timescaledb_available
+from gpuaware.tsdb.capabilities import (
+    Backend,
+    Requested,
+    choose_backend,
+    migrations_table_exists,
+    timescaledb_available,
+)
+from gpuaware.tsdb.dialects import has_dialects, render
 from gpuaware.tsdb.errors import ChecksumMismatchError, MigrationError
-from gpuaware.tsdb.pool import connect
+from gpuaware.tsdb.pool import Connection, connect
 
 log = logging.getLogger(__name__)
 
 # pg_advisory_lock key held while migrating ("gpuaware" in ASCII); advisory locks are per database
 MIGRATION_LOCK_KEY = 0x6770756177617265
 COMMON = "common"
+FRAGMENTS = "fragments"
 
-_FILE_RE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+?)(?:\.(?P<variant>timescale|native))?\.sql$")
+# (version, variant) -> the checksum its file had when each backend had a file of its own
+EARLIER_CHECKSUMS: dict[tuple[str, str], str] = {
+    ("0003", "native"): "2fbdec501c5ab5a8ef0e053f2f1d008721ebf74497746257af90c2a8ed6b748b",
+    ("0003", "timescale"): "2a4b071d0884d3172f56111bd5899d3b8f459cb055c1d6e5708c249509ca0a7c",
+    ("0004", "native"): "9ef03c158f66df5e81f8d7747e2c48e68334125e55c12485dbd8bdf6b665a1ca",
+    ("0004", "timescale"): "dab982b7ece0931de8691933718956b4013a85c9745872122363bb51c62b1b49",
+    ("0010", "native"): "3a55161f562b37681f77dab5a7c81b6b218f268222a701a2f601bf301f6a4ba3",
+    ("0010", "timescale"): "0c0cd5fae25ec36dc20a33045175cb243073f903df4d8f2cd8265f0330c7786f",
+    ("0013", "native"): "c309b9ad46f81066bac069054d17a85bb955e8a3f1951083190efa8ff6f32b03",
+    ("0013", "timescale"): "e03116981f8bd66e80b8fa2c1fd762de86decc4137667ce558c78807edd1e590",
+}
+
+_FILE_RE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
 
 _CREATE_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -55,7 +79,8 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 
 @dataclass(frozen=True)
 class Migration:
-    """One migration file: `variant` is 'common', 'timescale' or 'native'."""
+    """One migration as a backend runs it: `variant` is that backend, or 'common' for a file without
+    backend sections; `sql` is the rendered text."""
 
     version: str
     name: str
@@ -81,67 +106,58 @@ def default_source() -> Traversable:
     return resources.files("gpuaware.tsdb") / "migrations"
 
 
-def load_catalog(source: Traversable | Path | None = None) -> dict[str, dict[str, Migration]]:
-    """Every migration file, as version -> variant -> Migration, checked for a consistent layout."""
+def load_migrations(backend: Backend, source: Traversable | Path | None = None) -> list[Migration]:
+    """Every migration a database on `backend` runs, in order, rendered for that backend."""
     root = default_source() if source is None else source
-    catalog: dict[str, dict[str, Migration]] = {}
+    fragments = _fragments(root)
+    migrations: dict[str, Migration] = {}
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
         match = _FILE_RE.match(entry.name)
         if match is None:
-            raise MigrationError(f"{entry.name}: migration files must be named NNNN_name.sql, "
-                                 "NNNN_name.timescale.sql or NNNN_name.native.sql", filename=entry.name)
-        sql = entry.read_text(encoding="utf-8")
-        migration = Migration(match["version"], match["name"], match["variant"] or COMMON, entry.name, sql,
-                              checksum(sql))
-        variants = catalog.setdefault(migration.version, {})
-        if migration.variant in variants:
-            other = variants[migration.variant].filename
-            raise MigrationError(f"version {migration.version} is used by differently named files: "
-                                 f"{other}, {entry.name}", filename=entry.name)
-        variants[migration.variant] = migration
-    for version, variants in catalog.items():
-        names = {m.name for m in variants.values()}
-        files = ", ".join(sorted(m.filename for m in variants.values()))
-        if len(names) > 1:
-            raise MigrationError(f"version {version} is used by differently named files: {files}", filename=files)
-        if COMMON in variants and len(variants) > 1:
-            raise MigrationError(f"version {version} has both a common file and backend variants: {files}",
-                                 filename=files)
-        if COMMON not in variants and len(variants) != 2:
-            raise MigrationError(f"version {version} needs both a .timescale.sql and a .native.sql file, "
-                                 f"found only {files}", filename=files)
-    return dict(sorted(catalog.items()))
+            raise MigrationError(f"{entry.name}: migration files must be named NNNN_name.sql", filename=entry.name)
+        if match["version"] in migrations:
+            other = migrations[match["version"]].filename
+            raise MigrationError(f"version {match['version']} is used by two files: {other}, {entry.name}",
+                                 filename=entry.name)
+        text = entry.read_text(encoding="utf-8")
+        sql = render(text, backend, fragments, filename=entry.name)
+        variant = backend if has_dialects(text) else COMMON
+        migrations[match["version"]] = Migration(match["version"], match["name"], variant, entry.name, sql,
+                                                 checksum(sql))
+    return list(migrations.values())
 
 
-def load_migrations(backend: Backend, source: Traversable | Path | None = None) -> list[Migration]:
-    """The full ordered list of files a database on `backend` runs, common ones included."""
-    return [variants.get(COMMON) or variants[backend] for variants in load_catalog(source).values()]
+def _fragments(root: Traversable | Path) -> dict[str, str]:
+    folder = root / FRAGMENTS
+    if not folder.is_dir():
+        return {}
+    return {entry.name.removesuffix(".sql"): entry.read_text(encoding="utf-8")
+            for entry in folder.iterdir() if entry.name.endswith(".sql")}
 
 
-def plan(catalog: Mapping[str, Mapping[str, Migration]], backend: Backend,
-         applied: Iterable[AppliedMigration]) -> list[Migration]:
+def plan(migrations: Iterable[Migration], applied: Iterable[AppliedMigration]) -> list[Migration]:
     """Pure: verify what was applied against the files, return what is still to run, in order."""
+    by_version = {m.version: m for m in migrations}
     applied = list(applied)
-    done = {a.version for a in applied}
     for a in applied:
-        known = catalog.get(a.version, {}).get(a.variant)
+        known = by_version.get(a.version)
         if known is None:
             log.warning("database has migration %s_%s (%s) that this code does not ship; a newer "
                         "release applied it", a.version, a.name, a.variant)
             continue
-        if known.checksum != a.checksum:
+        if a.checksum not in (known.checksum, EARLIER_CHECKSUMS.get((a.version, a.variant))):
             raise ChecksumMismatchError(
                 f"{known.filename}: this migration was applied with checksum {a.checksum[:12]}… but the "
                 f"file now has {known.checksum[:12]}…; never edit an applied migration, add a new one",
                 filename=known.filename)
-    newest_known_applied = max((v for v in done if v in catalog), default="")
+    done = {a.version for a in applied}
+    newest_known_applied = max((v for v in done if v in by_version), default="")
     pending = []
-    for version, variants in catalog.items():
+    for version, migration in by_version.items():
         if version in done:
             continue
-        migration = variants.get(COMMON) or variants[backend]
         if version < newest_known_applied:
             raise MigrationError(f"{migration.filename}: not applied, but the later {newest_known_applied} is; "
                                  "renumber it after the newest applied migration", filename=migration.filename)
@@ -149,59 +165,56 @@ def plan(catalog: Mapping[str, Mapping[str, Migration]], backend: Backend,
     return pending
 
 
-def migrate(dsn: str, *, backend: Requested = "auto", source: Traversable | Path | None = None,
-            application_name: str = "gpuaware-migrate") -> list[str]:
+async def migrate(dsn: str, *, backend: Requested = "auto", source: Traversable | Path | None = None,
+                  application_name: str = "gpuaware-migrate") -> list[str]:
     """Apply every pending migration; returns the versions applied by this call ([] when up to date)."""
-    catalog = load_catalog(source)
-    with connect(dsn, application_name=application_name, autocommit=True) as conn:
+    async with await connect(dsn, application_name=application_name, autocommit=True) as conn:
         # held until this connection closes, which also releases it if we fail half-way
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
-        conn.execute(_CREATE_TABLE)
-        applied = _applied(conn)
-        chosen = _choose(conn, backend, applied)
+        await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        await conn.execute(_CREATE_TABLE)
         versions = []
-        for migration in plan(catalog, chosen, applied):
-            _apply(conn, migration)
+        for migration in await _pending(conn, backend, source):
+            await _apply(conn, migration)
             versions.append(migration.version)
         return versions
 
 
-def pending_migrations(dsn: str, *, backend: Requested = "auto",
-                       source: Traversable | Path | None = None) -> list[Migration]:
+async def pending_migrations(dsn: str, *, backend: Requested = "auto",
+                             source: Traversable | Path | None = None) -> list[Migration]:
     """What `migrate` would apply now (dry run: no lock taken, nothing written)."""
-    catalog = load_catalog(source)
-    with connect(dsn, application_name="gpuaware-migrate", autocommit=True) as conn:
-        applied = _applied(conn)
-        return plan(catalog, _choose(conn, backend, applied), applied)
+    async with await connect(dsn, application_name="gpuaware-migrate", autocommit=True) as conn:
+        return await _pending(conn, backend, source)
 
 
-def applied_migrations(dsn: str) -> list[str]:
+async def applied_migrations(dsn: str) -> list[str]:
     """Versions recorded in schema_migrations, in order ([] for a database never migrated)."""
-    with connect(dsn, application_name="gpuaware-migrate", autocommit=True) as conn:
-        return [a.version for a in _applied(conn)]
+    async with await connect(dsn, application_name="gpuaware-migrate", autocommit=True) as conn:
+        return [a.version for a in await _applied(conn)]
 
 
-def _choose(conn: psycopg.Connection, requested: Requested, applied: list[AppliedMigration]) -> Backend:
-    recorded = next((a.variant for a in applied if a.variant != COMMON), None)
-    available = requested == "auto" and recorded is None and timescaledb_available(conn)
-    return choose_backend(requested, available=available, recorded=recorded)  # type: ignore[arg-type]
+async def _pending(conn: Connection, requested: Requested,
+                   source: Traversable | Path | None) -> list[Migration]:
+    applied = await _applied(conn)
+    recorded = next((cast(Backend, a.variant) for a in applied if a.variant != COMMON), None)
+    available = requested == "auto" and recorded is None and await timescaledb_available(conn)
+    backend = choose_backend(requested, available=available, recorded=recorded)
+    return plan(load_migrations(backend, source), applied)
 
 
-def _applied(conn: psycopg.Connection) -> list[AppliedMigration]:
-    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
-    if not exists or not exists[0]:
+async def _applied(conn: Connection) -> list[AppliedMigration]:
+    if not await migrations_table_exists(conn):
         return []
-    rows = conn.execute("SELECT version, name, variant, checksum FROM schema_migrations ORDER BY version")
-    return [AppliedMigration(*row) for row in rows]
+    cur = await conn.execute("SELECT version, name, variant, checksum FROM schema_migrations ORDER BY version")
+    return [AppliedMigration(*row) for row in await cur.fetchall()]
 
 
-def _apply(conn: psycopg.Connection, migration: Migration) -> None:
+async def _apply(conn: Connection, migration: Migration) -> None:
     log.info("applying migration %s", migration.filename)
     try:
-        with conn.transaction():
+        async with conn.transaction():
             # no parameters: psycopg sends the file as one simple query, several statements allowed
-            conn.execute(migration.sql.encode())
-            conn.execute(
+            await conn.execute(migration.sql.encode())
+            await conn.execute(
                 "INSERT INTO schema_migrations (version, name, variant, checksum) VALUES (%s, %s, %s, %s)",
                 (migration.version, migration.name, migration.variant, migration.checksum))
     except psycopg.Error as exc:

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-import psycopg
+from gpuaware.tsdb.functions import aware, call_count
+from gpuaware.tsdb.pool import Connection
 
 RAW_RETENTION = timedelta(days=30)  # same as the TimescaleDB retention policy in 0003
 PREMAKE_DAYS = 3
@@ -48,26 +49,15 @@ class Partition:
 
 
 def _args(now: datetime | None, ahead_days: int, retention: timedelta) -> tuple[datetime, int, timedelta]:
-    now = now or datetime.now(UTC)
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware")
+    now = aware(now or datetime.now(UTC), "now")
     if ahead_days < 0 or retention <= timedelta(0):
         raise ValueError("ahead_days must be >= 0 and retention positive")
     return now, ahead_days, retention
 
 
-def maintain_partitions(conn: psycopg.Connection, *, now: datetime | None = None, ahead_days: int = PREMAKE_DAYS,
-                        retention: timedelta = RAW_RETENTION) -> PartitionReport:
+async def maintain_partitions(conn: Connection, *, now: datetime | None = None, ahead_days: int = PREMAKE_DAYS,
+                              retention: timedelta = RAW_RETENTION) -> PartitionReport:
     """Create partitions for yesterday..today+ahead_days, drop days older than `retention`."""
-    with conn.transaction():
-        row = conn.execute(_MAINTAIN, _args(now, ahead_days, retention)).fetchone()
-    assert row is not None
-    return PartitionReport(created=row[0], dropped=list(row[1]))
-
-
-async def maintain_partitions_async(conn: psycopg.AsyncConnection, *, now: datetime | None = None,
-                                    ahead_days: int = PREMAKE_DAYS,
-                                    retention: timedelta = RAW_RETENTION) -> PartitionReport:
     async with conn.transaction():
         cur = await conn.execute(_MAINTAIN, _args(now, ahead_days, retention))
         row = await cur.fetchone()
@@ -75,13 +65,12 @@ async def maintain_partitions_async(conn: psycopg.AsyncConnection, *, now: datet
     return PartitionReport(created=row[0], dropped=list(row[1]))
 
 
-def ensure_partitions(conn: psycopg.Connection, days: Iterable[date]) -> int:
+async def ensure_partitions(conn: Connection, days: Iterable[date]) -> int:
     """Make sure the given UTC days have partitions; returns how many were created (0 on TimescaleDB)."""
-    with conn.transaction():
-        row = conn.execute(_ENSURE, (sorted(set(days)),)).fetchone()
-    return int(row[0]) if row else 0
+    return await call_count(conn, _ENSURE, (sorted(set(days)),))
 
 
-def list_partitions(conn: psycopg.Connection) -> list[Partition]:
+async def list_partitions(conn: Connection) -> list[Partition]:
     """The native partitions of gpu_samples, oldest first (empty on TimescaleDB)."""
-    return [Partition(*row) for row in conn.execute(_LIST)]
+    cur = await conn.execute(_LIST)
+    return [Partition(*row) for row in await cur.fetchall()]

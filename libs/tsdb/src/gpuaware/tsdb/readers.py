@@ -9,12 +9,12 @@ backend, so this module never asks which backend it runs on.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
-import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
+from gpuaware.tsdb.pool import Connection
 from gpuaware.tsdb.rollups import ROLLUP_VIEWS
 from gpuaware.tsdb.rows import ROLLUP_COLUMNS, SAMPLE_COLUMNS, Rollup, Sample
 
@@ -39,27 +39,21 @@ ORDER BY s.node, s.gpu_uuid
 """
 
 
-def _latest_params(within: timedelta, node: str | None, now: datetime | None) -> dict:
+def _latest_params(within: timedelta, node: str | None, now: datetime | None) -> dict[str, Any]:
     now = now or datetime.now(UTC)
     return {"since": now - within, "node": node}
 
 
-def latest_samples(conn: psycopg.Connection, *, within: timedelta = timedelta(minutes=15),
-                   node: str | None = None, now: datetime | None = None) -> list[Sample]:
+async def latest_samples(conn: Connection, *, within: timedelta = timedelta(minutes=15),
+                         node: str | None = None, now: datetime | None = None) -> list[Sample]:
     """The newest sample of every GPU that reported in the last `within`, ordered by node, GPU."""
-    with conn.cursor(row_factory=class_row(Sample)) as cur:
-        return cur.execute(_LATEST, _latest_params(within, node, now)).fetchall()
-
-
-async def latest_samples_async(conn: psycopg.AsyncConnection, *, within: timedelta = timedelta(minutes=15),
-                               node: str | None = None, now: datetime | None = None) -> list[Sample]:
     async with conn.cursor(row_factory=class_row(Sample)) as cur:
         await cur.execute(_LATEST, _latest_params(within, node, now))
         return await cur.fetchall()
 
 
 def _range_query(resolution: Resolution, start: datetime, end: datetime, gpu_uuid: str | None,
-                 node: str | None) -> tuple[sql.Composed, dict]:
+                 node: str | None) -> tuple[sql.Composed, dict[str, Any]]:
     if resolution not in ROLLUP_VIEWS:
         raise ValueError(f"resolution must be one of {sorted(ROLLUP_VIEWS)}, not {resolution!r}")
     query = sql.SQL(
@@ -72,17 +66,9 @@ def _range_query(resolution: Resolution, start: datetime, end: datetime, gpu_uui
     return query, {"start": start, "end": end, "gpu": gpu_uuid, "node": node}
 
 
-def rollup_range(conn: psycopg.Connection, resolution: Resolution, start: datetime, end: datetime, *,
-                 gpu_uuid: str | None = None, node: str | None = None) -> list[Rollup]:
+async def rollup_range(conn: Connection, resolution: Resolution, start: datetime, end: datetime, *,
+                       gpu_uuid: str | None = None, node: str | None = None) -> list[Rollup]:
     """Rollup rows with start <= bucket < end, optionally for one GPU or one node, oldest first."""
-    query, params = _range_query(resolution, start, end, gpu_uuid, node)
-    with conn.cursor(row_factory=class_row(Rollup)) as cur:
-        return cur.execute(query, params).fetchall()
-
-
-async def rollup_range_async(conn: psycopg.AsyncConnection, resolution: Resolution, start: datetime,
-                             end: datetime, *, gpu_uuid: str | None = None,
-                             node: str | None = None) -> list[Rollup]:
     query, params = _range_query(resolution, start, end, gpu_uuid, node)
     async with conn.cursor(row_factory=class_row(Rollup)) as cur:
         await cur.execute(query, params)
@@ -96,8 +82,8 @@ ORDER BY ts
 """
 
 
-async def utilisation_range_async(conn: psycopg.AsyncConnection, nodes: list[str], start: datetime,
-                                  end: datetime) -> list[tuple[datetime, str, float]]:
+async def utilisation_range(conn: Connection, nodes: list[str], start: datetime,
+                            end: datetime) -> list[tuple[datetime, str, float]]:
     """(ts, gpu_uuid, util_pct) of every raw sample of `nodes` in [start, end), oldest first: what a
     report needs to draw measured utilisation over time (samples are sparse by design, since the agent
     sends a GPU only when it moved or its heartbeat is due; the reader carries each value forward)."""

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import psycopg
 from psycopg.pq import TransactionStatus
 
 from gpuaware.tsdb.capabilities import Backend, installed_backend
 from gpuaware.tsdb.errors import TsdbError
+from gpuaware.tsdb.functions import aware, call_count
+from gpuaware.tsdb.pool import Connection
 
 ROLLUP_VIEWS = {"1m": "gpu_metrics_1m", "1h": "gpu_metrics_1h"}
 ROLLUP_1M_RETENTION = timedelta(days=90)  # same as the TimescaleDB policies in 0004
@@ -26,12 +27,6 @@ ROLLUP_1H_RETENTION = timedelta(days=730)
 
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # bucket origin of time_bucket/date_bin for minutes and hours
 _EXPIRE = "SELECT gpuaware_drop_expired_rollups(%s, %s)"
-
-
-def _aware(value: datetime, what: str) -> datetime:
-    if value.tzinfo is None:
-        raise ValueError(f"{what} must be timezone-aware")
-    return value
 
 
 def _floor(value: datetime, width: timedelta) -> datetime:
@@ -45,9 +40,9 @@ def _literal(value: datetime | None) -> str:
 
 def refresh_statements(backend: Backend, since: datetime, until: datetime | None = None) -> list[str]:
     """The SQL that refreshes every 1m/1h bucket overlapping [since, until) (until None = no end)."""
-    _aware(since, "since")
+    aware(since, "since")
     if until is not None:
-        _aware(until, "until")
+        aware(until, "until")
     if backend == "native":
         return [f"SELECT gpuaware_refresh_rollups({_literal(since)}, {_literal(until)})"]
     statements = []
@@ -58,46 +53,16 @@ def refresh_statements(backend: Backend, since: datetime, until: datetime | None
     return statements
 
 
-def refresh_rollups(conn: psycopg.Connection, since: datetime, until: datetime | None = None) -> int | None:
+async def refresh_rollups(conn: Connection, since: datetime, until: datetime | None = None) -> int | None:
     """Bring gpu_metrics_1m/1h up to date for [since, until); returns rollup rows written (native)
     or None (TimescaleDB does not say). With TimescaleDB `conn` must not be inside a transaction."""
     was_idle = conn.info.transaction_status == TransactionStatus.IDLE
-    backend = _backend(installed_backend(conn))
+    backend = _backend(await installed_backend(conn))
     if was_idle and not conn.autocommit:
-        conn.commit()  # close the read transaction the lookup opened
+        await conn.commit()  # close the read transaction the lookup opened
     statements = refresh_statements(backend, since, until)
     if backend == "native":
-        with conn.transaction():
-            row = conn.execute(statements[0].encode()).fetchone()
-        return int(row[0]) if row else 0
-    if not was_idle:
-        raise TsdbError("refresh_rollups with TimescaleDB must run outside a transaction")
-    saved = conn.autocommit
-    conn.autocommit = True
-    try:
-        for statement in statements:
-            conn.execute(statement.encode())
-    finally:
-        conn.autocommit = saved
-    return None
-
-
-async def refresh_rollups_async(conn: psycopg.AsyncConnection, since: datetime,
-                                until: datetime | None = None) -> int | None:
-    """The asyncio twin of `refresh_rollups`."""
-    was_idle = conn.info.transaction_status == TransactionStatus.IDLE
-    cur = await conn.execute("SELECT variant FROM schema_migrations WHERE variant <> 'common' "
-                             "ORDER BY version LIMIT 1")
-    row = await cur.fetchone()
-    backend = _backend(row[0] if row else None)
-    if was_idle and not conn.autocommit:
-        await conn.commit()
-    statements = refresh_statements(backend, since, until)
-    if backend == "native":
-        async with conn.transaction():
-            cur = await conn.execute(statements[0].encode())
-            result = await cur.fetchone()
-        return int(result[0]) if result else 0
+        return await call_count(conn, statements[0].encode())
     if not was_idle:
         raise TsdbError("refresh_rollups with TimescaleDB must run outside a transaction")
     saved = conn.autocommit
@@ -110,27 +75,14 @@ async def refresh_rollups_async(conn: psycopg.AsyncConnection, since: datetime,
     return None
 
 
-def expire_rollups(conn: psycopg.Connection, *, now: datetime | None = None,
-                   keep_1m: timedelta = ROLLUP_1M_RETENTION, keep_1h: timedelta = ROLLUP_1H_RETENTION) -> int:
+async def expire_rollups(conn: Connection, *, now: datetime | None = None, keep_1m: timedelta = ROLLUP_1M_RETENTION,
+                         keep_1h: timedelta = ROLLUP_1H_RETENTION) -> int:
     """Rollup retention on demand: rows deleted natively, chunks dropped with TimescaleDB."""
-    now = _aware(now or datetime.now(UTC), "now")
-    with conn.transaction():
-        row = conn.execute(_EXPIRE, (now - keep_1m, now - keep_1h)).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+    now = aware(now or datetime.now(UTC), "now")
+    return await call_count(conn, _EXPIRE, (now - keep_1m, now - keep_1h))
 
 
-def _backend(value: str | None) -> Backend:
-    if value not in ("native", "timescale"):
+def _backend(value: Backend | None) -> Backend:
+    if value is None:
         raise TsdbError("gpu_metrics rollups are missing: run gpuaware.tsdb.migrate(dsn) first")
-    return value  # type: ignore[return-value]
-
-
-async def expire_rollups_async(conn: psycopg.AsyncConnection, *, now: datetime | None = None,
-                               keep_1m: timedelta = ROLLUP_1M_RETENTION,
-                               keep_1h: timedelta = ROLLUP_1H_RETENTION) -> int:
-    """The asyncio twin of `expire_rollups`."""
-    now = _aware(now or datetime.now(UTC), "now")
-    async with conn.transaction():
-        cur = await conn.execute(_EXPIRE, (now - keep_1m, now - keep_1h))
-        row = await cur.fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+    return value

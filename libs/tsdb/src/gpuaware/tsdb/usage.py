@@ -1,7 +1,7 @@
 """Per-pod GPU usage rows and the time-weighted window statistics the collector publishes.
 
 Both are small, typed calls over SQL the migrations install (0007 `gpu_pod_usage` and its views,
-0008 `gpuaware_window_rollups`), async because their only caller is the collector's event loop.
+0008 `gpuaware_window_rollups`).
 Writes are first-writer-wins on the table's key, so a redelivered usage report inserts nothing.
 """
 
@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-import psycopg
 from psycopg.rows import class_row
 
+from gpuaware.tsdb.functions import aware, call_count
+from gpuaware.tsdb.pool import Connection
 from gpuaware.tsdb.rows import POD_USAGE_COLUMNS, PodUsage, WindowRollup
 
 _INSERT_USAGE = (f"INSERT INTO gpu_pod_usage ({', '.join(POD_USAGE_COLUMNS)}) "
@@ -28,17 +29,11 @@ POD_USAGE_RETENTION = timedelta(days=400)
 """per-pod usage is accounting data: kept for more than a year by default"""
 
 
-def _aware(value: datetime, what: str) -> datetime:
-    if value.tzinfo is None:
-        raise ValueError(f"{what} must be timezone-aware")
-    return value
-
-
-async def write_pod_usage_async(conn: psycopg.AsyncConnection, rows: Iterable[PodUsage]) -> int:
+async def write_pod_usage(conn: Connection, rows: Iterable[PodUsage]) -> int:
     """Insert usage rows, skipping (pod, GPU, window) already stored; returns rows offered."""
     params = [tuple(r) for r in rows]
     for p in params:
-        _aware(p[0], "window_start")
+        aware(p[0], "window_start")
     if not params:
         return 0
     async with conn.transaction(), conn.cursor() as cur:
@@ -46,19 +41,16 @@ async def write_pod_usage_async(conn: psycopg.AsyncConnection, rows: Iterable[Po
     return len(params)
 
 
-async def expire_pod_usage_async(conn: psycopg.AsyncConnection, older_than: datetime) -> int:
+async def expire_pod_usage(conn: Connection, older_than: datetime) -> int:
     """Delete usage windows starting before `older_than`; returns rows deleted."""
-    async with conn.transaction():
-        cur = await conn.execute(_EXPIRE_USAGE, (_aware(older_than, "older_than"),))
-        row = await cur.fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+    return await call_count(conn, _EXPIRE_USAGE, (aware(older_than, "older_than"),))
 
 
-async def window_rollups_async(conn: psycopg.AsyncConnection, lo: datetime, hi: datetime, *,
-                               max_hold: timedelta = timedelta(seconds=60)) -> list[WindowRollup]:
+async def window_rollups(conn: Connection, lo: datetime, hi: datetime, *,
+                         max_hold: timedelta = timedelta(seconds=60)) -> list[WindowRollup]:
     """Time-weighted statistics per GPU of the window [lo, hi): GPUs with at least one sample in it,
     ordered by node and GPU. A reading holds until the next one, at most `max_hold`."""
-    if _aware(hi, "hi") <= _aware(lo, "lo"):
+    if aware(hi, "hi") <= aware(lo, "lo"):
         raise ValueError("the window must end after it starts")
     async with conn.cursor(row_factory=class_row(WindowRollup)) as cur:
         await cur.execute(_WINDOW, (lo, hi, max_hold))

@@ -23,15 +23,16 @@ result is the same either way: every (gpu_uuid, ts) stored once, the count of ne
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import AsyncCopy, sql
 from psycopg.pq import TransactionStatus
 
 from gpuaware.tsdb.binary import SampleColumns, encode_sample_columns
+from gpuaware.tsdb.pool import Connection
 from gpuaware.tsdb.rows import LEGACY_SAMPLE_COLUMNS, SAMPLE_COLUMNS, SAMPLE_PG_TYPES
 
 _NCOLS = len(SAMPLE_COLUMNS)
@@ -85,7 +86,7 @@ def prepare_samples(items: Iterable[SampleLike]) -> tuple[list[tuple[Any, ...]],
     return rows, sorted(days)
 
 
-def write_samples(conn: psycopg.Connection, samples: Iterable[SampleLike]) -> int:
+async def write_samples(conn: Connection, samples: Iterable[SampleLike]) -> int:
     """Insert samples idempotently on (gpu_uuid, ts); returns how many rows were new.
 
     Runs in its own transaction (or a savepoint inside the caller's), so a batch lands whole or not at all.
@@ -93,35 +94,29 @@ def write_samples(conn: psycopg.Connection, samples: Iterable[SampleLike]) -> in
     rows, days = prepare_samples(samples)
     if not rows:
         return 0
-    nested = conn.info.transaction_status != TransactionStatus.IDLE
-    with conn.transaction(), conn.cursor() as cur:
-        cur.execute(_CREATE_STAGING)
-        if nested:
-            cur.execute(_CLEAR_STAGING)  # ON COMMIT has not emptied it yet inside the caller's transaction
-        cur.execute(_ENSURE, (days,))
-        with cur.copy(_COPY_STAGING) as copy:
-            copy.set_types(SAMPLE_PG_TYPES)
-            for row in rows:
-                copy.write_row(row)
-        cur.execute(_INSERT)
-        return cur.rowcount
+
+    async def fill(copy: AsyncCopy) -> None:
+        copy.set_types(list(SAMPLE_PG_TYPES))
+        for row in rows:
+            await copy.write_row(row)
+
+    return await _insert_deduplicated(conn, days, fill, nested=_in_transaction(conn))
 
 
-async def write_samples_async(conn: psycopg.AsyncConnection, samples: Iterable[SampleLike]) -> int:
-    """The asyncio twin of `write_samples`."""
-    rows, days = prepare_samples(samples)
-    if not rows:
-        return 0
-    nested = conn.info.transaction_status != TransactionStatus.IDLE
+def _in_transaction(conn: Connection) -> bool:
+    return conn.info.transaction_status != TransactionStatus.IDLE
+
+
+async def _insert_deduplicated(conn: Connection, days: Sequence[date], fill: Callable[[AsyncCopy], Awaitable[None]],
+                               *, nested: bool) -> int:
+    """COPY into the session's staging table, then INSERT ... ON CONFLICT DO NOTHING; the rows inserted."""
     async with conn.transaction(), conn.cursor() as cur:
         await cur.execute(_CREATE_STAGING)
         if nested:
-            await cur.execute(_CLEAR_STAGING)
-        await cur.execute(_ENSURE, (days,))
+            await cur.execute(_CLEAR_STAGING)  # ON COMMIT has not emptied it yet inside the caller's transaction
+        await cur.execute(_ENSURE, (list(days),))
         async with cur.copy(_COPY_STAGING) as copy:
-            copy.set_types(SAMPLE_PG_TYPES)
-            for row in rows:
-                await copy.write_row(row)
+            await fill(copy)
         await cur.execute(_INSERT)
         return cur.rowcount
 
@@ -133,26 +128,13 @@ def _copy_sql(table: str, columns: Sequence[str], binary: bool) -> sql.Composed:
         target, sql.SQL(", ").join(map(sql.Identifier, columns)), fmt)
 
 
-def copy_rows(conn: psycopg.Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-              *, types: Sequence[str] | None = None) -> int:
+async def copy_rows(conn: Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+                    *, types: Sequence[str] | None = None) -> int:
     """Raw COPY of `rows` into `table` (no dedupe, no partition upkeep); returns rows sent.
 
     With `types` (PostgreSQL type names, one per column) the binary format is used; without, text.
     Commits only if `conn` is in autocommit mode or the caller commits.
     """
-    count = 0
-    with conn.cursor() as cur, cur.copy(_copy_sql(table, columns, types is not None)) as copy:
-        if types is not None:
-            copy.set_types(list(types))
-        for row in rows:
-            copy.write_row(row)
-            count += 1
-    return count
-
-
-async def copy_rows_async(conn: psycopg.AsyncConnection, table: str, columns: Sequence[str],
-                          rows: Iterable[Sequence[Any]], *, types: Sequence[str] | None = None) -> int:
-    """The asyncio twin of `copy_rows`."""
     count = 0
     async with conn.cursor() as cur, cur.copy(_copy_sql(table, columns, types is not None)) as copy:
         if types is not None:
@@ -165,7 +147,7 @@ async def copy_rows_async(conn: psycopg.AsyncConnection, table: str, columns: Se
 
 # --- columnar batches -------------------------------------------------------------------------------
 
-def write_sample_columns(conn: psycopg.Connection, batch: SampleColumns) -> int:
+async def write_sample_columns(conn: Connection, batch: SampleColumns) -> int:
     """Insert a columnar batch idempotently on (gpu_uuid, ts); returns how many rows were new.
 
     One COPY when none of the rows is stored yet; staging + ON CONFLICT DO NOTHING otherwise (see the
@@ -175,33 +157,7 @@ def write_sample_columns(conn: psycopg.Connection, batch: SampleColumns) -> int:
         return 0
     payload = encode_sample_columns(batch)
     days = batch.days()
-    nested = conn.info.transaction_status != TransactionStatus.IDLE
-    try:
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute(_ENSURE, (days,))
-            with cur.copy(_COPY_DIRECT) as copy:
-                copy.write(payload)
-        return len(batch)
-    except psycopg.errors.UniqueViolation:
-        pass  # some rows are stored already: the transaction rolled back, take the deduplicating road
-    with conn.transaction(), conn.cursor() as cur:
-        cur.execute(_CREATE_STAGING)
-        if nested:
-            cur.execute(_CLEAR_STAGING)
-        cur.execute(_ENSURE, (days,))
-        with cur.copy(_COPY_STAGING) as copy:
-            copy.write(payload)
-        cur.execute(_INSERT)
-        return cur.rowcount
-
-
-async def write_sample_columns_async(conn: psycopg.AsyncConnection, batch: SampleColumns) -> int:
-    """The asyncio twin of `write_sample_columns`."""
-    if not len(batch):
-        return 0
-    payload = encode_sample_columns(batch)
-    days = batch.days()
-    nested = conn.info.transaction_status != TransactionStatus.IDLE
+    nested = _in_transaction(conn)
     try:
         async with conn.transaction(), conn.cursor() as cur:
             await cur.execute(_ENSURE, (days,))
@@ -209,27 +165,16 @@ async def write_sample_columns_async(conn: psycopg.AsyncConnection, batch: Sampl
                 await copy.write(payload)
         return len(batch)
     except psycopg.errors.UniqueViolation:
-        pass
-    async with conn.transaction(), conn.cursor() as cur:
-        await cur.execute(_CREATE_STAGING)
-        if nested:
-            await cur.execute(_CLEAR_STAGING)
-        await cur.execute(_ENSURE, (days,))
-        async with cur.copy(_COPY_STAGING) as copy:
-            await copy.write(payload)
-        await cur.execute(_INSERT)
-        return cur.rowcount
+        pass  # some rows are stored already: the transaction rolled back, take the deduplicating road
+
+    async def fill(copy: AsyncCopy) -> None:
+        await copy.write(payload)
+
+    return await _insert_deduplicated(conn, days, fill, nested=nested)
 
 
-def copy_binary(conn: psycopg.Connection, table: str, columns: Sequence[str], payload: bytes) -> None:
+async def copy_binary(conn: Connection, table: str, columns: Sequence[str], payload: bytes) -> None:
     """Raw COPY of an already encoded binary payload (no dedupe, no partition upkeep, no commit):
     the database's own ingest limit, for benchmarks and bulk loads."""
-    with conn.cursor() as cur, cur.copy(_copy_sql(table, columns, True)) as copy:
-        copy.write(payload)
-
-
-async def copy_binary_async(conn: psycopg.AsyncConnection, table: str, columns: Sequence[str],
-                            payload: bytes) -> None:
-    """The asyncio twin of `copy_binary`."""
     async with conn.cursor() as cur, cur.copy(_copy_sql(table, columns, True)) as copy:
         await copy.write(payload)

@@ -1,13 +1,22 @@
--- Raw GPU samples on plain PostgreSQL: declarative range partitioning by day (UTC).
+-- Raw GPU samples, on either backend. The columns, key and indexes are the same on both, and so are
+-- the maintenance functions' names and signatures, so callers (the writer, the collector's
+-- maintenance loop, pg_cron) never branch on the backend. The functions are SECURITY DEFINER so a
+-- collector role that may only INSERT can still get partitions made.
 --
--- Why daily partitions: retention becomes DROP TABLE of a whole day (no vacuum debt), and queries on
--- a time window touch only the days they need. A DEFAULT partition catches any row whose day has no
--- partition yet, so a write never fails for lack of one; maintenance later moves such rows into a
--- proper partition. Partitions are named gpu_samples_pYYYYMMDD and cover [day 00:00 UTC, next day).
+-- native: declarative range partitioning by day (UTC). Retention becomes DROP TABLE of a whole day
+-- (no vacuum debt), and queries on a time window touch only the days they need. A DEFAULT partition
+-- catches any row whose day has no partition yet, so a write never fails for lack of one;
+-- maintenance later moves such rows into a proper partition. Partitions are named
+-- gpu_samples_pYYYYMMDD and cover [day 00:00 UTC, next day).
 --
--- The maintenance functions below have the same names and signatures in the TimescaleDB variant, so
--- callers (the writer, the collector's maintenance loop, pg_cron) never branch on the backend.
--- They are SECURITY DEFINER so a collector role that may only INSERT can still get partitions made.
+-- TimescaleDB: a hypertable with 1-day chunks, compressed after 7 days (segmented by GPU, so one
+-- GPU's history decompresses alone), dropped after 30 days by a background policy. Chunks appear on
+-- demand, so "ensure" has nothing to do. Uses the create_hypertable/compression API that every
+-- TimescaleDB 2.x has.
+--@ timescale
+CREATE EXTENSION IF NOT EXISTS timescaledb;
+--@ end
+
 CREATE TABLE gpu_samples (
     ts               timestamptz NOT NULL,
     node             text        NOT NULL,
@@ -29,19 +38,36 @@ CREATE TABLE gpu_samples (
     pcie_replay      bigint,
     nvlink_up        integer,
     PRIMARY KEY (gpu_uuid, ts)
+--@ native
 ) PARTITION BY RANGE (ts);
+--@ timescale
+);
+SELECT create_hypertable('gpu_samples', 'ts', chunk_time_interval => INTERVAL '1 day', if_not_exists => TRUE);
+--@ end
 
 CREATE INDEX gpu_samples_node_ts ON gpu_samples (node, ts DESC);
+
+--@ native
 -- samples arrive roughly in time order, so a BRIN index makes "everything since T" (rollup refresh)
 -- cheap at a few pages per partition
 CREATE INDEX gpu_samples_ts_brin ON gpu_samples USING brin (ts);
 
 CREATE TABLE gpu_samples_default PARTITION OF gpu_samples DEFAULT;
+--@ timescale
+ALTER TABLE gpu_samples SET (
+    timescaledb.compress,
+    timescaledb.compress_segmentby = 'gpu_uuid',
+    timescaledb.compress_orderby = 'ts DESC'
+);
+SELECT add_compression_policy('gpu_samples', compress_after => INTERVAL '7 days', if_not_exists => TRUE);
+SELECT add_retention_policy('gpu_samples', drop_after => INTERVAL '30 days', if_not_exists => TRUE);
+--@ end
 
 GRANT SELECT ON gpu_samples TO gpuaware_reader;
 GRANT INSERT ON gpu_samples TO gpuaware_collector;
 
 
+--@ native
 -- Create the partitions for the given UTC days (NULLs and existing days are skipped); returns how
 -- many were created. Rows already sitting in the default partition for such a day are moved in.
 -- The new table is filled first and then ATTACHed, which locks the parent only in SHARE UPDATE
@@ -121,6 +147,33 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+--@ timescale
+-- Chunks are created by TimescaleDB on insert: nothing to ensure.
+CREATE FUNCTION gpuaware_ensure_partitions(p_days date[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN 0;
+END
+$$;
+
+-- Retention on demand (the policy above does the same on its schedule).
+CREATE FUNCTION gpuaware_drop_expired_partitions(p_older_than timestamptz) RETURNS text[]
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    RETURN coalesce(ARRAY(SELECT c::text FROM drop_chunks('gpu_samples', older_than => p_older_than) AS c), '{}');
+END
+$$;
+
+CREATE FUNCTION gpuaware_maintain_partitions(p_now timestamptz, p_ahead_days integer, p_retention interval)
+RETURNS TABLE (created integer, dropped text[])
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    created := 0;
+    dropped := gpuaware_drop_expired_partitions(p_now - p_retention);
+    RETURN NEXT;
+END
+$$;
+--@ end
 
 REVOKE ALL ON FUNCTION gpuaware_ensure_partitions(date[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION gpuaware_drop_expired_partitions(timestamptz) FROM PUBLIC;

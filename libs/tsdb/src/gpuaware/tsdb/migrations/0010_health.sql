@@ -46,9 +46,16 @@ CREATE TABLE health_scores (
     reasons     jsonb            NOT NULL DEFAULT '[]',
     PRIMARY KEY (cluster, gpu_uuid, ts)
 );
+--@ native
 -- Native: a plain table (a score per GPU per minute is 1/60 of the raw samples' rows; deleting
 -- expired days is cheap at that size), a BRIN index for time ranges, retention by DELETE.
 CREATE INDEX health_scores_ts_brin ON health_scores USING brin (ts);
+--@ timescale
+-- TimescaleDB: a hypertable of 1-day chunks, kept 90 days by a background policy (the native
+-- variant's retention function does the same on demand). Not compressed: a row per GPU per minute.
+SELECT create_hypertable('health_scores', 'ts', chunk_time_interval => INTERVAL '1 day', if_not_exists => TRUE);
+SELECT add_retention_policy('health_scores', drop_after => INTERVAL '90 days', if_not_exists => TRUE);
+--@ end
 
 CREATE TABLE health_gpu_state (
     cluster     text        NOT NULL,
@@ -95,15 +102,20 @@ GRANT SELECT, INSERT ON health_overrides TO gpuaware_health;
 GRANT SELECT, INSERT, UPDATE ON health_scores, health_gpu_state, health_alerts TO gpuaware_health;
 
 
--- Retention: scores older than p_older_than, and alerts resolved before it. Returns the rows deleted.
+-- Retention on demand: scores older than p_older_than (rows natively, chunks with TimescaleDB), and
+-- alerts resolved before it. Returns the rows (chunks) deleted.
 CREATE FUNCTION gpuaware_expire_health(p_older_than timestamptz) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     n  bigint;
     m  bigint;
 BEGIN
+--@ native
     DELETE FROM health_scores WHERE ts < p_older_than;
     GET DIAGNOSTICS n = ROW_COUNT;
+--@ timescale
+    SELECT count(*) INTO n FROM drop_chunks('health_scores', older_than => p_older_than);
+--@ end
     DELETE FROM health_alerts WHERE resolved_at < p_older_than;
     GET DIAGNOSTICS m = ROW_COUNT;
     RETURN n + m;

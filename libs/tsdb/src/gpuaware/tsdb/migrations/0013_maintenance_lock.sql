@@ -3,6 +3,10 @@
 -- for the parent's SHARE UPDATE EXCLUSIVE lock, which the other held while its ATTACH PARTITION waited
 -- for ACCESS EXCLUSIVE on that same default partition. A pass now takes the parent's lock before it
 -- reads anything, so passes run one after the other (writers' INSERTs and readers are not blocked).
+--
+-- Nothing to change on TimescaleDB: its maintenance pass creates no partitions (chunks are made by the
+-- extension) and reads no default partition, so two replicas' passes cannot deadlock.
+--@ native
 CREATE OR REPLACE FUNCTION gpuaware_maintain_partitions(p_now timestamptz, p_ahead_days integer,
                                                         p_retention interval)
 RETURNS TABLE (created integer, dropped text[])
@@ -18,3 +22,6 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+--@ timescale
+SELECT 1;
+--@ end

@@ -159,7 +159,7 @@ class Checkpointer:
         started = time.perf_counter()
         try:
             async with self.pool.connection() as conn:
-                await tsdb.save_health_checkpoint_async(conn, cp)
+                await tsdb.save_health_checkpoint(conn, cp)
         except Exception as exc:
             self.view.give_back(cp)
             self.stats.failures += 1

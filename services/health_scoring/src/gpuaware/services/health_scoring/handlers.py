@@ -124,7 +124,7 @@ class HealthService:
     async def restore(self) -> None:
         """The last checkpoint: every GPU's track and the open alerts (a restart flips and re-raises nothing)."""
         async with self.pool.connection() as conn:
-            tracks, alerts = await tsdb.load_health_state_async(conn, self.settings.cluster)
+            tracks, alerts = await tsdb.load_health_state(conn, self.settings.cluster)
         self.view.restore(tracks, alerts)
         self.checkpointer.committed = self.view.version
         self.restored = (len(tracks), len(alerts))
@@ -215,7 +215,7 @@ class HealthService:
         self._last_maintenance = time.monotonic()
         try:
             async with self.pool.connection() as conn:
-                await tsdb.expire_health_async(conn, datetime.now(UTC) - timedelta(days=s.retention_days))
+                await tsdb.expire_health(conn, datetime.now(UTC) - timedelta(days=s.retention_days))
         except Exception as exc:
             log.warning("health retention failed (%s: %s); next pass retries", type(exc).__name__, exc)
 

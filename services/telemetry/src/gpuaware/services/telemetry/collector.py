@@ -130,7 +130,7 @@ class SampleWriter:
             while True:
                 try:
                     async with self.pool.connection() as conn:
-                        new = await tsdb.write_sample_columns_async(conn, columns)
+                        new = await tsdb.write_sample_columns(conn, columns)
                 except Exception as exc:
                     self.stats.last_error = f"{type(exc).__name__}: {exc}"
                     delay = self.retry.delay(attempt)
@@ -245,7 +245,7 @@ class Maintenance:
         """Publish the rollups of one closed window; returns how many node messages went out."""
         width = WIDTH_S[window]
         async with self.pool.connection() as conn:
-            rows = await tsdb.window_rollups_async(
+            rows = await tsdb.window_rollups(
                 conn, _dt(start), _dt(start + width),
                 max_hold=timedelta(seconds=self.settings.rollup_max_hold_s))
         messages = rollup_messages(rows, window=window, window_start=start, gpu_index=self.gpu_index,
@@ -264,7 +264,7 @@ class Maintenance:
         self.watermark.dirty_since = None
         try:
             async with self.pool.connection() as conn:
-                await tsdb.refresh_rollups_async(conn, _dt(since))
+                await tsdb.refresh_rollups(conn, _dt(since))
         except BaseException:
             self.watermark.written(since, since)  # refresh again from there next time
             raise
@@ -277,10 +277,10 @@ class Maintenance:
         self._last_maintenance = now
         wall = datetime.now(UTC)
         async with self.pool.connection() as conn:
-            report = await tsdb.maintain_partitions_async(
+            report = await tsdb.maintain_partitions(
                 conn, now=wall, retention=timedelta(days=self.settings.raw_retention_days))
-            await tsdb.expire_rollups_async(conn, now=wall)
-            await tsdb.expire_pod_usage_async(
+            await tsdb.expire_rollups(conn, now=wall)
+            await tsdb.expire_pod_usage(
                 conn, wall - timedelta(days=self.settings.pod_usage_retention_days))
         if report.created or report.dropped:
             log.info("partitions: %d created, dropped %s", report.created, report.dropped)

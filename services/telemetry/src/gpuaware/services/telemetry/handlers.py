@@ -93,7 +93,7 @@ class CollectorHandlers:
         """What the database knows: announced before this collector started, or handled by another
         replica of the durable (each inventory message reaches one replica only)."""
         async with self._small_writes, self.pool.connection() as conn:
-            rows = await tsdb.list_inventory_async(conn)
+            rows = await tsdb.list_inventory(conn)
         by_node: dict[str, set[tsdb.InventoryGpu]] = {}
         for r in rows:
             by_node.setdefault(r.node, set()).add(r._replace(updated_at=None))
@@ -205,7 +205,7 @@ class CollectorHandlers:
         if not changed:
             return {}
         try:
-            await self._db(tsdb.upsert_inventory_async, [row for r in changed.values() for row in r])
+            await self._db(tsdb.upsert_inventory, [row for r in changed.values() for row in r])
         except Exception as exc:
             return dict.fromkeys(where, exc)
         self._stored_inventory.update(changed)
@@ -219,7 +219,7 @@ class CollectorHandlers:
                               util_pct_avg=u.util_pct_avg, util_pct_max=u.util_pct_max,
                               mem_used_mib_avg=u.mem_used_mib_avg, mem_used_mib_max=u.mem_used_mib_max,
                               attribution=u.attribution) for u in report.usage]
-        self.usage_rows += await self._db(tsdb.write_pod_usage_async, rows)
+        self.usage_rows += await self._db(tsdb.write_pod_usage, rows)
 
     async def _db(self, fn: Any, rows: list[Any]) -> int:
         try:
@@ -268,8 +268,8 @@ async def mount_collector(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
     settings: CollectorSettings = ctx.settings  # type: ignore[assignment]
     if not settings.database_url:
         raise SystemExit("the collector needs a database: set DATABASE_URL or GPUAWARE_TELEMETRY_COLLECTOR_DATABASE_URL")
-    await asyncio.to_thread(tsdb.migrate, settings.database_url)
-    pool = await tsdb.open_async_pool(settings.database_url, application_name=settings.service_name,
+    await tsdb.migrate(settings.database_url)
+    pool = await tsdb.open_pool(settings.database_url, application_name=settings.service_name,
                                       max_size=settings.pool_size, timeout=settings.db_timeout_s,
                                       wait=False)
     handlers = CollectorHandlers(settings, pool, ctx.js, ctx.instance_id)
