@@ -31,7 +31,7 @@ subject here, and placement's packing is measured by bench-placement):
     floor(64 / tenants) GPUs; high class first, then tenants by decayed weighted dominant share
     (``QuotaLedger.order_key``, half-life 1 h), FIFO within a tenant; a high-class job that does not fit
     reclaims low-class work, a tenant inside its guarantee reclaims from borrowers
-    (``QuotaLedger.reclaim_plan``: lower priority first, checkpointable first, least progress at risk --
+    (``gpuaware.quota.reclaim_plan``: lower priority first, checkpointable first, least progress at risk --
     the work since the job's last 15-minute checkpoint, told to the ledger as the binder tells quota).
     Within its class, a preempted job resumes before every job that never started.
   * ``quota+backfill``: the same, but waiting jobs start by EASY backfilling (gpuaware.quota.backfill)
@@ -89,7 +89,15 @@ from machine_info import machine as shared_machine
 from rich.console import Console
 from rich.table import Table
 
-from gpuaware.quota import Allocation, Demand, QuotaLedger, validate, water_fill
+from gpuaware.quota import (
+    Allocation,
+    Demand,
+    QuotaLedger,
+    fair_reclaim_plan,
+    reclaim_plan,
+    validate,
+    water_fill,
+)
 from gpuaware.quota.backfill import Running, Waiting, easy_backfill
 from gpuaware.quota.turns import TurnTaking
 from gpuaware.schemas import percentile
@@ -298,9 +306,9 @@ class Sim:
                 ledger.checkpointed(r.name, began + (self.now - began) // CHECKPOINT_EVERY_S * CHECKPOINT_EVERY_S)
         d = Demand.of(gpus=j.gpus, gpu_milli=1000 * j.gpus)
         if ledger.within_guarantee(j.tenant, d, self.now):
-            plan, _ = ledger.reclaim_plan(j.tenant, d, self.now)
+            plan, _ = reclaim_plan(ledger, j.tenant, d, self.now)
         else:
-            plan = ledger.fair_reclaim_plan(j.tenant, d, self.asked(), self.now)
+            plan = fair_reclaim_plan(ledger, j.tenant, d, self.asked(), self.now)
         if plan is not None:
             vs = [self.by_name[a.uid] for a in plan]
             if all(v.priority <= j.priority for v in vs):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaware.quota import Allocation, Demand, QuotaLedger, validate
+from gpuaware.quota import Allocation, Demand, QuotaLedger, fair_reclaim_plan, validate
 
 TREE = """
 default_queue: a1
@@ -119,13 +119,13 @@ queues:
     for i in range(8):
         ledger.bind(Allocation(f"a{i}", "a", gpus(1), started_at=float(i)))
     # both ask 8: fair share 4 / 4; b holds 0 -> asks 2: after, b 2/4 = 0.5, a keeps 6/4 >= 0.5
-    plan = ledger.fair_reclaim_plan("b", gpus(2), {"a": 8000.0, "b": 8000.0}, now=100)
+    plan = fair_reclaim_plan(ledger, "b", gpus(2), {"a": 8000.0, "b": 8000.0}, now=100)
     assert [v.uid for v in plan] == ["a7", "a6"]  # newest first (least progress at risk)
     # a asking back while above its share gets nothing
-    assert ledger.fair_reclaim_plan("a", gpus(1), {"a": 8000.0, "b": 8000.0}, now=100) is None
+    assert fair_reclaim_plan(ledger, "a", gpus(1), {"a": 8000.0, "b": 8000.0}, now=100) is None
     # b at its share (4 of 4) does not reclaim further
     for v in ("a7", "a6", "a5", "a4"):
         ledger.release(v, 100)
     for i in range(4):
         ledger.bind(Allocation(f"b{i}", "b", gpus(1), started_at=100.0))
-    assert ledger.fair_reclaim_plan("b", gpus(1), {"a": 8000.0, "b": 8000.0}, now=200) is None
+    assert fair_reclaim_plan(ledger, "b", gpus(1), {"a": 8000.0, "b": 8000.0}, now=200) is None

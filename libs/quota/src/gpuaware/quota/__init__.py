@@ -6,18 +6,22 @@
     a = ledger.admit(queue, demand_of(...), now, node=...)   # Admission: admitted, reason, reclaim
     ledger.order_key(queue, now)                 # decayed weighted DRF: who is served next
     ledger.jain(demand_by_queue, now)            # Jain's index of held vs entitled
+    reclaim_plan(ledger, queue, demand, now)     # borrowers' pods to stop for a guaranteed queue
     turns.plan(ledger, queue, demand, shares, now)  # a turn for a queue kept below its share
     charge(intervals, since, until, by="tenant") # GPU-seconds, GPU-memory-seconds
 
 Modules: ``tree`` (the declarative file, the GPUQueue spec, the validator, time windows),
-``fairshare`` (decay, dominant shares, water-filling, Jain), ``ledger`` (admission, borrowing,
-reclaim plans, partitions), ``turns`` (turn-taking for queues kept below their share),
+``fairshare`` (decay, dominant shares, water-filling, Jain), ``demand`` (what a pod asks and holds),
+``ledger`` (admission, borrowing, partitions), ``reclaim`` (reclaim plans: guarantees and fair share),
+``turns`` (turn-taking for queues kept below their share), ``backfill`` (EASY backfilling),
 ``accounting`` (chargeback arithmetic).
 """
 
 from gpuaware.quota.accounting import Interval, charge, rows_to_csv
+from gpuaware.quota.demand import Allocation, Demand, demand_of
 from gpuaware.quota.fairshare import DecayedUsage, dominant_share, jain_index, normalised_shares, water_fill
-from gpuaware.quota.ledger import Admission, Allocation, Demand, QuotaLedger, demand_of
+from gpuaware.quota.ledger import Admission, QuotaLedger
+from gpuaware.quota.reclaim import fair_reclaim_plan, reclaim_order, reclaim_plan
 from gpuaware.quota.tree import (
     ANY_TYPE,
     RESOURCES,
@@ -53,9 +57,12 @@ __all__ = [
     "charge",
     "demand_of",
     "dominant_share",
+    "fair_reclaim_plan",
     "jain_index",
     "load_config",
     "normalised_shares",
+    "reclaim_order",
+    "reclaim_plan",
     "rows_to_csv",
     "validate",
     "water_fill",

@@ -14,10 +14,7 @@ Why it looks like this:
      anyone else ``no_capacity``;
   the reason is ``guaranteed`` inside the guarantee and ``borrowed`` above it (borrowed pods are the
   ones reclaimed later).
-* A reclaim plan takes pods of queues holding more than their guarantee (borrowers) only, in the
-  order that loses the least work: lower priority first, checkpointable before not, least progress
-  since the last checkpoint, newest first; pods younger than their queue's ``min_runtime_s`` are
-  kept (their reclaim becomes possible at ``started + min_runtime``, reported as ``retry_after_s``).
+* Whom a reclaim plan takes is reclaim.py's.
 """
 
 from __future__ import annotations
@@ -27,64 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuaware.quota.demand import GPU_MILLI, Allocation, Demand, demand_of, guarded
 from gpuaware.quota.fairshare import DecayedUsage, jain_index, normalised_shares, water_fill
+from gpuaware.quota.reclaim import reclaim_plan
 from gpuaware.quota.tree import ANY_TYPE, RESOURCES, QueueTree
 
-__all__ = ["Admission", "Allocation", "Demand", "QuotaLedger", "demand_of"]
-
-GPU_MILLI = RESOURCES.index("gpu_milli")
-
-
-def guarded(g: np.ndarray) -> np.ndarray:
-    """The resources a guarantee speaks for: GPUs always, the others only when it names them (a queue
-    guaranteed 4 GPUs and no CPU does not borrow because its pods ask for CPU)."""
-    mask = g > 0
-    mask[:2] = True
-    return mask
-
-
-@dataclass(frozen=True, slots=True)
-class Demand:
-    """What one pod asks for, as a resource vector (see ``RESOURCES``) and the GPU type it takes."""
-
-    vector: np.ndarray
-    gpu_type: str = ANY_TYPE
-
-    @classmethod
-    def of(cls, *, gpus: int = 0, gpu_milli: int = 0, gpu_memory_mib: int = 0, cpu_milli: int = 0,
-           memory_mib: int = 0, gpu_type: str = ANY_TYPE) -> Demand:
-        return cls(np.array([gpus, gpu_milli, gpu_memory_mib, cpu_milli, memory_mib], dtype=np.int64), gpu_type)
-
-
-def demand_of(num_gpu: int, gpu_milli: int, gpu_memory_mib: int, cpu_milli: int, memory_mib: int,
-              gpu_type: str = ANY_TYPE, gpu_milli_total: int | None = None) -> Demand:
-    """A pod's demand: whole GPUs count as devices; a fraction counts only as compute and memory."""
-    whole = num_gpu if gpu_milli >= 1000 else 0
-    total = gpu_milli_total if gpu_milli_total is not None else (gpu_milli if num_gpu == 1 else 1000 * num_gpu)
-    return Demand.of(gpus=whole, gpu_milli=total, gpu_memory_mib=gpu_memory_mib * max(num_gpu, 1),
-                     cpu_milli=cpu_milli, memory_mib=memory_mib, gpu_type=gpu_type)
-
-
-@dataclass(slots=True)
-class Allocation:
-    """A running pod as quota sees it."""
-
-    uid: str
-    queue: str
-    demand: Demand
-    started_at: float
-    node: str | None = None
-    priority: int = 0
-    checkpointable: bool = False
-    last_checkpoint_at: float | None = None
-    name: str = ""
-    namespace: str = ""
-
-    def progress_at_risk(self, now: float) -> float:
-        """Seconds of work lost if stopped now: since the last checkpoint (or since start)."""
-        since = self.last_checkpoint_at if self.checkpointable and self.last_checkpoint_at else self.started_at
-        return max(0.0, now - since)
-
+__all__ = ["GPU_MILLI", "Admission", "Allocation", "Demand", "QuotaLedger", "demand_of", "guarded"]
 
 @dataclass(frozen=True, slots=True)
 class Admission:
@@ -220,7 +165,7 @@ class QuotaLedger:
             return Admission(False, leaf, ("no_capacity: the cluster is full and the queue is above its "
                                            "guarantee" if not inside else "no_capacity: reclaim not allowed")
                              + note)
-        victims, wait = self.reclaim_plan(leaf, d, now, exclude={uid} if uid else set())
+        victims, wait = reclaim_plan(self, leaf, d, now, exclude={uid} if uid else set())
         if victims is None:
             return Admission(False, leaf, "no_capacity: borrowed capacity is not reclaimable yet" + note,
                              retry_after_s=wait)
@@ -237,90 +182,6 @@ class QuotaLedger:
             asked = d.vector > 0
             ok &= bool(np.all(free[asked] >= d.vector[asked]))
         return ok
-
-    def reclaim_order(self, candidates: Iterable[Allocation], now: float) -> list[Allocation]:
-        """Least lost work first: priority, checkpointable first, progress at risk, newest first."""
-        return sorted(candidates, key=lambda a: (a.priority, not a.checkpointable, a.progress_at_risk(now),
-                                                 -a.started_at, a.uid))
-
-    def reclaim_plan(self, queue: str, d: Demand, now: float,
-                     exclude: set[str] | None = None) -> tuple[list[Allocation] | None, float | None]:
-        """Borrowers' pods to stop so that ``d`` fits: (victims, None) or (None, seconds until a plan
-        may exist because of minimum runtimes, or None when none ever will)."""
-        exclude = exclude or set()
-        cands, waits = [], []
-        for a in self.running.values():
-            if a.uid in exclude or a.queue == queue:
-                continue  # a queue does not reclaim from itself
-            if d.gpu_type != ANY_TYPE and a.demand.gpu_type != d.gpu_type:
-                continue
-            min_rt = self.tree.specs[a.queue].min_runtime_s
-            if now - a.started_at < min_rt:
-                waits.append(a.started_at + min_rt - now)
-                continue
-            cands.append(a)
-        victims: list[Allocation] = []
-        freed = np.zeros(len(RESOURCES), dtype=np.int64)
-        taken: set[str] = set()
-        for a in self.reclaim_order(cands, now):
-            if self.room(d, freed):
-                break
-            if not self.borrowing(a.queue, taken, now):
-                continue
-            victims.append(a)
-            taken.add(a.uid)
-            freed += a.demand.vector
-        if self.room(d, freed):
-            return victims, None
-        return None, (min(waits) if waits else None)
-
-    def borrowing(self, queue: str, taken: set[str], now: float) -> bool:
-        """Does ``queue`` (after the pods already taken) hold more than its guarantee somewhere up its
-        chain below the root? Only such pods are reclaimable."""
-        chain = self.tree.ancestors(queue)
-        chain = chain[:-1] if len(chain) > 1 else chain
-        for q in chain:
-            if not self.tree.has_guarantee(q, now):
-                continue
-            used = self.used(q, exclude=taken)
-            g = self.tree.guaranteed(q, ANY_TYPE, now)
-            if np.any((used > g) & guarded(g)):
-                return True
-        return False
-
-    def fair_reclaim_plan(self, queue: str, d: Demand, demand: dict[str, float], now: float,
-                          exclude: set[str] | None = None) -> list[Allocation] | None:
-        """Above the guarantees, fairness by reclaim: a queue holding less than its water-filled fair
-        share (``fair_shares(demand)``, GPU milli) takes pods of queues above theirs, in reclaim
-        order, while the victim's queue stays at least as well served as the asker will be:
-        ``(held_v - pod) / share_v >= (held_q + asked) / share_q``. That inequality is what stops two
-        queues trading the same GPUs back and forth. None when no such plan frees enough room."""
-        exclude = exclude or set()
-        fs = self.fair_shares(demand, now)
-        mine = fs.get(queue, 0.0)
-        held = float(self.used(queue)[GPU_MILLI])
-        asked = float(d.vector[GPU_MILLI])
-        if mine <= 0 or held >= mine:
-            return None
-        after_q = (held + asked) / mine
-        taken: dict[str, float] = {}
-        victims: list[Allocation] = []
-        freed = np.zeros(len(RESOURCES), dtype=np.int64)
-        cands = [a for a in self.running.values() if a.uid not in exclude and a.queue != queue
-                 and now - a.started_at >= self.tree.specs[a.queue].min_runtime_s
-                 and (d.gpu_type == ANY_TYPE or a.demand.gpu_type == d.gpu_type)]
-        used_by = {q: float(self.used(q)[GPU_MILLI]) for q in {a.queue for a in cands}}
-        for a in self.reclaim_order(cands, now):
-            if self.room(d, freed):
-                break
-            share = fs.get(a.queue, 0.0)
-            left = used_by[a.queue] - taken.get(a.queue, 0.0) - float(a.demand.vector[GPU_MILLI])
-            if share > 0 and left / share < after_q:
-                continue
-            victims.append(a)
-            taken[a.queue] = taken.get(a.queue, 0.0) + float(a.demand.vector[GPU_MILLI])
-            freed += a.demand.vector
-        return victims if self.room(d, freed) else None
 
     # -- reporting ---------------------------------------------------------------------------
     def fair_shares(self, demand: dict[str, float], now: float | None = None) -> dict[str, float]:

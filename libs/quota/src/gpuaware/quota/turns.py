@@ -2,7 +2,7 @@
 served beyond theirs.
 
 Why: ordering and fair reclaim cannot serve a queue whose waiting jobs are all wider than its share.
-Fair reclaim (``QuotaLedger.fair_reclaim_plan``) only takes GPUs while the victim's queue stays at
+Fair reclaim (``reclaim.fair_reclaim_plan``) only takes GPUs while the victim's queue stays at
 least as well served as the asker will be, and a job wider than its share never meets that, so such a
 queue would wait for a whole cluster to drain. Over time it can still get its share *on average*: its
 job runs for a while, then yields. This is time-slicing as Gandiva and Themis do it, at checkpoint
@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuaware.quota.demand import GPU_MILLI, Allocation, Demand
 from gpuaware.quota.fairshare import DecayedUsage
-from gpuaware.quota.ledger import GPU_MILLI, Allocation, Demand, QuotaLedger
+from gpuaware.quota.ledger import QuotaLedger
 from gpuaware.quota.tree import ANY_TYPE, RESOURCES
 
 __all__ = ["OwedService", "TurnTaking"]
