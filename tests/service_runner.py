@@ -10,11 +10,13 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from gpuaware.runtime import run_service
+
+S = TypeVar("S")
 
 
 @contextlib.asynccontextmanager
@@ -64,17 +66,18 @@ async def eventually(predicate: Callable[[], Any], timeout: float = 10.0, what: 
         await asyncio.sleep(0.02)
 
 
+def quiet_settings(cls: type[S], **values: Any) -> S:
+    """A service's settings for a test: console logs at WARNING, then ``values`` (the test's own)."""
+    return msgspec.convert({"log_format": "console", "log_level": "WARNING", **values}, cls)
+
+
 def placement_settings(url: str, cluster: str, **kw: Any) -> Any:
     """Placement's settings for a test: quick leases, no world snapshot, console logs; ``kw`` overrides."""
-    import msgspec
-
     from gpuaware.services.placement.settings import PlacementSettings
 
-    base: dict[str, Any] = {"nats_url": url, "cluster": cluster, "instance_id": "p1", "log_format": "console",
-                            "log_level": "WARNING", "lease_ttl_s": 1.5, "lease_poll_s": 0.1,
-                            "pending_ack_wait_s": 1.0, "world_snapshot": False, "quota_recheck_s": 60.0}
-    base.update(kw)
-    return msgspec.convert(base, PlacementSettings)
+    return quiet_settings(PlacementSettings, **{
+        "nats_url": url, "cluster": cluster, "instance_id": "p1", "lease_ttl_s": 1.5, "lease_poll_s": 0.1,
+        "pending_ack_wait_s": 1.0, "world_snapshot": False, "quota_recheck_s": 60.0, **kw})
 
 
 @contextlib.asynccontextmanager

@@ -10,9 +10,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 import pytest
-from service_runner import eventually, in_process, record
+from service_runner import eventually, in_process, quiet_settings, record
 
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess
@@ -125,12 +124,9 @@ class Recorder:
 
 
 def settings(nats_url: str, database_url: str, cluster: str, **kw: Any) -> HealthScoringSettings:
-    base: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url, "cluster": cluster,
-                            "instance_id": "h1", "log_format": "console", "log_level": "WARNING",
-                            "checkpoint_s": 0.2, "tick_s": 0.2, "poll_s": 0.2, "inventory_wait_s": 2.0,
-                            "ack_wait_s": 5.0}
-    base.update(kw)
-    return msgspec.convert(base, HealthScoringSettings)
+    return quiet_settings(HealthScoringSettings, **{
+        "nats_url": nats_url, "database_url": database_url, "cluster": cluster, "instance_id": "h1",
+        "checkpoint_s": 0.2, "tick_s": 0.2, "poll_s": 0.2, "inventory_wait_s": 2.0, "ack_wait_s": 5.0, **kw})
 
 
 @contextlib.asynccontextmanager

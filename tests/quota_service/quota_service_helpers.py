@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from service_runner import in_process
+from service_runner import in_process, quiet_settings
 from service_runner import placement as run_placement
 
 from gpuaware import bus
@@ -158,11 +158,8 @@ class World:
 
 
 def settings(nats_url: str, database_url: str, cluster: str, **kw: Any) -> QuotaSettings:
-    base: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url, "cluster": cluster,
-                            "instance_id": "q1", "log_format": "console", "log_level": "WARNING",
-                            "report_interval_s": 0.2}
-    base.update(kw)
-    return msgspec.convert(base, QuotaSettings)
+    return quiet_settings(QuotaSettings, **{"nats_url": nats_url, "database_url": database_url, "cluster": cluster,
+                                           "instance_id": "q1", "report_interval_s": 0.2, **kw})
 
 
 @contextlib.asynccontextmanager

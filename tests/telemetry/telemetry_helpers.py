@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from service_runner import quiet_settings
 
 from gpuaware import bus
 from gpuaware.gpu import (
@@ -108,11 +109,9 @@ async def ensure_streams(js: Any) -> None:
 
 
 def collector_settings(nats_url: str, database_url: str, **overrides: Any) -> CollectorSettings:
-    base: dict[str, Any] = dict(nats_url=nats_url, database_url=database_url, log_format="console",
-                                log_level="WARNING", instance_id="test", ack_wait_s=5.0, hold_s=4.0,
-                                linger_s=0.01, tick_s=0.2, rollup_grace_s=5.0, retry_cap_s=2.0)
-    base.update(overrides)
-    return CollectorSettings(**base)
+    return quiet_settings(CollectorSettings, **{
+        "nats_url": nats_url, "database_url": database_url, "instance_id": "test", "ack_wait_s": 5.0,
+        "hold_s": 4.0, "linger_s": 0.01, "tick_s": 0.2, "rollup_grace_s": 5.0, "retry_cap_s": 2.0, **overrides})
 
 
 @contextlib.asynccontextmanager
