@@ -19,6 +19,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from permissions_helpers import assert_publish_refused, assert_refused, assert_stream_admin_refused
+from service_runner import eventually
 
 from gpuaware import bus
 from gpuaware.runtime import ServiceSettings, StreamsNotProvisioned, run_service
@@ -78,37 +80,6 @@ def ch(subject: str, *tokens: str) -> bus.Channel[Note]:
 
 def token() -> str:
     return uuid.uuid4().hex[:8]
-
-
-async def eventually(check: Any, timeout: float = 5.0, what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-async def assert_refused(nc: bus.Client, subject: str, call: Any) -> None:
-    """`call()` (a request on `subject`) times out, and the server said why."""
-    with pytest.raises(TimeoutError):
-        await call()
-    assert nc.last_error is not None
-    text = str(nc.last_error).lower()
-    assert "permissions violation" in text and f'"{subject.lower()}"' in text, text
-
-
-async def assert_publish_refused(nc: bus.Client, subject: str) -> None:
-    js = nc.jetstream(timeout=1.0)
-    await assert_refused(nc, subject, lambda: js.publish(subject, b"{}", timeout=1.0))
-
-
-async def assert_stream_admin_refused(nc: bus.Client) -> None:
-    js = nc.jetstream(timeout=1.0)
-    await assert_refused(nc, f"$JS.API.STREAM.DELETE.{BINDER.name}", lambda: js.delete_stream(BINDER.name))
-    await assert_refused(nc, "$JS.API.STREAM.CREATE.ROGUE",
-                         lambda: js.add_stream(name="ROGUE", subjects=["rogue.>"]))
-    await assert_refused(nc, f"$JS.API.STREAM.PURGE.{TELEMETRY.name}", lambda: js.purge_stream(TELEMETRY.name))
 
 
 # -- telemetry agent --------------------------------------------------------------------------------

@@ -1,0 +1,34 @@
+"""What a refused operation looks like to a client of the permissioned server: the call times out
+(the server drops it) and the connection's last error names the subject it refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuaware import bus
+from gpuaware.schemas.streams import BINDER, TELEMETRY
+
+
+async def assert_refused(nc: bus.Client, subject: str, call: Any) -> None:
+    """`call()` (a request on `subject`) times out, and the server said why."""
+    with pytest.raises(TimeoutError):
+        await call()
+    assert nc.last_error is not None
+    text = str(nc.last_error).lower()
+    assert "permissions violation" in text and f'"{subject.lower()}"' in text, text
+
+
+async def assert_publish_refused(nc: bus.Client, subject: str) -> None:
+    js = nc.jetstream(timeout=1.0)
+    await assert_refused(nc, subject, lambda: js.publish(subject, b"{}", timeout=1.0))
+
+
+async def assert_stream_admin_refused(nc: bus.Client) -> None:
+    """No service may delete, create or purge a stream (the admin provisions them)."""
+    js = nc.jetstream(timeout=1.0)
+    await assert_refused(nc, f"$JS.API.STREAM.DELETE.{BINDER.name}", lambda: js.delete_stream(BINDER.name))
+    await assert_refused(nc, "$JS.API.STREAM.CREATE.ROGUE",
+                         lambda: js.add_stream(name="ROGUE", subjects=["rogue.>"]))
+    await assert_refused(nc, f"$JS.API.STREAM.PURGE.{TELEMETRY.name}", lambda: js.purge_stream(TELEMETRY.name))
