@@ -80,9 +80,7 @@ class BatchConsumer(DurableConsumer[T]):
     async def _guarded(self, msgs: list[Msg]) -> None:
         try:
             await self._process(msgs)
-        except asyncio.CancelledError:
-            raise  # unacked: the server redelivers after ack_wait
-        except Exception:
+        except Exception:  # not a cancellation (a BaseException): those stay unacked and come back
             log.exception("consumer %s: could not settle a batch", self._name)
 
     async def _process(self, msgs: list[Msg]) -> None:

@@ -254,11 +254,9 @@ class DurableConsumer(Generic[T]):
     async def _handle(self, msg: Msg) -> None:
         try:
             await self._handle_unguarded(msg)
-        except asyncio.CancelledError:
-            raise  # unacked: the server redelivers after ack_wait
         except Exception:
             # only ack/nak/dead-letter I/O gets here (handler errors are dispositions); the server
-            # redelivers the unacked message after ack_wait
+            # redelivers the unacked message after ack_wait, as it does one cancelled mid-way
             log.exception("consumer %s: could not settle a message", self._name)
 
     def _received(self, msg: Msg) -> Delivery:

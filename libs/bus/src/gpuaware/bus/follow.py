@@ -197,9 +197,7 @@ class Follower:
             if result is not None and inspect.isawaitable(result):
                 await result
             self.stats["handled"] += 1
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except Exception:  # a cancellation is a BaseException: it propagates
             self.stats["handler_errors"] += 1
             log.exception("follower %s/%s: handler failed on %s seq %d (skipped)", self.stream, self.name,
                           msg.subject, seq)
