@@ -165,8 +165,8 @@ def test_utilisation_series_holds_each_reading_until_the_next(samples, gpus, exp
 
 
 def test_a_stretch_the_twin_jumped_over_is_a_gap_not_the_last_reading_held_flat() -> None:
-    # issue 15: "flat at 0.10 from virtual hour 3 to 7" - the twin skipped a quiet stretch, no wall time
-    # passed, nothing was read; the held value filled hours it never measured
+    # a plot once read "flat at 0.10 from virtual hour 3 to 7": the twin skipped a quiet stretch, no wall
+    # time passed, nothing was read, and the held value filled hours it never measured
     from gpuaware.sim.metrics import clock_jumps
 
     # wall 0..3 s at speed 100; between wall 1.0 and 1.5 virtual time jumped from 100 to 10,000

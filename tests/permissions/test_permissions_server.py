@@ -371,8 +371,8 @@ async def test_run_service_connects_as_its_user_and_never_logs_the_password(
 
 
 async def test_each_identity_reads_only_its_own_inbox(connect_as: Connect) -> None:
-    # a shared _INBOX.> let any service read the replies meant for another (issue 16): each user now
-    # has its own prefix, set by bus.connect, and may subscribe only there
+    # a shared _INBOX.> would let any service read the replies meant for another: each user has its
+    # own prefix, set by bus.connect, and may subscribe only there
     from gpuaware.schemas.permissions import inbox_prefix
 
     async with connect_as(TELEMETRY_AGENT) as agent, connect_as(PLACEMENT_ID) as placement:
