@@ -145,7 +145,7 @@ class AlertBridge:
             self.stats["refused"] += 1
             return web.json_response({"error": str(exc)}, status=400)
         for ev in events:
-            channel = RAISED if isinstance(ev, AlertRaised) else RESOLVED
+            channel: bus.Channel[Any] = RAISED if isinstance(ev, AlertRaised) else RESOLVED
             await bus.publish(self.js, channel.at(ev.cluster), ev)
             self.stats["published"] += 1
         return web.json_response({"published": len(events)})
@@ -167,7 +167,7 @@ def bridge(
     if not alertmanager and not listen_port:
         raise typer.BadParameter("give --alertmanager, --listen-port or both")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = ({"user": os.environ["NATS_USER"], "password": os.environ.get("NATS_PASSWORD", "")}
+    options: dict[str, Any] = ({"user": os.environ["NATS_USER"], "password": os.environ.get("NATS_PASSWORD", "")}
                if os.environ.get("NATS_USER") else {})
 
     async def main() -> None:

@@ -29,6 +29,7 @@ import asyncio
 import bisect
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -373,8 +374,8 @@ async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started:
                     for spec in (RunSpec("gpuaware", DEFAULT_PROFILE, f"{cfg.run_id}-gpuaware"),
                                  RunSpec("baseline", KUBE_DEFAULT, f"{cfg.run_id}-baseline")):
                         console.rule(f"run: {spec.label} — placement policy {spec.policy}, cluster {spec.cluster}")
-                        results[spec.label] = await with_live(view, lambda s=spec: run_once(
-                            cfg, s, nc=nc, nats_url=nats_url, database_url=database_url, pool=pool,
+                        results[spec.label] = await with_live(view, functools.partial(
+                            run_once, cfg, spec, nc=nc, nats_url=nats_url, database_url=database_url, pool=pool,
                             counter=counter, procs=procs, progress=view, stop=stop))
                     if telemetry.get("status") == "running":
                         await asyncio.sleep(1.5)  # the collector's last batches reach PostgreSQL

@@ -59,12 +59,12 @@ __all__ = ["BINDER_CHANNELS", "FORECASTING_STATS", "HEALTH_CHANNELS", "HEALTH_ST
 log = logging.getLogger(__name__)
 
 
-BINDER_CHANNELS = [bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBound),
+BINDER_CHANNELS: list[bus.Channel[Any]] = [bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBound),
                    bus.Channel(POD_BIND_FAILED, PodBindFailed), bus.Channel(POD_PREEMPTED, PodPreempted),
                    bus.Channel(POD_FINISHED, PodFinished)]
-PLACEMENT_CHANNELS = [bus.Channel(PLACEMENT_DECIDED, PlacementDecided),
+PLACEMENT_CHANNELS: list[bus.Channel[Any]] = [bus.Channel(PLACEMENT_DECIDED, PlacementDecided),
                       bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)]
-HEALTH_CHANNELS = [bus.Channel(GPU_STATE_CHANGED, GpuStateChanged), bus.Channel(ALERT_RAISED, AlertRaised),
+HEALTH_CHANNELS: list[bus.Channel[Any]] = [bus.Channel(GPU_STATE_CHANGED, GpuStateChanged), bus.Channel(ALERT_RAISED, AlertRaised),
                    bus.Channel(ALERT_RESOLVED, AlertResolved), bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)]
 HEALTH_STATS = OPERATIONAL_ENDPOINTS[HEALTH_SCORING][0]
 """health-scoring's counters (an operational endpoint, outside the contract's registry)"""

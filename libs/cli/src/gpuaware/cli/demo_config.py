@@ -154,7 +154,7 @@ def nats_login(cfg: DemoConfig, identity: str) -> dict[str, str]:
     return {"NATS_USER": user, "NATS_PASSWORD": password}
 
 
-def nats_admin(cfg: DemoConfig) -> dict[str, str]:
+def nats_admin(cfg: DemoConfig) -> dict[str, Any]:
     """Connection options for the demo's own connections (it deletes streams, follows every stream)."""
     if not cfg.nats_credentials:
         return {}

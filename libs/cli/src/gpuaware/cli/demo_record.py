@@ -117,6 +117,7 @@ class RunLog:
         key = subject_key(subject)
         self.recorded[key] += 1
         uid = ev.pod_uid
+        row: tuple[str, float, str | None, str | None, int, str]
         if isinstance(ev, PodPending):
             self.pending.setdefault(uid, ev)
             self.attempt[uid] = max(self.attempt.get(uid, 0), ev.attempt)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import time
@@ -134,9 +135,10 @@ def invariants_of(cfg: DemoConfig, run: RunResult, tel: dict[str, Any]) -> tuple
     loop_rows = dict(a["recorded"])
     t0 = next((st["back_wall"] - st["back_at_s"] for st in run.chaos if st["back_wall"] is not None), None)
     per_5s = ([0] * (int((decided_at[-1] - t0) // 5) + 1)) if decided_at and t0 is not None else []
-    for t in decided_at if per_5s else ():
-        if t >= t0:
-            per_5s[int((t - t0) // 5)] += 1
+    if per_5s and t0 is not None:
+        for t in decided_at:
+            if t >= t0:
+                per_5s[int((t - t0) // 5)] += 1
     figures = {
         "pods": a["pods"], "pods_submitted": len(submitted), "pods_never_on_the_bus": never_seen[:10],
         "decisions": a["recorded"].get("placement.pod.decided.v1", 0),
@@ -228,7 +230,7 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                     await asyncio.to_thread(collector.stop, 15.0)
                 js = nc.jetstream()
                 tel = await _patiently(lambda: _telemetry(js, pool, run))
-                replicas = {name: await _patiently(lambda name=name: _replicas(js, name))
+                replicas = {name: await _patiently(functools.partial(_replicas, js, name))
                             for name in (BINDER.name, PLACEMENT.name, TELEMETRY.name)}
         checks, figures = invariants_of(cfg, run, tel)
         figures["stream_replicas"] = replicas

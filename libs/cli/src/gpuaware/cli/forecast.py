@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
@@ -82,7 +82,7 @@ def train_blob(prepared: list[Prepared], horizons: list[int], iters: int, second
         task = bar.add_task("train", total=iters, loss=float("nan"), valid="-")
 
         def progress(it: int, total: int, loss: float, valid: float) -> None:
-            fields = {"loss": loss} | ({"valid": f"{valid:.4f}"} if np.isfinite(valid) else {})
+            fields: dict[str, Any] = {"loss": loss} | ({"valid": f"{valid:.4f}"} if np.isfinite(valid) else {})
             bar.update(task, completed=it, total=total, **fields)
 
         result, blob = fit(prepared, config, progress)

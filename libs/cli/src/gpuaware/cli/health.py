@@ -23,7 +23,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -143,7 +143,7 @@ def _me() -> str:
 
 async def request_override(req: CordonRequest, nats_url: str, *, timeout: float = 10.0) -> CordonReply:
     """Send one ``health.cordon`` request (as NATS_USER when set) and return the service's reply."""
-    options: dict[str, str] = {}
+    options: dict[str, Any] = {}
     if os.environ.get("NATS_USER"):
         options = {"user": os.environ["NATS_USER"], "password": os.environ.get("NATS_PASSWORD", "")}
     async with bus.connected(nats_url.split(","), name="gpuaware-health-cli", initial_timeout=timeout,

@@ -22,7 +22,12 @@ from gpuaware.schemas.streams import DEADLETTER, TELEMETRY
 from gpuaware.schemas.telemetry import GPU_SAMPLED, GpuSampled
 from gpuaware.telemetry import to_columns
 
-CHANNEL = bus.Channel(GPU_SAMPLED, GpuSampled, id_of=lambda b: f"{b.node}:{b.seq}")
+
+def _batch_id(batch: GpuSampled) -> str:
+    return f"{batch.node}:{batch.seq}"
+
+
+CHANNEL = bus.Channel(GPU_SAMPLED, GpuSampled, id_of=_batch_id)
 DURABLE = "demo-roundtrip"
 
 
@@ -66,7 +71,7 @@ async def run_roundtrip(nats_url: str, database_url: str, *, nodes: int = 8, gpu
 
             async def store(batch: GpuSampled, delivery: bus.Delivery) -> None:
                 result.consumed += 1
-                msg_id = delivery.msg_id or CHANNEL.id_of(batch)
+                msg_id = delivery.msg_id or _batch_id(batch)
                 async with pool.connection() as conn, conn.transaction():
                     # the id and the samples commit together: a redelivery finds the id and stores nothing
                     fresh = await tsdb.store_roundtrip(conn, msg_id, delivery.subject,
@@ -94,7 +99,7 @@ async def run_roundtrip(nats_url: str, database_url: str, *, nodes: int = 8, gpu
                     now = time.time()
                     for n in range(nodes):
                         batch = make_batch(f"demo-node-{n}", run_id * 1000 + tick, gpus, rng, now)
-                        sent_at[CHANNEL.id_of(batch)] = time.perf_counter()
+                        sent_at[_batch_id(batch)] = time.perf_counter()
                         await bus.publish(js, CHANNEL, batch)
                         result.published += 1
                 await asyncio.wait_for(done.wait(), timeout)

@@ -293,12 +293,12 @@ def score_replays(events: Sequence[HbmEvent], replays: dict[str, ServerReplay], 
     rows: list[dict[str, Any]] = []
     for server in sorted(episodes):
         rep = replays[server]
-        for e in episodes[server]:
+        for at in episodes[server]:
             rows.append({
-                "server": server, "time": e, "first": e == all_episodes[server][0],
-                "caught": {str(L): rep.level_at(e - 3600.0 * L) >= 1 for L in leads},
-                "level_before": {str(L): rep.level_at(e - 3600.0 * L) for L in leads},
-                "baseline": {str(L): first_ue[server] <= e - 3600.0 * L for L in leads},
+                "server": server, "time": at, "first": at == all_episodes[server][0],
+                "caught": {str(L): rep.level_at(at - 3600.0 * L) >= 1 for L in leads},
+                "level_before": {str(L): rep.level_at(at - 3600.0 * L) for L in leads},
+                "baseline": {str(L): first_ue[server] <= at - 3600.0 * L for L in leads},
             })  # fmt: skip
     n = len(rows)
     recall = {L: (sum(r["caught"][str(L)] for r in rows) / n if n else 0.0) for L in leads}

@@ -123,7 +123,7 @@ def _default_world(settings: BinderSettings, source: str) -> World:
 
             lease = KubeLeaderLease(settings.lease_k8s_namespace(), f"gpuaware-binder-{settings.cluster}",
                                     source.rsplit("/", 1)[-1])
-        return KubeWorld(core_api(), cluster=settings.cluster, source=source, lease=lease)  # type: ignore[return-value]
+        return KubeWorld(core_api(), cluster=settings.cluster, source=source, lease=lease)
     return build_world(settings, source=source)
 
 
@@ -198,7 +198,7 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
             except bus.BusError as exc:
                 raise bus.TransientError(f"publishing the outcome failed: {exc}", delay=1.0) from exc
 
-        consumers = [
+        consumers: list[bus.DurableConsumer[Any]] = [
             await bus.subscribe_durable(
                 ctx.js, ANSWERS, f"{settings.durable}-checkpoints", on_answer, deliver_policy="new",
                 ack_wait=settings.ack_wait_s, poll=settings.poll_s),

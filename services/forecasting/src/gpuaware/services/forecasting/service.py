@@ -232,7 +232,7 @@ class ForecastService:
             # the window closed: its end is the forecast origin, on the telemetry's clock
             issued = (w + server.step_s) / self.settings.time_scale
             for ev in server.events(result, self.settings.cluster, issued, nodes, time.time(), self.source):
-                channel = (GPU_OUT.at(self.settings.cluster, ev.node) if isinstance(ev, GpuUtilPredicted)
+                channel: bus.Channel[Any] = (GPU_OUT.at(self.settings.cluster, ev.node) if isinstance(ev, GpuUtilPredicted)
                            else DEMAND_OUT.at(self.settings.cluster))
                 await bus.publish(self.js, channel, ev)
                 self.counts["published"] += 1
@@ -304,7 +304,7 @@ class ForecastService:
             self.drift_started = now
         event = drift_alert(server.model_label, change, cluster=self.settings.cluster, source=self.source,
                             now=now, started_at=self.drift_started or now)
-        channel = RAISED if isinstance(event, AlertRaised) else RESOLVED
+        channel: bus.Channel[Any] = RAISED if isinstance(event, AlertRaised) else RESOLVED
         await bus.publish(self.js, channel.at(self.settings.cluster), event)
         self.counts["drift_alerts"] += 1
 

@@ -309,12 +309,13 @@ class View:
                 gpu_uuid=r.gpu_uuid, node=r.node, summary=r.summary,
                 active_json=_ENCODER.encode(active).decode() if active is not None else None))
             work.urgent = True
-        for r in decision.resolved:
-            work.out.append(Outbound(RESOLVED.at(self._token), r,
-                                     f"ao/{cluster}/{r.fingerprint}/{_t(r.started_at)}"))
+        for gone in decision.resolved:
+            work.out.append(Outbound(RESOLVED.at(self._token), gone,
+                                     f"ao/{cluster}/{gone.fingerprint}/{_t(gone.started_at)}"))
             self._alerts.append(HealthAlertRow(
-                fingerprint=r.fingerprint, started_at=r.started_at, rule=r.rule, severity=r.severity.value,
-                gpu_uuid=r.gpu_uuid, node=r.node, summary=r.summary, resolved_at=r.resolved_at))
+                fingerprint=gone.fingerprint, started_at=gone.started_at, rule=gone.rule,
+                severity=gone.severity.value, gpu_uuid=gone.gpu_uuid, node=gone.node, summary=gone.summary,
+                resolved_at=gone.resolved_at))
             work.urgent = True
 
     def _recommend_drain(self, work: Work, a: Assessment, now: float, to: tuple[str, str]) -> None:
