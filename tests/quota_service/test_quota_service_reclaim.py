@@ -12,7 +12,9 @@ being evicted never gets its GPUs (no double booking); a redelivered pending pod
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from quota_service_helpers import (
     BOUND,
@@ -73,6 +75,17 @@ async def place_and_bind(w: World, watch: Watch, cluster: str, borrowers: dict[s
         await bind(w, watch.of(uid)[0])
 
 
+async def owner_parks(w: World, watch: Watch, cluster: str) -> None:
+    """The owner's pod a-1 (queue a1, 2 GPUs) arrives on a full cluster: placement parks it."""
+    await bus.publish(w.js, PENDING, pending(cluster, "a-1", "a1", gpus=2, cpu_milli=1000, memory_mib=4096))
+    await eventually(lambda: any(u.pod_uid == "a-1" for u in watch.unschedulable), what="the owner parked")
+
+
+def bound_in(service: Any, uids: Iterable[str]) -> bool:
+    """Whether placement's ledger holds every one of ``uids`` as bound."""
+    return all(service.state.ledger.pods[u].phase.value == "bound" for u in uids)
+
+
 async def test_owner_gets_its_lent_guarantee_back(world: World, nats_proc, cluster: str, fresh_database_url: str,
                                                   tmp_path: Path) -> None:
     w = world
@@ -84,8 +97,8 @@ async def test_owner_gets_its_lent_guarantee_back(world: World, nats_proc, clust
         await place_and_bind(w, watch, cluster, borrowers)
         held = {uid: watch.of(uid)[0] for uid in borrowers}
         assert all(not d.preemptions for d in held.values())
-        await eventually(lambda: all(p.state.ledger.pods[u].phase.value == "bound" for u in borrowers)
-                         and len(q.view.ledger.running) == 4, what="the borrowers bound in placement and quota")
+        await eventually(lambda: bound_in(p, borrowers) and len(q.view.ledger.running) == 4,
+                         what="the borrowers bound in placement and quota")
 
         # the owner's pod: no room, priority 0 (no preemption of its own); quota reclaims for it
         await bus.publish(w.js, PENDING, pending(cluster, "a-1", "a1", gpus=2, cpu_milli=1000, memory_mib=4096))
@@ -143,11 +156,9 @@ async def test_a_new_leader_asks_quota_about_the_pods_left_parked(world: World, 
     async with placement(nats_proc.url, cluster, instance_id="p1") as p1:
         async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)):
             await place_and_bind(w, watch, cluster, dict.fromkeys(borrowers, False))
-            await eventually(lambda: all(p1.state.ledger.pods[u].phase.value == "bound" for u in borrowers),
-                             what="the borrowers bound")
+            await eventually(lambda: bound_in(p1, borrowers), what="the borrowers bound")
         # quota is gone: the owner's pod finds no room and nobody to ask
-        await bus.publish(w.js, PENDING, pending(cluster, "a-1", "a1", gpus=2, cpu_milli=1000, memory_mib=4096))
-        await eventually(lambda: any(u.pod_uid == "a-1" for u in watch.unschedulable), what="the owner parked")
+        await owner_parks(w, watch, cluster)
         assert not watch.of("a-1") and p1.quota.reclaims == 0
     async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)) as q:
         await eventually(lambda: all(u in q.view.ledger.running for u in borrowers),
@@ -169,10 +180,8 @@ async def test_a_pod_parked_while_quota_was_down_is_asked_about_once_quota_is_ba
     async with placement(nats_proc.url, cluster, quota_recheck_s=0.5) as p:
         async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)):
             await place_and_bind(w, watch, cluster, dict.fromkeys(borrowers, False))
-            await eventually(lambda: all(p.state.ledger.pods[u].phase.value == "bound" for u in borrowers),
-                             what="the borrowers bound")
-        await bus.publish(w.js, PENDING, pending(cluster, "a-1", "a1", gpus=2, cpu_milli=1000, memory_mib=4096))
-        await eventually(lambda: any(u.pod_uid == "a-1" for u in watch.unschedulable), what="the owner parked")
+            await eventually(lambda: bound_in(p, borrowers), what="the borrowers bound")
+        await owner_parks(w, watch, cluster)
         assert not watch.of("a-1") and "a-1" in p.quota.due
         async with quota(nats_proc.url, fresh_database_url, cluster, tree=str(tree)):
             await eventually(lambda: watch.of("a-1"), what="the reclaim decision once quota is back")
