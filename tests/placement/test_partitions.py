@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from placement_helpers import node
 
 from gpuaware.placement import POLICIES, Cluster, CycleState, PodRequest, TypicalPods
+from gpuaware.placement.actions import reclaim as reclaim_for
 from gpuaware.placement.builtin import REGISTRY
 from gpuaware.placement.partitions import StrictPartitions
 from gpuaware.placement.preempt import Victim
@@ -51,7 +52,7 @@ def test_no_pod_of_another_queue_ever_lands_on_a_reserved_node(nodes, reserved, 
         queue_of[p.name] = filt.queue_of(p)
         got = s.run([p])[0]
         if reclaim and not isinstance(got, Placed):
-            s.reclaim(p, list(c.allocations))  # quota names every running pod: still never a reserved node
+            reclaim_for(s, p, list(c.allocations))  # quota names every running pod: still never a reserved node
     for a in c.allocations.values():
         allowed = by_name.get(c.node_names[a.node])
         assert allowed is None or queue_of[a.pod] in allowed, (a.pod, queue_of[a.pod], c.node_names[a.node], allowed)

@@ -126,7 +126,7 @@ def _planner(order: str, **config: float) -> Planner:
                               learn_typical=False, queue_order=order,
                               prior={(100, 1000, 1, ""): 1.0},
                               reclaim_min_runtime_s=60.0, **config), clock=lambda: now[0])
-    p.set_node(NodeSpec("n0", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
+    p.view.set_node(NodeSpec("n0", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
     p.now = now  # type: ignore[attr-defined]
     return p
 
@@ -199,7 +199,7 @@ def _two_nodes_full_of_big() -> Planner:
     bound at t=1000; those on n0 predicted to end at 1060, those on n1 at 11,000. One node may be held."""
     p = _planner("fair-share")
     p.config = replace(p.config, max_reservations=1)  # none by default
-    p.set_node(NodeSpec("n1", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
+    p.view.set_node(NodeSpec("n1", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
     for i in range(8):
         req = pod(f"big{i}", "big", checkpointable=False)
         d = p.submit(req.name, 0, req)[0]
