@@ -1,14 +1,15 @@
-"""Shared by the bus tests: a stand-in event Struct, unique names, polling."""
+"""Shared by the bus tests: a stand-in event Struct, unique names, a stream of the test's own."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 
 import msgspec
+
+from gpuaware import bus
 
 
 class Sample(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,10 +38,12 @@ class Names:
         return f"d_{self.token}_{suffix}"
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll `check` until true; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+@contextlib.asynccontextmanager
+async def own_stream(js: bus.JetStream, names: Names, duplicate_window_s: float) -> AsyncIterator[str]:
+    """A file stream on ``names.subject`` with this duplicate window, deleted afterwards."""
+    await bus.ensure_stream(js, bus.SimpleStreamSpec(name=names.stream, subjects=(names.subject,),
+                                                     duplicate_window_s=duplicate_window_s))
+    try:
+        yield names.stream
+    finally:
+        await js.delete_stream(names.stream)

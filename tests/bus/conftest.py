@@ -6,7 +6,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from bus_helpers import Names, Sample
+from bus_helpers import Names, Sample, own_stream
 
 from gpuaware import bus
 
@@ -30,10 +30,8 @@ def js(nc: bus.Client) -> bus.JetStream:
 @pytest.fixture
 async def stream(js: bus.JetStream, names: Names) -> AsyncIterator[str]:
     """A file stream on `names.subject` with a 2-minute duplicate window, deleted afterwards."""
-    await bus.ensure_stream(js, bus.SimpleStreamSpec(name=names.stream, subjects=(names.subject,),
-                                                     duplicate_window_s=120))
-    yield names.stream
-    await js.delete_stream(names.stream)
+    async with own_stream(js, names, 120) as name:
+        yield name
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 import pytest
-from bus_helpers import Names, Sample, eventually
+from bus_helpers import Names, Sample, own_stream
+from service_runner import eventually
 from test_bus_consume import collect_dead_letters
 
 from gpuaware import bus
@@ -100,9 +101,7 @@ async def test_a_handler_that_raises_gives_the_whole_batch_another_try(
 
 
 async def test_the_deduper_skips_members_handled_before(js, names: Names) -> None:
-    await bus.ensure_stream(js, bus.SimpleStreamSpec(name=names.stream, subjects=(names.subject,),
-                                                     duplicate_window_s=0.5))
-    try:
+    async with own_stream(js, names, 0.5):
         channel = bus.Channel(names.subject, Sample, id_of=lambda s: s.id)
         deduper = bus.Deduper(capacity=100)
         got: list[str] = []
@@ -117,5 +116,3 @@ async def test_the_deduper_skips_members_handled_before(js, names: Names) -> Non
             await publish_samples(js, channel, 2)  # the same ids again: stored, but already handled
             await eventually(lambda: c.stats.duplicates == 2, what="2 duplicates skipped")
         assert got == ["s0", "s1"]
-    finally:
-        await js.delete_stream(names.stream)

@@ -9,7 +9,8 @@ import time
 
 import msgspec
 import pytest
-from bus_helpers import Names, Sample, eventually
+from bus_helpers import Names, Sample, own_stream
+from service_runner import eventually
 
 from gpuaware import bus
 from gpuaware.schemas.deadletter import (
@@ -261,9 +262,7 @@ async def test_permanent_error_is_dead_lettered_at_once_into_the_dead_letter_str
 
 async def test_deduper_skips_a_message_handled_before(js, names: Names) -> None:
     # a 0.2 s duplicate window lets the producer's re-send through, as after a long outage
-    await bus.ensure_stream(js, bus.SimpleStreamSpec(name=names.stream, subjects=(names.subject,),
-                                                     duplicate_window_s=0.2))
-    try:
+    async with own_stream(js, names, 0.2):
         channel = bus.Channel(names.subject, Sample, id_of=lambda s: s.id)
         await bus.publish(js, channel, Sample(id="bind-pod-1", gpu="g", util=1.0))
         await asyncio.sleep(0.3)
@@ -280,8 +279,6 @@ async def test_deduper_skips_a_message_handled_before(js, names: Names) -> None:
             stats = consumer.stats
         assert effects == ["bind-pod-1"]  # ...but the effect happened once
         assert (stats.processed, stats.duplicates) == (1, 1)
-    finally:
-        await js.delete_stream(names.stream)
 
 
 async def test_core_publish_reaches_core_subscribers(nc, names: Names) -> None:

@@ -8,7 +8,8 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
-from bus_helpers import Sample, eventually
+from bus_helpers import Sample
+from service_runner import eventually
 
 from gpuaware import bus
 from gpuaware.devstack import start_nats

@@ -6,7 +6,8 @@ import json
 
 import msgspec
 import pytest
-from bus_helpers import Names, eventually
+from bus_helpers import Names
+from service_runner import eventually
 
 from gpuaware import bus
 from gpuaware.schemas.deadletter import HEADER_CONSUMER, HEADER_REASON, dead_letter_subject

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import msgspec
-from bus_helpers import Names, Sample, eventually
+from bus_helpers import Names, Sample
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from service_runner import eventually
 
 from gpuaware import bus
 
