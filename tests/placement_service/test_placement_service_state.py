@@ -79,7 +79,7 @@ def test_the_request_mix_is_learned_from_pending_pods() -> None:
 def test_other_clusters_and_an_empty_view_are_not_decided(caplog: pytest.LogCaptureFixture) -> None:
     st = PlacementState(cluster_name="c", source="placement/test", policy_name="DotProd",
                         policy_config=POLICIES["DotProd"])
-    # a pod for a cluster this instance does not serve was acked with no word (issue 16): counted, and
+    # a pod for a cluster this instance does not serve was acked with no word: counted, and
     # said once per cluster in the log
     with caplog.at_level(logging.WARNING, logger="gpuaware.services.placement.state"):
         assert st.on_pending(pending("other", "z")) == []

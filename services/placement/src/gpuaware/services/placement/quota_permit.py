@@ -1,33 +1,35 @@
-"""Quota as placement's asynchronous Permit step: ask `quota.admit` about staged decisions.
+"""Quota as placement's asynchronous Permit: ask `quota.admit` about each decision held at Permit.
 
-The scheduling session (libs/placement) stages a decision and holds it at Permit (permit.py): quota
-answers over NATS, so it cannot answer inside the pure session. The service asks here between staging
-and publishing: a pod the quota service refuses is rejected (`PlacementState.reject`: its statement,
-with every other member of its gang, is discarded, so nothing stays reserved) and parked with the
-reason, and the retry pass looks at it again after `retry_after_s`. Nobody listening on `quota.admit` means admit (logged once; asked again every
-`quota_recheck_s`); a quota service that does not answer in time is a transient error (the pending
-pods come back).
+Admission. Every decision leaves the scheduling session held at Permit (permit.py); quota answers
+over NATS, so it is asked here, between staging and publishing:
 
-Reclaim: quota lends a queue's idle guarantee to others, and gives it back by answering the owner's
-pod with a reclaim plan (`AdmitReply.would_reclaim`). A pod that just found no room (a fresh
-"unschedulable" verdict for lack of capacity) is asked about as a dry run with no node; a plan in
-the answer is executed through placement's preemption path (`PlacementState.reclaim`): the pod is
-placed where evicting only the pods quota named makes room, and those pods become the decision's
-planned preemptions (reason ``reclaim``, checkpoint first when they can), which the binder executes
-with its checkpoint handshake before binding. The decision then goes through the ordinary admit
-with its node, which reserves it in quota. A held decision whose admit carries a plan gets the
-plan's victims evicted in its statement and added to its preemptions. Evicting victims are marked in the ledger, so a second
-plan never counts their GPUs again, and a decision's id is deterministic, so a repeated one is
-stored once. When quota says the borrowed capacity is not reclaimable yet (minimum runtimes), the
-pod is asked about again after `retry_after_s`; when its plan cannot be executed here yet (a victim
-is decided but not bound, or about to go for another plan), again after a backoff (1 s doubling up
-to `quota_recheck_s`, the bus's one retry policy). A new leader asks again about every lone pod
-left parked (`recheck_parked`): the old leader's pending questions died with it, and a quota service
-that was down when the pod arrived may answer now. These questions are advice: one that times out or
-finds nobody never fails a publish (the pods are asked again later), and at most `MAX_ASKS_PER_PASS`
-are asked per publish. With every queue unlimited quota never plans a reclaim, so placement decides
-exactly as without quota (tests/quota_service/test_quota_service_placement.py). Gang members are not
-reclaimed for yet: quota plans per pod and a gang is placed all or none.
+* admitted: the decision is published, and allowed once the stream stored it;
+* refused: `PlacementState.reject` discards its statement (with every other member of its gang:
+  nothing stays reserved) and parks the pod with quota's reason; the retry pass looks at it again
+  after `retry_after_s`;
+* admitted with a reclaim plan: the plan's victims are evicted in the same open statement and join
+  the decision's planned preemptions;
+* nobody listening on `quota.admit`: admitted (logged once; asked again every `quota_recheck_s`);
+  no answer in time: a transient error (the pending pods come back).
+
+Reclaim. Quota lends a queue's idle guarantee to others and gives it back by answering the owner's
+pod with a reclaim plan (`AdmitReply.would_reclaim`). A lone pod that just found no room is asked
+about as a dry run with no node; a plan in the answer is executed by the planner
+(`PlacementState.reclaim`, gpuaware.placement.actions.reclaim): the pod is placed where evicting only
+the pods quota named makes room, and they become the decision's planned preemptions (reason
+``reclaim``, checkpoint first when they can), which the binder executes before binding. The decision
+then goes through the ordinary admission with its node, which reserves it in quota.
+
+Asking again. Borrowed capacity not reclaimable yet (minimum runtimes): after quota's
+`retry_after_s`. A plan that cannot be executed here yet (a victim decided but not bound, or taken by
+another plan): after a backoff (`bus.RetryPolicy`, 1 s doubling up to `quota_recheck_s`). A new
+leader asks about every lone pod left parked (`recheck_parked`): the old leader's questions died with
+it. These questions are advice: one that times out or finds nobody never fails a publish, and at
+most `MAX_ASKS_PER_PASS` are asked per publish.
+
+With every queue unlimited quota never plans a reclaim, so placement decides exactly as without quota
+(tests/quota_service/test_quota_service_placement.py). Gangs are not reclaimed for: quota plans per
+pod and a gang is placed all or none.
 """
 
 from __future__ import annotations
