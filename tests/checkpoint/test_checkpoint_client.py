@@ -5,15 +5,18 @@ variant; and the example torch loop checkpoints when asked, exits, and resumes f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
 import pytest
+from nats.aio.msg import Msg
 
 from gpuaware import bus
 from gpuaware.checkpoint import AnnotationCheckpoints, NatsCheckpoints
@@ -39,21 +42,34 @@ def request(pod: str, rid: str, deadline_s: float = 30.0) -> CheckpointRequested
                                deadline_s=deadline_s, requested_at=now)
 
 
-async def _acks(nc, into: list) -> None:
-    async def on(msg) -> None:
-        into.append(msgspec.json.decode(msg.data, type=CheckpointAcknowledged))
-    await nc.subscribe(f"{CHECKPOINT_ACKNOWLEDGED}", cb=on)
-    await nc.subscribe(f"{CHECKPOINT_ACKNOWLEDGED}.>", cb=on)
-    await nc.flush()
+class Acks:
+    """The acknowledgements published on the checkpoint subjects, with an event set by the first."""
+
+    def __init__(self) -> None:
+        self.received: list[CheckpointAcknowledged] = []
+        self.arrived = asyncio.Event()
+
+    async def on(self, msg: Msg) -> None:
+        self.received.append(msgspec.json.decode(msg.data, type=CheckpointAcknowledged))
+        self.arrived.set()
 
 
-async def test_request_received_and_acknowledged(nats_url: str) -> None:
-    acks: list[CheckpointAcknowledged] = []
+@contextlib.asynccontextmanager
+async def watching_acks(nats_url: str) -> AsyncIterator[tuple[bus.JetStream, Acks]]:
+    """A connection with every stream in place and the acknowledgements collected."""
+    acks = Acks()
     async with bus.connected(nats_url, name="binder-test") as nc:
         js = nc.jetstream()
         for spec in STREAMS:
             await bus.ensure_stream(js, spec)
-        await _acks(nc, acks)
+        await nc.subscribe(f"{CHECKPOINT_ACKNOWLEDGED}", cb=acks.on)
+        await nc.subscribe(f"{CHECKPOINT_ACKNOWLEDGED}.>", cb=acks.on)
+        await nc.flush()
+        yield js, acks
+
+
+async def test_request_received_and_acknowledged(nats_url: str) -> None:
+    async with watching_acks(nats_url) as (js, acks):
         async with NatsCheckpoints(nats_url, cluster="c1", pod_uid="pod-a", namespace="ns") as cp:
             assert cp.requested() is None
             await bus.publish(js, REQUESTED.at("c1", "n1"), request("pod-b", "r-other"))
@@ -63,10 +79,8 @@ async def test_request_received_and_acknowledged(nats_url: str) -> None:
             assert req is not None and req.request_id == "r1" and 25 < req.seconds_left() <= 30
             await cp.acknowledge(req, uri="file:///ckpt/pod-a.pt")
             assert cp.requested() is None
-        deadline = time.monotonic() + 5
-        while not acks and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-    assert [(a.request_id, a.pod_uid, a.status, a.checkpoint_uri) for a in acks] == [
+        await asyncio.wait_for(acks.arrived.wait(), 5)
+    assert [(a.request_id, a.pod_uid, a.status, a.checkpoint_uri) for a in acks.received] == [
         ("r1", "pod-a", CheckpointStatus.COMPLETED, "file:///ckpt/pod-a.pt")]
 
 
@@ -91,12 +105,7 @@ async def test_the_example_survives_preemption_and_resumes(nats_url: str, tmp_pa
     ckpt = tmp_path / "tiny.pt"
     env = {**os.environ, "NATS_URL": nats_url, "POD_UID": "tiny-1", "CLUSTER": "c1", "CHECKPOINT": str(ckpt)}
     script = str(REPO / "libs/checkpoint/examples/train_tiny.py")
-    acks: list[CheckpointAcknowledged] = []
-    async with bus.connected(nats_url, name="binder-test") as nc:
-        js = nc.jetstream()
-        for spec in STREAMS:
-            await bus.ensure_stream(js, spec)
-        await _acks(nc, acks)
+    async with watching_acks(nats_url) as (js, acks):
         proc = await asyncio.create_subprocess_exec(sys.executable, script, "--steps", "100000", "--step-sleep-s",
                                                     "0.002", env=env, stdout=subprocess.PIPE)
         await asyncio.sleep(8)  # torch imported, some steps done
@@ -105,10 +114,9 @@ async def test_the_example_survives_preemption_and_resumes(nats_url: str, tmp_pa
         first = json.loads(out.decode().strip().splitlines()[-1])
         assert proc.returncode == 0 and first["event"] == "checkpointed" and first["resumed_at"] == 0
         assert first["step"] > 0 and ckpt.exists()
-        deadline = time.monotonic() + 5
-        while not acks and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        assert acks and acks[0].request_id == "r-tiny" and acks[0].checkpoint_uri == ckpt.resolve().as_uri()
+        await asyncio.wait_for(acks.arrived.wait(), 5)
+        assert acks.received[0].request_id == "r-tiny"
+        assert acks.received[0].checkpoint_uri == ckpt.resolve().as_uri()
     # started again (the pod back from pending): resumes where it saved, finishes
     done = subprocess.run([sys.executable, script, "--steps", str(first["step"] + 50)], env=env, capture_output=True,
                           text=True, timeout=120, check=True)
