@@ -4,6 +4,7 @@ is billed once; `gpuaware quota report` prints and writes the same figures."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -76,8 +77,10 @@ async def test_accounting_survives_a_restart_without_double_counting(
     out = tmp_path / "report.csv"
     since = datetime.fromtimestamp(T0 + 1800, UTC).isoformat()
     until = datetime.fromtimestamp(T0 + 7200, UTC).isoformat()
-    res = CliRunner().invoke(app, ["quota", "report", "--since", since, "--until", until, "--by", "tenant",
-                                   "--cluster", cluster, "--database-url", url, "--csv", str(out)])
+    # the command runs its own event loop (asyncio.run), so it runs beside this test's loop, in a thread
+    res = await asyncio.to_thread(CliRunner().invoke, app, ["quota", "report", "--since", since, "--until", until,
+                                                            "--by", "tenant", "--cluster", cluster,
+                                                            "--database-url", url, "--csv", str(out)])
     assert res.exit_code == 0, res.output
     assert out.read_text().splitlines() == ["tenant,pods,gpu_seconds,gpu_memory_gib_seconds",
                                             "team-a,1,3600.0,28800.0", "team-b,1,1100.0,8800.0"]
