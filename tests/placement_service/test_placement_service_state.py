@@ -13,6 +13,7 @@ from gpuaware.placement import POLICIES
 from gpuaware.schemas.binder import PodBound, PodFinished, PodOutcome
 from gpuaware.schemas.health import GpuScored, GpuStateChanged, HealthState
 from gpuaware.schemas.telemetry import GpuRolledUp, GpuRollup, RollupWindow, Stats
+from gpuaware.services.placement.permit import AdmittedAndStored
 from gpuaware.services.placement.state import Decided, PlacementState, Unschedulable
 
 
@@ -331,4 +332,25 @@ def test_a_requeued_victim_is_kept_when_its_preempted_event_comes_after_its_next
     st.apply_finished(_finished("low0"))
     got, _ = st.retry()
     assert [o.msg.pod_uid for o in got if isinstance(o, Decided)] == ["low1"]  # placed when room came back
+    st.ledger.check()
+
+
+def test_a_decision_held_at_permit_is_recorded_when_stored_and_discarded_when_not() -> None:
+    st = _state(permits=(AdmittedAndStored(),))
+    first = st.on_pending(pending("c", "x", num_gpu=2))[0]
+    second = st.on_pending(pending("c", "y", num_gpu=2))[0]
+    assert isinstance(first, Decided) and isinstance(second, Decided) and first.msg.node != second.msg.node
+    # held: the cluster holds both (the second did not take the first's GPUs), the ledger neither
+    assert {"x", "y"} <= set(st.ledger.cluster.allocations)
+    assert st.ledger.pods["x"].phase.value == "queued" and st.on_pending(pending("c", "x", num_gpu=2)) == []
+    # the stream's echo of x proves it stored: recorded, and a second echo is known
+    assert st.echoed(first.msg.decision_id) and st.ledger.pods["x"].phase.value == "decided"
+    assert st.echoed(first.msg.decision_id)
+    # stepping down discards y: its GPUs are free, the pod is queued, and its echo (if it was stored
+    # after all) is news to be applied
+    assert st.release_held() == 1
+    assert "y" not in st.ledger.cluster.allocations and st.ledger.pods["y"].phase.value == "queued"
+    assert not st.echoed(second.msg.decision_id)
+    st.apply_decided(second.msg)
+    assert st.ledger.pods["y"].phase.value == "decided"
     st.ledger.check()

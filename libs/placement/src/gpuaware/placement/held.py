@@ -9,7 +9,7 @@ discards the statement, so nothing stays reserved and every victim holds its GPU
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from gpuaware.placement.gang import GangTable
@@ -33,11 +33,25 @@ class HeldDecisions:
     def __contains__(self, uid: object) -> bool:
         return uid in self._held
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._held)
+    def get(self, uid: str) -> Decided | None:
+        return self._held.get(uid)
 
-    def __len__(self) -> int:
-        return len(self._held)
+    def stored(self, decision_id: str) -> bool:
+        """The stream stored `decision_id` (its echo came back): allowed, if it is held. True when the
+        ledger has it now."""
+        uid = decision_id.rsplit("/", 1)[0]
+        held = self._held.get(uid)
+        if held is not None and held.decision_id == decision_id:
+            self.allow(uid)
+        entry = self.ledger.pods.get(uid)
+        return entry is not None and entry.decision_id == decision_id
+
+    def reject_all(self) -> int:
+        """Every held decision discarded and its pod queued again (the leader steps down). How many."""
+        uids = list(self._held)
+        for uid in uids:
+            self.reject(uid)
+        return len(uids)
 
     def hold(self, decided: Decided) -> None:
         self._held[decided.entry.uid] = decided
@@ -87,5 +101,5 @@ class HeldDecisions:
                 added.append(e)
                 known.add(v)
         if added:
-            self._held[uid] = replace(d, victims=d.victims + tuple(added), preemption_reason=d.preemption_reason)
+            self._held[uid] = replace(d, victims=d.victims + tuple(added))
         return tuple(added)

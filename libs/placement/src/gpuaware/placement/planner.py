@@ -206,9 +206,9 @@ class Planner:
                 or (entry.request.gang_id and entry.request.gang_min_members > 1) or not self.ensure_cluster()):
             return None
         session = self.session()
-        now = session.allocate(entry.request)
-        got = now if isinstance(now, Placed) else reclaim(session, entry.request, victims,
-                                                          max_victims=self.config.max_victims)
+        fits = session.allocate(entry.request)
+        got = fits if isinstance(fits, Placed) else reclaim(session, entry.request, victims,
+                                                            max_victims=self.config.max_victims)
         if got is None:
             return None
         return self._commit(entry, got, preemption_reason="reclaim" if got.victims else "priority")

@@ -239,6 +239,7 @@ class PlacementService:
         if self.consumer is not None:
             consumer, self.consumer = self.consumer, None
             await consumer.stop()
+        self.state.release_held()  # a standby holds nothing at Permit
 
     async def _report(self) -> None:
         while True:
@@ -383,9 +384,10 @@ class PlacementService:
             mine.popitem(last=False)
 
     def _own_echo(self, msg_id: str | None) -> bool:
-        """The follower's skip test: a decision this instance stored and applied already. A
-        redelivery of the same echo is applied (idempotently) rather than remembered forever."""
-        return msg_id is not None and self._mine.pop(msg_id, None) is not None
+        """The follower's skip test: a decision this instance sent and its view has (one still held at
+        Permit is allowed by its echo). A redelivery of the same echo, or the echo of a decision
+        released meanwhile, is applied (idempotently) rather than remembered forever."""
+        return msg_id is not None and self._mine.pop(msg_id, None) is not None and self.state.echoed(msg_id)
 
     def _unpublished(self, o: Outcome) -> None:
         if isinstance(o, Decided):

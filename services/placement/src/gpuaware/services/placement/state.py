@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,6 @@ from gpuaware.schemas.forecast import GpuUtilPredicted
 from gpuaware.schemas.health import GpuScored, GpuStateChanged, HealthState
 from gpuaware.schemas.inventory import GpuInfo, NodeInventory
 from gpuaware.schemas.placement import (
-    GpuSlice,
     PlacementDecided,
     PodUnschedulable,
     UnschedulableReason,
@@ -45,6 +44,7 @@ from gpuaware.schemas.pods import PodPending
 from gpuaware.schemas.telemetry import GpuRolledUp, RollupWindow
 from gpuaware.schemas.world import WorldSnapshotReply
 from gpuaware.services.placement import convert
+from gpuaware.services.placement.slots import GpuSlots
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +94,14 @@ class PlacementState:
         self.clock = clock
         self.planner = Planner(PlannerConfig(policy_name=policy_name, policy_config=policy_config,
                                              prior=convert.PRIOR, **planner), clock=clock)
-        self.gpus: dict[str, tuple[GpuInfo, ...]] = {}
+        self.slots = GpuSlots()
+        self.gpus = self.slots.gpus
         """each node's GPUs by slot, as inventoried (UUIDs for slices and for events naming a GPU)"""
         self.capability: dict[str, tuple[int, int]] = {}
         self.forecasts: dict[str, GpuUtilPredicted] = {}
         self.world_nodes: set[str] = set()
         self.other_clusters: set[str] = set()
         """clusters whose pending pods arrived here (logged once each; counted in ``other_cluster``)"""
-        self._slot: dict[tuple[str, str], int] = {}
 
     @property
     def typical(self) -> TypicalPods:
@@ -155,7 +155,7 @@ class PlacementState:
             self._set_node(*convert.node_of_world(n))
         for pod in page.pods:
             attempt = attempt_of(pod.decision_id) or 0
-            slots = self._slots(pod.node, pod.slices)
+            slots = self.slots.of_slices(pod.node, pod.slices)
             request = convert.observed_request(pod.pod_uid, pod.cpu_milli, pod.memory_mib, pod.slices,
                                                priority=pod.priority, gang_id=pod.gang_id,
                                                checkpointable=pod.checkpointable)
@@ -170,10 +170,7 @@ class PlacementState:
         if model is not None:
             self.capability[model.name] = cc
         changed = self.planner.view.set_node(spec, model)
-        if self.gpus.get(spec.name) != gpus:
-            self.gpus[spec.name] = gpus
-            for slot, g in enumerate(gpus):
-                self._slot[(spec.name, g.uuid)] = slot
+        if self.slots.set(spec.name, gpus):
             changed = True
             self.planner.view.invalidate()
         return changed
@@ -181,7 +178,7 @@ class PlacementState:
     def apply_health(self, ev: GpuStateChanged) -> bool:
         if ev.cluster != self.cluster_name:
             return False
-        slot = self._slot_of(ev.node, ev.gpu_uuid, ev.gpu_index)
+        slot = self.slots.slot_of(ev.node, ev.gpu_uuid, ev.gpu_index)
         if slot is None:
             return False
         return self.ledger.set_gpu_health(ev.node, slot, _HEALTH[ev.current])
@@ -197,7 +194,7 @@ class PlacementState:
         for g in ev.gpus:
             if g.metric != "util_pct":
                 continue
-            slot = self._slot_of(ev.node, g.gpu_uuid, -1)
+            slot = self.slots.slot_of(ev.node, g.gpu_uuid, -1)
             if slot is not None and g.values[q]:
                 changed |= self.ledger.set_gpu_forecast(ev.node, slot, max(g.values[q]) / 100.0, ev.issued_at)
         return changed
@@ -206,7 +203,7 @@ class PlacementState:
         """A GPU's health score (0..100) for the health score plugin (its state comes separately)."""
         if ev.cluster != self.cluster_name:
             return False
-        slot = self._slot_of(ev.node, ev.gpu_uuid, ev.gpu_index)
+        slot = self.slots.slot_of(ev.node, ev.gpu_uuid, ev.gpu_index)
         return slot is not None and self.ledger.set_gpu_signals(ev.node, slot, health_score=float(ev.score))
 
     def apply_rollup(self, ev: GpuRolledUp) -> bool:
@@ -217,7 +214,7 @@ class PlacementState:
         infos = self.gpus.get(ev.node, ())
         changed = False
         for r in ev.gpus:
-            slot = self._slot_of(ev.node, r.gpu_uuid, r.gpu_index)
+            slot = self.slots.slot_of(ev.node, r.gpu_uuid, r.gpu_index)
             if slot is None:
                 continue
             limit = infos[slot].power_limit_w if slot < len(infos) else None
@@ -226,22 +223,6 @@ class PlacementState:
             changed |= self.ledger.set_gpu_signals(ev.node, slot, temp_c=temp, power_frac=power)
         return changed
 
-    def _slot_of(self, node: str, uuid: str, index: int) -> int | None:
-        slot = self._slot.get((node, uuid))
-        if slot is not None:
-            return slot
-        for s, g in enumerate(self.gpus.get(node, ())):
-            if g.index == index:
-                return s
-        return None
-
-    def _slots(self, node: str, gpu_slices: Iterable[GpuSlice]) -> tuple[int, ...]:
-        out = []
-        for s in gpu_slices:
-            slot = self._slot_of(node, s.gpu_uuid, s.gpu_index)
-            out.append(s.gpu_index if slot is None else slot)  # node not inventoried yet: NVML index order
-        return tuple(out)
-
     # -- the ledger, from events ------------------------------------------------------------------------
 
     def apply_decided(self, ev: PlacementDecided) -> None:
@@ -249,7 +230,7 @@ class PlacementState:
             return
         # no ensure_cluster() here: a pod on a node the view does not have yet is kept unplaced and
         # placed by the next rebuild, so replaying the streams never rebuilds per event
-        slots = self._slots(ev.node, ev.slices)
+        slots = self.slots.of_slices(ev.node, ev.slices)
         entry = self.ledger.pods.get(ev.pod_uid)
         request = entry.request if entry is not None and entry.attempt == ev.attempt else None
         observed = convert.observed_request(ev.pod_uid, ev.cpu_milli, ev.memory_mib, ev.slices, priority=ev.priority,
@@ -304,7 +285,7 @@ class PlacementState:
         request = entry.request if entry is not None else None
         if request is None:
             request = convert.observed_request(ev.pod_uid, 0, 0, ev.slices)
-        self.ledger.bound(ev.pod_uid, attempt, ev.node, self._slots(ev.node, ev.slices), request,
+        self.ledger.bound(ev.pod_uid, attempt, ev.node, self.slots.of_slices(ev.node, ev.slices), request,
                           ev.decision_id or "", ev.bound_at, gpu_mem=ev.slices[0].memory_mib if ev.slices else 0)
         self.planner.world.event(ev.bound_at)
         self._remember(ev.pod_uid, ev)
@@ -387,6 +368,16 @@ class PlacementState:
     def allow(self, uid: str) -> None:
         """A decision held at Permit was admitted and stored: the ledger records it."""
         self.planner.waiting.allow(uid)
+
+    def echoed(self, decision_id: str) -> bool:
+        """This instance's own decision came back from the stream (so it is stored: one still held at
+        Permit is allowed now). True when the view has it."""
+        return self.planner.waiting.stored(decision_id)
+
+    def release_held(self) -> int:
+        """Stepping down: every decision still held at Permit is discarded (one that was stored after
+        all comes back as an echo and is applied then). Returns how many."""
+        return self.planner.waiting.reject_all()
 
     def reject(self, uid: str, reason: str = "", retry_after_s: float | None = None) -> list[Unschedulable]:
         """A decision held at Permit is refused: nothing stays reserved. Quota's refusal (`reason`) parks
