@@ -45,7 +45,8 @@ def warm_up(config: Mapping[str, Any]) -> float:
     # one GPU with every kind of signal, so the signal scores compute rather than return their constant
     cluster.set_gpu_signals(0, 1, health_score=80.0, temp_c=70.0, power_frac=0.5, util_forecast=0.5)
     typical = TypicalPods.from_requests(_PODS)
-    framework = REGISTRY.build_framework(config, typical=typical, name="warm-up")
+    gpus = float(cluster.gpu_count.sum())
+    framework = REGISTRY.build_framework(config, typical=typical, name="warm-up", capacity=lambda: gpus)
     for pod in _PODS:
         decision = framework.scheduler.schedule(pod, cluster.snapshot())
         if isinstance(decision, Decision):
