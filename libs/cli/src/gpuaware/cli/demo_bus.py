@@ -18,33 +18,11 @@ from gpuaware.cli.demo_config import SOURCE, VIRTUAL_EPOCH, Interrupted
 from gpuaware.cli.demo_record import RunLog
 from gpuaware.cli.processes import ServiceProcess
 from gpuaware.schemas import (
-    ALERT_RAISED,
-    ALERT_RESOLVED,
-    DRAIN_RECOMMENDED,
-    GPU_STATE_CHANGED,
     HEALTH_CORDON,
-    PLACEMENT_DECIDED,
-    POD_BIND_FAILED,
-    POD_BOUND,
-    POD_FINISHED,
-    POD_PENDING,
-    POD_PREEMPTED,
-    POD_UNSCHEDULABLE,
     WORLD_SNAPSHOT,
-    AlertRaised,
-    AlertResolved,
     CordonAction,
     CordonReply,
     CordonRequest,
-    DrainRecommended,
-    GpuStateChanged,
-    PlacementDecided,
-    PodBindFailed,
-    PodBound,
-    PodFinished,
-    PodPending,
-    PodPreempted,
-    PodUnschedulable,
     WorldSnapshotReply,
     WorldSnapshotRequest,
 )
@@ -52,20 +30,13 @@ from gpuaware.schemas.permissions import FORECASTING, HEALTH_SCORING, OPERATIONA
 from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainReply, ExplainRequest
 from gpuaware.schemas.streams import BINDER, PLACEMENT, STREAMS
 
-__all__ = ["BINDER_CHANNELS", "FORECASTING_STATS", "HEALTH_CHANNELS", "HEALTH_STATS", "PLACEMENT_CHANNELS",
+__all__ = ["FORECASTING_STATS", "HEALTH_STATS",
            "delete_loop_streams", "delete_run_consumers", "explain_pending", "forecast_effect", "operator_repair",
            "snapshot_violations", "wait_for", "world_snapshot"]
 
 log = logging.getLogger(__name__)
 
 
-BINDER_CHANNELS: list[bus.Channel[Any]] = [bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBound),
-                   bus.Channel(POD_BIND_FAILED, PodBindFailed), bus.Channel(POD_PREEMPTED, PodPreempted),
-                   bus.Channel(POD_FINISHED, PodFinished)]
-PLACEMENT_CHANNELS: list[bus.Channel[Any]] = [bus.Channel(PLACEMENT_DECIDED, PlacementDecided),
-                      bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)]
-HEALTH_CHANNELS: list[bus.Channel[Any]] = [bus.Channel(GPU_STATE_CHANGED, GpuStateChanged), bus.Channel(ALERT_RAISED, AlertRaised),
-                   bus.Channel(ALERT_RESOLVED, AlertResolved), bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)]
 HEALTH_STATS = OPERATIONAL_ENDPOINTS[HEALTH_SCORING][0]
 """health-scoring's counters (an operational endpoint, outside the contract's registry)"""
 FORECASTING_STATS = OPERATIONAL_ENDPOINTS[FORECASTING][0]

@@ -21,7 +21,16 @@ import msgspec
 from gpuaware import bus
 from gpuaware.cli.demo_config import RunSpec
 from gpuaware.schemas import (
+    ALERT_RAISED,
+    ALERT_RESOLVED,
+    DRAIN_RECOMMENDED,
+    GPU_STATE_CHANGED,
     PLACEMENT_DECIDED,
+    POD_BIND_FAILED,
+    POD_BOUND,
+    POD_FINISHED,
+    POD_PENDING,
+    POD_PREEMPTED,
     POD_UNSCHEDULABLE,
     AlertRaised,
     AlertResolved,
@@ -39,11 +48,20 @@ from gpuaware.schemas.streams import STREAMS
 from gpuaware.sim.metrics import GpuLedger
 from gpuaware.tsdb import PlacementEvent, write_placement_events
 
-__all__ = ["WRITER_DRAIN_S", "EventWriter", "RunLog", "RunResult", "SubjectCounter", "failover_figures",
-           "subject_key"]
+__all__ = ["BINDER_CHANNELS", "HEALTH_CHANNELS", "PLACEMENT_CHANNELS", "WRITER_DRAIN_S", "EventWriter", "RunLog",
+           "RunResult", "SubjectCounter", "failover_figures", "subject_key"]
 
 log = logging.getLogger(__name__)
 
+# what the recorder follows: the binder's pod events, placement's verdicts, health-scoring's changes
+BINDER_CHANNELS: list[bus.Channel[Any]] = [
+    bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBound), bus.Channel(POD_BIND_FAILED, PodBindFailed),
+    bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_FINISHED, PodFinished)]
+PLACEMENT_CHANNELS: list[bus.Channel[Any]] = [
+    bus.Channel(PLACEMENT_DECIDED, PlacementDecided), bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)]
+HEALTH_CHANNELS: list[bus.Channel[Any]] = [
+    bus.Channel(GPU_STATE_CHANGED, GpuStateChanged), bus.Channel(ALERT_RAISED, AlertRaised),
+    bus.Channel(ALERT_RESOLVED, AlertResolved), bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)]
 WRITER_DRAIN_S = 60.0
 """how long the event writer keeps retrying after a run when the database is away"""
 

@@ -46,11 +46,8 @@ from typing import Any
 from gpuaware import bus
 from gpuaware.cli.chaos import ChaosRunner
 from gpuaware.cli.demo_bus import (
-    BINDER_CHANNELS,
     FORECASTING_STATS,
-    HEALTH_CHANNELS,
     HEALTH_STATS,
-    PLACEMENT_CHANNELS,
     delete_loop_streams,
     delete_run_consumers,
     explain_pending,
@@ -70,7 +67,16 @@ from gpuaware.cli.demo_config import (
     plan_faults,
     service_env,
 )
-from gpuaware.cli.demo_record import EventWriter, RunLog, RunResult, SubjectCounter, failover_figures
+from gpuaware.cli.demo_record import (
+    BINDER_CHANNELS,
+    HEALTH_CHANNELS,
+    PLACEMENT_CHANNELS,
+    EventWriter,
+    RunLog,
+    RunResult,
+    SubjectCounter,
+    failover_figures,
+)
 from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_built, service_command
 from gpuaware.devstack.ports import free_port
 from gpuaware.schemas import WorldSnapshotReply
