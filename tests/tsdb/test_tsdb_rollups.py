@@ -6,7 +6,7 @@ from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
-from tsdb_helpers import at, fetch_all, fetch_one, sample
+from tsdb_helpers import at, columns, fetch_one, sample
 
 from gpuaware.tsdb import (
     ROLLUP_COLUMNS,
@@ -19,13 +19,6 @@ from gpuaware.tsdb import (
     write_samples,
 )
 from gpuaware.tsdb.rows import ROLLUP_PG_TYPES
-
-COLUMNS_SQL = """
-SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
-FROM pg_attribute a
-WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
-ORDER BY a.attnum
-"""
 
 SAMPLES = [
     # GPU-a on node-1
@@ -55,7 +48,7 @@ async def _rows(conn: Connection, view: str) -> dict[tuple[str, str], dict[str, 
 
 @pytest.mark.parametrize("view", sorted(ROLLUP_VIEWS.values()))
 async def test_rollup_views_have_the_documented_columns(conn: Connection, view: str) -> None:
-    assert await fetch_all(conn, COLUMNS_SQL, (view,)) == list(ROLLUP_PG_TYPES.items())
+    assert await columns(conn, view) == list(ROLLUP_PG_TYPES.items())
     assert tuple(ROLLUP_PG_TYPES) == ROLLUP_COLUMNS
 
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tsdb_helpers import at, fetch_all
+from tsdb_helpers import at, columns, fetch_all
 
 from gpuaware.devstack import PostgresProcess
 from gpuaware.tsdb import (
@@ -34,12 +34,6 @@ from gpuaware.tsdb import (
 from gpuaware.tsdb import migrator as migrate_module
 from gpuaware.tsdb.migrator import default_source
 
-COLUMNS_SQL = """
-SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
-FROM pg_attribute a
-WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
-ORDER BY a.attnum
-"""
 FUNCTIONS_SQL = """
 SELECT p.oid::regprocedure::text, pg_get_function_result(p.oid), p.prosecdef,
        has_function_privilege('gpuaware_collector', p.oid, 'EXECUTE'),
@@ -207,8 +201,7 @@ async def test_timescale_files_leave_the_same_shape_as_native(stubbed_timescale_
         for relation in ("gpu_samples", "gpu_inventory", "bus_roundtrip", "gpu_pod_usage", "pod_usage_1h",
                          "tenant_usage_1h", "tenant_usage_1d", *ROLLUP_VIEWS.values(), "health_scores",
                          "health_gpu_state", "health_alerts", "health_overrides"):
-            assert await fetch_all(ts, COLUMNS_SQL, (relation,)) == await fetch_all(
-                native, COLUMNS_SQL, (relation,)), relation
+            assert await columns(ts, relation) == await columns(native, relation), relation
         # same maintenance functions, same signatures and results, on either backend
         assert await fetch_all(ts, FUNCTIONS_SQL) == await fetch_all(native, FUNCTIONS_SQL)
         # rollups are materialized views (continuous aggregates) here, tables natively

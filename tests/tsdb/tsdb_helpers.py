@@ -27,3 +27,12 @@ async def fetch_one(conn: Connection, query: str, params: Any = None) -> tuple[A
     """The first row `query` returns, None when it returns none."""
     cur = await conn.execute(query, params)
     return await cur.fetchone()
+
+
+async def columns(conn: Connection, relation: str) -> list[tuple[Any, ...]]:
+    """(name, type) of every column of a table or view, in order."""
+    return await fetch_all(conn, """
+        SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
+        FROM pg_attribute a
+        WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY a.attnum""", (relation,))

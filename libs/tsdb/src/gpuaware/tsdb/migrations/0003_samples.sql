@@ -67,13 +67,14 @@ GRANT SELECT ON gpu_samples TO gpuaware_reader;
 GRANT INSERT ON gpu_samples TO gpuaware_collector;
 
 
---@ native
 -- Create the partitions for the given UTC days (NULLs and existing days are skipped); returns how
 -- many were created. Rows already sitting in the default partition for such a day are moved in.
 -- The new table is filled first and then ATTACHed, which locks the parent only in SHARE UPDATE
 -- EXCLUSIVE mode (CREATE TABLE ... PARTITION OF would take ACCESS EXCLUSIVE and block readers).
+-- TimescaleDB creates chunks on insert: nothing to ensure.
 CREATE FUNCTION gpuaware_ensure_partitions(p_days date[]) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+--@ native
 DECLARE
     d       date;
     part    text;
@@ -103,13 +104,20 @@ BEGIN
     END LOOP;
     RETURN created;
 END
+--@ timescale
+BEGIN
+    RETURN 0;
+END
+--@ end
 $$;
 
 
 -- Retention: drop every daily partition whose whole day ends at or before p_older_than, and delete
--- expired rows stranded in the default partition. Returns the dropped partitions' names.
+-- expired rows stranded in the default partition. Returns the dropped partitions' (chunks') names.
+-- On TimescaleDB the retention policy does the same on its schedule.
 CREATE FUNCTION gpuaware_drop_expired_partitions(p_older_than timestamptz) RETURNS text[]
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+--@ native
 DECLARE
     r       record;
     dropped text[] := '{}';
@@ -129,6 +137,11 @@ BEGIN
     DELETE FROM gpu_samples_default WHERE ts < p_older_than;
     RETURN dropped;
 END
+--@ timescale
+BEGIN
+    RETURN coalesce(ARRAY(SELECT c::text FROM drop_chunks('gpu_samples', older_than => p_older_than) AS c), '{}');
+END
+--@ end
 $$;
 
 
@@ -137,6 +150,7 @@ $$;
 CREATE FUNCTION gpuaware_maintain_partitions(p_now timestamptz, p_ahead_days integer, p_retention interval)
 RETURNS TABLE (created integer, dropped text[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+--@ native
 DECLARE
     today date := (p_now AT TIME ZONE 'UTC')::date;
 BEGIN
@@ -144,36 +158,14 @@ BEGIN
     created := gpuaware_ensure_partitions(
         ARRAY(SELECT (today + g)::date FROM generate_series(-1, p_ahead_days) AS g)
         || ARRAY(SELECT DISTINCT (ts AT TIME ZONE 'UTC')::date FROM gpu_samples_default));
-    RETURN NEXT;
-END
-$$;
 --@ timescale
--- Chunks are created by TimescaleDB on insert: nothing to ensure.
-CREATE FUNCTION gpuaware_ensure_partitions(p_days date[]) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-BEGIN
-    RETURN 0;
-END
-$$;
-
--- Retention on demand (the policy above does the same on its schedule).
-CREATE FUNCTION gpuaware_drop_expired_partitions(p_older_than timestamptz) RETURNS text[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-BEGIN
-    RETURN coalesce(ARRAY(SELECT c::text FROM drop_chunks('gpu_samples', older_than => p_older_than) AS c), '{}');
-END
-$$;
-
-CREATE FUNCTION gpuaware_maintain_partitions(p_now timestamptz, p_ahead_days integer, p_retention interval)
-RETURNS TABLE (created integer, dropped text[])
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     created := 0;
     dropped := gpuaware_drop_expired_partitions(p_now - p_retention);
+--@ end
     RETURN NEXT;
 END
 $$;
---@ end
 
 REVOKE ALL ON FUNCTION gpuaware_ensure_partitions(date[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION gpuaware_drop_expired_partitions(timestamptz) FROM PUBLIC;

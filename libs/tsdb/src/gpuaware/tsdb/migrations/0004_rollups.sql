@@ -86,10 +86,14 @@ $$;
 REVOKE ALL ON FUNCTION gpuaware_rollup(interval, timestamptz, timestamptz) FROM PUBLIC;
 
 
+--@ end
 -- Recompute both rollups for every bucket overlapping [p_since, p_until) (p_until NULL = no end);
--- returns the number of rollup rows written.
+-- returns the number of rollup rows written. With TimescaleDB, refresh_continuous_aggregate is a
+-- procedure that commits, so it cannot run inside a function: gpuaware.tsdb.refresh_rollups issues
+-- the CALLs itself, and this function only says so (it keeps the SQL API the same on both).
 CREATE FUNCTION gpuaware_refresh_rollups(p_since timestamptz, p_until timestamptz DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+--@ native
 DECLARE
     origin constant timestamptz := TIMESTAMPTZ '2000-01-01 00:00:00+00';
     width  interval;
@@ -114,13 +118,21 @@ BEGIN
     END LOOP;
     RETURN total;
 END
+--@ timescale
+BEGIN
+    RAISE EXCEPTION 'with TimescaleDB, refresh with CALL refresh_continuous_aggregate(...) outside a transaction'
+        USING ERRCODE = 'feature_not_supported';
+END
+--@ end
 $$;
 
 
--- Rollup retention on demand (TimescaleDB has policies for it); returns rows deleted.
+-- Rollup retention on demand (TimescaleDB's policies do the same on their schedule); returns the rows
+-- deleted natively, the chunks dropped with TimescaleDB.
 CREATE FUNCTION gpuaware_drop_expired_rollups(p_1m_older_than timestamptz, p_1h_older_than timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+--@ native
 DECLARE
     n     bigint;
     total bigint := 0;
@@ -132,28 +144,13 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN total + n;
 END
-$$;
 --@ timescale
--- refresh_continuous_aggregate is a procedure that commits, so it cannot run inside a function;
--- gpuaware.tsdb.refresh_rollups issues the CALLs itself. This stub keeps the SQL API symmetric.
-CREATE FUNCTION gpuaware_refresh_rollups(p_since timestamptz, p_until timestamptz DEFAULT NULL) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-BEGIN
-    RAISE EXCEPTION 'with TimescaleDB, refresh with CALL refresh_continuous_aggregate(...) outside a transaction'
-        USING ERRCODE = 'feature_not_supported';
-END
-$$;
-
--- Rollup retention on demand (the policies above do the same on their schedule).
-CREATE FUNCTION gpuaware_drop_expired_rollups(p_1m_older_than timestamptz, p_1h_older_than timestamptz)
-RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     RETURN (SELECT count(*) FROM drop_chunks('gpu_metrics_1m', older_than => p_1m_older_than))
          + (SELECT count(*) FROM drop_chunks('gpu_metrics_1h', older_than => p_1h_older_than));
 END
-$$;
 --@ end
+$$;
 
 REVOKE ALL ON FUNCTION gpuaware_refresh_rollups(timestamptz, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION gpuaware_drop_expired_rollups(timestamptz, timestamptz) FROM PUBLIC;
