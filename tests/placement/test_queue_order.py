@@ -127,7 +127,7 @@ def _planner(order: str, **config: float) -> Planner:
                               prior={(100, 1000, 1, ""): 1.0},
                               reclaim_min_runtime_s=60.0, **config), clock=lambda: now[0])
     p.view.set_node(NodeSpec("n0", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
-    p.now = now  # type: ignore[attr-defined]
+    p.now = now  # type: ignore[attr-defined]  # the test's clock handle rides on the planner (tests below use it)
     return p
 
 

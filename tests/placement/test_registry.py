@@ -219,6 +219,7 @@ def test_kube_default_resolves_in_a_fresh_interpreter_importing_only_the_setting
 
 
 def test_the_registry_cannot_be_changed_at_runtime() -> None:
+    # every write below is one the type checker refuses too (the ignores): the test shows it fails at runtime
     with pytest.raises(dataclasses.FrozenInstanceError):
         REGISTRY.plugins = {}  # type: ignore[misc]
     with pytest.raises(TypeError):
