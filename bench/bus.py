@@ -49,7 +49,7 @@ try:
     SCHEMA = "gpuaware.schemas.telemetry.GpuSampled"
 except ImportError:  # the contract not there yet: a local Struct of the same size and shape
     METRIC_COLUMNS = tuple(f"metric_{i:02d}" for i in range(23))
-    GpuSampled = msgspec.defstruct(  # type: ignore[misc]
+    GpuSampled = msgspec.defstruct(  # type: ignore[misc]  # a stand-in Struct class made at run time
         "GpuSampled",
         [("source", str), ("emitted_at", float), ("node", str), ("sampled_at", float), ("interval_s", float),
          ("seq", int), ("gpu_uuid", tuple[str, ...]), ("gpu_index", tuple[int, ...])]

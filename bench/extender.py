@@ -170,7 +170,7 @@ def serve(port: int, num_nodes: int, canned: bool = False) -> None:
     ok = msgspec.json.decode(filtered)["NodeNames"]
     ranked = msgspec.json.encode(ext.answer("prioritize", json.dumps({"Pod": pod, "NodeNames": ok}).encode()))
 
-    def fixed(body: bytes):  # type: ignore[no-untyped-def]
+    def fixed(body: bytes):  # type: ignore[no-untyped-def]  # an aiohttp handler factory
         async def handler(request: web.Request) -> web.Response:
             await request.read()
             return web.Response(body=body, content_type="application/json")

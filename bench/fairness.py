@@ -281,7 +281,7 @@ class Sim:
             return sorted(self.pending, key=lambda j: (j.submit, j.name))
         if self.policy == "priority":
             return sorted(self.pending, key=lambda j: (-j.priority, j.submit, j.name))
-        keys = {t: self.ledger.order_key(t, self.now) for t in {j.tenant for j in self.pending}}  # type: ignore[union-attr]
+        keys = {t: self.ledger.order_key(t, self.now) for t in {j.tenant for j in self.pending}}  # type: ignore[union-attr]  # fair-share policies always have a ledger
         # within its class, a preempted job resumes before every job that never started
         return sorted(self.pending, key=lambda j: (-j.priority, not j.preemptions, keys[j.tenant], j.submit, j.name))
 
@@ -386,7 +386,7 @@ class Sim:
         if self.turns is not None:
             while self.take_turns():
                 self.schedule_first_fit()
-            self.turns.update(self.ledger, self.asked(), self.now)  # type: ignore[arg-type]
+            self.turns.update(self.ledger, self.asked(), self.now)  # type: ignore[arg-type]  # turns are on only with a ledger
 
     def schedule_first_fit(self) -> None:
         for j in self.order():
@@ -492,14 +492,14 @@ def _r(x: float, n: int = 4) -> float:
 
 
 def metrics(jobs: list[Job], windows: Windows, fifo_jct: dict[str, float] | None) -> dict:
-    jct = np.array([j.end - j.submit for j in jobs])  # type: ignore[operator]
-    high = np.array([j.start - j.submit for j in jobs if j.priority > 0])  # type: ignore[operator]
+    jct = np.array([j.end - j.submit for j in jobs])  # type: ignore[operator]  # finished jobs have start and end
+    high = np.array([j.start - j.submit for j in jobs if j.priority > 0])  # type: ignore[operator]  # finished jobs have start and end
     preempted = [j for j in jobs if j.preemptions and j.priority == 0]
     out = {
         "jobs": len(jobs),
         "avg_jct_h": _r(jct.mean() / 3600, 3),
         "p99_jct_h": _r(percentile(jct, 99) / 3600, 3),
-        "makespan_h": _r((max(j.end for j in jobs) - min(j.submit for j in jobs)) / 3600, 3),  # type: ignore[type-var]
+        "makespan_h": _r((max(j.end for j in jobs) - min(j.submit for j in jobs)) / 3600, 3),  # type: ignore[type-var]  # finished jobs have start and end
         "high_class_p99_queue_delay_s": _r(percentile(high, 99), 1) if high.size else None,
         "jain": windows.jain(),
         "preemptions": int(sum(j.preemptions for j in jobs)),
@@ -522,9 +522,9 @@ def increases(preempted: list[Job], fifo_jct: dict[str, float] | None) -> tuple[
     JCT without them), and its JCT against the same job's under FIFO - 1. None where there is nothing."""
     if not preempted:
         return None, None
-    cost = np.array([(j.lost_s + j.requeued_s) / max(j.end - j.submit - j.lost_s - j.requeued_s, 1e-9)  # type: ignore[operator]
+    cost = np.array([(j.lost_s + j.requeued_s) / max(j.end - j.submit - j.lost_s - j.requeued_s, 1e-9)  # type: ignore[operator]  # finished jobs have start and end
                      for j in preempted])
-    ratio = None if fifo_jct is None else np.array([(j.end - j.submit) / fifo_jct[j.name] - 1  # type: ignore[operator]
+    ratio = None if fifo_jct is None else np.array([(j.end - j.submit) / fifo_jct[j.name] - 1  # type: ignore[operator]  # finished jobs have start and end
                                                     for j in preempted])
     return cost, ratio
 
@@ -540,7 +540,7 @@ def write_csv(path: Path, jobs: list[Job]) -> None:
         w = csv.writer(f)
         w.writerow(["job", "tenant", "gpus", "submit", "start", "end", "preemptions"])
         for j in sorted(jobs, key=lambda j: (j.submit, j.name)):
-            w.writerow([j.name, j.tenant, j.gpus, round(j.submit, 1), round(j.start, 1), round(j.end, 1),  # type: ignore[arg-type]
+            w.writerow([j.name, j.tenant, j.gpus, round(j.submit, 1), round(j.start, 1), round(j.end, 1),  # type: ignore[arg-type]  # turns are on only with a ledger
                         j.preemptions])
 
 
@@ -557,7 +557,7 @@ def run_source(source: str, workloads: list[tuple[str, list[Job]]], load: float,
             done, windows = replay(jobs, p, half_life_s)
             m = metrics(done, windows, fifo_jct)
             if p == "fifo":
-                fifo_jct = {j.name: j.end - j.submit for j in done}  # type: ignore[operator]
+                fifo_jct = {j.name: j.end - j.submit for j in done}  # type: ignore[operator]  # finished jobs have start and end
                 every_fifo_jct.update(fifo_jct)
             per_policy[p].append(m)
             rows[p] += done

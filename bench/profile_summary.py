@@ -24,11 +24,11 @@ def summarise(prof: Path, *, title: str, per: str = "", count: int = 0, top: int
     """Top ``top`` functions by own time and by cumulative time. With ``count`` (e.g. messages or
     decisions handled while profiled) each line also says microseconds per ``per``."""
     stats = pstats.Stats(str(prof), stream=io.StringIO())
-    rows = dict(stats.stats)  # type: ignore[attr-defined]
+    rows = dict(stats.stats)  # type: ignore[attr-defined]  # pstats keeps these attributes out of its stubs
     # the event loop waiting in epoll/select is idle time, not work: reported apart, left out of the totals
     idle_keys = [k for k in rows if k[0] == "~" and _IDLE.search(k[2])]
     idle = sum(rows.pop(k)[2] for k in idle_keys)
-    total = stats.total_tt - idle  # type: ignore[attr-defined]
+    total = stats.total_tt - idle  # type: ignore[attr-defined]  # pstats keeps these attributes out of its stubs
     out = [f"# {title}", f"profiled CPU: {total:.2f} s" + (f" over {count:,} {per}s: {total / count * 1e6:.0f} us per {per}"
                                                            if count else "")
            + (f" (and {idle:.2f} s idle, waiting for events)" if idle else "")]

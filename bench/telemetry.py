@@ -430,7 +430,7 @@ async def _agent_cpu(url: str, fixed: bool, seconds: float, out: Any) -> None:
                              log_format="console")
     backends, fleet = make_backends(settings)
     timed = {node: _TimedBackend(b) for node, b in backends.items()}
-    backends = timed  # type: ignore[assignment]
+    backends = timed  # type: ignore[assignment]  # a timed wrapper with the backend's interface
     async with bus.connected(url, name="bench-agent", initial_timeout=10) as nc:
         agent = Agent(settings, nc.jetstream(), backends, fleet=fleet, instance="bench")
         await agent.start()

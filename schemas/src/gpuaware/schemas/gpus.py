@@ -174,7 +174,7 @@ def _gpu(name: str, memory_mib: int | None, caps: str, nvml: str = "", *, aliase
         nvml_name=nvml, aliases=aliases, compute_capability=cc,
         power_limit_w=power_w[0] if power_w else None, idle_power_w=power_w[1] if power_w else None,
         sm_clock_max_mhz=sm_mhz[0] if sm_mhz else None, sm_clock_idle_mhz=sm_mhz[1] if sm_mhz else None,
-        mem_clock_mhz=mem_mhz, **more,  # type: ignore[arg-type]
+        mem_clock_mhz=mem_mhz, **more,  # type: ignore[arg-type]  # more holds GpuModel's remaining keyword fields
     )  # fmt: skip
 
 

@@ -138,7 +138,7 @@ def demo_tree(gpus: int) -> str:
 async def demo_summary(pool: object, cluster: str) -> dict:
     """What quota saw in a demo run: per queue, used against guaranteed and fair share over time (from
     its QuotaUsageReported snapshots), Jain's index over time, and the chargeback table (intervals)."""
-    async with pool.connection() as conn:  # type: ignore[attr-defined]
+    async with pool.connection() as conn:  # type: ignore[attr-defined]  # pool: a psycopg pool, untyped here (cli does not import psycopg)
         cur = await conn.execute(
             "SELECT extract(epoch FROM ts), queue, used_gpu_milli, guaranteed_gpu_milli, fair_share_gpu_milli, "
             "jain_index FROM quota_usage WHERE cluster = %s ORDER BY ts", (cluster,))

@@ -271,7 +271,7 @@ class HealthBook:
     def _record(self, t: GpuTrack, action: str, reason: str, by: str, at: float, before: HealthState,
                 cleared: bool = False) -> Assessment:
         after = t.state
-        t.audit.append(OverrideRecord(action=action, reason=reason, by=by, at=at, previous=before,  # type: ignore[arg-type]
+        t.audit.append(OverrideRecord(action=action, reason=reason, by=by, at=at, previous=before,  # type: ignore[arg-type]  # action is one of OverrideRecord's literals
                                       current=after, cleared=cleared))
         del t.audit[: max(0, len(t.audit) - self.config.states.audit_keep)]
         changed = before != after

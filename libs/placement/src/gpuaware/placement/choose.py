@@ -16,7 +16,7 @@ __all__ = ["best_index"]
 
 
 @kernel
-def _best(total, rank, ranked):
+def _best(total: np.ndarray, rank: np.ndarray, ranked: bool) -> tuple[int, float]:
     pick = -1
     best = -np.inf
     best_rank = 0

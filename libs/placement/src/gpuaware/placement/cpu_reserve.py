@@ -42,4 +42,5 @@ class GpuNodeCpuReserve(FilterPlugin):
         if pod.num_gpu > 0:
             return np.ones(snap.num_nodes, dtype=bool)
         left = snap.cpu_free - pod.cpu_milli
-        return (snap.gpu_count == 0) | (left >= self.fraction * snap.cpu_capacity)
+        keep: np.ndarray = (snap.gpu_count == 0) | (left >= self.fraction * snap.cpu_capacity)
+        return keep

@@ -84,7 +84,7 @@ class QuotaLedger:
 
     def advance(self, now: float) -> None:
         """Fold what every leaf queue held since the last call into the decayed history."""
-        self.usage.advance(now, self._leaf)  # type: ignore[union-attr]
+        self.usage.advance(now, self._leaf)  # type: ignore[union-attr]  # usage is set in __post_init__
 
     def bind(self, alloc: Allocation, now: float | None = None) -> bool:
         """Record a running pod; False if it was already recorded (events are redelivered)."""
@@ -203,4 +203,4 @@ class QuotaLedger:
         """Who is served next among queues over their guarantee: smaller first (decayed DRF)."""
         cap = self.tree.capacity()
         cap = cap if cap is not None else np.maximum(self.total_used(), 1)
-        return self.usage.priority_key(queue, self.used(queue), cap, self.tree.weight(queue, now))  # type: ignore[union-attr]
+        return self.usage.priority_key(queue, self.used(queue), cap, self.tree.weight(queue, now))  # type: ignore[union-attr]  # usage is set in __post_init__

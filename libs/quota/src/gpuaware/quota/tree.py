@@ -223,7 +223,7 @@ class QueueTree:
         chain = self.ancestors(name)
         for q in chain:
             if self.specs[q].tenant:
-                return self.specs[q].tenant  # type: ignore[return-value]
+                return self.specs[q].tenant  # type: ignore[return-value]  # a tenant that passed the truthiness test is a str
         return chain[-2] if len(chain) >= 2 else chain[-1]
 
     def _window(self, name: str, t: float | None) -> TimeWindow | None:

@@ -181,12 +181,12 @@ def _init_worker(nodes_path: str, trace_path: str) -> None:
 
 def _run_task(policy_name: str, seed: int, inflation: float, record: bool, max_pods: int | None) -> RunResult:
     return run_one(
-        _WORKER["nodes"],  # type: ignore[arg-type]
-        _WORKER["requests"],  # type: ignore[arg-type]
+        _WORKER["nodes"],  # type: ignore[arg-type]  # _init_worker filled _WORKER in this process
+        _WORKER["requests"],  # type: ignore[arg-type]  # _init_worker filled _WORKER in this process
         policy_name,
         seed,
         inflation,
-        typical=_WORKER["typical"],  # type: ignore[arg-type]
+        typical=_WORKER["typical"],  # type: ignore[arg-type]  # _init_worker filled _WORKER in this process
         record_assignments=record,
         max_pods=max_pods,
     )

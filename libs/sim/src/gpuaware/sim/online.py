@@ -117,15 +117,15 @@ def run_online(
     pods = inflate_trace(base, cluster.total_gpu_milli, inflation, seed)
     requests = [p.request for p in pods]
     scale = float(time_scale)
-    t0 = min(p.creation_time for p in pods)  # type: ignore[type-var]
+    t0 = min(p.creation_time for p in pods)  # type: ignore[type-var]  # trace pods carry both times
     rng = np.random.default_rng(seed)
     profile = Framework.of(policy(policy_name, typical=typical, seed=seed, tie_rank=rng.permutation(cluster.num_nodes)))
 
     events: list[tuple[float, int, int]] = []  # (time, kind 0 = departure / 1 = arrival, pod index)
     for i, p in enumerate(pods):
-        events.append(((p.creation_time - t0) / scale, 1, i))  # type: ignore[operator]
+        events.append(((p.creation_time - t0) / scale, 1, i))  # type: ignore[operator]  # trace pods carry both times
     heapq.heapify(events)
-    duration = [p.deletion_time - p.creation_time for p in pods]  # type: ignore[operator]
+    duration = [p.deletion_time - p.creation_time for p in pods]  # type: ignore[operator]  # trace pods carry both times
     arrival = [0.0] * len(pods)
     start: list[float | None] = [None] * len(pods)
     pending: list[tuple[int, float, int]] = []  # sorted (qos rank, arrival, index)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -234,7 +235,10 @@ class GeneratorSpec:
                 raise ValueError(f"tenant {t.name} uses classes without a profile: {sorted(missing)}")
 
 
-def _pick(rng: np.random.Generator, table: Sequence[tuple[object, float]]) -> object:
+V = TypeVar("V")
+
+
+def _pick(rng: np.random.Generator, table: Sequence[tuple[V, float]]) -> V:
     """One value of a (value, weight) table; one uniform draw whatever the table's length."""
     r = rng.random() * sum(w for _, w in table)
     for value, w in table:
@@ -281,7 +285,7 @@ def spec_for_cluster(total_gpus: int, *, load: float = 0.8, duration_s: float = 
     Offered load = rate x E[GPU-seconds per job] / GPUs (Little's law), so
     rate_per_hour = load * GPUs * 3600 / E[GPU-seconds per job].
     """
-    base = replace(GeneratorSpec(duration_s=duration_s), **overrides)  # type: ignore[arg-type]
+    base = replace(GeneratorSpec(duration_s=duration_s), **overrides)  # type: ignore[arg-type]  # overrides: GeneratorSpec fields
     if total_gpus <= 0 or load < 0:
         raise ValueError("total_gpus must be > 0 and load >= 0")
     rate = load * total_gpus * 3600.0 / expected_gpu_seconds(base)
@@ -305,13 +309,13 @@ def generate(spec: GeneratorSpec = GeneratorSpec(), seed: int = 0) -> tuple[SimP
             break
         if rng.random() * (1.0 + spec.diurnal_amplitude) > _rate_factor(spec, t):
             continue  # thinning: keeps arrivals at rate(t)
-        tenant: Tenant = _pick(rng, tenant_table)  # type: ignore[assignment]
-        klass: PodClass = _pick(rng, tenant.classes)  # type: ignore[assignment]
+        tenant: Tenant = _pick(rng, tenant_table)
+        klass: PodClass = _pick(rng, tenant.classes)
         p = profiles[klass]
-        gpus = int(_pick(rng, p.gpus))  # type: ignore[call-overload]
-        milli = int(_pick(rng, p.milli)) if gpus == 1 else MILLI  # type: ignore[call-overload]
-        gmem = int(_pick(rng, p.gpu_memory_mib)) if milli < MILLI else 0  # type: ignore[call-overload]
-        types: tuple[str, ...] = _pick(rng, p.gpu_types)  # type: ignore[assignment]
+        gpus = int(_pick(rng, p.gpus))
+        milli = int(_pick(rng, p.milli)) if gpus == 1 else MILLI
+        gmem = int(_pick(rng, p.gpu_memory_mib)) if milli < MILLI else 0
+        types: tuple[str, ...] = _pick(rng, p.gpu_types)
         if spec.available_models:
             types = tuple(t for t in types if t in spec.available_models)
         duration = float(np.clip(p.median_s * math.exp(p.sigma * rng.standard_normal()), p.min_s, p.max_s))

@@ -57,8 +57,8 @@ def tenant_of(queue: str | None, namespace: str) -> str:
 
 def from_pod_shares(shares: Iterable[object]) -> list[PodAlloc]:
     """Allocations from ``gpuaware.gpu.PodShare`` objects (the simulated fleet's assignments)."""
-    return [PodAlloc(namespace=s.namespace, pod=s.name, gpu_uuid=s.gpu_uuid, milli=s.milli,  # type: ignore[attr-defined]
-                     tenant=s.namespace, memory_mib=s.memory_mib) for s in shares]  # type: ignore[attr-defined]
+    return [PodAlloc(namespace=s.namespace, pod=s.name, gpu_uuid=s.gpu_uuid, milli=s.milli,  # type: ignore[attr-defined]  # duck-typed gpu.PodShare: telemetry does not import gpuaware.gpu
+                     tenant=s.namespace, memory_mib=s.memory_mib) for s in shares]  # type: ignore[attr-defined]  # duck-typed gpu.PodShare: telemetry does not import gpuaware.gpu
 
 
 def allocations_by_gpu(allocs: Iterable[PodAlloc]) -> dict[str, tuple[PodAlloc, ...]]:

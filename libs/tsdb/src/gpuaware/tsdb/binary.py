@@ -148,14 +148,14 @@ def encode_copy_binary(columns: Sequence[tuple[str, object]], n: int) -> bytes:
     uniform = True
     for pg_type, values in columns:
         if pg_type == "text":
-            text = _Text(values)  # type: ignore[arg-type]
+            text = _Text(values)  # type: ignore[arg-type]  # a text column is a sequence of str, the others numpy arrays
             if n and (text.lengths != text.lengths[0]).any():
                 uniform = False
             fields.append(("text", text, None))
         elif pg_type == "timestamptz":
             fields.append((pg_type, timestamp_micros(values).astype(">i8"), None))
         else:
-            data, null = _fixed(pg_type, values)  # type: ignore[arg-type]
+            data, null = _fixed(pg_type, values)  # type: ignore[arg-type]  # a text column is a sequence of str, the others numpy arrays
             if null is not None and not null.all():
                 uniform = False
             fields.append((pg_type, data, null))
@@ -172,16 +172,16 @@ def _uniform(fields: list[tuple[str, object, np.ndarray | None]], n: int) -> byt
     for k, (kind, data, null) in enumerate(fields):
         spec.append((f"l{k}", ">i4"))
         if kind == "text":
-            width = int(data.lengths[0])  # type: ignore[attr-defined]
+            width = int(data.lengths[0])  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
             assign.append((f"l{k}", width))
             if width:
                 spec.append((f"v{k}", f"V{width}"))
-                assign.append((f"v{k}", np.frombuffer(data.blob, dtype=f"V{width}")))  # type: ignore[attr-defined]
+                assign.append((f"v{k}", np.frombuffer(data.blob, dtype=f"V{width}")))  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
         elif null is not None:  # the whole column is NULL
             assign.append((f"l{k}", -1))
         else:
             width = _FIXED[kind][1]
-            spec.append((f"v{k}", data.dtype.str))  # type: ignore[attr-defined]
+            spec.append((f"v{k}", data.dtype.str))  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
             assign.append((f"l{k}", width))
             assign.append((f"v{k}", data))
     rec = np.empty(n, dtype=np.dtype(spec))
@@ -196,7 +196,7 @@ def _scattered(fields: list[tuple[str, object, np.ndarray | None]], n: int) -> b
     sizes = []
     for kind, data, null in fields:
         if kind == "text":
-            sizes.append(4 + data.lengths)  # type: ignore[attr-defined]
+            sizes.append(4 + data.lengths)  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
         else:
             width = _FIXED[kind][1]
             sizes.append(np.full(n, 4 + width, dtype=np.int64) if null is None
@@ -210,18 +210,18 @@ def _scattered(fields: list[tuple[str, object, np.ndarray | None]], n: int) -> b
     four = np.arange(4)
     for (kind, data, null), size in zip(fields, sizes, strict=True):
         if kind == "text":
-            lengths = data.lengths  # type: ignore[attr-defined]
+            lengths = data.lengths  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
             buf[pos[:, None] + four] = lengths.astype(">i4").view(np.uint8).reshape(n, 4)
             total = int(lengths.sum())
             if total:
                 starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
                 dest = np.repeat(pos + 4 - starts, lengths) + np.arange(total)
-                buf[dest] = np.frombuffer(data.blob, dtype=np.uint8)  # type: ignore[attr-defined]
+                buf[dest] = np.frombuffer(data.blob, dtype=np.uint8)  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
         else:
             width = _FIXED[kind][1]
             block = np.empty((n, 4 + width), dtype=np.uint8)
             block[:, :4] = np.frombuffer(struct.pack(">i", width), dtype=np.uint8)
-            block[:, 4:] = data.view(np.uint8).reshape(n, width)  # type: ignore[attr-defined]
+            block[:, 4:] = data.view(np.uint8).reshape(n, width)  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
             if null is None:
                 buf[pos[:, None] + np.arange(4 + width)] = block
             else:

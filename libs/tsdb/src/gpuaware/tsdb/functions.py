@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from psycopg.abc import Query
+from psycopg import sql
 
 from gpuaware.tsdb.pool import Connection
 
 
-async def call_count(conn: Connection, query: Query, params: Sequence[Any] | None = None) -> int:
+async def call_count(conn: Connection, query: str | bytes | sql.SQL | sql.Composed, params: Sequence[Any] | None = None) -> int:
     """Run `query` (a SELECT of one function returning a count) in a transaction; its count, 0 for NULL."""
     async with conn.transaction():
         cur = await conn.execute(query, params)

@@ -31,9 +31,10 @@ POD_USAGE_RETENTION = timedelta(days=400)
 
 async def write_pod_usage(conn: Connection, rows: Iterable[PodUsage]) -> int:
     """Insert usage rows, skipping (pod, GPU, window) already stored; returns rows offered."""
+    rows = list(rows)
+    for r in rows:
+        aware(r.window_start, "window_start")
     params = [tuple(r) for r in rows]
-    for p in params:
-        aware(p[0], "window_start")
     if not params:
         return 0
     async with conn.transaction(), conn.cursor() as cur:

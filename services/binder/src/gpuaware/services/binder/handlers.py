@@ -163,7 +163,7 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
     """A ``mount`` for ``run_service``; tests pass their own world (and get the ``Binder`` back)."""
 
     async def mount_binder(ctx: ServiceContext) -> list[bus.Endpoint]:
-        settings: BinderSettings = ctx.settings  # type: ignore[assignment]
+        settings: BinderSettings = ctx.settings  # type: ignore[assignment]  # run_service builds the settings class mount asked for
         source = f"{settings.service_name}/{ctx.instance_id}"
         world = (world_factory or _default_world)(settings, source)
         binder = Binder(world, JetStreamOutbox(ctx.js, settings.publish_timeout_s), source=source,

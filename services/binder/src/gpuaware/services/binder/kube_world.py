@@ -202,7 +202,7 @@ class KubeWorld:
     # -- the world's questions -----------------------------------------------------------------
 
     async def state(self, pod_uid: str) -> PodStateName:
-        return self.mirror.state(pod_uid)  # type: ignore[return-value]
+        return self.mirror.state(pod_uid)  # type: ignore[return-value]  # the mirror's state names are PodStateName's literals
 
     async def bound(self, pod_uid: str) -> PodBound | None:
         return self.mirror.bound(pod_uid)

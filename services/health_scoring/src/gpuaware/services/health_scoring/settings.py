@@ -63,23 +63,23 @@ SCALING: dict[type, dict[str, str]] = {
 def _scale_group(group: object, factor: float) -> object:
     kinds = SCALING[type(group)]
     changes = {}
-    for f in dataclasses.fields(group):  # type: ignore[arg-type]
+    for f in dataclasses.fields(group):  # type: ignore[arg-type]  # every SCALING key is a dataclass of the config
         kind = kinds[f.name]
         value = getattr(group, f.name)
         if kind == "duration":
             changes[f.name] = value / factor
         elif kind == "rate":
             changes[f.name] = value * factor
-    return dataclasses.replace(group, **changes)  # type: ignore[type-var]
+    return dataclasses.replace(group, **changes)  # type: ignore[type-var]  # every SCALING key is a dataclass of the config
 
 
 def scaled(config: HealthConfig, time_scale: float) -> HealthConfig:
     """The configuration judged on a clock ``time_scale`` times slower than the GPUs' own."""
     if time_scale == 1.0:
         return config
-    return dataclasses.replace(config, states=_scale_group(config.states, time_scale),  # type: ignore[arg-type]
-                               risk=_scale_group(config.risk, time_scale),  # type: ignore[arg-type]
-                               score=_scale_group(config.score, time_scale))  # type: ignore[arg-type]
+    return dataclasses.replace(config, states=_scale_group(config.states, time_scale),  # type: ignore[arg-type]  # every SCALING key is a dataclass of the config
+                               risk=_scale_group(config.risk, time_scale),  # type: ignore[arg-type]  # every SCALING key is a dataclass of the config
+                               score=_scale_group(config.score, time_scale))  # type: ignore[arg-type]  # every SCALING key is a dataclass of the config
 
 
 _STATES = StateRules()

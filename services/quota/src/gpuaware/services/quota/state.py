@@ -133,7 +133,7 @@ class QuotaView:
 
     def _reply(self, pod: PodPending, admitted: bool, queue: str, reason: str, **kw: object) -> AdmitReply:
         return AdmitReply(source=self.source, emitted_at=pod.emitted_at, cluster=self.cluster, pod_uid=pod.pod_uid,
-                          admitted=admitted, queue=queue or "default", reason=reason[:1000], **kw)  # type: ignore[arg-type]
+                          admitted=admitted, queue=queue or "default", reason=reason[:1000], **kw)  # type: ignore[arg-type]  # kw holds AdmitReply's optional fields
 
     # --- the binder's events ------------------------------------------------------------------------
     def announced(self, pod: PodPending) -> None:

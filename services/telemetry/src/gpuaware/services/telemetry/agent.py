@@ -76,7 +76,7 @@ SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled, dedupe=False)
 INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
 USAGE = bus.Channel(POD_USAGE_REPORTED, PodUsageReported)
 BinderEvent = PodBound | PodFinished | PodPreempted | PodPending | PodBindFailed
-BINDER_EVENTS: bus.Channel[Any] = bus.Channel("binder.pod.>", BinderEvent)  # type: ignore[arg-type]
+BINDER_EVENTS: bus.Channel[Any] = bus.Channel("binder.pod.>", BinderEvent)  # type: ignore[arg-type]  # a union of Structs decodes; Channel's type parameter wants one class
 T = TypeVar("T")
 
 

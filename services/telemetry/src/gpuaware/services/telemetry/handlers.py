@@ -48,7 +48,7 @@ from gpuaware.telemetry import Rejection, check_batch
 log = logging.getLogger(__name__)
 
 TelemetryEvent = GpuSampled | NodeInventory | PodUsageReported | GpuRolledUp
-TELEMETRY_IN: bus.Channel[Any] = bus.Channel("telemetry.>", TelemetryEvent)  # type: ignore[arg-type]
+TELEMETRY_IN: bus.Channel[Any] = bus.Channel("telemetry.>", TelemetryEvent)  # type: ignore[arg-type]  # a union of Structs decodes; Channel's type parameter wants one class
 def _ts(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
@@ -265,7 +265,7 @@ class CollectorHandlers:
 
 
 async def mount_collector(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
-    settings: CollectorSettings = ctx.settings  # type: ignore[assignment]
+    settings: CollectorSettings = ctx.settings  # type: ignore[assignment]  # run_service builds the settings class mount asked for
     if not settings.database_url:
         raise SystemExit("the collector needs a database: set DATABASE_URL or GPUAWARE_TELEMETRY_COLLECTOR_DATABASE_URL")
     await tsdb.migrate(settings.database_url)
