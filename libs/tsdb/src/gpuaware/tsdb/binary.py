@@ -25,7 +25,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -125,6 +125,10 @@ class _Text:
             self.lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(values))
 
 
+_Field = tuple[str, "_Text | np.ndarray", "np.ndarray | None"]
+"""(PostgreSQL type, the column's data, its NULL mask or None)"""
+
+
 def _fixed(pg_type: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """(big-endian values, NULL mask or None when there is no NULL)."""
     dtype, _ = _FIXED[pg_type]
@@ -144,18 +148,18 @@ def encode_copy_binary(columns: Sequence[tuple[str, object]], n: int) -> bytes:
     Values: a numpy array for fixed-width types (NaN / negative = NULL, see the module docstring;
     timestamptz given as Unix seconds), a sequence of str for `text`.
     """
-    fields: list[tuple[str, object, np.ndarray | None]] = []  # (kind, data, null mask)
+    fields: list[_Field] = []
     uniform = True
     for pg_type, values in columns:
         if pg_type == "text":
-            text = _Text(values)  # type: ignore[arg-type]  # a text column is a sequence of str, the others numpy arrays
+            text = _Text(cast(Sequence[str], values))
             if n and (text.lengths != text.lengths[0]).any():
                 uniform = False
             fields.append(("text", text, None))
         elif pg_type == "timestamptz":
             fields.append((pg_type, timestamp_micros(values).astype(">i8"), None))
         else:
-            data, null = _fixed(pg_type, values)  # type: ignore[arg-type]  # a text column is a sequence of str, the others numpy arrays
+            data, null = _fixed(pg_type, np.asarray(values))
             if null is not None and not null.all():
                 uniform = False
             fields.append((pg_type, data, null))
@@ -165,23 +169,23 @@ def encode_copy_binary(columns: Sequence[tuple[str, object]], n: int) -> bytes:
     return SIGNATURE + body + TRAILER
 
 
-def _uniform(fields: list[tuple[str, object, np.ndarray | None]], n: int) -> bytes:
+def _uniform(fields: list[_Field], n: int) -> bytes:
     """Every row has the same layout: one structured record per row."""
     spec: list[tuple[str, str]] = [("count", ">i2")]
     assign: list[tuple[str, object]] = []
     for k, (kind, data, null) in enumerate(fields):
         spec.append((f"l{k}", ">i4"))
-        if kind == "text":
-            width = int(data.lengths[0])  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
+        if isinstance(data, _Text):
+            width = int(data.lengths[0])
             assign.append((f"l{k}", width))
             if width:
                 spec.append((f"v{k}", f"V{width}"))
-                assign.append((f"v{k}", np.frombuffer(data.blob, dtype=f"V{width}")))  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
+                assign.append((f"v{k}", np.frombuffer(data.blob, dtype=f"V{width}")))
         elif null is not None:  # the whole column is NULL
             assign.append((f"l{k}", -1))
         else:
             width = _FIXED[kind][1]
-            spec.append((f"v{k}", data.dtype.str))  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
+            spec.append((f"v{k}", data.dtype.str))
             assign.append((f"l{k}", width))
             assign.append((f"v{k}", data))
     rec = np.empty(n, dtype=np.dtype(spec))
@@ -191,12 +195,12 @@ def _uniform(fields: list[tuple[str, object, np.ndarray | None]], n: int) -> byt
     return rec.tobytes()
 
 
-def _scattered(fields: list[tuple[str, object, np.ndarray | None]], n: int) -> bytes:
+def _scattered(fields: list[_Field], n: int) -> bytes:
     """Rows of different layouts: compute every field's offset, then copy each column into place."""
     sizes = []
     for kind, data, null in fields:
-        if kind == "text":
-            sizes.append(4 + data.lengths)  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
+        if isinstance(data, _Text):
+            sizes.append(4 + data.lengths)
         else:
             width = _FIXED[kind][1]
             sizes.append(np.full(n, 4 + width, dtype=np.int64) if null is None
@@ -209,19 +213,19 @@ def _scattered(fields: list[tuple[str, object, np.ndarray | None]], n: int) -> b
     pos = row_start + 2
     four = np.arange(4)
     for (kind, data, null), size in zip(fields, sizes, strict=True):
-        if kind == "text":
-            lengths = data.lengths  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
+        if isinstance(data, _Text):
+            lengths = data.lengths
             buf[pos[:, None] + four] = lengths.astype(">i4").view(np.uint8).reshape(n, 4)
             total = int(lengths.sum())
             if total:
                 starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
                 dest = np.repeat(pos + 4 - starts, lengths) + np.arange(total)
-                buf[dest] = np.frombuffer(data.blob, dtype=np.uint8)  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
+                buf[dest] = np.frombuffer(data.blob, dtype=np.uint8)
         else:
             width = _FIXED[kind][1]
             block = np.empty((n, 4 + width), dtype=np.uint8)
             block[:, :4] = np.frombuffer(struct.pack(">i", width), dtype=np.uint8)
-            block[:, 4:] = data.view(np.uint8).reshape(n, width)  # type: ignore[attr-defined]  # data is a _Text for text columns, an ndarray otherwise
+            block[:, 4:] = data.view(np.uint8).reshape(n, width)
             if null is None:
                 buf[pos[:, None] + np.arange(4 + width)] = block
             else:

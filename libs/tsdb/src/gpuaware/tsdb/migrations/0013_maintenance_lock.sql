@@ -1,8 +1,8 @@
--- Two collector replicas starting together both run a maintenance pass, and the pass deadlocked:
--- one read the default partition (ACCESS SHARE, held to the end of its transaction) and then waited
--- for the parent's SHARE UPDATE EXCLUSIVE lock, which the other held while its ATTACH PARTITION waited
--- for ACCESS EXCLUSIVE on that same default partition. A pass now takes the parent's lock before it
--- reads anything, so passes run one after the other (writers' INSERTs and readers are not blocked).
+-- A maintenance pass takes the parent's lock before it reads anything, so passes run one after the
+-- other (writers' INSERTs and readers are not blocked). Two collector replicas starting together both
+-- run a pass; without the lock one pass reads the default partition (ACCESS SHARE, held to the end of
+-- its transaction) and then waits for the parent's SHARE UPDATE EXCLUSIVE lock, which the other holds
+-- while its ATTACH PARTITION waits for ACCESS EXCLUSIVE on that same default partition: a deadlock.
 --
 -- Nothing to change on TimescaleDB: its maintenance pass creates no partitions (chunks are made by the
 -- extension) and reads no default partition, so two replicas' passes cannot deadlock.
