@@ -1,4 +1,4 @@
-"""What the demo does when its stack misbehaves (issue 16): recorded events survive a PostgreSQL stop
+"""What the demo does when its stack misbehaves: recorded events survive a PostgreSQL stop
 (kept and written again), a nats-server named by NATS_URL keeps its streams, a run's durable consumers
 do not outlive it, and a killed nats-server of the demo's own stack is started again."""
 

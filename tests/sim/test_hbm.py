@@ -126,7 +126,7 @@ def test_help_names_the_command() -> None:
 
 @pytest.mark.slow
 def test_real_calchas_file_meets_the_acceptance(shared_data: Path, tmp_path: Path) -> None:
-    """Issue 13's acceptance on the public file: recall at 1/6/24 h at least the never-recover rule's,
+    """The evaluation's acceptance on the public file: recall at 1/6/24 h at least the never-recover rule's,
     quarantined server-hours at most half of the hours that rule withholds."""
     src = shared_data / "gpu-faults" / "calchas-hbm" / "hbm_errors_public.csv"
     if not src.is_file():
