@@ -1,7 +1,7 @@
 """Fuzzing (hypothesis) what faces the Kubernetes API: the extender's endpoint, pod and node
 translation (annotations, resources, HAMi registrations), the admission webhooks and the custom
 resources. Starting from the real recorded payloads in ../shared/k8s, every field is replaced by
-arbitrary JSON or strings; what must hold (issue 16's fuzzing item):
+arbitrary JSON or strings; what must hold:
 
 * the extender answers every body with a response object, or refuses it with ``BadRequest`` (a 400
   with the reason) - never another exception (which the server turns into a 500-shaped answer);
