@@ -354,3 +354,16 @@ def test_a_decision_held_at_permit_is_recorded_when_stored_and_discarded_when_no
     st.apply_decided(second.msg)
     assert st.ledger.pods["y"].phase.value == "decided"
     st.ledger.check()
+
+
+def test_a_pod_that_leaves_while_its_decision_is_held_frees_its_gpus() -> None:
+    st = _state(permits=(AdmittedAndStored(),))
+    (d,) = st.on_pending(pending("c", "x", num_gpu=2))
+    assert isinstance(d, Decided) and "x" in st.ledger.cluster.allocations
+    # the binder reports on the pod before this instance saw the stream's ack: the decision reached
+    # the world, so it is recorded first and the departure then frees its GPUs
+    assert st.apply_finished(_finished("x"))
+    assert "x" not in st.ledger.cluster.allocations and "x" not in st.ledger.pods
+    st.allow("x")  # the late ack changes nothing
+    assert "x" not in st.ledger.cluster.allocations
+    st.ledger.check()

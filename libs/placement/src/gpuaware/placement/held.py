@@ -65,6 +65,14 @@ class HeldDecisions:
         for member in d.permit.pods:
             self.record(self._held.pop(member))
 
+    def settle(self, uid: str) -> None:
+        """The binder reported on `uid` (bound, failed, gone): its decision reached the world, so its
+        whole unit is allowed and recorded before the event is applied to the ledger."""
+        d = self._held.get(uid)
+        if d is not None and d.permit is not None and d.permit.allow():
+            for member in d.permit.pods:
+                self.record(self._held.pop(member))
+
     def reject(self, uid: str, reason: str = "", retry_after_s: float | None = None) -> list[Parked]:
         """The wait for `uid` ended in refusal: its unit's statement is discarded and its pods wait
         again. With a `reason` (quota's) they are parked and returned; without one (the decision was not
@@ -75,7 +83,11 @@ class HeldDecisions:
         d.permit.reject()
         out: list[Parked] = []
         for member in d.permit.pods:
-            entry = self._held.pop(member).entry
+            held = self._held.pop(member)
+            for v in held.victims:  # a victim that left while the decision was held gets nothing back
+                if v.uid not in self.ledger.pods and self.ledger.cluster is not None:
+                    self.ledger.cluster.unreserve(v.uid)
+            entry = held.entry
             gang = self.gangs.gangs.get(entry.request.gang_id) if entry.request and entry.request.gang_id else None
             if gang is not None:
                 gang.placed = False

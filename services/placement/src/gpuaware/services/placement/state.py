@@ -31,18 +31,25 @@ from gpuaware.placement.ledger import HOLDING, Ledger, Phase
 from gpuaware.placement.outcomes import Counters, Parked, decision_id
 from gpuaware.placement.outcomes import Decided as Placed
 from gpuaware.placement.planner import Planner, PlannerConfig
-from gpuaware.schemas.binder import PodBindFailed, PodBound, PodFinished, PodPreempted
-from gpuaware.schemas.forecast import GpuUtilPredicted
-from gpuaware.schemas.health import GpuScored, GpuStateChanged, HealthState
-from gpuaware.schemas.inventory import GpuInfo, NodeInventory
-from gpuaware.schemas.placement import (
+from gpuaware.schemas import (
+    GpuInfo,
+    GpuRolledUp,
+    GpuScored,
+    GpuStateChanged,
+    GpuUtilPredicted,
+    HealthState,
+    NodeInventory,
     PlacementDecided,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPending,
+    PodPreempted,
     PodUnschedulable,
+    RollupWindow,
     UnschedulableReason,
+    WorldSnapshotReply,
 )
-from gpuaware.schemas.pods import PodPending
-from gpuaware.schemas.telemetry import GpuRolledUp, RollupWindow
-from gpuaware.schemas.world import WorldSnapshotReply
 from gpuaware.services.placement import convert
 from gpuaware.services.placement.slots import GpuSlots
 
@@ -278,6 +285,7 @@ class PlacementState:
     def apply_bound(self, ev: PodBound) -> None:
         if ev.cluster != self.cluster_name:
             return
+        self.planner.waiting.settle(ev.pod_uid)  # a decision still held at Permit reached the world
         entry = self.ledger.pods.get(ev.pod_uid)
         attempt = attempt_of(ev.decision_id)
         if attempt is None:
@@ -296,6 +304,7 @@ class PlacementState:
         evidently misses something about it), for a few nodes at most."""
         if ev.cluster != self.cluster_name:
             return False
+        self.planner.waiting.settle(ev.pod_uid)  # a decision still held at Permit reached the world
         if ev.transient and ev.node:
             self.planner.refuse(ev.pod_uid, ev.node)
         attempt = attempt_of(ev.decision_id)
@@ -309,6 +318,7 @@ class PlacementState:
         later than the eviction -- and no attempt is closed on the preemptor's number."""
         if ev.cluster != self.cluster_name:
             return False
+        self.planner.waiting.settle(ev.pod_uid)  # a decision still held at Permit reached the world
         self.planner.world.event(ev.preempted_at)
         entry = self.ledger.pods.get(ev.pod_uid)
         if entry is None or entry.phase not in HOLDING or entry.node != ev.node \
@@ -320,6 +330,7 @@ class PlacementState:
     def apply_finished(self, ev: PodFinished) -> bool:
         if ev.cluster != self.cluster_name:
             return False
+        self.planner.waiting.settle(ev.pod_uid)  # a decision still held at Permit reached the world
         self.planner.world.event(ev.finished_at)
         self.planner.forget(ev.pod_uid)
         return self.ledger.release(ev.pod_uid)
