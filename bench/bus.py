@@ -44,7 +44,7 @@ STREAM = "BENCH"
 GPUS = 32
 
 try:
-    from gpuaware.schemas.telemetry import METRIC_COLUMNS, GpuSampled
+    from gpuaware.schemas import METRIC_COLUMNS, GpuSampled
 
     SCHEMA = "gpuaware.schemas.telemetry.GpuSampled"
 except ImportError:  # the contract not there yet: a local Struct of the same size and shape

@@ -49,10 +49,9 @@ OUT = REPO / "bench" / "results" / "extender.json"
 
 
 def _world(num_nodes: int) -> tuple[Any, list[str]]:
-    from gpuaware.k8s.translate import node_inventory
+    from gpuaware.k8s import node_inventory
     from gpuaware.placement import POLICIES
-    from gpuaware.schemas.binder import PodBound
-    from gpuaware.schemas.placement import GpuSlice
+    from gpuaware.schemas import GpuSlice, PodBound
     from gpuaware.services.placement.state import PlacementState
 
     base = json.loads((K8S / "extender" / "object-node-dgx-a100.json").read_text())
@@ -139,7 +138,7 @@ def _http(port: int, bodies: list[tuple[bytes, list[str], dict[str, Any]]]) -> t
 
 
 def _extender(num_nodes: int) -> tuple[Any, list[str]]:
-    from gpuaware.k8s.extender import Extender
+    from gpuaware.k8s import Extender
     from gpuaware.services.placement import convert
 
     st, names = _world(num_nodes)
@@ -156,7 +155,7 @@ def serve(port: int, num_nodes: int, canned: bool = False) -> None:
 
     from aiohttp import web
 
-    from gpuaware.k8s.server import extender_app
+    from gpuaware.k8s import extender_app
 
     ext, names = _extender(num_nodes)
     gc.freeze()  # as run_service does once a service is up (the placement service serves the extender)

@@ -93,16 +93,17 @@ from gpuaware.quota import (
     Allocation,
     Demand,
     QuotaLedger,
+    Running,
+    TurnTaking,
+    Waiting,
+    easy_backfill,
     fair_reclaim_plan,
     reclaim_plan,
     validate,
     water_fill,
 )
-from gpuaware.quota.backfill import Running, Waiting, easy_backfill
-from gpuaware.quota.turns import TurnTaking
 from gpuaware.schemas import percentile
-from gpuaware.sim import shared_data_dir
-from gpuaware.sim.workload_gen import load_philly
+from gpuaware.sim import load_philly, shared_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results"

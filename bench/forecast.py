@@ -36,10 +36,16 @@ import numpy as np
 from machine_info import load_average, machine
 from rich.console import Console
 
-from gpuaware.forecast.baselines import BASELINES
-from gpuaware.forecast.duration import evaluate_philly
-from gpuaware.forecast.experiment import config_for, fit, prepare, run
-from gpuaware.forecast.runtime import StreamingModel, Streams
+from gpuaware.forecast import (
+    BASELINES,
+    StreamingModel,
+    Streams,
+    config_for,
+    evaluate_philly,
+    fit,
+    prepare,
+    run,
+)
 from gpuaware.schemas import percentile
 from gpuaware.sim import shared_data_dir
 

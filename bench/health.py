@@ -59,31 +59,33 @@ from machine_info import machine as shared_machine
 from rich.console import Console
 from rich.table import Table
 
-from gpuaware.gpu.simulated import FleetNode, FleetSpec, SimulatedFleet
+from gpuaware.gpu import FleetNode, FleetSpec, SimulatedFleet
 from gpuaware.health import HealthBook, HealthConfig, Observation, XidClass, classify_xid
 from gpuaware.schemas import find_gpu_model
-from gpuaware.sim import shared_data_dir
-from gpuaware.sim.fleet_faults import (
+from gpuaware.sim import (
     CALCHAS_FILE,
     SIGNATURES,
     STEPFUN_FILE,
     TITAN_FILE,
-    FaultPlan,
-    Rendered,
-    draw_plan,
-    load_calibration,
-    render,
-)
-from gpuaware.sim.hbm import HbmEvaluation, HbmEvent, parse_hbm_csv, replay_all, score_replays
-from gpuaware.sim.health_fleet import (
     FailureTruth,
+    FaultPlan,
     FleetRun,
     GpuTruth,
+    HbmEvaluation,
+    HbmEvent,
     NeverRecoverRule,
+    Rendered,
+    draw_plan,
     fleet_metrics,
     history_observations,
+    load_calibration,
     minute_observations,
+    parse_hbm_csv,
+    render,
+    replay_all,
     score_gpu,
+    score_replays,
+    shared_data_dir,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

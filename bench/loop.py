@@ -55,12 +55,23 @@ from profile_summary import summarise
 from gpuaware import bus
 from gpuaware.devstack import start_nats
 from gpuaware.placement import DEFAULT_PROFILE, GPU_CATALOG, MILLI, NodeSpec, PodRequest
-from gpuaware.schemas import percentile
-from gpuaware.schemas.binder import POD_BOUND, POD_FINISHED, PodBound, PodFinished, PodOutcome
-from gpuaware.schemas.inventory import NODE_INVENTORY, GpuInfo, NodeInventory
-from gpuaware.schemas.placement import PLACEMENT_DECIDED, POD_UNSCHEDULABLE, GpuSlice
-from gpuaware.schemas.pods import POD_PENDING, PodPending
-from gpuaware.schemas.streams import STREAMS
+from gpuaware.schemas import (
+    NODE_INVENTORY,
+    PLACEMENT_DECIDED,
+    POD_BOUND,
+    POD_FINISHED,
+    POD_PENDING,
+    POD_UNSCHEDULABLE,
+    STREAMS,
+    GpuInfo,
+    GpuSlice,
+    NodeInventory,
+    PodBound,
+    PodFinished,
+    PodOutcome,
+    PodPending,
+    percentile,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "loop.json"

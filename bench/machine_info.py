@@ -26,7 +26,7 @@ def machine(*packages: str, nats_server: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"cpu_count": os.cpu_count(), "cpu_model": cpu_model(),
                            "python": platform.python_version(), "platform": platform.platform()}
     if nats_server:
-        from gpuaware.devstack.nats import nats_server_binary
+        from gpuaware.devstack import nats_server_binary
 
         out["nats_server"] = subprocess.run([str(nats_server_binary()), "--version"], capture_output=True,
                                             text=True).stdout.strip()

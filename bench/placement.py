@@ -50,12 +50,22 @@ from gpuaware.placement import (
 )
 from gpuaware.placement.session import Framework, Session
 from gpuaware.schemas import percentile
-from gpuaware.sim import evaluate, expected_means, shared_data_dir, synthetic_pods
-from gpuaware.sim.evaluator import REPORT_AT, default_jobs, run_one
-from gpuaware.sim.gavel import default_profiles, evaluate_heterogeneity, load_gavel_throughputs
-from gpuaware.sim.online import run_online
-from gpuaware.sim.report import summarize
-from gpuaware.sim.traces import load_nodes, load_pods
+from gpuaware.sim import (
+    REPORT_AT,
+    default_jobs,
+    default_profiles,
+    evaluate,
+    evaluate_heterogeneity,
+    expected_means,
+    load_gavel_throughputs,
+    load_nodes,
+    load_pods,
+    run_one,
+    run_online,
+    shared_data_dir,
+    summarize,
+    synthetic_pods,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "placement.json"

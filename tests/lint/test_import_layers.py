@@ -42,6 +42,15 @@ def _lint(extra: Path) -> subprocess.CompletedProcess[str]:
         ({"gpuaware/services/alpha/__init__.py": "",
           "gpuaware/services/beta/__init__.py": "",
           "gpuaware/zzlib/__init__.py": "import gpuaware.services.alpha\n"}, "libs never import services BROKEN"),
+        # a library through another's public API: kept; reaching into one of its modules: broken
+        ({"gpuaware/services/alpha/__init__.py": "", "gpuaware/services/beta/__init__.py": "",
+          "gpuaware/zzlib/__init__.py": "from gpuaware.bus import Channel\n"}, None),
+        ({"gpuaware/services/alpha/__init__.py": "", "gpuaware/services/beta/__init__.py": "",
+          "gpuaware/zzlib/__init__.py": "from gpuaware.bus.codec import Channel\n"},
+         "others import gpuaware.bus, not its modules BROKEN"),
+        # a service reaching into the schemas' modules: broken too
+        ({"gpuaware/services/alpha/__init__.py": "from gpuaware.schemas.pods import PodPending\n",
+          "gpuaware/services/beta/__init__.py": ""}, "others import gpuaware.schemas, not its modules BROKEN"),
     ],
 )
 def test_import_contracts(tmp_path: Path, files: dict[str, str], broken: str | None) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from gpuaware.bus.retry import RetryPolicy, Uniform
-from gpuaware.schemas.permissions import inbox_prefix
+from gpuaware.schemas import inbox_prefix
 
 log = logging.getLogger(__name__)
 

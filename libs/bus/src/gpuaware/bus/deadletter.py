@@ -25,14 +25,14 @@ from nats.js.errors import NotFoundError
 
 from gpuaware.bus.headers import MSG_ID, copy_headers, header_value
 from gpuaware.bus.jetstream import StreamSpecLike, ensure_stream
-from gpuaware.schemas.deadletter import (
+from gpuaware.schemas import (
+    DEADLETTER,
     HEADER_ATTEMPTS,
     HEADER_CONSUMER,
     HEADER_ORIGINAL_SUBJECT,
     HEADER_REASON,
     dead_letter_subject,
 )
-from gpuaware.schemas.streams import DEADLETTER
 
 log = logging.getLogger(__name__)
 

@@ -145,7 +145,7 @@ class AnnotationCheckpoints:
         return out
 
     def requested(self) -> CheckpointRequest | None:
-        from gpuaware.k8s.objects import ASSIGNED
+        from gpuaware.k8s import ASSIGNED
 
         try:
             ann = self.parse(self.path.read_text())
@@ -159,7 +159,7 @@ class AnnotationCheckpoints:
 
     async def acknowledge(self, req: CheckpointRequest, *, status: CheckpointStatus = CheckpointStatus.COMPLETED,
                           uri: str | None = None, message: str = "") -> None:
-        from gpuaware.k8s.objects import ASSIGNED
+        from gpuaware.k8s import ASSIGNED
 
         stamp = datetime.fromtimestamp(time.time()).astimezone().isoformat()
         value = stamp if status is CheckpointStatus.COMPLETED else f"{status.value}: {message}"[:250]

@@ -25,8 +25,7 @@ from rich.console import Console
 
 from gpuaware import bus
 from gpuaware.alerting import OpenAlerts, from_webhook, to_alertmanager
-from gpuaware.schemas import ALERT_RAISED, ALERT_RESOLVED, AlertRaised, AlertResolved
-from gpuaware.schemas.streams import ALERTS
+from gpuaware.schemas import ALERT_RAISED, ALERT_RESOLVED, ALERTS, AlertRaised, AlertResolved
 
 __all__ = ["AlertBridge", "app"]
 

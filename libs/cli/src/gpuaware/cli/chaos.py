@@ -31,9 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaware.cli.processes import ServiceProcess
-from gpuaware.devstack import StackError, stack_up
-from gpuaware.devstack.processes import pid_alive
-from gpuaware.devstack.stack import stack_status
+from gpuaware.devstack import StackError, pid_alive, stack_status, stack_up
 
 __all__ = ["KINDS", "SCENARIOS", "SERVICES", "ChaosError", "ChaosRunner", "ChaosStep", "parse_chaos"]
 

@@ -55,15 +55,21 @@ from gpuaware.cli.demo_summary import analyse_runs, summarise
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.cli.roundtrip import run_roundtrip
-from gpuaware.devstack import StackError, stack_credentials, stack_down, stack_health, stack_up
-from gpuaware.devstack.stack import DEFAULT_DATA_DIR, DEFAULT_NATS_PORT, DEFAULT_PG_PORT
+from gpuaware.devstack import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_NATS_PORT,
+    DEFAULT_PG_PORT,
+    StackError,
+    stack_credentials,
+    stack_down,
+    stack_health,
+    stack_up,
+)
 from gpuaware.placement import DEFAULT_PROFILE
 from gpuaware.placement.stock import KUBE_DEFAULT
 from gpuaware.runtime import provision_streams
-from gpuaware.schemas.permissions import ADMIN, TELEMETRY_COLLECTOR
-from gpuaware.schemas.streams import TELEMETRY
-from gpuaware.schemas.telemetry import GPU_SAMPLED
-from gpuaware.sim.metrics import clock_jumps, utilisation_series
+from gpuaware.schemas import ADMIN, GPU_SAMPLED, TELEMETRY, TELEMETRY_COLLECTOR
+from gpuaware.sim import clock_jumps, utilisation_series
 from gpuaware.tsdb import migrate
 
 SERVICES = ("telemetry", "forecasting", "placement", "quota", "health_scoring", "binder")
@@ -165,7 +171,7 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
                              nats_credentials=credentials)
             if service_built("gpuaware.services.forecasting"):
                 from gpuaware.cli.demo_forecast import ensure_demand_model
-                from gpuaware.sim.traces import shared_data_dir
+                from gpuaware.sim import shared_data_dir
 
                 cfg = dataclasses.replace(cfg, demand_model=ensure_demand_model(
                     stack.state.database_url, data_dir, shared_data_dir(), forecast_train_s, console))

@@ -19,8 +19,9 @@ from typing import Any
 from gpuaware.cli.demo_config import DemoConfig
 from gpuaware.cli.demo_record import RunResult
 from gpuaware.schemas import HealthState, PodBound, PodFinished, PodPreempted
-from gpuaware.sim.metrics import (
+from gpuaware.sim import (
     PodRecord,
+    SimPod,
     delay_stats,
     delays_by_class,
     jain_index,
@@ -31,7 +32,6 @@ from gpuaware.sim.metrics import (
     time_in_system,
     time_weighted_mean,
 )
-from gpuaware.sim.workload_gen import SimPod
 
 __all__ = ["IN_FLIGHT_S", "analyse", "busiest_window", "compare", "health_figures", "pod_records", "rebuild_workload",
            "virtual_clock"]
@@ -43,9 +43,17 @@ def rebuild_workload(cfg: DemoConfig, *, whole_trace: bool = False) -> dict[str,
     """The twin's workload, built from the binder's settings exactly as the binder builds it (same
     libraries, same seed, same window): pod uid -> SimPod. ``whole_trace`` ignores the window (traces
     only). Empty when it cannot be rebuilt (the report then falls back to what the events say)."""
-    from gpuaware.sim.traces import load_pods, shared_data_dir
-    from gpuaware.sim.twin import default_cluster, openb_cluster, openb_node_list
-    from gpuaware.sim.workload_gen import from_openb, generate, load_philly, spec_for_cluster
+    from gpuaware.sim import (
+        default_cluster,
+        from_openb,
+        generate,
+        load_philly,
+        load_pods,
+        openb_cluster,
+        openb_node_list,
+        shared_data_dir,
+        spec_for_cluster,
+    )
 
     shared = Path(cfg.shared_data) if cfg.shared_data else shared_data_dir()
     start = None if cfg.window_start_s < 0 or whole_trace else cfg.window_start_s

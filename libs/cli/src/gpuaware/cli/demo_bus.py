@@ -18,17 +18,23 @@ from gpuaware.cli.demo_config import SOURCE, VIRTUAL_EPOCH, Interrupted
 from gpuaware.cli.demo_record import RunLog
 from gpuaware.cli.processes import ServiceProcess
 from gpuaware.schemas import (
+    BINDER,
+    FORECASTING,
     HEALTH_CORDON,
+    HEALTH_SCORING,
+    OPERATIONAL_ENDPOINTS,
+    PLACEMENT,
+    PLACEMENT_EXPLAIN,
+    STREAMS,
     WORLD_SNAPSHOT,
     CordonAction,
     CordonReply,
     CordonRequest,
+    ExplainReply,
+    ExplainRequest,
     WorldSnapshotReply,
     WorldSnapshotRequest,
 )
-from gpuaware.schemas.permissions import FORECASTING, HEALTH_SCORING, OPERATIONAL_ENDPOINTS
-from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainReply, ExplainRequest
-from gpuaware.schemas.streams import BINDER, PLACEMENT, STREAMS
 
 __all__ = ["FORECASTING_STATS", "HEALTH_STATS",
            "delete_loop_streams", "delete_run_consumers", "explain_pending", "forecast_effect", "operator_repair",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuaware.schemas.permissions import (
+from gpuaware.schemas import (
     ADMIN,
     BINDER_ID,
     FORECASTING,
@@ -17,7 +17,7 @@ from gpuaware.schemas.permissions import (
     QUOTA_ID,
     TELEMETRY_AGENT,
 )
-from gpuaware.sim.twin import EccSpec, FaultSpec, ThermalSpec, XidSpec, encode_faults
+from gpuaware.sim import EccSpec, FaultSpec, ThermalSpec, XidSpec, encode_faults
 
 __all__ = ["SOURCE", "VIRTUAL_EPOCH", "DemoConfig", "FaultPlan", "Interrupted", "RunSpec", "demo_nodes",
            "nats_admin", "nats_login", "plan_faults", "service_env"]
@@ -106,7 +106,7 @@ class FaultPlan:
 
 def demo_nodes(cfg: DemoConfig) -> tuple[Any, ...]:
     """The twin's nodes, built as the binder builds them."""
-    from gpuaware.sim.twin import default_cluster, openb_cluster, openb_node_list
+    from gpuaware.sim import default_cluster, openb_cluster, openb_node_list
 
     if cfg.twin_nodes == "openb":
         return openb_cluster(openb_node_list(Path(cfg.shared_data) if cfg.shared_data else None))

@@ -51,17 +51,17 @@ def _fingerprint(files: list[Path], train_s: float) -> str:
 def ensure_demand_model(database_url: str, data_dir: Path, shared: Path, train_s: float, console: Any) -> dict[str, Any]:
     """A ``demand`` model in the registry: already there, the cached one published, or trained now.
     Returns what the report says about it (``status``, ``model``, ``reason``)."""
-    from gpuaware.forecast import registry
-    from gpuaware.forecast.runtime import ModelError
+    from gpuaware import forecast
+    from gpuaware.forecast import ModelError
 
-    async def newest() -> registry.RegistryEntry | None:
+    async def newest() -> forecast.RegistryEntry | None:
         async with await tsdb.connect(database_url) as conn:
-            return await registry.latest_async(conn, DEMAND_MODEL)
+            return await forecast.latest_async(conn, DEMAND_MODEL)
 
-    async def publish(blob: bytes, metrics: dict[str, Any]) -> tuple[int, registry.RegistryEntry | None]:
+    async def publish(blob: bytes, metrics: dict[str, Any]) -> tuple[int, forecast.RegistryEntry | None]:
         async with await tsdb.connect(database_url) as conn:
-            return (await registry.publish_async(conn, DEMAND_MODEL, blob, metrics),
-                    await registry.latest_async(conn, DEMAND_MODEL))
+            return (await forecast.publish_async(conn, DEMAND_MODEL, blob, metrics),
+                    await forecast.latest_async(conn, DEMAND_MODEL))
 
     entry = asyncio.run(newest())
     if entry is not None:
@@ -76,7 +76,7 @@ def ensure_demand_model(database_url: str, data_dir: Path, shared: Path, train_s
     how = "cached"
     if not cache.is_file():
         from gpuaware.cli.forecast import train_blob
-        from gpuaware.forecast.experiment import prepare
+        from gpuaware.forecast import prepare
 
         console.print(f"training the demand model on {len(files)} Helios virtual clusters for at most "
                       f"{train_s:g} s (once per data folder; --forecast-train-s)")
@@ -167,7 +167,7 @@ FORECAST_COUNTERS = {"gpuaware_placement_forecast_scored": "scored", "gpuaware_p
 def placement_forecast_effect(metrics_texts: list[str]) -> dict[str, Any]:
     """The placement instances' forecast counters (Prometheus text, one per instance), summed: decisions
     made while per-GPU forecasts existed (``scored``) and those the forecast-headroom score changed."""
-    from gpuaware.runtime.metrics import counter_totals
+    from gpuaware.runtime import counter_totals
 
     got = {**dict.fromkeys(FORECAST_COUNTERS.values(), 0), "instances": len(metrics_texts)}
     for text in metrics_texts:

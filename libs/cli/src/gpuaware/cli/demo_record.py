@@ -32,6 +32,7 @@ from gpuaware.schemas import (
     POD_PENDING,
     POD_PREEMPTED,
     POD_UNSCHEDULABLE,
+    STREAMS,
     AlertRaised,
     AlertResolved,
     DrainRecommended,
@@ -44,8 +45,7 @@ from gpuaware.schemas import (
     PodPreempted,
     PodUnschedulable,
 )
-from gpuaware.schemas.streams import STREAMS
-from gpuaware.sim.metrics import GpuLedger
+from gpuaware.sim import GpuLedger
 from gpuaware.tsdb import PlacementEvent, write_placement_events
 
 __all__ = ["BINDER_CHANNELS", "HEALTH_CHANNELS", "PLACEMENT_CHANNELS", "WRITER_DRAIN_S", "EventWriter", "RunLog",

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuaware.cli.demo_analysis import IN_FLIGHT_S, pod_records
 from gpuaware.cli.demo_record import RunResult
-from gpuaware.sim.workload_gen import SimPod
+from gpuaware.sim import SimPod
 
 __all__ = ["write_html", "write_plots", "write_pods_csv", "write_typical_pods"]
 

@@ -78,11 +78,17 @@ from gpuaware.cli.demo_record import (
     failover_figures,
 )
 from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_built, service_command
-from gpuaware.devstack.ports import free_port
-from gpuaware.schemas import WorldSnapshotReply
-from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainReply, ExplainRequest
-from gpuaware.schemas.streams import ALERTS, BINDER, PLACEMENT
-from gpuaware.sim.twin import ThermalSpec
+from gpuaware.devstack import free_port
+from gpuaware.schemas import (
+    ALERTS,
+    BINDER,
+    PLACEMENT,
+    PLACEMENT_EXPLAIN,
+    ExplainReply,
+    ExplainRequest,
+    WorldSnapshotReply,
+)
+from gpuaware.sim import ThermalSpec
 from gpuaware.tsdb import count_placement_events
 
 __all__ = ["run_once"]

@@ -11,7 +11,7 @@ from gpuaware.cli.demo_analysis import analyse, compare
 from gpuaware.cli.demo_config import DemoConfig
 from gpuaware.cli.demo_forecast import describe as describe_forecasting
 from gpuaware.cli.demo_record import RunResult
-from gpuaware.sim.workload_gen import SimPod
+from gpuaware.sim import SimPod
 
 __all__ = ["analyse_runs", "summarise"]
 

@@ -47,9 +47,7 @@ from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_command
 from gpuaware.devstack import StackError, stack_down, stack_up
 from gpuaware.placement import DEFAULT_PROFILE
 from gpuaware.runtime import provision_streams
-from gpuaware.schemas import GpuSampled
-from gpuaware.schemas.streams import BINDER, PLACEMENT, TELEMETRY
-from gpuaware.schemas.telemetry import GPU_SAMPLED
+from gpuaware.schemas import BINDER, GPU_SAMPLED, PLACEMENT, TELEMETRY, GpuSampled
 
 __all__ = ["DrillResult", "drill", "run_drill", "telemetry_ledger"]
 

@@ -19,9 +19,18 @@ from rich.table import Table
 
 from gpuaware.cli.options import bounded, errors
 from gpuaware.placement import POLICIES, canonical_policy
-from gpuaware.sim.evaluator import REPORT_AT, RunResult, default_jobs, evaluate
-from gpuaware.sim.report import plot_alloc, summarize, write_assignments, write_per_seed, write_summary
-from gpuaware.sim.traces import TraceError
+from gpuaware.sim import (
+    REPORT_AT,
+    RunResult,
+    TraceError,
+    default_jobs,
+    evaluate,
+    plot_alloc,
+    summarize,
+    write_assignments,
+    write_per_seed,
+    write_summary,
+)
 
 app = typer.Typer(help="Evaluate placement policies against cluster traces.", no_args_is_help=True)
 
@@ -161,8 +170,7 @@ def placement_online(
 ) -> None:
     """Pods depart at deletion_time; pods that do not fit wait in a QoS-ordered pending queue."""
     from gpuaware.placement import OURS
-    from gpuaware.sim.online import plot_online, run_online
-    from gpuaware.sim.traces import load_nodes, load_pods
+    from gpuaware.sim import load_nodes, load_pods, plot_online, run_online
 
     console = Console(width=max(Console().width, 132))
     names = parse_policies(policies) if policies else ["FGD", "BestFit", OURS]

@@ -27,8 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 if TYPE_CHECKING:  # gpuaware.forecast imports torch: loaded only when a forecast command runs
-    from gpuaware.forecast.experiment import Prepared
-    from gpuaware.forecast.runtime import StreamingModel
+    from gpuaware.forecast import Prepared, StreamingModel
 
 app = typer.Typer(help="Demand forecasting: evaluate baselines and the LSTM on traces, train models.",
                   no_args_is_help=True)
@@ -61,8 +60,7 @@ Seconds = Annotated[float, typer.Option("--max-seconds", help="training time at 
 
 
 def _prepare(series: list[Path], fmt: str, test_days: float | None, split: str | None) -> list[Prepared]:
-    from gpuaware.forecast.experiment import prepare
-    from gpuaware.forecast.series import SeriesError
+    from gpuaware.forecast import SeriesError, prepare
 
     try:
         return prepare(series, fmt, test_days, split)
@@ -74,7 +72,7 @@ def _prepare(series: list[Path], fmt: str, test_days: float | None, split: str |
 def train_blob(prepared: list[Prepared], horizons: list[int], iters: int, seconds: float) -> bytes:
     """Train the LSTM with a progress bar; the streaming ONNX model's bytes. Raises ValueError /
     SeriesError when the series cannot train a model."""
-    from gpuaware.forecast.experiment import config_for, fit
+    from gpuaware.forecast import config_for, fit
 
     config = config_for(prepared[0].series.step_s, horizons, max_iters=iters, max_seconds=seconds)
     with Progress(TextColumn("[bold]training LSTM"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -92,7 +90,7 @@ def train_blob(prepared: list[Prepared], horizons: list[int], iters: int, second
 
 
 def _train(prepared: list[Prepared], horizons: list[int], iters: int, seconds: float) -> bytes:
-    from gpuaware.forecast.series import SeriesError
+    from gpuaware.forecast import SeriesError
 
     try:
         return train_blob(prepared, horizons, iters, seconds)
@@ -102,7 +100,7 @@ def _train(prepared: list[Prepared], horizons: list[int], iters: int, seconds: f
 
 
 def _load_model(spec: str) -> tuple[StreamingModel, str]:
-    from gpuaware.forecast.runtime import ModelError, StreamingModel
+    from gpuaware.forecast import ModelError, StreamingModel
 
     if spec == "latest":
         from gpuaware.cli.forecast_registry import latest_model_bytes
@@ -155,9 +153,7 @@ def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--
              plot: Annotated[bool, typer.Option("--plot", help="write forecast-vs-actual PNGs")] = False,
              iters: Iters = 1500, max_seconds: Seconds = 240.0) -> None:
     """Baselines and the LSTM side by side on held-out data; writes DIR/summary.json."""
-    from gpuaware.forecast.experiment import run
-    from gpuaware.forecast.runtime import StreamingModel
-    from gpuaware.forecast.series import SeriesError
+    from gpuaware.forecast import SeriesError, StreamingModel, run
 
     hs = parse_horizons(horizons)
     prepared = _prepare(series, fmt, test_days, split)

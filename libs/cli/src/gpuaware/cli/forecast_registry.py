@@ -7,13 +7,12 @@ import asyncio
 import typer
 from rich.console import Console
 
-from gpuaware import tsdb
-from gpuaware.forecast import registry
+from gpuaware import forecast, tsdb
 
 
-async def _latest(dsn: str) -> registry.RegistryEntry | None:
+async def _latest(dsn: str) -> forecast.RegistryEntry | None:
     async with await tsdb.connect(dsn) as conn:
-        return await registry.latest_async(conn)
+        return await forecast.latest_async(conn)
 
 
 def latest_model_bytes(dsn: str) -> tuple[bytes, str]:

@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaware import bus, tsdb
-from gpuaware.schemas import percentile
-from gpuaware.schemas.streams import DEADLETTER, TELEMETRY
-from gpuaware.schemas.telemetry import GPU_SAMPLED, GpuSampled
+from gpuaware.schemas import DEADLETTER, GPU_SAMPLED, TELEMETRY, GpuSampled, percentile
 from gpuaware.telemetry import to_columns
 
 

@@ -19,11 +19,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpuaware.devstack import StackError, stack_credentials, stack_down, stack_health, stack_up
-from gpuaware.devstack.stack import DEFAULT_DATA_DIR, DEFAULT_NATS_PORT, DEFAULT_PG_PORT
-from gpuaware.runtime import provision_streams
-from gpuaware.runtime.settings import redact_url
-from gpuaware.schemas.permissions import ADMIN
+from gpuaware.devstack import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_NATS_PORT,
+    DEFAULT_PG_PORT,
+    StackError,
+    stack_credentials,
+    stack_down,
+    stack_health,
+    stack_up,
+)
+from gpuaware.runtime import provision_streams, redact_url
+from gpuaware.schemas import ADMIN
 from gpuaware.tsdb import migrate
 
 console = Console(stderr=True)

@@ -10,7 +10,11 @@ from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.nats import NatsProcess, credentials, nats_server_binary, start_nats
 from gpuaware.devstack.ports import free_port, port_is_free
 from gpuaware.devstack.postgres import PostgresProcess, start_postgres
+from gpuaware.devstack.processes import pid_alive
 from gpuaware.devstack.stack import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_NATS_PORT,
+    DEFAULT_PG_PORT,
     Stack,
     StackState,
     stack_credentials,
@@ -21,6 +25,9 @@ from gpuaware.devstack.stack import (
 )
 
 __all__ = [
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_NATS_PORT",
+    "DEFAULT_PG_PORT",
     "NatsProcess",
     "PostgresProcess",
     "Stack",
@@ -29,6 +36,7 @@ __all__ = [
     "credentials",
     "free_port",
     "nats_server_binary",
+    "pid_alive",
     "port_is_free",
     "stack_credentials",
     "stack_down",

@@ -32,7 +32,7 @@ from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.ports import free_port, port_is_free, wait_for_listener
 from gpuaware.devstack.processes import pid_alive, terminate
 from gpuaware.devstack.tls import make_server_certificates
-from gpuaware.schemas.permissions import IDENTITIES, render_server_config
+from gpuaware.schemas import IDENTITIES, render_server_config
 
 AUTH_CONFIG = "auth.conf"
 CREDENTIALS = "credentials.json"

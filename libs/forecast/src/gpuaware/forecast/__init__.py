@@ -16,7 +16,69 @@ one implementation for training and serving), ``model`` (torch LSTM, training, O
 This is the only package that imports torch and onnxruntime (tests/lint/import_layers.py).
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 from gpuaware.forecast.accuracy import rmse, smape
+from gpuaware.forecast.baselines import BASELINES
+from gpuaware.forecast.demand import DemandBook, DemandRow
+from gpuaware.forecast.duration import DurationPredictor, Fingerprint, evaluate_philly, fingerprint
+from gpuaware.forecast.registry import (
+    RegistryEntry,
+    latest_async,
+    latest_version_async,
+    publish_async,
+    store_points_async,
+)
 from gpuaware.forecast.series import Series, SeriesError, regularise
 
-__all__ = ["Series", "SeriesError", "regularise", "rmse", "smape"]
+if TYPE_CHECKING:
+    from gpuaware.forecast.experiment import Prepared, config_for, fit, prepare, run
+    from gpuaware.forecast.runtime import ModelError, StreamingModel, Streams
+    from gpuaware.forecast.serving import Drift, Server
+
+# These load torch and onnxruntime: they are imported on first use, so that importing the package (for
+# the series, the metrics, the demand book) stays light.
+_LOADED_ON_USE = {
+    "Prepared": "experiment", "config_for": "experiment", "fit": "experiment", "prepare": "experiment",
+    "run": "experiment", "ModelError": "runtime", "StreamingModel": "runtime", "Streams": "runtime",
+    "Drift": "serving", "Server": "serving",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LOADED_ON_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+__all__ = [
+    "BASELINES",
+    "DemandBook",
+    "DemandRow",
+    "Drift",
+    "DurationPredictor",
+    "Fingerprint",
+    "ModelError",
+    "Prepared",
+    "RegistryEntry",
+    "Series",
+    "SeriesError",
+    "Server",
+    "StreamingModel",
+    "Streams",
+    "config_for",
+    "evaluate_philly",
+    "fingerprint",
+    "fit",
+    "latest_async",
+    "latest_version_async",
+    "prepare",
+    "publish_async",
+    "regularise",
+    "rmse",
+    "run",
+    "smape",
+    "store_points_async",
+]

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from gpuaware.schemas.gpus import GPU_CATALOG, GpuModel, find_gpu_model, gpu_model
+from gpuaware.schemas import GPU_CATALOG, GpuModel, find_gpu_model, gpu_model
 
 __all__ = ["MODELS", "GpuModel", "find_model", "mig_compute_slices", "model"]
 

@@ -108,7 +108,7 @@ def _crd_check(kind: str, spec: Any) -> str | None:
     """None when `spec` is what the consuming service accepts, else the reason."""
     try:
         if kind == "GPUQueue":
-            from gpuaware.quota.tree import QueueSpec
+            from gpuaware.quota import QueueSpec
 
             msgspec.convert(spec, QueueSpec)
         elif kind == "GPUPolicy":

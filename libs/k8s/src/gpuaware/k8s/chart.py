@@ -26,9 +26,9 @@ CLUSTER_PLACEHOLDER = "__CLUSTER__"
 
 
 def nats_permissions() -> dict[str, Any]:
-    from gpuaware.schemas import permissions as p
+    from gpuaware.schemas import IDENTITIES, permissions_for
 
-    return {i: p.permissions_for(i, cluster=CLUSTER_PLACEHOLDER).as_nats() for i in p.IDENTITIES}
+    return {i: permissions_for(i, cluster=CLUSTER_PLACEHOLDER).as_nats() for i in IDENTITIES}
 
 
 def render_permissions() -> str:

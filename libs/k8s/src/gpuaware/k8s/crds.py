@@ -152,8 +152,8 @@ def crd(kind: str, plural: str, spec: dict[str, Any], status: dict[str, Any], *,
 
 def all_crds() -> list[dict[str, Any]]:
     from gpuaware.placement.args import Profile
-    from gpuaware.quota.tree import QueueSpec
-    from gpuaware.schemas.quota import QueueUsage
+    from gpuaware.quota import QueueSpec
+    from gpuaware.schemas import QueueUsage
 
     return [
         crd("GPUQueue", "gpuqueues", _schema_of(QueueSpec), _schema_of(QueueUsage), short=["gq"],

@@ -26,7 +26,7 @@ def quota_config(queues: Iterable[Mapping[str, Any]], *, default_queue: str | No
                  half_life_s: float | None = None) -> Any:
     """The quota service's ``QuotaConfig`` from GPUQueue objects (API JSON), validated as a tree.
     Each object's ``spec.name`` must be its ``metadata.name`` (one queue per object)."""
-    from gpuaware.quota.tree import QueueSpec, QuotaConfig, QuotaConfigError, validate
+    from gpuaware.quota import QueueSpec, QuotaConfig, QuotaConfigError, validate
 
     specs = []
     problems = []

@@ -45,8 +45,7 @@ from gpuaware.placement.explain import node_reasons
 from gpuaware.placement.framework import CycleState, Status
 from gpuaware.placement.planner import Planner
 from gpuaware.placement.session import Session
-from gpuaware.schemas.placement import GpuSlice
-from gpuaware.schemas.pods import PodPending
+from gpuaware.schemas import GpuSlice, PodPending
 
 __all__ = [
     "MAX_EXTENDER_PRIORITY",

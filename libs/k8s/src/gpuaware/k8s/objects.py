@@ -32,7 +32,7 @@ from typing import Any
 
 from kubernetes import client
 
-from gpuaware.schemas.placement import GpuSlice
+from gpuaware.schemas import GpuSlice
 
 __all__ = [
     "ASSIGNED",

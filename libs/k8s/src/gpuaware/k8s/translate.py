@@ -40,8 +40,7 @@ from typing import Any
 import msgspec
 from kubernetes.utils.quantity import parse_quantity
 
-from gpuaware.schemas.inventory import MigMode, NodeInventory
-from gpuaware.schemas.pods import GpuCapabilities, PodPending, QosClass, TopologyPreference
+from gpuaware.schemas import GpuCapabilities, MigMode, NodeInventory, PodPending, QosClass, TopologyPreference
 
 __all__ = [
     "ANNOTATION",

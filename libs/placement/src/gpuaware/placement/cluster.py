@@ -37,7 +37,7 @@ import numpy as np
 
 from gpuaware.placement import fit_kernels
 from gpuaware.placement.model import GPU_CATALOG, MILLI, GpuModel, NodeSpec, PodRequest, RequestError
-from gpuaware.schemas.gpus import find_gpu_model
+from gpuaware.schemas import find_gpu_model
 
 UNACCOUNTED = 1 << 40
 """free GPU memory (MiB) reported for GPUs whose memory is unknown: always enough"""

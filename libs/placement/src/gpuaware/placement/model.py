@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuaware.schemas.gpus import CAPABILITIES, GPU_CATALOG, GpuModel
+from gpuaware.schemas import CAPABILITIES, GPU_CATALOG, GpuModel
 
 __all__ = [
     "CAPABILITIES",

@@ -57,9 +57,7 @@ from typing import ClassVar, Protocol
 
 from gpuaware.placement.ledger import HOLDING, WAITING, Phase, PodEntry
 from gpuaware.placement.model import MILLI
-from gpuaware.quota.backfill import Running, shadow
-from gpuaware.quota.fairshare import water_fill
-from gpuaware.quota.turns import OwedService
+from gpuaware.quota import OwedService, Running, shadow, water_fill
 
 __all__ = ["FairShareOrder", "PrioritySort", "QueueSort", "Reservation", "TenantDemand", "queue_of"]
 

@@ -18,6 +18,7 @@ Modules: ``tree`` (the declarative file, the GPUQueue spec, the validator, time 
 """
 
 from gpuaware.quota.accounting import Interval, charge, rows_to_csv
+from gpuaware.quota.backfill import Running, Waiting, easy_backfill, shadow
 from gpuaware.quota.demand import Allocation, Demand, demand_of
 from gpuaware.quota.fairshare import DecayedUsage, dominant_share, jain_index, normalised_shares, water_fill
 from gpuaware.quota.ledger import Admission, QuotaLedger
@@ -35,7 +36,7 @@ from gpuaware.quota.tree import (
     load_config,
     validate,
 )
-from gpuaware.quota.turns import TurnTaking
+from gpuaware.quota.turns import OwedService, TurnTaking
 
 __all__ = [
     "ANY_TYPE",
@@ -46,17 +47,21 @@ __all__ = [
     "DecayedUsage",
     "Demand",
     "Interval",
+    "OwedService",
     "Partition",
     "QueueSpec",
     "QueueTree",
     "QuotaConfig",
     "QuotaConfigError",
     "QuotaLedger",
+    "Running",
     "TimeWindow",
     "TurnTaking",
+    "Waiting",
     "charge",
     "demand_of",
     "dominant_share",
+    "easy_backfill",
     "fair_reclaim_plan",
     "jain_index",
     "load_config",
@@ -64,6 +69,7 @@ __all__ = [
     "reclaim_order",
     "reclaim_plan",
     "rows_to_csv",
+    "shadow",
     "validate",
     "water_fill",
 ]

@@ -6,16 +6,29 @@ micro identity with stats for every instance, and Prometheus metrics on `metrics
 """
 
 from gpuaware.runtime.logs import setup_logging
-from gpuaware.runtime.service import ServiceContext, StreamsNotProvisioned, provision_streams, run_service
+from gpuaware.runtime.metrics import Sample, consumer_samples, counter, counter_totals, gauge
+from gpuaware.runtime.service import (
+    Mount,
+    ServiceContext,
+    StreamsNotProvisioned,
+    provision_streams,
+    run_service,
+)
 from gpuaware.runtime.settings import ServiceSettings, SettingsError, redact_url
 from gpuaware.runtime.signals import stop_on_signals
 from gpuaware.runtime.tracing import setup_tracing
 
 __all__ = [
+    "Mount",
+    "Sample",
     "ServiceContext",
     "ServiceSettings",
     "SettingsError",
     "StreamsNotProvisioned",
+    "consumer_samples",
+    "counter",
+    "counter_totals",
+    "gauge",
     "provision_streams",
     "redact_url",
     "run_service",

@@ -37,7 +37,7 @@ from gpuaware.runtime.metrics import ServiceMetrics
 from gpuaware.runtime.settings import ServiceSettings
 from gpuaware.runtime.signals import stop_on_signals
 from gpuaware.runtime.tracing import setup_tracing, shutdown_tracing
-from gpuaware.schemas.streams import STREAMS, StreamSpec
+from gpuaware.schemas import STREAMS, StreamSpec
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuaware.placement import NodeSpec
-from gpuaware.schemas.gpus import find_gpu_model
+from gpuaware.schemas import find_gpu_model
 from gpuaware.sim.traces import load_nodes, shared_data_dir
 
 __all__ = [

@@ -35,7 +35,7 @@ from typing import Literal
 
 from gpuaware.gpu import FleetNode, FleetSpec, PodLoad, SimulatedFleet, Topology
 from gpuaware.placement import MILLI, NodeSpec
-from gpuaware.schemas.gpus import gpu_model, simulated_as
+from gpuaware.schemas import gpu_model, simulated_as
 from gpuaware.sim.twin.cluster import gpu_memory_mib
 from gpuaware.sim.workload_gen import SimPod
 

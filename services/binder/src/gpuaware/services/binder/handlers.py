@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuaware import bus
-from gpuaware.runtime import ServiceContext
-from gpuaware.runtime.metrics import Sample, consumer_samples, counter
-from gpuaware.runtime.service import Mount
+from gpuaware.runtime import Mount, Sample, ServiceContext, consumer_samples, counter
 from gpuaware.schemas import (
+    BINDER,
     CHECKPOINT_ACKNOWLEDGED,
     CHECKPOINT_REQUESTED,
+    PLACEMENT,
     PLACEMENT_DECIDED,
     POD_BIND_FAILED,
     POD_BOUND,
@@ -50,7 +50,6 @@ from gpuaware.schemas import (
     PodUnschedulable,
     WorldSnapshotRequest,
 )
-from gpuaware.schemas.streams import BINDER, PLACEMENT
 from gpuaware.services.binder.binder import Binder
 from gpuaware.services.binder.exporter import start_exporter
 from gpuaware.services.binder.settings import BinderSettings
@@ -114,12 +113,12 @@ class WorldLoop:
 
 def _default_world(settings: BinderSettings, source: str) -> World:
     if settings.world == "kubernetes":
-        from gpuaware.k8s.api import core_api
+        from gpuaware.k8s import core_api
         from gpuaware.services.binder.kube_world import KubeWorld
 
         lease = None
         if settings.leader_election == "kubernetes":
-            from gpuaware.k8s.election import KubeLeaderLease
+            from gpuaware.k8s import KubeLeaderLease
 
             lease = KubeLeaderLease(settings.lease_k8s_namespace(), f"gpuaware-binder-{settings.cluster}",
                                     source.rsplit("/", 1)[-1])

@@ -34,12 +34,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuaware import bus
-from gpuaware.k8s import api
-from gpuaware.k8s.mirror import KubeMirror
-from gpuaware.k8s.objects import assignment_annotations, checkpoint_annotations, event, why_pending
-from gpuaware.k8s.translate import EXTENDER_SCHEDULER_NAME, SCHEDULER_NAME, is_ours
-from gpuaware.k8s.watch import Change, Watcher, run_watch
+from gpuaware import bus, k8s
+from gpuaware.k8s import (
+    EXTENDER_SCHEDULER_NAME,
+    SCHEDULER_NAME,
+    Change,
+    KubeMirror,
+    Watcher,
+    assignment_annotations,
+    checkpoint_annotations,
+    event,
+    is_ours,
+    run_watch,
+    why_pending,
+)
 from gpuaware.schemas import (
     CheckpointRequested,
     PlacementDecided,
@@ -108,10 +116,10 @@ class KubeWorld:
             t.start()
             return t
 
-        start("node", api.node_source(self.core), lambda _n: True)
-        start("pod", api.pod_source(self.core, SCHEDULER_NAME), _ours_or_bound)
+        start("node", k8s.node_source(self.core), lambda _n: True)
+        start("pod", k8s.pod_source(self.core, SCHEDULER_NAME), _ours_or_bound)
         # extender mode: kube-scheduler's pods that our extender bound (reported bound, then finished)
-        start("pod", api.pod_source(self.core, EXTENDER_SCHEDULER_NAME), _ours_or_bound)
+        start("pod", k8s.pod_source(self.core, EXTENDER_SCHEDULER_NAME), _ours_or_bound)
         if self.lease is not None:
             await self.lease.start()
         try:
@@ -159,7 +167,7 @@ class KubeWorld:
         read = False
         for ns, name, template in self.mirror.missing_claims(ch.uid):
             try:
-                obj = await asyncio.to_thread(api.read_claim, ns, name, template=template, core=self.core)
+                obj = await asyncio.to_thread(k8s.read_claim, ns, name, template=template, core=self.core)
             except Exception as exc:
                 log.warning("DRA claim %s/%s not read: %s", ns, name, exc)
                 continue
@@ -170,7 +178,7 @@ class KubeWorld:
         if gang is not None:
             ns, name = gang
             try:
-                spec = await asyncio.to_thread(api.read_gang, ns, name, core=self.core)
+                spec = await asyncio.to_thread(k8s.read_gang, ns, name, core=self.core)
             except Exception as exc:
                 log.warning("GPUGang %s/%s not read: %s", ns, name, exc)
             else:
@@ -186,7 +194,7 @@ class KubeWorld:
         body = event(namespace=namespace, pod_name=name, pod_uid=uid, reason=reason, message=message,
                      now=self.clock(), type_=type_, component="gpuaware-binder")
         try:
-            await asyncio.to_thread(api.post_event, self.core, body)
+            await asyncio.to_thread(k8s.post_event, self.core, body)
         except Exception as exc:  # an Event is advice: never fail a bind over it
             log.warning("event %s for %s/%s not posted: %s", reason, namespace, name, exc)
 
@@ -226,7 +234,7 @@ class KubeWorld:
                                transient=False)
         ann = assignment_annotations(decision.node, decision.slices, pod=pod, decision_id=decision.decision_id,
                                      now=self.clock())
-        out = await asyncio.to_thread(api.bind, self.core, decision.namespace, decision.pod_name, decision.pod_uid,
+        out = await asyncio.to_thread(k8s.bind, self.core, decision.namespace, decision.pod_name, decision.pod_uid,
                                       decision.node, ann)
         if not out.ok:
             await self._event(decision.namespace, decision.pod_name, decision.pod_uid, "FailedScheduling",
@@ -246,13 +254,13 @@ class KubeWorld:
         b = self.mirror.bound(victim.pod_uid)
         if b is None or b.node != victim.node:
             raise WorldRefused("victim_moved", f"pod {victim.pod_uid} is not bound to {victim.node}", transient=False)
-        outcome, msg = await asyncio.to_thread(api.evict, self.core, victim.namespace, victim.pod_name,
+        outcome, msg = await asyncio.to_thread(k8s.evict, self.core, victim.namespace, victim.pod_name,
                                                victim.pod_uid, int(victim.grace_period_s))
-        if outcome == api.EvictOutcome.BLOCKED:
+        if outcome == k8s.EvictOutcome.BLOCKED:
             raise WorldRefused("disruption_budget", msg, transient=True)
-        if outcome == api.EvictOutcome.GONE:
+        if outcome == k8s.EvictOutcome.GONE:
             raise WorldRefused("unknown_pod", msg, transient=False)
-        if outcome != api.EvictOutcome.EVICTED:
+        if outcome != k8s.EvictOutcome.EVICTED:
             raise WorldRefused("eviction_failed", msg, transient=True)
         await self._event(victim.namespace, victim.pod_name, victim.pod_uid, "Preempted",
                           f"evicted for {decision.namespace}/{decision.pod_name} ({victim.reason})", "Warning")
@@ -266,5 +274,5 @@ class KubeWorld:
     async def request_checkpoint(self, request: CheckpointRequested) -> None:
         self.mirror.pending_checkpoints[request.pod_uid] = request.request_id
         now = self.clock()
-        await asyncio.to_thread(api.patch_pod_annotations, self.core, request.namespace, request.pod_name,
+        await asyncio.to_thread(k8s.patch_pod_annotations, self.core, request.namespace, request.pod_name,
                                 checkpoint_annotations(now + request.deadline_s, now))

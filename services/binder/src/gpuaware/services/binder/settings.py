@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 import msgspec
 
 from gpuaware.runtime import ServiceSettings, SettingsError
-from gpuaware.sim.twin import decode_faults
+from gpuaware.sim import decode_faults
 
 
 class BinderSettings(ServiceSettings, frozen=True, kw_only=True):

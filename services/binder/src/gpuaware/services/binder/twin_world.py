@@ -55,24 +55,29 @@ from gpuaware.schemas import (
 )
 from gpuaware.services.binder.settings import BinderSettings
 from gpuaware.services.binder.world import Emit, PodStateName, WorldRefused
-from gpuaware.sim.clock import AcceleratedClock
-from gpuaware.sim.traces import load_pods, shared_data_dir
-from gpuaware.sim.twin import (
+from gpuaware.sim import (
+    AcceleratedClock,
     Arrived,
     Binding,
     CheckpointAnswered,
     Finished,
     Refused,
+    SimPod,
     Slice,
     Twin,
     TwinEvent,
     decode_faults,
     default_cluster,
+    from_openb,
+    generate,
+    load_philly,
+    load_pods,
     openb_cluster,
     openb_node_list,
+    shared_data_dir,
+    spec_for_cluster,
     to_faults,
 )
-from gpuaware.sim.workload_gen import SimPod, from_openb, generate, load_philly, spec_for_cluster
 
 __all__ = ["TwinWorld", "build_twin", "build_world"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gpuaware.k8s.server import admission_app
+from gpuaware.k8s import admission_app
 
 __all__ = ["WebhookServer"]
 

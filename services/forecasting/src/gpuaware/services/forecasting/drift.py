@@ -3,7 +3,7 @@ persistence's (persistence is then served), resolved when it recovers."""
 
 from __future__ import annotations
 
-from gpuaware.forecast.serving import Drift
+from gpuaware.forecast import Drift
 from gpuaware.schemas import AlertRaised, AlertResolved, Severity, fingerprint
 
 DRIFT_RULE = "forecast_model_drift"

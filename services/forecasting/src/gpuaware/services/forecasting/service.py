@@ -11,16 +11,22 @@ import math
 import time
 from typing import Any
 
-from gpuaware import bus
-from gpuaware.forecast import registry
-from gpuaware.forecast.demand import DemandBook, DemandRow
-from gpuaware.forecast.duration import DurationPredictor, Fingerprint
-from gpuaware.forecast.duration import fingerprint as job_fingerprint
-from gpuaware.forecast.runtime import ModelError, StreamingModel
-from gpuaware.forecast.serving import Drift, Server
+from gpuaware import bus, forecast
+from gpuaware.forecast import (
+    DemandBook,
+    DemandRow,
+    Drift,
+    DurationPredictor,
+    Fingerprint,
+    ModelError,
+    Server,
+    StreamingModel,
+)
+from gpuaware.forecast import fingerprint as job_fingerprint
 from gpuaware.schemas import (
     ALERT_RAISED,
     ALERT_RESOLVED,
+    BINDER,
     DEMAND_PREDICTED,
     GPU_ROLLED_UP,
     GPU_SAMPLED,
@@ -30,6 +36,7 @@ from gpuaware.schemas import (
     POD_FINISHED,
     POD_PENDING,
     POD_PREEMPTED,
+    TELEMETRY,
     AlertRaised,
     AlertResolved,
     DemandPredicted,
@@ -46,7 +53,6 @@ from gpuaware.schemas import (
     PodPending,
     PodPreempted,
 )
-from gpuaware.schemas.streams import BINDER, TELEMETRY
 from gpuaware.services.forecasting.drift import drift_alert
 from gpuaware.services.forecasting.settings import ForecastingSettings
 
@@ -118,10 +124,10 @@ class ForecastService:
                          else (st.demand_model_name, None))
         scale = st.time_scale if slot == UTIL else 1.0  # demand runs on the pod events' own clock
         async with self.pool.connection() as conn:
-            newest = await registry.latest_version_async(conn, name, exclude=exclude)
+            newest = await forecast.latest_version_async(conn, name, exclude=exclude)
             if newest is None or newest == self.versions[slot]:
                 return False
-            entry = await registry.latest_async(conn, name, exclude=exclude)
+            entry = await forecast.latest_async(conn, name, exclude=exclude)
         if entry is None:
             return False
         try:
@@ -246,7 +252,7 @@ class ForecastService:
             return
         try:
             async with self.pool.connection() as conn:
-                await registry.store_points_async(conn, points, actuals)
+                await forecast.store_points_async(conn, points, actuals)
         except Exception as exc:  # forecasts already left; losing their record is logged, counted
             self.counts["store_failures"] += 1
             log.warning("storing forecasts failed: %s: %s", type(exc).__name__, exc)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from gpuaware.runtime import ServiceSettings, SettingsError
-from gpuaware.schemas.permissions import FORECASTING
+from gpuaware.schemas import FORECASTING
 
 __all__ = ["FORECASTING", "ForecastingSettings"]
 

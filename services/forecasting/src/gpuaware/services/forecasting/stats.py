@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from gpuaware.runtime.metrics import Sample, counter, gauge
+from gpuaware.runtime import Sample, counter, gauge
 
 if TYPE_CHECKING:
     from gpuaware.services.forecasting.service import ForecastService

@@ -47,18 +47,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuaware import bus, tsdb
-from gpuaware.runtime import ServiceContext
-from gpuaware.runtime.metrics import Sample, consumer_samples, counter, gauge
+from gpuaware.runtime import Sample, ServiceContext, consumer_samples, counter, gauge
 from gpuaware.schemas import (
+    BINDER,
     GPU_ROLLED_UP,
     GPU_SAMPLED,
     HEALTH_CORDON,
     HEALTH_STATS,
     NODE_INVENTORY,
+    PLACEMENT,
     PLACEMENT_DECIDED,
     POD_BIND_FAILED,
     POD_FINISHED,
     POD_PREEMPTED,
+    TELEMETRY,
     CordonReply,
     CordonRequest,
     GpuRolledUp,
@@ -72,7 +74,6 @@ from gpuaware.schemas import (
     StatsRequest,
     subject_token,
 )
-from gpuaware.schemas.streams import BINDER, PLACEMENT, TELEMETRY
 from gpuaware.services.health_scoring.checkpoint import Checkpointer, Outbox
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 from gpuaware.services.health_scoring.state import UnknownGpu, View

@@ -28,7 +28,7 @@ from typing import ClassVar, Literal
 
 from gpuaware.health import HealthConfig, RiskModel, ScoreRules, StateRules
 from gpuaware.runtime import ServiceSettings, SettingsError
-from gpuaware.schemas.permissions import HEALTH_SCORING, health_durable
+from gpuaware.schemas import HEALTH_SCORING, health_durable
 
 __all__ = ["SCALING", "HealthScoringSettings", "scaled"]
 

@@ -5,29 +5,34 @@ the decision once."""
 from __future__ import annotations
 
 from gpuaware import bus
-from gpuaware.schemas.binder import (
+from gpuaware.schemas import (
+    GPU_ROLLED_UP,
+    GPU_SCORED,
+    GPU_STATE_CHANGED,
+    GPU_UTIL_PREDICTED,
+    NODE_INVENTORY,
+    PLACEMENT_DECIDED,
+    PLACEMENT_EXPLAINED,
     POD_BIND_FAILED,
     POD_BOUND,
     POD_FINISHED,
+    POD_PENDING,
     POD_PREEMPTED,
+    POD_UNSCHEDULABLE,
+    GpuRolledUp,
+    GpuScored,
+    GpuStateChanged,
+    GpuUtilPredicted,
+    NodeInventory,
+    PlacementDecided,
+    PlacementExplained,
     PodBindFailed,
     PodBound,
     PodFinished,
+    PodPending,
     PodPreempted,
-)
-from gpuaware.schemas.forecast import GPU_UTIL_PREDICTED, GpuUtilPredicted
-from gpuaware.schemas.health import GPU_SCORED, GPU_STATE_CHANGED, GpuScored, GpuStateChanged
-from gpuaware.schemas.inventory import NODE_INVENTORY, NodeInventory
-from gpuaware.schemas.placement import (
-    PLACEMENT_DECIDED,
-    PLACEMENT_EXPLAINED,
-    POD_UNSCHEDULABLE,
-    PlacementDecided,
-    PlacementExplained,
     PodUnschedulable,
 )
-from gpuaware.schemas.pods import POD_PENDING, PodPending
-from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GpuRolledUp
 
 PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
 DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided, id_of=lambda d: d.decision_id)

@@ -28,18 +28,21 @@ from gpuaware.placement import MILLI, GpuModel, NodeSpec, PodRequest, RequestErr
 from gpuaware.placement.explain import PodExplanation
 from gpuaware.placement.ledger import PodEntry
 from gpuaware.placement.planner import Decided
-from gpuaware.schemas.gpus import find_gpu_model
-from gpuaware.schemas.inventory import GpuInfo, MigMode, NodeInventory
-from gpuaware.schemas.placement import (
+from gpuaware.schemas import (
     Explanation,
+    GpuInfo,
     GpuSlice,
+    MigMode,
     NodeClassVerdict,
+    NodeInventory,
     PlacementDecided,
     PlannedPreemption,
+    PodPending,
     PodUnschedulable,
+    TopologyPreference,
+    WorldNode,
+    find_gpu_model,
 )
-from gpuaware.schemas.pods import PodPending, TopologyPreference
-from gpuaware.schemas.world import WorldNode
 
 UNTRACKED = 1 << 40
 """capacity used for CPU/memory a node does not report"""

@@ -20,8 +20,7 @@ import time
 from collections.abc import Iterable
 
 from gpuaware import bus
-from gpuaware.schemas.forecast import FORECAST_DURATION, DurationReply, DurationRequest
-from gpuaware.schemas.pods import PodPending
+from gpuaware.schemas import FORECAST_DURATION, DurationReply, DurationRequest, PodPending
 from gpuaware.services.placement.absence import Absence
 from gpuaware.services.placement.state import PlacementState, Unschedulable
 
@@ -85,9 +84,10 @@ class DurationAsker:
                 reply = await bus.request(self.nc, FORECAST_DURATION, req, DurationReply, timeout=self.timeout_s)
             except bus.NoResponders:
                 self.asked.discard((pod.pod_uid, pod.attempt))
+                order = self.state.planner.order
                 self.absence.noticed(RECHECK_S, "no forecasting service answers %s: parked pods count %.0f s each "
                                      "(asking again in %.0f s)", FORECAST_DURATION,
-                                     self.state.planner.config.duration_default_s, RECHECK_S)
+                                     order.runtime(pod.pod_uid) if order is not None else 0.0, RECHECK_S)
                 return
             except Exception as exc:  # advice only: the default stands
                 self.failed += 1

@@ -15,8 +15,7 @@ from typing import Any
 
 from gpuaware import bus
 from gpuaware.placement.ledger import HOLDING
-from gpuaware.schemas.placement import ExplainReply, ExplainRequest, Explanation, PlacementExplained
-from gpuaware.schemas.pods import PodPending
+from gpuaware.schemas import ExplainReply, ExplainRequest, Explanation, PlacementExplained, PodPending
 from gpuaware.services.placement import convert
 from gpuaware.services.placement.channels import EXPLAINED
 from gpuaware.services.placement.quota_permit import QuotaPermit

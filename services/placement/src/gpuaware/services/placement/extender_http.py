@@ -18,11 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
-from gpuaware.k8s.extender import BindingArgs, Extender
-from gpuaware.k8s.objects import BindOutcome
-from gpuaware.k8s.server import extender_app
-from gpuaware.schemas.binder import PodBound
-from gpuaware.schemas.placement import GpuSlice
+from gpuaware.k8s import BindingArgs, BindOutcome, Extender, extender_app
+from gpuaware.schemas import GpuSlice, PodBound
 from gpuaware.services.placement import convert
 from gpuaware.services.placement.state import PlacementState
 
@@ -34,12 +31,12 @@ log = logging.getLogger(__name__)
 def build_extender(state: PlacementState, *, bind: bool = False, core: Any = None) -> Extender:
     bind_fn = None
     if bind:
-        from gpuaware.k8s import api
+        from gpuaware import k8s
 
-        core = core or api.core_api()
+        core = core or k8s.core_api()
 
         def bind_fn(ns: str, name: str, uid: str, node: str, ann: Mapping[str, str]) -> BindOutcome:
-            return api.bind(core, ns, name, uid, node, ann)
+            return k8s.bind(core, ns, name, uid, node, ann)
 
     def on_bound(b: BindingArgs, slices: tuple[GpuSlice, ...], decision: str) -> None:
         """The binding the extender just made holds its GPUs in this view at once (the next filter sees

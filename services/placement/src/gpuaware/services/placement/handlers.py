@@ -31,14 +31,27 @@ from gpuaware import bus
 from gpuaware.placement import SignalEffect
 from gpuaware.placement.warmup import warm_up
 from gpuaware.runtime import ServiceContext
-from gpuaware.schemas.binder import PodBindFailed, PodBound, PodFinished, PodPreempted
-from gpuaware.schemas.forecast import GpuUtilPredicted
-from gpuaware.schemas.health import GpuScored, GpuStateChanged
-from gpuaware.schemas.inventory import NodeInventory
-from gpuaware.schemas.placement import PLACEMENT_EXPLAIN, ExplainRequest, PlacementDecided, PodUnschedulable
-from gpuaware.schemas.pods import PodPending
-from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, TELEMETRY
-from gpuaware.schemas.telemetry import GpuRolledUp
+from gpuaware.schemas import (
+    ALERTS,
+    BINDER,
+    FORECAST,
+    PLACEMENT,
+    PLACEMENT_EXPLAIN,
+    TELEMETRY,
+    ExplainRequest,
+    GpuRolledUp,
+    GpuScored,
+    GpuStateChanged,
+    GpuUtilPredicted,
+    NodeInventory,
+    PlacementDecided,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPending,
+    PodPreempted,
+    PodUnschedulable,
+)
 from gpuaware.services.placement import convert, takeover
 from gpuaware.services.placement.channels import (
     BIND_FAILED,
@@ -65,7 +78,7 @@ from gpuaware.services.placement.state import Decided, Outcome, PlacementState, 
 from gpuaware.services.placement.world_sync import world_sync
 
 if TYPE_CHECKING:
-    from gpuaware.k8s.election import KubeLeaderLease
+    from gpuaware.k8s import KubeLeaderLease
 
 log = logging.getLogger(__name__)
 UNECHOED_FOR_S = 60.0
@@ -146,7 +159,7 @@ class PlacementService:
                              with_suffixes=True, name="placement-decisions", skip=self._own_echo),
         ]
         if s.leader_election == "kubernetes":  # cluster mode: a coordination.k8s.io Lease
-            from gpuaware.k8s.election import KubeLeaderLease
+            from gpuaware.k8s import KubeLeaderLease
 
             lease: bus.LeaderLease | KubeLeaderLease = KubeLeaderLease(
                 s.lease_k8s_namespace(), f"gpuaware-placement-{s.cluster}", self.ctx.instance_id,

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpuaware.runtime.metrics import Sample, counter, gauge
+from gpuaware.runtime import Sample, counter, gauge
 
 __all__ = ["placement_samples"]
 

@@ -40,9 +40,7 @@ from collections.abc import Callable
 
 from gpuaware import bus
 from gpuaware.placement.ledger import Phase
-from gpuaware.schemas.placement import PodUnschedulable
-from gpuaware.schemas.pods import PodPending
-from gpuaware.schemas.quota import QUOTA_ADMIT, AdmitReply, AdmitRequest
+from gpuaware.schemas import QUOTA_ADMIT, AdmitReply, AdmitRequest, PodPending, PodUnschedulable
 from gpuaware.services.placement.absence import Absence
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Unschedulable

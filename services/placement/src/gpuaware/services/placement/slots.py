@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpuaware.schemas.inventory import GpuInfo
-from gpuaware.schemas.placement import GpuSlice
+from gpuaware.schemas import GpuInfo, GpuSlice
 
 __all__ = ["GpuSlots"]
 

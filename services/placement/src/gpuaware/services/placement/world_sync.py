@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from gpuaware import bus
-from gpuaware.schemas.world import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
+from gpuaware.schemas import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
 from gpuaware.services.placement.state import PlacementState
 
 log = logging.getLogger(__name__)

@@ -39,9 +39,9 @@ from typing import Any
 
 from gpuaware import bus, tsdb
 from gpuaware.quota import QuotaConfigError, validate
-from gpuaware.runtime import ServiceContext
-from gpuaware.runtime.metrics import Sample, counter, gauge
+from gpuaware.runtime import Sample, ServiceContext, counter, gauge
 from gpuaware.schemas import (
+    BINDER,
     POD_BIND_FAILED,
     POD_BOUND,
     POD_FINISHED,
@@ -59,7 +59,6 @@ from gpuaware.schemas import (
     QuotaUsageReported,
     subject_token,
 )
-from gpuaware.schemas.streams import BINDER
 from gpuaware.services.quota.settings import QuotaSettings
 from gpuaware.services.quota.state import QuotaView
 from gpuaware.services.quota.store import Writer

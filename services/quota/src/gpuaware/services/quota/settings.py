@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from gpuaware.quota import QueueTree, QuotaConfigError, validate
 from gpuaware.runtime import ServiceSettings, SettingsError
-from gpuaware.schemas.permissions import QUOTA_ID
+from gpuaware.schemas import QUOTA_ID
 
 __all__ = ["OPEN_TREE", "QuotaSettings"]
 

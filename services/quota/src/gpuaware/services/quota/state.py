@@ -30,10 +30,14 @@ from gpuaware.quota import (
     QuotaLedger,
     demand_of,
 )
-from gpuaware.schemas import PodBindFailed, PodBound, PodFinished, PodPending, PodPreempted
-from gpuaware.schemas.quota import (
+from gpuaware.schemas import (
     AdmitReply,
     AdmitRequest,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPending,
+    PodPreempted,
     QueueUsage,
     QuotaUsageReported,
     ReclaimCandidate,

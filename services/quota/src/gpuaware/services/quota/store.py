@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuaware.quota import Interval
-from gpuaware.schemas.quota import QuotaUsageReported
+from gpuaware.schemas import QuotaUsageReported
 from gpuaware.services.quota.state import Ended
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ from gpuaware.gpu import (
     SimulatedFleet,
     system_clock,
 )
-from gpuaware.runtime.metrics import Sample, counter
+from gpuaware.runtime import Sample, counter
 from gpuaware.schemas import (
     GPU_SAMPLED,
     NODE_INVENTORY,

@@ -29,8 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuaware import bus, tsdb
-from gpuaware.runtime import ServiceContext
-from gpuaware.runtime.metrics import Sample, consumer_samples, counter, gauge
+from gpuaware.runtime import Sample, ServiceContext, consumer_samples, counter, gauge
 from gpuaware.schemas import (
     COLLECTOR_STATS,
     CollectorStats,
