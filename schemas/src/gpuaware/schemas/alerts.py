@@ -73,3 +73,7 @@ class AlertResolved(Event, frozen=True, kw_only=True, tag=ALERT_RESOLVED):
     def __post_init__(self) -> None:
         if self.resolved_at < self.started_at:
             raise ValueError("`resolved_at` is before `started_at`")
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (AlertRaised, AlertResolved)

@@ -111,3 +111,7 @@ class PodFinished(Event, frozen=True, kw_only=True, tag=POD_FINISHED):
     def __post_init__(self) -> None:
         if self.started_at is not None and self.finished_at < self.started_at:
             raise ValueError("`finished_at` is before `started_at`")
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (PodBound, PodBindFailed, PodPreempted, PodFinished)

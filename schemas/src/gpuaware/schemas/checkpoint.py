@@ -62,3 +62,7 @@ class CheckpointAcknowledged(Event, frozen=True, kw_only=True, tag=CHECKPOINT_AC
     checkpoint_uri: Text | None = None
     """where the state went (object store URL, PVC path) when ``completed``"""
     message: Text = ""
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (CheckpointRequested, CheckpointAcknowledged)

@@ -140,3 +140,10 @@ class DurationReply(Reply, frozen=True, kw_only=True, tag="forecasting.duration.
     """``recurring (n runs)``, ``novel: tenant p75``, ``novel: cluster p75`` or ``default``"""
     runs_observed: Annotated[int, Meta(ge=0)] = 0
     """finished runs the service has learnt from (all fingerprints)"""
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (DemandPredicted, GpuUtilPredicted)
+
+#: the request/reply endpoints this module defines
+ENDPOINTS: dict[str, tuple[type[Request], type[Reply]]] = {FORECAST_DURATION: (DurationRequest, DurationReply)}

@@ -183,3 +183,10 @@ class CordonReply(Reply, frozen=True, kw_only=True, tag="health.cordon.reply"):
     changed: bool = False
     """the effective state changed (a ``GpuStateChanged`` was published)"""
     cleared: bool = False
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (GpuScored, GpuStateChanged, DrainRecommended)
+
+#: the request/reply endpoints this module defines
+ENDPOINTS: dict[str, tuple[type[Request], type[Reply]]] = {HEALTH_CORDON: (CordonRequest, CordonReply)}

@@ -102,3 +102,7 @@ class NodeInventory(Event, frozen=True, kw_only=True, tag=NODE_INVENTORY):
         indexes = {g.index for g in self.gpus}
         if len(uuids) != len(self.gpus) or len(indexes) != len(self.gpus):
             raise ValueError(f"`gpus` of node {self.node!r} repeats a uuid or an index")
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (NodeInventory,)

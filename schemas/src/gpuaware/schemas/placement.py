@@ -230,3 +230,10 @@ class PlacementExplained(Event, frozen=True, kw_only=True, tag=PLACEMENT_EXPLAIN
     namespace: Name
     explanation: Explanation
     explained_at: Timestamp
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (PlacementDecided, PodUnschedulable, PlacementExplained)
+
+#: the request/reply endpoints this module defines
+ENDPOINTS: dict[str, tuple[type[Request], type[Reply]]] = {PLACEMENT_EXPLAIN: (ExplainRequest, ExplainReply)}

@@ -108,3 +108,7 @@ class PodPending(Event, frozen=True, kw_only=True, tag=POD_PENDING):
     def gpu_milli_total(self) -> int:
         """GPU compute asked in thousandths of a GPU, across all GPUs (what quota counts)."""
         return self.gpu_milli if self.num_gpu == 1 else 1000 * self.num_gpu
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (PodPending,)

@@ -113,3 +113,10 @@ class QuotaUsageReported(Event, frozen=True, kw_only=True, tag=QUOTA_USAGE_REPOR
     None when fewer than two queues ask"""
     reclaims: NonNegInt = 0
     """reclaim plans answered since the service started"""
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (QuotaUsageReported,)
+
+#: the request/reply endpoints this module defines
+ENDPOINTS: dict[str, tuple[type[Request], type[Reply]]] = {QUOTA_ADMIT: (AdmitRequest, AdmitReply)}

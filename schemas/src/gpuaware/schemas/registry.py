@@ -17,67 +17,21 @@ from typing import Any
 
 import msgspec
 
-from gpuaware.schemas.alerts import ALERT_RAISED, ALERT_RESOLVED, AlertRaised, AlertResolved
+from gpuaware.schemas import (
+    alerts,
+    binder,
+    checkpoint,
+    forecast,
+    health,
+    inventory,
+    placement,
+    pods,
+    quota,
+    telemetry,
+    usage,
+    world,
+)
 from gpuaware.schemas.base import EVENT_SUBJECT_RE, Event, Reply, Request
-from gpuaware.schemas.binder import (
-    POD_BIND_FAILED,
-    POD_BOUND,
-    POD_FINISHED,
-    POD_PREEMPTED,
-    PodBindFailed,
-    PodBound,
-    PodFinished,
-    PodPreempted,
-)
-from gpuaware.schemas.checkpoint import (
-    CHECKPOINT_ACKNOWLEDGED,
-    CHECKPOINT_REQUESTED,
-    CheckpointAcknowledged,
-    CheckpointRequested,
-)
-from gpuaware.schemas.forecast import (
-    DEMAND_PREDICTED,
-    FORECAST_DURATION,
-    GPU_UTIL_PREDICTED,
-    DemandPredicted,
-    DurationReply,
-    DurationRequest,
-    GpuUtilPredicted,
-)
-from gpuaware.schemas.health import (
-    DRAIN_RECOMMENDED,
-    GPU_SCORED,
-    GPU_STATE_CHANGED,
-    HEALTH_CORDON,
-    CordonReply,
-    CordonRequest,
-    DrainRecommended,
-    GpuScored,
-    GpuStateChanged,
-)
-from gpuaware.schemas.inventory import NODE_INVENTORY, NodeInventory
-from gpuaware.schemas.placement import (
-    PLACEMENT_DECIDED,
-    PLACEMENT_EXPLAIN,
-    PLACEMENT_EXPLAINED,
-    POD_UNSCHEDULABLE,
-    ExplainReply,
-    ExplainRequest,
-    PlacementDecided,
-    PlacementExplained,
-    PodUnschedulable,
-)
-from gpuaware.schemas.pods import POD_PENDING, PodPending
-from gpuaware.schemas.quota import (
-    QUOTA_ADMIT,
-    QUOTA_USAGE_REPORTED,
-    AdmitReply,
-    AdmitRequest,
-    QuotaUsageReported,
-)
-from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GPU_SAMPLED, GpuRolledUp, GpuSampled
-from gpuaware.schemas.usage import POD_USAGE_REPORTED, PodUsageReported
-from gpuaware.schemas.world import WORLD_SNAPSHOT, WorldSnapshotReply, WorldSnapshotRequest
 
 __all__ = [
     "MESSAGES",
@@ -90,37 +44,16 @@ __all__ = [
     "subject_of",
 ]
 
-MESSAGES: dict[str, type[Event]] = {
-    NODE_INVENTORY: NodeInventory,
-    GPU_SAMPLED: GpuSampled,
-    GPU_ROLLED_UP: GpuRolledUp,
-    POD_USAGE_REPORTED: PodUsageReported,
-    DEMAND_PREDICTED: DemandPredicted,
-    GPU_UTIL_PREDICTED: GpuUtilPredicted,
-    GPU_SCORED: GpuScored,
-    GPU_STATE_CHANGED: GpuStateChanged,
-    DRAIN_RECOMMENDED: DrainRecommended,
-    ALERT_RAISED: AlertRaised,
-    ALERT_RESOLVED: AlertResolved,
-    POD_PENDING: PodPending,
-    PLACEMENT_DECIDED: PlacementDecided,
-    POD_UNSCHEDULABLE: PodUnschedulable,
-    PLACEMENT_EXPLAINED: PlacementExplained,
-    POD_BOUND: PodBound,
-    POD_BIND_FAILED: PodBindFailed,
-    POD_PREEMPTED: PodPreempted,
-    POD_FINISHED: PodFinished,
-    CHECKPOINT_REQUESTED: CheckpointRequested,
-    CHECKPOINT_ACKNOWLEDGED: CheckpointAcknowledged,
-    QUOTA_USAGE_REPORTED: QuotaUsageReported,
-}
+# each domain module lists what it defines (EVENTS, ENDPOINTS) next to the definitions; here they are joined
+_EVENTS: tuple[type[Event], ...] = (
+    *inventory.EVENTS, *telemetry.EVENTS, *usage.EVENTS, *forecast.EVENTS, *health.EVENTS, *alerts.EVENTS,
+    *pods.EVENTS, *placement.EVENTS, *binder.EVENTS, *checkpoint.EVENTS, *quota.EVENTS,
+)
+
+MESSAGES: dict[str, type[Event]] = {event.__struct_config__.tag: event for event in _EVENTS}  # type: ignore[misc]  # every event's tag is its subject, a str
 
 REQUESTS: dict[str, tuple[type[Request], type[Reply]]] = {
-    QUOTA_ADMIT: (AdmitRequest, AdmitReply),
-    PLACEMENT_EXPLAIN: (ExplainRequest, ExplainReply),
-    WORLD_SNAPSHOT: (WorldSnapshotRequest, WorldSnapshotReply),
-    HEALTH_CORDON: (CordonRequest, CordonReply),
-    FORECAST_DURATION: (DurationRequest, DurationReply),
+    **quota.ENDPOINTS, **placement.ENDPOINTS, **world.ENDPOINTS, **health.ENDPOINTS, **forecast.ENDPOINTS,
 }
 
 #: every event type, as one tagged union (decode with ``msgspec.json.decode(data, type=AnyEvent)``)

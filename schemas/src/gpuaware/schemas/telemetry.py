@@ -263,3 +263,7 @@ class GpuRolledUp(Event, frozen=True, kw_only=True, tag=GPU_ROLLED_UP):
     window: RollupWindow
     window_start: Timestamp
     gpus: tuple[GpuRollup, ...]
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (GpuSampled, GpuRolledUp)

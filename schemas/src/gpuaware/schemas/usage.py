@@ -60,3 +60,7 @@ class PodUsageReported(Event, frozen=True, kw_only=True, tag=POD_USAGE_REPORTED)
     window_start: Timestamp
     window_s: Annotated[float, Meta(gt=0)]
     usage: tuple[PodGpuUsage, ...] = ()
+
+
+#: the events this module defines (the registry maps each to its subject, its tag)
+EVENTS: tuple[type[Event], ...] = (PodUsageReported,)

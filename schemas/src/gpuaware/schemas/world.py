@@ -109,3 +109,7 @@ class WorldSnapshotReply(Reply, frozen=True, kw_only=True, tag="world.snapshot.r
     pending_pods: NonNegInt = 0
     next_node_offset: NonNegInt | None = None
     next_pod_offset: NonNegInt | None = None
+
+
+#: the request/reply endpoints this module defines
+ENDPOINTS: dict[str, tuple[type[Request], type[Reply]]] = {WORLD_SNAPSHOT: (WorldSnapshotRequest, WorldSnapshotReply)}
