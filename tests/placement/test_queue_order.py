@@ -120,12 +120,12 @@ def test_priority_sort_orders_by_priority_then_arrival_and_starves_nobody():
     assert not order.starved("a", demand) and order.reclaim_victims(waiting[1], [], demand, now=0.0) == []
 
 
-def _planner(order: str, **config: float) -> Planner:
+def _planner(order: str, **args: float) -> Planner:
     now = [1000.0]
-    p = Planner(PlannerConfig(policy_name="BestFit", policy_config=REGISTRY.policy_config("BestFit"),
-                              learn_typical=False, queue_order=order,
-                              prior={(100, 1000, 1, ""): 1.0},
-                              reclaim_min_runtime_s=60.0, **config), clock=lambda: now[0])
+    sort = {"name": order, "args": {"min_runtime_s": 60.0, **args}} if order == "fair-share" else {"name": order}
+    p = Planner(PlannerConfig(policy_name="BestFit", policy_config={**REGISTRY.policy_config("BestFit"),
+                                                                    "queue_sort": sort},
+                              learn_typical=False, prior={(100, 1000, 1, ""): 1.0}), clock=lambda: now[0])
     p.view.set_node(NodeSpec("n0", cpu_milli=64_000, memory_mib=256_000, num_gpu=4, gpu_model="A100"), None)
     p.now = now  # type: ignore[attr-defined]  # the test's clock handle rides on the planner (tests below use it)
     return p

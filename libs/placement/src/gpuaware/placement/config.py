@@ -37,20 +37,7 @@ class PlannerConfig:
     """built Permit plugins every profile gets on top of its own (the service's quota and publish gates)"""
     observers: tuple[PickObserver, ...] = ()
     """shown the score cache's decisions, whatever the profile (the service's forecast-effect counter)"""
-    queue_order: str = "priority"
-    """the order parked pods are retried in: ``priority`` or ``fair-share`` (queue_order.py)"""
-    starved_below: float = 1.0
-    """fair-share: a tenant running less than this fraction of its share goes first, and may reclaim"""
-    duration_default_s: float = 3600.0
-    """fair-share: the runtime of a pod nobody predicted yet"""
-    reclaim_min_runtime_s: float = 600.0
-    """fair-share: a running pod is not reclaimed before it ran this long (world seconds since its bind)"""
     max_reclaims: int = 4
-    """fair-share: reclaims planned per retry pass at most"""
-    turn_due: float = 0.0
-    """fair-share: turn-taking (queue_order.py; 0: off): a tenant owed this fraction of its share lately
-    is starved, and may also reclaim from tenants at or above theirs not owed a turn"""
-    turn_lease_s: float = 900.0
-    """fair-share: a pod runs at least this long (world seconds since its bind) before a turn takes it"""
+    """fair-share (the profile's ``queue_sort``): reclaims planned per retry pass at most"""
     max_reservations: int = 0
     """fair-share: nodes held for starved tenants' wide pods at once (actions/backfill.py); none by default"""

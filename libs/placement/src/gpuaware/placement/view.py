@@ -25,7 +25,7 @@ from gpuaware.placement.frag import TypicalPods
 from gpuaware.placement.ledger import Ledger, Phase
 from gpuaware.placement.model import GpuModel, NodeSpec, PodRequest
 from gpuaware.placement.outcomes import Counters
-from gpuaware.placement.queue_order import FairShareOrder, QueueSort
+from gpuaware.placement.queue_order import QueueSort
 from gpuaware.placement.request_mix import RequestMix
 from gpuaware.placement.session import Framework
 
@@ -49,9 +49,9 @@ class PlacementView:
                               min_pods=config.typical_min_pods, window=config.typical_window,
                               drift=config.typical_drift)
         self.framework: Framework | None = None
-        self.order: QueueSort | None = self._configured_order()
-        """the queue order, kept across rebuilt frameworks; None until a framework brought one, or
-        priority by configuration"""
+        self.order: QueueSort | None = None
+        """the profile's queue order (``queue_sort``), built with the first framework and kept across
+        rebuilt ones (its predictions and owed service outlive them); None: priority, then arrival"""
         self._memory: dict[str, Any] = {}
         self._dirty = False
         self._classes: list[str] = []
@@ -112,7 +112,7 @@ class PlacementView:
         if not cfg.preemption:
             framework.post_filters = ()
         framework.permits += cfg.permits
-        if self.order is None:
+        if self.framework is None:
             self.order = framework.queue_sort
         framework.queue_sort = self.order
         if self.framework is not None:  # the counts are this instance's, not one build's
@@ -143,17 +143,6 @@ class PlacementView:
                 "gpu_milli_total": int(c.total_gpu_milli) if c else 0,
                 "counters": asdict(self.counters), "ledger": asdict(self.ledger.stats),
                 "cache": asdict(self.framework.scheduler.stats) if self.framework else {}}
-
-    def _configured_order(self) -> QueueSort | None:
-        """The flat settings' order (the profile's ``queue_sort`` supersedes them when it names one)."""
-        cfg = self.config
-        if cfg.queue_order == "priority":
-            return None
-        if cfg.queue_order != "fair-share":
-            raise ValueError(f"unknown queue order {cfg.queue_order!r}: one of priority, fair-share")
-        return FairShareOrder(capacity=self._gpu_capacity, starved_below=cfg.starved_below,
-                              default_s=cfg.duration_default_s, min_runtime_s=cfg.reclaim_min_runtime_s,
-                              turn_due=cfg.turn_due, turn_lease_s=cfg.turn_lease_s)
 
     def _gpu_capacity(self) -> float:
         return float(sum(s.num_gpu for s in self.specs.values()))

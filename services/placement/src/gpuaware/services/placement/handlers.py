@@ -108,9 +108,7 @@ class PlacementService:
             max_tombstones=s.max_tombstones, preemption=s.preemption,
             preemption_cooldown_s=s.preemption_cooldown_s, max_victims=s.max_victims,
             checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree),
-            queue_order=s.queue_order, starved_below=s.starved_below, duration_default_s=s.duration_default_s,
-            reclaim_min_runtime_s=s.reclaim_min_runtime_s, max_reservations=s.reservations, turn_due=s.turn_due,
-            turn_lease_s=s.turn_lease_s, observers=(self.forecast_effect,), permits=(AdmittedAndStored(),))
+            max_reservations=s.reservations, observers=(self.forecast_effect,), permits=(AdmittedAndStored(),))
         self.followers: list[bus.Follower] = []
         self.lease: bus.LeaderLease | KubeLeaderLease | None = None
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None
