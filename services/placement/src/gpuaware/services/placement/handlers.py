@@ -259,10 +259,9 @@ class PlacementService:
 
     async def _world_sync(self, *, quiet: bool) -> bool:
         """Seed the view with the world's truth (world_sync.py); False when no binder answers."""
-        if not await world_sync(self.nc, self.state, self.settings.cluster, self.source, quiet=quiet):
-            return False
-        self._freed(True)
-        return True
+        synced = await world_sync(self.nc, self.state, self.settings.cluster, self.source, quiet=quiet)
+        self._freed(synced)
+        return synced
 
     async def _world_retry(self) -> None:
         while not await self._world_sync(quiet=True):
@@ -343,10 +342,10 @@ class PlacementService:
             await asyncio.sleep(s.retry_interval_s)
 
     async def _send(self, outcomes: list[Outcome], *, pending: bool) -> Awaitable[None]:
-        """Publish decisions and verdicts without waiting; the returned completion waits for the stream
-        and raises TransientError when one was not stored (the ledger is put back first, so the pod is
-        decided again), PermanentError for an invalid request (after its verdict was stored). A decision
-        is held at Permit until then (permit.py): stored, it is allowed; not stored, rejected."""
+        """Publish decisions (held at Permit until stored: permit.py) and verdicts without waiting; the
+        returned completion waits for the stream and raises TransientError when one was not stored (a
+        decision not stored is rejected, so the pod is decided again), PermanentError for an invalid
+        request (after its verdict was stored)."""
         if self.settings.quota_enabled:  # reclaim plans executed, refused decisions parked (quota_permit.py)
             outcomes = await self.quota.permit(outcomes)
         self.durations.ask_about(outcomes)  # fair-share order: parked pods' predicted runtimes, in the background
@@ -395,9 +394,8 @@ class PlacementService:
             mine.popitem(last=False)
 
     def _own_echo(self, msg_id: str | None) -> bool:
-        """The follower's skip test: a decision this instance sent and its view has (one still held at
-        Permit is allowed by its echo). A redelivery of the same echo, or the echo of a decision
-        released meanwhile, is applied (idempotently) rather than remembered forever."""
+        """The follower's skip test: a decision this instance sent and its view has (one held at Permit
+        is allowed by its echo); a redelivered echo, or one of a decision released, is applied."""
         return msg_id is not None and self._mine.pop(msg_id, None) is not None and self.state.echoed(msg_id)
 
     def _unpublished(self, o: Outcome) -> None:
