@@ -11,7 +11,7 @@ from placement_helpers import node, share, whole
 
 from gpuaware.placement import Cluster, Code, CycleState, Decision, PodRequest, Snapshot, Status, policy
 from gpuaware.placement.actions import reclaim
-from gpuaware.placement.extensions import DefaultPreemption, PermitVerdict
+from gpuaware.placement.extensions import WAIT, DefaultPreemption, PermitVerdict
 from gpuaware.placement.preempt import Victim
 from gpuaware.placement.session import Framework, Placed, Session, Statement, Waiting
 
@@ -106,6 +106,43 @@ def test_a_denied_permit_leaves_nothing_reserved_and_says_why() -> None:
     assert got[1].status == Status(Code.DENIED, "over quota", "deny-big") and got[1].retry_after_s == 5.0
     # the big pod was reserved (and tallied) before the permit ran; both were undone
     assert set(c.allocations) == {"small"} and tally.held == {"small": 1} and c.used_gpu_milli == 1000
+    c.check()
+
+
+class Ask:
+    """Permit: the answer comes from outside the session (quota over the bus)."""
+
+    name: ClassVar[str] = "ask"
+
+    def permit(self, cycle: CycleState, pod: PodRequest, decision: Decision, snap: Snapshot) -> PermitVerdict:
+        return WAIT
+
+
+def test_a_waiting_permit_holds_the_pod_staged_until_it_is_allowed_or_rejected() -> None:
+    c = Cluster([node("a", 2)])
+    s = _session(c, permits=[Ask()])
+    first, second = s.run([whole("first", 1), whole("second", 1)])
+    assert isinstance(first, Placed) and isinstance(second, Placed)
+    assert first.permit is not None and first.permit.waiting_on == ("ask",)
+    assert second.decision.gpus != first.decision.gpus  # the held reservation is seen by the next pod
+    assert second.permit is not None and second.permit.reject() and not second.permit.open
+    assert set(c.allocations) == {"first"}
+    assert first.permit.allow() and set(c.allocations) == {"first"}
+    assert not first.permit.reject()  # committed: nothing left to undo
+    assert set(c.allocations) == {"first"}
+    c.check()
+
+
+def test_a_waiting_gang_commits_only_once_every_member_is_allowed_and_is_rejected_whole() -> None:
+    c = Cluster([node("a", 4)])
+    s = _session(c, permits=[Ask()])
+    gang = [PodRequest(f"m{i}", 1000, 0, 1, 1000, gang_id="g", gang_min_members=2) for i in range(2)]
+    m0, m1 = s.run([gang])
+    assert isinstance(m0, Placed) and isinstance(m1, Placed)
+    permit = m0.permit
+    assert permit is not None and permit is m1.permit and permit.pods == ("m0", "m1")
+    assert not permit.allow("m0") and permit.open  # one member allowed: still open
+    assert permit.reject() and not c.allocations  # a refusal takes back every member
     c.check()
 
 
