@@ -1,11 +1,12 @@
 """Reclaim: a pod takes back GPUs that others borrowed, by evicting pods it is allowed to name.
 
-Two sources name the victims, one action executes them:
+Where reclaim lives -- who names the victims, and this module, which executes every plan:
 
-* quota's reclaim plan (the quota service answers a waiting pod with the borrowers that hold its
-  queue's guarantee; the placement service asks, `Planner.reclaim` executes), and
-* the fair-share order's rule for starved tenants (`FairShareOrder.reclaim_victims`, with
-  turn-taking from `gpuaware.quota.turns`), run by `reclaim_for_starved` in the fair-share pass.
+* quota plans it for a queue owed its guarantee or its fair share (``gpuaware.quota.reclaim``) and
+  for a queue owed a turn (``gpuaware.quota.turns``); the placement service asks over
+  ``quota.admit`` (services/placement quota_permit.py) and hands the plan to `Planner.reclaim`;
+* the fair-share queue order names what a starved tenant may take (`QueueSort.reclaim_victims`,
+  queue_order.py); `reclaim_for_starved` below runs it in the fair-share pass.
 
 Either way the session evicts the fewest named pods on one node that make room, chosen by the same
 cost as a preemption (preempt.py), never a gang member and never a pod another plan of the same
