@@ -104,7 +104,7 @@ def test_position_reads_the_reply_subject_as_nats_py_does(reply: str) -> None:
 
     from gpuaware.bus.position import position
 
-    msg = Msg(_client=None, subject="pods.pending", reply=reply, data=b"")  # type: ignore[arg-type]
+    msg = Msg(_client=None, subject="pods.pending", reply=reply, data=b"")  # type: ignore[arg-type]  # no client: the message is never acked
     meta = msg.metadata
     assert position(msg) == (meta.stream, meta.consumer, meta.num_delivered, meta.sequence.stream,
                              meta.num_pending) == ("PODS", "placement", 3, 1042, 12)

@@ -125,6 +125,6 @@ async def test_the_launcher_runs_a_three_node_cluster_with_replicated_streams_an
     assert set(stopped) == {"postgres", "nats-n0", "nats-n1", "nats-n2"}
 
 
-async def _dead(pid: int, pid_alive) -> None:  # type: ignore[no-untyped-def]
+async def _dead(pid: int, pid_alive) -> None:  # type: ignore[no-untyped-def]  # pid_alive: the function under test, passed in
     if pid_alive(pid):
         raise RuntimeError("still running")

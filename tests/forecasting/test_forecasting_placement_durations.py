@@ -24,7 +24,7 @@ async def _one_gpu_node(nc: object, cluster: str) -> None:
                         memory_mib=262_144,
                         gpus=(GpuInfo(uuid="GPU-n0-0", index=0, model="NVIDIA A100-SXM4-80GB", memory_mib=81920,
                                       pci_bus_id="00000000:00:00.0", tensor_cores=True),))
-    await bus.publish(nc.jetstream(), INVENTORY.at(cluster, "n0"), inv)  # type: ignore[attr-defined]
+    await bus.publish(nc.jetstream(), INVENTORY.at(cluster, "n0"), inv)  # type: ignore[attr-defined]  # a loosely typed test fixture
 
 
 async def test_a_parked_pod_is_ordered_by_the_runtime_the_forecasting_service_learnt(
@@ -64,5 +64,5 @@ async def test_without_a_forecasting_service_parked_pods_count_the_default(nats_
 
 
 def _phase(svc: object, uid: str) -> str:
-    entry = svc.state.ledger.pods.get(uid)  # type: ignore[attr-defined]
+    entry = svc.state.ledger.pods.get(uid)  # type: ignore[attr-defined]  # svc: the running service, typed loosely here
     return "" if entry is None else entry.phase.value

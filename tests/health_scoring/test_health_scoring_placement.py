@@ -37,7 +37,7 @@ async def test_placement_keeps_new_pods_off_a_gpu_quarantined_by_health_scoring(
     decisions: dict[str, PlacementDecided] = {}
 
     async def on_decided(msg: object) -> None:
-        d = msgspec.json.decode(msg.data, type=PlacementDecided)  # type: ignore[attr-defined]
+        d = msgspec.json.decode(msg.data, type=PlacementDecided)  # type: ignore[attr-defined]  # msg is a NATS Msg, typed loosely here
         if d.cluster == cluster:
             decisions[d.pod_uid] = d
 

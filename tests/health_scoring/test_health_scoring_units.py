@@ -72,7 +72,7 @@ def test_settings_refuse_a_bad_scale_and_bad_rules() -> None:
 
 
 def _view(**kw: object) -> View:
-    return View(HealthConfig(), cluster="c", source="health-scoring/t", **kw)  # type: ignore[arg-type]
+    return View(HealthConfig(), cluster="c", source="health-scoring/t", **kw)  # type: ignore[arg-type]  # kw holds the keyword fields under test
 
 
 def test_a_redelivery_is_skipped_but_a_duplicate_is_bad_input() -> None:

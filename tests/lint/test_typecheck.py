@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import typecheck
 
-CHECKED = ("schemas", "libs", "services", "bench")
+CHECKED = ("schemas", "libs", "services", "bench", "tests")
 IGNORE = re.compile(r"#\s*type:\s*ignore(?P<code>\[[^\]]+\])?(?P<rest>.*)$")
 
 
@@ -44,5 +44,5 @@ def test_the_ignore_rule_catches_a_bare_or_unexplained_ignore() -> None:
 def test_every_type_ignore_names_its_code_and_a_reason() -> None:
     offenders = [f"{path.relative_to(typecheck.REPO)}:{hit}"
                  for root in CHECKED for path in sorted((typecheck.REPO / root).rglob("*.py"))
-                 for hit in _unexplained(path.read_text())]
+                 if path != Path(__file__) for hit in _unexplained(path.read_text())]
     assert not offenders, "\n".join(offenders)

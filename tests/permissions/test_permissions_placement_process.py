@@ -50,7 +50,7 @@ async def test_placement_process_decides_as_its_own_user(tmp_path: Path) -> None
             decided_ch = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
 
             async def on_decided(msg: object) -> None:
-                decided.append(decided_ch.decode(msg.data))  # type: ignore[attr-defined]
+                decided.append(decided_ch.decode(msg.data))  # type: ignore[attr-defined]  # msg is a NATS Msg, typed loosely here
 
             await nc.subscribe(PLACEMENT_DECIDED, cb=on_decided)
             inv = NodeInventory(source="test", emitted_at=time.time(), cluster=CLUSTER, node="n1", cpu_milli=96_000,

@@ -244,7 +244,7 @@ def test_the_worlds_clock_is_its_latest_event_plus_the_time_since_not_this_clock
     p = _planner("fair-share")
     assert p.world.now() == 1000.0  # nothing heard from the world yet: this clock
     p.world.event(50_000.0)  # the digital twin's virtual time, on its own epoch
-    p.now[0] += 10.0  # type: ignore[attr-defined]
+    p.now[0] += 10.0  # type: ignore[attr-defined]  # the test planner's clock is a list the test advances
     assert p.world.now() == 50_010.0
     p.world.event(40_000.0)  # an older event read late does not turn the clock back
     assert p.world.now() == 50_010.0
@@ -346,10 +346,10 @@ def _turn_planner(turn_due: float) -> Planner:
 @pytest.mark.parametrize("turn_due, reclaims", [(0.0, 0), (0.1, 1)])
 def test_the_planner_takes_a_turn_for_a_tenant_owed_service(turn_due, reclaims):
     p = _turn_planner(turn_due)
-    p.now[0] = 1000.0  # type: ignore[attr-defined]
+    p.now[0] = 1000.0  # type: ignore[attr-defined]  # the test planner's clock is a list the test advances
     first, _ = p.retry()
     assert not [o for o in first if isinstance(o, Decided)]  # a and b hold 2 each against 1.33: no fair reclaim
-    p.now[0] = 1600.0  # type: ignore[attr-defined]
+    p.now[0] = 1600.0  # type: ignore[attr-defined]  # the test planner's clock is a list the test advances
     later, _ = p.retry()
     decided = [o for o in later if isinstance(o, Decided)]
     assert [o.entry.uid for o in decided] == ["wide"] * reclaims

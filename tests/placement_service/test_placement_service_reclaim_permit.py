@@ -36,7 +36,7 @@ class Stub(QuotaPermit):
         self.answer = answer
         self.asked: list[str] = []
 
-    async def ask(self, pod, node, gpu_milli, dry_run) -> AdmitReply | None:  # type: ignore[override]
+    async def ask(self, pod, node, gpu_milli, dry_run) -> AdmitReply | None:  # type: ignore[override]  # a fake: its parameters are looser than the protocol's
         assert node is None and dry_run
         self.asked.append(pod.pod_uid)
         return self.answer(pod)

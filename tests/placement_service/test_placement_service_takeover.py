@@ -302,7 +302,7 @@ async def test_a_takeover_that_dies_unexpectedly_is_observed_and_gives_the_lease
     monkeypatch.setattr(takeover, "synced", synced)
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.ERROR)
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler.emit = records.append  # type: ignore[method-assign]  # the records are kept instead of emitted
     logger = logging.getLogger("gpuaware.services.placement.handlers")  # run_service owns the root logger
     logger.addHandler(handler)
     try:

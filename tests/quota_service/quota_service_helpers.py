@@ -86,12 +86,12 @@ class Watch:
 
     async def start(self, w: World) -> Watch:
         async def on_decided(msg: object) -> None:
-            d = msgspec.json.decode(msg.data, type=PlacementDecided)  # type: ignore[attr-defined]
+            d = msgspec.json.decode(msg.data, type=PlacementDecided)  # type: ignore[attr-defined]  # msg is a NATS Msg, typed loosely here
             if d.cluster == self.cluster:
                 self.decided.append(d)
 
         async def on_unschedulable(msg: object) -> None:
-            u = msgspec.json.decode(msg.data, type=PodUnschedulable)  # type: ignore[attr-defined]
+            u = msgspec.json.decode(msg.data, type=PodUnschedulable)  # type: ignore[attr-defined]  # msg is a NATS Msg, typed loosely here
             if u.cluster == self.cluster:
                 self.unschedulable.append(u)
 

@@ -30,7 +30,7 @@ STREAMS = (StreamSpec(name="ECHOTEST", subjects=("echotest.note.v1",)), DEADLETT
 
 
 async def mount(ctx: ServiceContext) -> list[bus.Endpoint]:
-    settings: EchoSettings = ctx.settings  # type: ignore[assignment]
+    settings: EchoSettings = ctx.settings  # type: ignore[assignment]  # run_service builds the settings class mount asked for
 
     async def on_note(note: Note, _delivery: bus.Delivery) -> None:
         await asyncio.sleep(settings.handle_delay_s)

@@ -47,7 +47,7 @@ def test_bad_value_names_the_field() -> None:
 def test_settings_are_frozen() -> None:
     settings = PlacementSettings.from_env({})
     with pytest.raises(AttributeError):
-        settings.batch_size = 1  # type: ignore[misc]
+        settings.batch_size = 1  # type: ignore[misc]  # the write the test expects to fail
 
 
 @pytest.mark.parametrize(

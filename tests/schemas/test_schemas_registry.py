@@ -103,7 +103,7 @@ def test_event_tag_is_its_subject(subject: str) -> None:
     assert issubclass(cls, Event)
     assert (config.tag_field, config.tag, config.frozen) == ("kind", subject, True)
     with pytest.raises(TypeError):  # kw_only: positional construction is refused
-        cls("positional")  # type: ignore[call-arg]
+        cls("positional")  # type: ignore[call-arg]  # the call the test expects to fail
 
 
 @pytest.mark.parametrize("endpoint", sorted(REQUESTS))

@@ -30,7 +30,7 @@ D = 86400.0
 
 
 def o(at: float, **kw: object) -> Observation:
-    return Observation(gpu_uuid="g", at=at, **kw)  # type: ignore[arg-type]
+    return Observation(gpu_uuid="g", at=at, **kw)  # type: ignore[arg-type]  # kw holds the keyword fields under test
 
 
 def test_peer_rule_ignores_application_xids_trips_on_others_and_never_recovers() -> None:

@@ -166,7 +166,7 @@ async def wait_for(check: Callable[[], Any], timeout: float, *, interval: float 
 def count_rows(database_url: str, table: str = "gpu_samples") -> int:
     try:
         with psycopg.connect(database_url, connect_timeout=2) as conn:
-            return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # type: ignore[index]
+            return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # type: ignore[index]  # count(*) always returns a row
     except psycopg.Error:  # down, or not migrated yet
         return -1
 
