@@ -128,7 +128,7 @@ class Planner:
         return self.ledger.is_stale(uid, attempt) or uid in self.waiting or (
             entry is not None and entry.attempt == attempt and entry.phase != Phase.QUEUED)
 
-    def reject(self, uid: str, attempt: int) -> None:
+    def reject_invalid(self, uid: str, attempt: int) -> None:
         """An invalid request: nothing will ever place this attempt."""
         self.counters.rejected += 1
         self.ledger.release(uid, attempt)

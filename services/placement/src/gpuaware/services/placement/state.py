@@ -366,7 +366,7 @@ class PlacementState:
         try:
             req = self._request(p)
         except RequestError as exc:
-            self.planner.reject(p.pod_uid, p.attempt)
+            self.planner.reject_invalid(p.pod_uid, p.attempt)
             return [Rejected(self._unschedulable(p, UnschedulableReason.INVALID_REQUEST, str(exc)), str(exc))]
         return self._messages(self.planner.submit(p.pod_uid, p.attempt, req, payload=p))
 
