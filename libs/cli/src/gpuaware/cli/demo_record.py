@@ -12,6 +12,7 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,8 +49,8 @@ from gpuaware.schemas import (
 from gpuaware.sim import GpuLedger
 from gpuaware.tsdb import PlacementEvent, write_placement_events
 
-__all__ = ["BINDER_CHANNELS", "HEALTH_CHANNELS", "PLACEMENT_CHANNELS", "WRITER_DRAIN_S", "EventWriter", "RunLog",
-           "RunResult", "SubjectCounter", "failover_figures", "subject_key"]
+__all__ = ["BINDER_CHANNELS", "HEALTH_CHANNELS", "PLACEMENT_CHANNELS", "WRITER_DRAIN_S", "EventWriter", "Progress",
+           "RunLog", "RunResult", "SubjectCounter", "failover_figures", "subject_key"]
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,10 @@ class RunLog:
             elif isinstance(ev, PodPreempted):
                 ledger.release(ev.preempted_at, ev.pod_uid)
         return ledger, shared, fractional
+
+
+Progress = Callable[[RunSpec, RunLog, float, float], None]
+"""called with the run, its log, the virtual seconds replayed and the wall seconds spent"""
 
 
 def _world_order(ev: object) -> tuple[float, int]:

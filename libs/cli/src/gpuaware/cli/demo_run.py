@@ -16,21 +16,18 @@ published, never from inside them:
     follow ALERTS   health.gpu.state_changed,         health-scoring (gpuaware run): scores the
                     alerts.gpu.{raised,resolved}              agent's samples of the twin's GPUs
 
-Faults (the gpuaware run, when health-scoring is built): ``plan_faults`` picks three GPUs of busy
-nodes and the binder's fleet develops, at planned virtual times, an uncorrectable-ECC storm, an
-XID 79 (fallen off the bus) and a thermal runaway; some wall seconds after the XID the demo acts as
-the operator who rebooted that node (the catalogue's REBOOT_NODE) and uncordons the GPU with
-``clear`` through ``health.cordon``. Health-scoring judges the twin's GPUs in their own (virtual)
-time: ``TIME_SCALE`` is the twin's speed.
+Faults (the gpuaware run, when health-scoring is built): the binder's fleet develops the faults
+``demo_config.plan_faults`` planned, and once the XID's GPU is quarantined the demo acts as the
+operator who rebooted its node and uncordons it with ``clear`` through ``health.cordon``.
 
 Runs are isolated: before each run the BINDER and PLACEMENT streams are deleted (their services
 recreate them on start), so a decision id of the previous run (``<pod>/<attempt>``, the same pods
 replayed) can neither be redelivered to the new binder nor be swallowed by the stream's duplicate
 window.
 
-At the end: one last world snapshot (checked for over-allocated GPUs), ``placement.explain`` for
-pending pods that have no verdict yet, then placement stops first (no new decisions) and the binder
-after it, and the recorder reads the streams to their end.
+At the end: one last world snapshot (checked for over-allocated GPUs), then the binder stops (a
+decision it applies now may still re-queue pods), ``placement.explain`` for pending pods that have no
+verdict yet, the other services stop, and the recorder reads the streams to their end.
 """
 
 from __future__ import annotations
@@ -39,7 +36,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +68,7 @@ from gpuaware.cli.demo_record import (
     HEALTH_CHANNELS,
     PLACEMENT_CHANNELS,
     EventWriter,
+    Progress,
     RunLog,
     RunResult,
     SubjectCounter,
@@ -95,8 +92,6 @@ __all__ = ["run_once"]
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[RunSpec, RunLog, float, float], None]
-"""called with the run, its log, the virtual seconds replayed and the wall seconds spent"""
 STOPPED_AFTER_RUN = ("placement", "telemetry-agent-", "health-scoring", "quota", "forecasting")
 """the processes a run starts besides the binder (stopped by name prefix at its end)"""
 
