@@ -85,7 +85,7 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
     t.add_column(f"baseline ({b['policy']})", justify="right")
 
     def row(name: str, x: Any, y: Any) -> None:
-        def f(v):
+        def f(v: Any) -> str:
             return ("n/a" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v)))
         t.add_row(name, f(x), f(y))
 
