@@ -173,26 +173,6 @@ async def test_http_server_codes() -> None:
         assert (await c.get("/healthz")).status == 200
 
 
-def test_a_prefilter_of_the_profile_stops_the_pod_on_every_node() -> None:
-    from gpuaware.placement.framework import Code, Status
-
-    class OverQuota:
-        name = "quota"
-
-        def pre_filter(self, _cycle: Any, _pod: Any, _snap: Any) -> Status:
-            return Status(Code.UNSCHEDULABLE, "queue team-a-high is over its limit")
-
-    st = state()
-    st.ensure_cluster()
-    fw = st.planner.framework
-    assert fw is not None
-    fw.pre_filters = (OverQuota(),)
-    got = _answer(extender(st), "filter", load("extender/filter-request.json"))
-    assert got["NodeNames"] == [] and set(got["FailedNodes"]) == {"gpu-node-07", "gpu-node-08", "gpu-node-11",
-                                                                  "gpu-node-12"}
-    assert got["FailedNodes"]["gpu-node-07"] == "quota: queue team-a-high is over its limit"
-
-
 def test_prioritize_after_filter_reuses_the_scores_until_the_cluster_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     # kube-scheduler asks filter then prioritize for the same pod object: one scoring pass serves both,
     # and any change of the cluster in between (a pod bound) makes prioritize score again

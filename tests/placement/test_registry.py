@@ -304,7 +304,7 @@ def test_args_structs_are_frozen_and_default_to_empty() -> None:
         WasteGradientArgs().strand = 1.0  # type: ignore[misc]  # the write the test expects to fail
 
 
-# -- the other extension points: pre_filter, permit, reserve, post_filter ---------------------------------
+# -- the other extension points: permit, post_filter ------------------------------------------------
 
 
 def test_post_filter_plugins_are_validated_like_the_others() -> None:
@@ -315,6 +315,12 @@ def test_post_filter_plugins_are_validated_like_the_others() -> None:
         REGISTRY.validate({**base, "post_filter": [{"name": "default-preemption", "args": {"max_victims": "2"}}]})
     with pytest.raises(ProfileError, match="unknown permit plugin 'quota'"):
         REGISTRY.validate({**base, "permit": [{"name": "quota"}]})
+
+
+@pytest.mark.parametrize("point", ["pre_filter", "reserve"])
+def test_a_profile_naming_an_extension_point_the_session_does_not_run_is_refused(point: str) -> None:
+    with pytest.raises(ProfileError, match=f"unknown field `{point}`"):
+        REGISTRY.validate({"score": [{"name": "bestfit"}], point: []})
 
 
 def test_build_framework_adds_the_default_preemption_only_where_the_profile_names_none() -> None:

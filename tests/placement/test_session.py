@@ -26,7 +26,7 @@ def _same(a: tuple, b: tuple) -> bool:
 
 
 def _session(c: Cluster, name: str = "BestFit", **kw) -> Session:
-    plugins = {k: kw.pop(k) for k in ("pre_filters", "permits", "reservers", "post_filters") if k in kw}
+    plugins = {k: kw.pop(k) for k in ("permits", "post_filters") if k in kw}
     return Session(c, Framework.of(policy(name), **plugins), **kw)
 
 
@@ -70,42 +70,23 @@ class DenyBig:
         return PermitVerdict(True)
 
 
-class Tally:
-    """Reserve: count GPUs reserved per pod; refuse the pod named 'refused'."""
+class RefuseNamed:
+    """Permit: refuse the pod named 'refused' only."""
 
-    name: ClassVar[str] = "tally"
+    name: ClassVar[str] = "refuse-named"
 
-    def __init__(self) -> None:
-        self.held: dict[str, int] = {}
-
-    def reserve(self, cycle: CycleState, pod: PodRequest, decision: Decision) -> Status | None:
-        if pod.name == "refused":
-            return Status(Code.UNSCHEDULABLE, "tally refuses it")
-        self.held[pod.name] = pod.num_gpu
-        return None
-
-    def unreserve(self, cycle: CycleState, pod: PodRequest, decision: Decision) -> None:
-        self.held.pop(pod.name, None)
-
-
-class OnlyQueue:
-    """PreFilter: only pods of queue 'ok' go on."""
-
-    name: ClassVar[str] = "only-queue"
-
-    def pre_filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> Status | None:
-        return None if pod.queue == "ok" else Status(Code.UNSCHEDULABLE, f"queue {pod.queue!r} is closed")
+    def permit(self, cycle: CycleState, pod: PodRequest, decision: Decision, snap: Snapshot) -> PermitVerdict:
+        return PermitVerdict(pod.name != "refused", "refused by name")
 
 
 def test_a_denied_permit_leaves_nothing_reserved_and_says_why() -> None:
     c = Cluster([node("a", 4)])
-    tally = Tally()
-    s = _session(c, permits=[DenyBig()], reservers=[tally])
+    s = _session(c, permits=[DenyBig()])
     got = s.run([whole("small", 1), whole("big", 2)])
     assert isinstance(got[0], Placed) and isinstance(got[1], Waiting)
     assert got[1].status == Status(Code.DENIED, "over quota", "deny-big") and got[1].retry_after_s == 5.0
-    # the big pod was reserved (and tallied) before the permit ran; both were undone
-    assert set(c.allocations) == {"small"} and tally.held == {"small": 1} and c.used_gpu_milli == 1000
+    # the big pod was reserved before the permit ran; the denial undid it
+    assert set(c.allocations) == {"small"} and c.used_gpu_milli == 1000 and s.stats.denied == 1
     c.check()
 
 
@@ -146,30 +127,20 @@ def test_a_waiting_gang_commits_only_once_every_member_is_allowed_and_is_rejecte
     c.check()
 
 
-def test_a_reserve_plugin_refusal_and_a_failing_gang_member_undo_every_reservation() -> None:
+def test_a_permit_refusal_and_a_failing_gang_member_undo_every_reservation() -> None:
     c = Cluster([node("a", 2), node("b", 2)])
-    tally = Tally()
-    s = _session(c, reservers=[tally])
+    s = _session(c, permits=[RefuseNamed()])
     refused = s.run([whole("refused", 1)])
-    assert isinstance(refused[0], Waiting) and refused[0].status.plugin == "tally" and not c.allocations
+    assert isinstance(refused[0], Waiting) and refused[0].status.plugin == "refuse-named" and not c.allocations
     # three 2-GPU members on 4 GPUs: the first two stage, the third finds nothing; all are undone
     gang = [PodRequest(f"m{i}", 1000, 0, 2, 1000, gang_id="g", gang_min_members=3) for i in range(3)]
     out = s.run([gang])
     assert [type(r) for r in out] == [Waiting] * 3
-    assert not c.allocations and tally.held == {} and c.used_gpu_milli == 0
+    assert not c.allocations and c.used_gpu_milli == 0
     # the member that found no node says so; the other two wait for it
     assert sorted(r.status.plugin for r in out) == ["", "gang", "gang"]
     assert all(r.status.code == Code.UNSCHEDULABLE for r in out)
     c.check()
-
-
-def test_a_pre_filter_stops_a_pod_before_any_node_is_looked_at() -> None:
-    c = Cluster([node("a", 2)])
-    s = _session(c, pre_filters=[OnlyQueue()])
-    ok, closed = s.run([PodRequest("x", 100, 0, 1, 1000, queue="ok"), PodRequest("y", 100, 0, 1, 1000, queue="z")])
-    assert isinstance(ok, Placed)
-    assert isinstance(closed, Waiting) and closed.status == Status(Code.UNSCHEDULABLE, "queue 'z' is closed",
-                                                                    "only-queue")
 
 
 def test_preempt_runs_after_allocate_and_stages_the_plans_evictions() -> None:
@@ -258,8 +229,7 @@ def test_a_preemption_plan_counts_the_gpu_memory_its_victims_give_back() -> None
 
 def test_a_plugin_refusing_one_pod_does_not_skip_the_next_pod_of_its_shape() -> None:
     c = Cluster([node("a", 2)])
-    tally = Tally()  # refuses the pod named "refused" only
-    out = _session(c, reservers=[tally]).run([whole("refused", 1), whole("fine", 1)])
+    out = _session(c, permits=[RefuseNamed()]).run([whole("refused", 1), whole("fine", 1)])
     assert isinstance(out[0], Waiting) and isinstance(out[1], Placed)
 
 

@@ -7,8 +7,8 @@ answer case-insensitively. We *emit* the canonical capitalised names (msgspec ``
 the API's camelCase JSON and go to ``translate``.
 
 The answers come from the same engine the placement service decides with: the ``Planner``'s cluster
-view and its built profile (the session's PreFilter plugins, then ``CachedScheduler``'s filters and
-scores; at bind, ``Session.schedule`` on the chosen node), so a node the extender passes is a node
+view and its built profile (``CachedScheduler``'s filters and scores; at bind, ``Session.schedule``
+on the chosen node), so a node the extender passes is a node
 placement would consider, with the same scores:
 
 - **filter**: the feasible nodes among ``NodeNames`` (``nodeCacheCapable: true``) or ``Nodes``; every
@@ -42,7 +42,6 @@ from gpuaware.k8s.objects import ASSIGNED, BindOutcome, assignment_annotations
 from gpuaware.k8s.translate import TranslationError, pod_pending
 from gpuaware.placement import PodRequest
 from gpuaware.placement.explain import node_reasons
-from gpuaware.placement.framework import CycleState, Status
 from gpuaware.placement.planner import Planner
 from gpuaware.placement.session import Session
 from gpuaware.schemas import GpuSlice, PodPending
@@ -277,21 +276,6 @@ class Extender:
         self._scored = (key, (nodes, totals, snap)) if key[1] else None
         return nodes, totals, snap
 
-    def _pre_filter(self, req: PodRequest) -> Any:
-        """The profile's PreFilter verdict for the pod (None: it may go on), as the session runs them."""
-        fw = self.planner.framework
-        cluster = self.planner.ledger.cluster
-        assert fw is not None and cluster is not None
-        if not fw.pre_filters:
-            return None
-        snap = cluster.snapshot()
-        cycle = CycleState()
-        for plugin in fw.pre_filters:
-            status = plugin.pre_filter(cycle, req, snap)
-            if status is not None:
-                return status if status.plugin else Status(status.code, status.reason, plugin.name)
-        return None
-
     def _wire_names(self) -> tuple[list[bytes], list[bytes]]:
         """Per cluster row: the node's name as JSON (``"n"``) and as a map key (``"n":``), built once per
         node set. The verdicts for 1,000 nodes are then joined as bytes, not built as 1,000 objects."""
@@ -312,10 +296,6 @@ class Extender:
         quoted, keys = self._wire_names()
         if req.num_gpu == 0:  # not a GPU pod: no opinion, every node passes
             return _filter_json([quoted[r] for r in rows.tolist()], [], [])
-        stopped = self._pre_filter(req)
-        if stopped is not None:  # a PreFilter of the profile (quota, health, ...) stops the pod everywhere
-            msg = _enc.encode(f"{stopped.plugin or 'pre-filter'}: {stopped.reason}")
-            return _filter_json([], [keys[r] + msg for r in rows.tolist()], [])
         nodes, _totals, snap = self._feasible(req, pod)
         ok = np.zeros(snap.num_nodes, dtype=bool)
         ok[nodes] = True
@@ -411,7 +391,7 @@ class Extender:
         assert fw is not None and cluster is not None
         only = np.ones(cluster.num_nodes, dtype=bool)
         only[cluster.index[node]] = False
-        # the placement session's own choice on that node (PreFilter, Filter, Score, GPU selection)
+        # the placement session's own choice on that node (Filter, Score, GPU selection)
         d = Session(cluster, fw, actions=("allocate",), exclude=lambda _p: only).schedule(req)
         if not hasattr(d, "gpus"):
             return (), decision

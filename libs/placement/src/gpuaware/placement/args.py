@@ -132,8 +132,8 @@ class FairShareArgs(PluginArgs, frozen=True):
 
 
 class FilterEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One plugin of a profile's ``filter`` list (``{"name": "gpu-fit"}``), of its ``pre_filter``,
-    ``permit``, ``reserve`` and ``post_filter`` lists, or its ``queue_sort``."""
+    """One plugin of a profile's ``filter`` list (``{"name": "gpu-fit"}``), of its ``permit`` and
+    ``post_filter`` lists, or its ``queue_sort``."""
 
     name: str
     args: dict[str, Any] = {}
@@ -159,9 +159,7 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     filter: Annotated[tuple[FilterEntry, ...], Meta(min_length=1)] | None = None
     gpu: str = "best"
     gpu_args: dict[str, Any] = {}
-    pre_filter: tuple[FilterEntry, ...] = ()
     permit: tuple[FilterEntry, ...] = ()
-    reserve: tuple[FilterEntry, ...] = ()
     post_filter: tuple[FilterEntry, ...] | None = None
     queue_sort: FilterEntry | None = None
     name: str | None = None

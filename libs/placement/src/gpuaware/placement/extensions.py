@@ -1,14 +1,15 @@
 """The extension points a scheduling session calls around filter and score, with kube-scheduler's meaning.
 
-    PreFilter   before any node is looked at: refuse a pod outright (it can never run here, or not yet)
     Filter      framework.FilterPlugin: a mask over nodes
     Score       framework.ScorePlugin (+ NormalizePlugin): 0..100 per feasible node
     Permit      after a node and GPUs are chosen: allow, deny with a reason, allow with a reclaim
                 plan (pods to evict so the owner of borrowed capacity gets it back), or wait: the
                 answer comes from outside the session (session.WaitingPod)
-    Reserve     after the reservation is staged: take what the plugin tracks; Unreserve gives it back
-                when the statement is discarded (a later member of a gang failed, a permit denied)
     PostFilter  when no node fits: find a way to make one fit (preemption)
+
+kube-scheduler's PreFilter and Reserve points are left out: no plugin of ours needs them (quota is a
+Permit, health a Filter and a Score), and a point without a production plugin is code nobody
+exercises.
 
 Every plugin works on the session's snapshot and never does I/O: a permit that must ask another
 service (quota over NATS) answers *wait*, and the caller asks; its answer allows or rejects the
@@ -28,7 +29,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from gpuaware.placement.cluster import Snapshot
-from gpuaware.placement.framework import CycleState, Decision, Scheduler, Status
+from gpuaware.placement.framework import CycleState, Decision, Scheduler
 from gpuaware.placement.model import PodRequest
 from gpuaware.placement.preempt import PreemptionPlan, Victim, plan_preemption
 
@@ -39,8 +40,6 @@ __all__ = [
     "PermitPlugin",
     "PermitVerdict",
     "PostFilterPlugin",
-    "PreFilterPlugin",
-    "ReservePlugin",
 ]
 
 
@@ -61,31 +60,10 @@ WAIT = PermitVerdict(True, wait=True)
 
 
 @runtime_checkable
-class PreFilterPlugin(Protocol):
-    name: ClassVar[str]
-
-    def pre_filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot) -> Status | None:
-        """None to go on; a Status (UNSCHEDULABLE / UNRESOLVABLE, with the reason) to stop here."""
-        ...
-
-
-@runtime_checkable
 class PermitPlugin(Protocol):
     name: ClassVar[str]
 
     def permit(self, cycle: CycleState, pod: PodRequest, decision: Decision, snap: Snapshot) -> PermitVerdict:
-        ...
-
-
-@runtime_checkable
-class ReservePlugin(Protocol):
-    name: ClassVar[str]
-
-    def reserve(self, cycle: CycleState, pod: PodRequest, decision: Decision) -> Status | None:
-        """None when reserved; a Status refuses (the statement is discarded, Unreserve is called)."""
-        ...
-
-    def unreserve(self, cycle: CycleState, pod: PodRequest, decision: Decision) -> None:
         ...
 
 

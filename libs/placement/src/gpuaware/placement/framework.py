@@ -9,7 +9,7 @@ docstring shows the configuration that enables it.
 
 A scheduler never mutates the cluster: `Scheduler.schedule` returns a `Decision`; the scheduling
 session (session.py) stages it in a statement and commits or discards it, the one place that does.
-The other extension points (PreFilter, Permit, Reserve/Unreserve, PostFilter) are in extensions.py,
+The other extension points (Permit, PostFilter) are in extensions.py,
 QueueSort in queue_order.py.
 
 Filters are part of a profile too (registry.py): the default pair is ResourcesFit + GpuFit, and

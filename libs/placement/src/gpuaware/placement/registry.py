@@ -26,10 +26,10 @@ dataclass over read-only mappings). Other packages contribute through the entry-
 not overridden.
 
 Kinds: one per extension point, kube-scheduler's meaning (framework.py, extensions.py,
-queue_order.py): filter, score, gpu (the GPU selector), pre_filter, permit, reserve, post_filter,
-queue_sort. `Registry.build` gives the filter/score/select `Scheduler`; `Registry.build_framework`
-gives it with the plugins of the other points, as the scheduling session (session.py) runs them;
-its `queue_sort` is the profile's order of waiting pods.
+queue_order.py): filter, score, gpu (the GPU selector), permit, post_filter, queue_sort.
+`Registry.build` gives the filter/score/select `Scheduler`; `Registry.build_framework` gives it with
+the plugins of the other points, as the scheduling session (session.py) runs them; its `queue_sort`
+is the profile's order of waiting pods.
 """
 
 from __future__ import annotations
@@ -79,9 +79,7 @@ class Kind(enum.StrEnum):
     FILTER = "filter"
     SCORE = "score"
     GPU = "gpu"
-    PRE_FILTER = "pre_filter"
     PERMIT = "permit"
-    RESERVE = "reserve"
     POST_FILTER = "post_filter"
     QUEUE_SORT = "queue_sort"
 
@@ -177,7 +175,7 @@ class ResolvedProfile:
     scores: tuple[tuple[Bound[ScorePlugin], int], ...]
     gpu: Bound[GpuSelector]
     others: Mapping[Kind, tuple[Bound[Any], ...] | None] = field(default_factory=dict)
-    """pre_filter, permit, reserve, post_filter plugins (None: the profile left post_filter out)"""
+    """permit and post_filter plugins (None: the profile left post_filter out)"""
     queue_sort: Bound[QueueSort] | None = None
     """None: the profile names none (``priority``)"""
 
@@ -308,7 +306,7 @@ class Registry:
             for i, e in enumerate(profile.score))
         gpu = self._bind(Kind.GPU, profile.gpu, profile.gpu_args, "$.gpu", "$.gpu_args")
         others: dict[Kind, tuple[Bound[Any], ...] | None] = {}
-        for kind in (Kind.PRE_FILTER, Kind.PERMIT, Kind.RESERVE, Kind.POST_FILTER):
+        for kind in (Kind.PERMIT, Kind.POST_FILTER):
             entries = getattr(profile, kind.value)
             others[kind] = None if entries is None else tuple(
                 self._bind(kind, e.name, e.args, f"$.{kind.value}[{i}].name", f"$.{kind.value}[{i}].args")
@@ -404,9 +402,7 @@ class Registry:
             return tuple(b.build(ctx) for b in bounds or ())
 
         framework = Framework.of(CachedScheduler(scheduler, observers=observers),
-                                 pre_filters=built(Kind.PRE_FILTER, resolved.others.get(Kind.PRE_FILTER)),
                                  permits=built(Kind.PERMIT, resolved.others.get(Kind.PERMIT)),
-                                 reservers=built(Kind.RESERVE, resolved.others.get(Kind.RESERVE)),
                                  post_filters=built(Kind.POST_FILTER, post))
         if resolved.queue_sort is not None:
             framework.queue_sort = resolved.queue_sort.build(ctx)

@@ -10,7 +10,7 @@ bench/results is a decision the service would make.
     Session(cluster, framework)            framework: a profile built (registry.build_framework):
                                            the scheduler + the plugins of every other point
       .run([pod | gang, ...])              actions in order, e.g. ("allocate", "preempt")
-         allocate  pre-filter -> filter -> score -> select GPUs -> reserve -> permit   (per pod)
+         allocate  filter -> score -> select GPUs -> reserve -> permit   (per pod)
                    a gang: every member staged in one statement, all or none
          preempt   pods still unschedulable: PostFilter plugins plan evictions; the plan's
                    victims are evicted and the pod reserved in one statement, then permitted
@@ -19,7 +19,7 @@ bench/results is a decision the service would make.
 
 Statements: `Statement.reserve` / `evict` change the cluster at once (a later pod of the same session
 sees them, so two pods never count the same free GPU) and remember how to undo; `discard` undoes in
-reverse order (Reserve plugins' `unreserve` included), `commit` forgets the undo log. A pod that a
+reverse order, `commit` forgets the undo log. A pod that a
 Permit plugin denies, or a gang with one member that fits nowhere, leaves nothing reserved.
 
 Permit may also answer *wait* (kube-scheduler's WaitingPod): the verdict comes from outside the
@@ -38,7 +38,6 @@ The fair-share retry pass, reclaim and backfill are actions over sessions too; t
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -47,12 +46,7 @@ import numpy as np
 
 from gpuaware.placement.cache import CachedScheduler, shape_of
 from gpuaware.placement.cluster import Allocation, Cluster, ReserveError, Snapshot
-from gpuaware.placement.extensions import (
-    PermitPlugin,
-    PostFilterPlugin,
-    PreFilterPlugin,
-    ReservePlugin,
-)
+from gpuaware.placement.extensions import PermitPlugin, PostFilterPlugin
 from gpuaware.placement.framework import Code, CycleState, Decision, Scheduler, Status
 from gpuaware.placement.model import PodRequest
 from gpuaware.placement.preempt import PreemptionPlan, Victim
@@ -93,10 +87,6 @@ class Statement:
             self._undo.append(lambda: self.cluster.restore(alloc))
         return alloc
 
-    def on_discard(self, undo: Callable[[], object]) -> None:
-        """Run `undo` if the statement is discarded (Reserve plugins' Unreserve)."""
-        self._undo.append(undo)
-
     def commit(self) -> None:
         self._undo.clear()
 
@@ -121,9 +111,7 @@ class Framework:
     pod by pod), so every caller pays the same per-decision cost as the service."""
 
     scheduler: CachedScheduler
-    pre_filters: tuple[PreFilterPlugin, ...] = ()
     permits: tuple[PermitPlugin, ...] = ()
-    reservers: tuple[ReservePlugin, ...] = ()
     post_filters: tuple[PostFilterPlugin, ...] = ()
     queue_sort: QueueSort | None = None
     """the order waiting pods are retried in (None: priority, then arrival; see queue_order.py)"""
@@ -291,7 +279,7 @@ class Session:
             return self.allocate_gang(unit)
         # reservations only take capacity away, so a shape the filters found no node for finds none
         # later in the same allocate pass either. Only the filters' own verdict (plugin "") counts: a
-        # per-pod exclusion, a PreFilter, Reserve or Permit plugin may refuse one pod and not the next.
+        # per-pod exclusion or a Permit plugin may refuse one pod and not the next.
         key = shape_of(unit)
         if key in failed:
             self.stats.shapes_skipped += 1
@@ -302,23 +290,16 @@ class Session:
             failed[key] = result.status
         return [result]
 
-    def schedule(self, pod: PodRequest, cycle: CycleState | None = None) -> Decision | Status:
-        """PreFilter, Filter, Score and GPU selection: the staged choice, nothing reserved."""
-        cycle = CycleState() if cycle is None else cycle
-        snap = self.cluster.snapshot()
-        for plugin in self.framework.pre_filters:
-            status = plugin.pre_filter(cycle, pod, snap)
-            if status is not None:
-                return status if status.plugin else Status(status.code, status.reason, plugin.name)
-        return self.framework.scheduler.schedule(pod, snap, self.excluded(pod))
+    def schedule(self, pod: PodRequest) -> Decision | Status:
+        """Filter, Score and GPU selection: the staged choice, nothing reserved."""
+        return self.framework.scheduler.schedule(pod, self.cluster.snapshot(), self.excluded(pod))
 
     def allocate(self, pod: PodRequest, statement: Statement | None = None) -> Result:
         """Schedule one pod and stage it (committed unless a `statement` of the caller holds it)."""
-        cycle = CycleState()
-        result = self.schedule(pod, cycle)
+        result = self.schedule(pod)
         if isinstance(result, Status):
             return Waiting(pod, result)
-        return self._stage(cycle, pod, result, statement)
+        return self._stage(CycleState(), pod, result, statement)
 
     def allocate_gang(self, members: Sequence[PodRequest]) -> list[Result]:
         """Every member or none: the largest GPU request first (the hard ones choose first), each
@@ -397,12 +378,6 @@ class Session:
         except ReserveError as exc:
             stmt.discard(mark)
             return Waiting(pod, Status(Code.UNSCHEDULABLE, str(exc), "reserve"))
-        for plugin in self.framework.reservers:
-            status = plugin.reserve(cycle, pod, decision)
-            if status is not None:
-                stmt.discard(mark)
-                return Waiting(pod, status if status.plugin else Status(status.code, status.reason, plugin.name))
-            stmt.on_discard(functools.partial(plugin.unreserve, cycle, pod, decision))
         reclaim: list[str] = []
         waits: list[str] = []
         snap: Snapshot | None = None
