@@ -1,7 +1,7 @@
 """gpuaware.runtime: what every service process shares, and nothing service-specific.
 
-Settings from a prefixed environment (`ServiceSettings`), structured logging with secrets
-scrubbed, OpenTelemetry set-up, signal handling and a graceful drain (`run_service`), a NATS
+Settings from a prefixed environment (`ServiceSettings`; `DatabaseSettings` for a service with a
+database pool), structured logging with secrets scrubbed, OpenTelemetry set-up, signal handling and a graceful drain (`run_service`), a NATS
 micro identity with stats for every instance, and Prometheus metrics on `metrics_port` (`metrics`).
 """
 
@@ -14,11 +14,12 @@ from gpuaware.runtime.service import (
     provision_streams,
     run_service,
 )
-from gpuaware.runtime.settings import ServiceSettings, SettingsError, redact_url
+from gpuaware.runtime.settings import DatabaseSettings, ServiceSettings, SettingsError, redact_url
 from gpuaware.runtime.signals import stop_on_signals
 from gpuaware.runtime.tracing import setup_tracing
 
 __all__ = [
+    "DatabaseSettings",
     "Mount",
     "Sample",
     "ServiceContext",

@@ -78,6 +78,12 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
         except msgspec.ValidationError as exc:
             raise SettingsError(f"invalid setting ({cls.prefix}*): {exc}") from None
 
+    def require_positive(self, *names: str) -> None:
+        """Refuse (``SettingsError``) the first of these fields that is zero or negative, naming its variable."""
+        for name in names:
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{self.prefix}{name.upper()} must be positive")
+
     def redacted(self) -> dict[str, Any]:
         """Settings safe to log: secrets (passwords, tokens) masked whole, passwords in URLs masked."""
         out = msgspec.structs.asdict(self)
@@ -89,6 +95,20 @@ class ServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
             elif "url" in key or "creds" in key:
                 out[key] = redact_url(value)
         return out
+
+
+class DatabaseSettings(ServiceSettings, frozen=True, kw_only=True):
+    """A service that keeps state in the database: its connection pool's size and patience."""
+
+    pool_size: int = 2
+    """database connections the service holds at most"""
+    db_timeout_s: float = 5.0
+    """how long a query waits for a pooled connection before it counts as failed"""
+
+    @property
+    def database_variable(self) -> str:
+        """The prefixed variable that names this service's database (``DATABASE_URL`` the fallback)."""
+        return f"{self.prefix}DATABASE_URL"
 
 
 #: a setting whose name contains one of these holds a secret

@@ -67,7 +67,7 @@ async def mount(ctx: ServiceContext, *, on_service: Callable[[ForecastService], 
     """Open the pool, start the service, and serve ``duration`` and ``stats``."""
     settings: ForecastingSettings = ctx.settings  # type: ignore[assignment]  # run_service builds the settings class mount asked for
     pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name,
-                                        env=f"{settings.prefix}DATABASE_URL", max_size=settings.pool_size,
+                                        env=settings.database_variable, max_size=settings.pool_size,
                                         timeout=settings.db_timeout_s)
     service = ForecastService(settings, ctx.js, pool, ctx.instance_id)
     ctx.on_stop(service)

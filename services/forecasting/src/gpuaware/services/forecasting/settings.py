@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gpuaware.runtime import ServiceSettings, SettingsError
+from gpuaware.runtime import DatabaseSettings
 from gpuaware.schemas import FORECASTING
 
 __all__ = ["FORECASTING", "ForecastingSettings"]
 
 
-class ForecastingSettings(ServiceSettings, frozen=True, kw_only=True):
+class ForecastingSettings(DatabaseSettings, frozen=True, kw_only=True):
     prefix: ClassVar[str] = "GPUAWARE_FORECASTING_"
 
     service_name: str = FORECASTING
@@ -50,10 +50,6 @@ class ForecastingSettings(ServiceSettings, frozen=True, kw_only=True):
     """the model is worse when its recent RMSE exceeds persistence's by this fraction"""
     time_scale: float = 1.0
     """seconds of the GPUs' own time per second of their telemetry's clock (1: real GPUs; a twin's speed)"""
-    pool_size: int = 2
-    db_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        for name in ("reload_s", "flush_s", "db_timeout_s", "time_scale"):
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"GPUAWARE_FORECASTING_{name.upper()} must be positive")
+        self.require_positive("reload_s", "flush_s", "db_timeout_s", "time_scale")

@@ -255,7 +255,7 @@ class HealthService:
 async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endpoint[Any, Any]]:
     settings: HealthScoringSettings = ctx.settings  # type: ignore[assignment]  # run_service builds the settings class mount asked for
     pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name,
-                                        env=f"{settings.prefix}DATABASE_URL", max_size=settings.pool_size,
+                                        env=settings.database_variable, max_size=settings.pool_size,
                                         timeout=settings.db_timeout_s)
     service = HealthService(settings, ctx.js, pool, ctx.instance_id)
     ctx.on_stop(service)  # stopped last: the consumer finishes its messages first

@@ -27,7 +27,7 @@ import dataclasses
 from typing import ClassVar, Literal
 
 from gpuaware.health import HealthConfig, RiskModel, ScoreRules, StateRules
-from gpuaware.runtime import ServiceSettings, SettingsError
+from gpuaware.runtime import DatabaseSettings, SettingsError
 from gpuaware.schemas import HEALTH_SCORING, health_durable
 
 __all__ = ["SCALING", "HealthScoringSettings", "scaled"]
@@ -86,7 +86,7 @@ _STATES = StateRules()
 _RISK = RiskModel()
 
 
-class HealthScoringSettings(ServiceSettings, frozen=True, kw_only=True):
+class HealthScoringSettings(DatabaseSettings, frozen=True, kw_only=True):
     prefix: ClassVar[str] = "GPUAWARE_HEALTH_SCORING_"
 
     service_name: str = HEALTH_SCORING
@@ -131,8 +131,6 @@ class HealthScoringSettings(ServiceSettings, frozen=True, kw_only=True):
     hold_s: float = 20.0
     """while the database is unreachable a message waits this long for a checkpoint, then it is handed
     back for redelivery (its effect is kept in memory and written as soon as the database returns)"""
-    pool_size: int = 2
-    db_timeout_s: float = 5.0
     retention_days: float = 90.0
     maintenance_interval_s: float = 3600.0
 
@@ -154,9 +152,7 @@ class HealthScoringSettings(ServiceSettings, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if self.time_scale <= 0:
             raise SettingsError(f"GPUAWARE_HEALTH_SCORING_TIME_SCALE must be positive, got {self.time_scale}")
-        for name in ("score_window_s", "tick_s", "checkpoint_s", "hold_s"):
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"GPUAWARE_HEALTH_SCORING_{name.upper()} must be positive")
+        self.require_positive("score_window_s", "tick_s", "checkpoint_s", "hold_s")
         try:
             self.health_config()
         except ValueError as exc:

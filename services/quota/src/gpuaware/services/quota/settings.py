@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from gpuaware.quota import QueueTree, QuotaConfigError, validate
-from gpuaware.runtime import ServiceSettings, SettingsError
+from gpuaware.runtime import DatabaseSettings, SettingsError
 from gpuaware.schemas import QUOTA_ID
 
 __all__ = ["OPEN_TREE", "QuotaSettings"]
@@ -26,7 +26,7 @@ OPEN_TREE = {"open_queues": True, "default_queue": "default", "queues": [{"name"
 """the tree without a file: any queue, unlimited"""
 
 
-class QuotaSettings(ServiceSettings, frozen=True, kw_only=True):
+class QuotaSettings(DatabaseSettings, frozen=True, kw_only=True):
     prefix: ClassVar[str] = "GPUAWARE_QUOTA_"
 
     service_name: str = QUOTA_ID
@@ -39,13 +39,9 @@ class QuotaSettings(ServiceSettings, frozen=True, kw_only=True):
     """an admitted pod counts against its queue until it is bound, at most this long"""
     pending_ttl_s: float = 300.0
     """a refused pod counts as its queue's demand (fair shares, Jain's index) this long after it asked"""
-    pool_size: int = 2
-    db_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        for name in ("report_interval_s", "reservation_ttl_s", "pending_ttl_s"):
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"GPUAWARE_QUOTA_{name.upper()} must be positive")
+        self.require_positive("report_interval_s", "reservation_ttl_s", "pending_ttl_s")
         self.queue_tree()
 
     def queue_tree(self) -> QueueTree:

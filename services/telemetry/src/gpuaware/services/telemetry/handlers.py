@@ -266,7 +266,7 @@ class CollectorHandlers:
 async def mount_collector(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
     settings: CollectorSettings = ctx.settings  # type: ignore[assignment]  # run_service builds the settings class mount asked for
     if not settings.database_url:
-        raise SystemExit("the collector needs a database: set DATABASE_URL or GPUAWARE_TELEMETRY_COLLECTOR_DATABASE_URL")
+        raise SystemExit(f"the collector needs a database: set DATABASE_URL or {settings.database_variable}")
     await tsdb.migrate(settings.database_url)
     pool = await tsdb.open_pool(settings.database_url, application_name=settings.service_name,
                                       max_size=settings.pool_size, timeout=settings.db_timeout_s,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from gpuaware.runtime import ServiceSettings, SettingsError
+from gpuaware.runtime import DatabaseSettings, ServiceSettings, SettingsError
 from gpuaware.telemetry import AdaptivePolicy, Deadbands, Limits
 
 
@@ -97,7 +97,7 @@ class AgentSettings(ServiceSettings, frozen=True, kw_only=True):
         return "fleet" if self.backend == "simulated" else "binder"
 
 
-class CollectorSettings(ServiceSettings, frozen=True, kw_only=True):
+class CollectorSettings(DatabaseSettings, frozen=True, kw_only=True):
     prefix: ClassVar[str] = "GPUAWARE_TELEMETRY_COLLECTOR_"
 
     service_name: str = "telemetry-collector"
@@ -124,6 +124,7 @@ class CollectorSettings(ServiceSettings, frozen=True, kw_only=True):
     """while the database is unreachable, a batch is retried in place for this long (messages stay
     delivered, kept alive with in-progress acks) before they are handed back for redelivery"""
     pool_size: int = 4
+    """database connections: ``writers`` for the COPYs, the rest for inventory and usage writes"""
     db_timeout_s: float = 2.0
     """how long a write waits for a database connection before it counts as a failed attempt"""
     require_inventory: bool = True
