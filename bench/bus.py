@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from bench_paths import RESULTS_DIR
 from machine_info import machine as shared_machine
 
 from gpuaware import bus
 from gpuaware.devstack import start_nats
 from gpuaware.schemas import percentile
 
-RESULTS = Path(__file__).resolve().parent / "results" / "bus.json"
+RESULTS = RESULTS_DIR / "bus.json"
 SENT_HEADER = "Bench-Sent-Ns"
 STREAM = "BENCH"
 GPUS = 32

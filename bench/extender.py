@@ -38,14 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_paths import RESULTS_DIR, ROOT
 from machine_info import load_average
 from machine_info import machine as shared_machine
 
 from gpuaware.schemas import percentile
 
-REPO = Path(__file__).resolve().parents[1]
-K8S = Path(os.environ.get("GPUAWARE_SHARED_K8S", REPO.parent / "shared" / "k8s"))
-OUT = REPO / "bench" / "results" / "extender.json"
+K8S = Path(os.environ.get("GPUAWARE_SHARED_K8S", ROOT.parent / "shared" / "k8s"))
+OUT = RESULTS_DIR / "extender.json"
 
 
 def _world(num_nodes: int) -> tuple[Any, list[str]]:
@@ -282,7 +282,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("http", "transport_ceiling", "in_process", "meets_goal")}, indent=2))
-    print(f"wrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")
+    print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
     return 0
 
 

@@ -84,6 +84,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+from bench_paths import RESULTS_DIR, ROOT
 from machine_info import load_average
 from machine_info import machine as shared_machine
 from rich.console import Console
@@ -105,8 +106,7 @@ from gpuaware.quota import (
 from gpuaware.schemas import percentile
 from gpuaware.sim import load_philly, shared_data_dir
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "results"
+OUT = RESULTS_DIR
 GPUS = 64
 LOADS = (0.5, 1.0, 1.5, 2.0)
 POLICIES = ("fifo", "priority", "quota", "quota+backfill", "quota+turns")

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_paths import RESULTS_DIR, ROOT
 from machine_info import load_average, machine
 from rich.console import Console
 
@@ -49,8 +50,7 @@ from gpuaware.forecast import (
 from gpuaware.schemas import percentile
 from gpuaware.sim import shared_data_dir
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "forecast.json"
+RESULTS = RESULTS_DIR / "forecast.json"
 HORIZONS = [10, 30, 60]
 PHILLY_PERSISTENCE_10 = 10.33
 console = Console()

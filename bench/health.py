@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_paths import RESULTS_DIR, ROOT
 from machine_info import load_average
 from machine_info import machine as shared_machine
 from rich.console import Console
@@ -88,8 +89,7 @@ from gpuaware.sim import (
     shared_data_dir,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "health.json"
+RESULTS = RESULTS_DIR / "health.json"
 CALCHAS = Path("gpu-faults") / "calchas-hbm" / "hbm_errors_public.csv"
 LEADS = (1, 6, 24)
 K_GRID = (0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 2.0)

@@ -48,6 +48,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from bench_paths import RESULTS_DIR, ROOT
 from machine_info import load_average
 from machine_info import machine as shared_machine
 from profile_summary import summarise
@@ -72,10 +73,10 @@ from gpuaware.schemas import (
     PodPending,
     percentile,
 )
+from gpuaware.sim import shared_data_dir
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "loop.json"
-PROFILE = ROOT / "bench" / "results" / "loop_profile.txt"
+RESULTS = RESULTS_DIR / "loop.json"
+PROFILE = RESULTS_DIR / "loop_profile.txt"
 CLUSTER = "bench"
 BAR = {"pods_per_s": 500, "p99_ms": 20.0, "goal_pods_per_s": 1000}
 GOALS = {500: 10.0, 1000: 20.0, 2000: 50.0}
@@ -158,6 +159,14 @@ def inventories(nodes: list[NodeSpec]) -> list[NodeInventory]:
         out.append(NodeInventory(source="bench", emitted_at=time.time(), cluster=CLUSTER, node=n.name,
                                  cpu_milli=n.cpu_milli, memory_mib=n.memory_mib, gpus=gpus))
     return out
+
+
+async def publish_world(js: Any, nodes: list[NodeSpec]) -> None:
+    """The streams, then every node's inventory: the world the placement service reads at start."""
+    for spec in STREAMS:
+        await bus.ensure_stream(js, spec)
+    for inv in inventories(nodes):
+        await bus.publish(js, INVENTORY.at(CLUSTER, inv.node), inv)
 
 
 def pending_payloads(pods: list[PodRequest], count: int, start: int) -> list[tuple[str, bytes, dict[str, str]]]:
@@ -274,8 +283,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    data = Path(os.environ.get("GPUAWARE_SHARED_DATA", ROOT.parent / "shared" / "data"))
-    nodes, pods, pods_csv, source = load_cluster(data)
+    nodes, pods, pods_csv, source = load_cluster(shared_data_dir(ROOT))
     gpus = sum(n.num_gpu for n in nodes)
     report: dict[str, Any] = {"machine": machine(), "cluster": {"source": source, "nodes": len(nodes), "gpus": gpus},
                               "bar": BAR,
@@ -288,10 +296,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         async with bus.connected(nats.url, name="bench-world") as nc:
             js = nc.jetstream()
-            for spec in STREAMS:
-                await bus.ensure_stream(js, spec)
-            for inv in inventories(nodes):
-                await bus.publish(js, INVENTORY.at(CLUSTER, inv.node), inv)
+            await publish_world(js, nodes)
             env = {**os.environ, "NATS_URL": nats.url, "GPUAWARE_PLACEMENT_CLUSTER": CLUSTER,
                    "GPUAWARE_PLACEMENT_INSTANCE_ID": "bench", "GPUAWARE_PLACEMENT_WORLD_SNAPSHOT": "false",
                    "GPUAWARE_PLACEMENT_LOG_LEVEL": "WARNING", "GPUAWARE_PLACEMENT_LOG_FORMAT": "console",

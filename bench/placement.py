@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_paths import RESULTS_DIR, ROOT
 from machine_info import machine as shared_machine
 from rich.console import Console
 from rich.table import Table
@@ -67,8 +68,7 @@ from gpuaware.sim import (
     synthetic_pods,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "placement.json"
+RESULTS = RESULTS_DIR / "placement.json"
 TRACES_130 = ("default", "cpu050", "cpu200", "gpushare40", "gpushare80", "gpuspec10", "gpuspec25",
               "multigpu20", "multigpu40")
 

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 import psutil
-from loop import CLUSTER, MILLI, World, inventories, load_cluster, pending_payloads
-from loop import INVENTORY as LOOP_INVENTORY
+from bench_paths import RESULTS_DIR, ROOT
+from loop import CLUSTER, MILLI, World, load_cluster, pending_payloads, publish_world
 from machine_info import machine as shared_machine
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -48,9 +48,9 @@ from telemetry import GPUS_PER_NODE, METRICS_PER_ROW, _children, _cpu_of, loadge
 from gpuaware import bus, tsdb
 from gpuaware.devstack import start_nats, start_postgres
 from gpuaware.schemas import STREAMS, percentile
+from gpuaware.sim import shared_data_dir
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "soak.json"
+RESULTS = RESULTS_DIR / "soak.json"
 GOAL_RSS_GROWTH = 0.10
 #: the loop streams' duplicate window (nats-server keeps each message id of the last two minutes in
 #: memory: 240,000 of them at this rate) and PostgreSQL's 128 MB of shared buffers, touched within about
@@ -131,8 +131,7 @@ async def stored_rows(conn: tsdb.Connection) -> int:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    data = Path(os.environ.get("GPUAWARE_SHARED_DATA", ROOT.parent / "shared" / "data"))
-    nodes, pods, pods_csv, source = load_cluster(data)
+    nodes, pods, pods_csv, source = load_cluster(shared_data_dir(ROOT))
     gpus = sum(n.num_gpu for n in nodes)
     seconds = args.minutes * 60
     tmp = Path(tempfile.mkdtemp(prefix="gpuaware-bench-soak-"))
@@ -159,10 +158,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await tsdb.migrate(pg.url)
         async with bus.connected(nats.url, name="bench-soak") as nc:
             js = nc.jetstream()
-            for spec in STREAMS:
-                await bus.ensure_stream(js, spec)
-            for inv in inventories(nodes):
-                await bus.publish(js, LOOP_INVENTORY.at(CLUSTER, inv.node), inv)
+            await publish_world(js, nodes)
             base = {**os.environ, "NATS_URL": nats.url, "DATABASE_URL": pg.url}
             env_p = {**base, "GPUAWARE_PLACEMENT_CLUSTER": CLUSTER, "GPUAWARE_PLACEMENT_INSTANCE_ID": "soak",
                      "GPUAWARE_PLACEMENT_WORLD_SNAPSHOT": "false", "GPUAWARE_PLACEMENT_LOG_LEVEL": "WARNING"}

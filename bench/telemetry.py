@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_paths import RESULTS_DIR, ROOT
 from machine_info import machine as shared_machine
 from profile_summary import summarise
 
@@ -68,9 +69,8 @@ from gpuaware.services.telemetry.agent import SAMPLED  # the agents' channel, as
 from gpuaware.services.telemetry.settings import CollectorSettings
 from gpuaware.telemetry import AdaptivePolicy, NodeEdge, to_columns
 
-RESULTS = Path(__file__).resolve().parent / "results" / "telemetry.json"
-PROFILE = RESULTS.with_name("telemetry_profile.txt")
-REPO = Path(__file__).resolve().parents[1]
+RESULTS = RESULTS_DIR / "telemetry.json"
+PROFILE = RESULTS_DIR / "telemetry_profile.txt"
 METRICS_PER_ROW = 25
 GPUS_PER_NODE = 8
 INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
@@ -213,7 +213,7 @@ def start_collectors(n: int, nats_url: str, db_url: str, log: Path,
             env_i["GPUAWARE_TELEMETRY_COLLECTOR_PROFILE_OUT"] = str(profile_dir / f"collector-{i}.prof")
         with log.open("ab") as fh:
             procs.append(subprocess.Popen([sys.executable, "-m", "gpuaware.services.telemetry", "collector"],
-                                          env=env_i, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO))
+                                          env=env_i, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT))
     return procs
 
 
@@ -591,13 +591,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             PROFILE.write_text(summarise(prof / "collector-0.prof", per="message", count=run["messages"],
                                          title=f"collector alone draining {run['messages']:,} sample messages "
                                                f"({GPUS_PER_NODE} GPUs each), one process, cProfile"))
-            print(f"wrote {PROFILE.relative_to(REPO)}")
+            print(f"wrote {PROFILE.relative_to(ROOT)}")
         report["ratio_e2e_to_raw_copy"] = report["saturated"]["vs_raw_copy"]
         report["ratio_drain_to_raw_copy"] = report["drain"]["vs_raw_copy"]
         report["sizing"] = sizing(report["saturated"])
         report["acceptance"] = acceptance(report)
         out = Path(args.out).resolve()
-        shown = str(out.relative_to(REPO)) if out.is_relative_to(REPO) else out.name  # never a machine's path
+        shown = str(out.relative_to(ROOT)) if out.is_relative_to(ROOT) else out.name  # never a machine's path
         report["parameters"] = vars(args) | {"out": shown, "gpus_per_node": GPUS_PER_NODE,
                                               "metrics_per_row": METRICS_PER_ROW}
     except BaseException:
@@ -718,7 +718,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--adaptive-seconds", type=int, default=900)
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
-                   help=f"after the measured runs, a profiled drain summarised in {PROFILE.relative_to(REPO)}")
+                   help=f"after the measured runs, a profiled drain summarised in {PROFILE.relative_to(ROOT)}")
     return p.parse_args(argv)
 
 
