@@ -39,18 +39,8 @@ from gpuaware.schemas import (
     PLACEMENT_EXPLAIN,
     TELEMETRY,
     ExplainRequest,
-    GpuRolledUp,
-    GpuScored,
-    GpuStateChanged,
-    GpuUtilPredicted,
-    NodeInventory,
     PlacementDecided,
-    PodBindFailed,
-    PodBound,
-    PodFinished,
     PodPending,
-    PodPreempted,
-    PodUnschedulable,
 )
 from gpuaware.services.placement import convert, takeover
 from gpuaware.services.placement.channels import (
@@ -109,6 +99,16 @@ class PlacementService:
             preemption_cooldown_s=s.preemption_cooldown_s, max_victims=s.max_victims,
             checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree),
             max_reservations=s.reservations, observers=(self.forecast_effect,), permits=(AdmittedAndStored(),))
+        st = self.state
+        self._appliers: dict[type[Any], tuple[Callable[[Any], bool | None], bool]] = {
+            channel.type: (apply, frees) for channel, apply, frees in (
+                (INVENTORY, st.apply_inventory, True), (HEALTH, st.apply_health, True),
+                (SCORED, st.apply_scored, False), (ROLLUPS, st.apply_rollup, False),
+                (FORECASTS, st.apply_forecast, False), (BOUND, st.apply_bound, False),
+                (BIND_FAILED, st.apply_bind_failed, True), (PREEMPTED, st.apply_preempted, True),
+                (FINISHED, st.apply_finished, True), (DECIDED, st.apply_decided, False),
+                (UNSCHEDULABLE, st.apply_unschedulable, False))}
+        """what each followed event type does to the view, and whether it may free capacity"""
         self.followers: list[bus.Follower] = []
         self.lease: bus.LeaderLease | KubeLeaderLease | None = None
         self.consumer: bus.PipelinedConsumer[PodPending] | None = None
@@ -135,7 +135,7 @@ class PlacementService:
             log.warning("placement engine warm-up failed (%s: %s); kernels compile on first use",
                         type(exc).__name__, exc)
         # the node set first, so replaying the ledger places pods on known nodes (one rebuild)
-        inv = await bus.follow(self.js, [INVENTORY], self._on_inventory, stream=TELEMETRY.name,
+        inv = await bus.follow(self.js, [INVENTORY], self._on_event, stream=TELEMETRY.name,
                                deliver="last_per_subject", with_suffixes=True, name="placement-inventory")
         self.followers.append(inv)
         with contextlib.suppress(TimeoutError):
@@ -144,16 +144,16 @@ class PlacementService:
             self._world_task = asyncio.create_task(self._world_retry(), name="placement world snapshot")
         self.state.ensure_cluster()
         self.followers += [
-            await bus.follow(self.js, [HEALTH, SCORED], self._on_health, stream=ALERTS.name, with_suffixes=True,
+            await bus.follow(self.js, [HEALTH, SCORED], self._on_event, stream=ALERTS.name, with_suffixes=True,
                              name="placement-health"),
             # thermal and power: the latest one-minute rollup of each node, then each new one
-            await bus.follow(self.js, [ROLLUPS], self._on_rollup, stream=TELEMETRY.name,
+            await bus.follow(self.js, [ROLLUPS], self._on_event, stream=TELEMETRY.name,
                              deliver="last_per_subject", with_suffixes=True, name="placement-rollups"),
-            await bus.follow(self.js, [FORECASTS], self._on_forecast, stream=FORECAST.name, deliver="new",
+            await bus.follow(self.js, [FORECASTS], self._on_event, stream=FORECAST.name, deliver="new",
                              with_suffixes=True, name="placement-forecast"),
-            await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED], self._on_binder, stream=BINDER.name,
+            await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED], self._on_event, stream=BINDER.name,
                              with_suffixes=True, name="placement-binder"),
-            await bus.follow(self.js, [DECIDED, UNSCHEDULABLE], self._on_placement, stream=PLACEMENT.name,
+            await bus.follow(self.js, [DECIDED, UNSCHEDULABLE], self._on_event, stream=PLACEMENT.name,
                              with_suffixes=True, name="placement-decisions", skip=self._own_echo),
         ]
         if s.leader_election == "kubernetes":  # cluster mode: a coordination.k8s.io Lease
@@ -273,37 +273,12 @@ class PlacementService:
         if freed and self._retry_task is not None:
             self._retry_event.set()
 
-    def _on_inventory(self, inv: NodeInventory, _d: bus.FollowDelivery) -> None:
-        self._freed(self.state.apply_inventory(inv))
-
-    def _on_health(self, ev: GpuStateChanged | GpuScored, _d: bus.FollowDelivery) -> None:
-        if isinstance(ev, GpuScored):
-            self.state.apply_scored(ev)
-        else:
-            self._freed(self.state.apply_health(ev))
-
-    def _on_rollup(self, ev: GpuRolledUp, _d: bus.FollowDelivery) -> None:
-        self.state.apply_rollup(ev)
-
-    def _on_forecast(self, ev: GpuUtilPredicted, _d: bus.FollowDelivery) -> None:
-        self.state.apply_forecast(ev)
-
-    def _on_binder(self, ev: Any, _d: bus.FollowDelivery) -> None:
-        st = self.state
-        if isinstance(ev, PodBound):
-            st.apply_bound(ev)
-        elif isinstance(ev, PodFinished):
-            self._freed(st.apply_finished(ev))
-        elif isinstance(ev, PodBindFailed):
-            self._freed(st.apply_bind_failed(ev))
-        elif isinstance(ev, PodPreempted):
-            self._freed(st.apply_preempted(ev))
-
-    def _on_placement(self, ev: Any, _d: bus.FollowDelivery) -> None:
-        if isinstance(ev, PlacementDecided):
-            self.state.apply_decided(ev)
-        elif isinstance(ev, PodUnschedulable):
-            self.state.apply_unschedulable(ev)
+    def _on_event(self, ev: Any, _d: bus.FollowDelivery) -> None:
+        """A followed event into the view, by its channel's type; events that may free capacity (a node
+        changed, a GPU's health, a pod gone) wake the retry pass."""
+        apply, frees = self._appliers[type(ev)]
+        if apply(ev) and frees:
+            self._freed(True)
 
     # -- deciding ---------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from gpuaware import schemas
 from gpuaware.placement import DEGRADED, HEALTHY, QUARANTINED, PodRequest, RequestError, TypicalPods
 from gpuaware.placement.explain import PodExplanation
 from gpuaware.placement.gang import Gang
@@ -31,25 +32,6 @@ from gpuaware.placement.ledger import HOLDING, Ledger, Phase
 from gpuaware.placement.outcomes import Counters, Parked, decision_id
 from gpuaware.placement.outcomes import Decided as Placed
 from gpuaware.placement.planner import Planner, PlannerConfig
-from gpuaware.schemas import (
-    GpuInfo,
-    GpuRolledUp,
-    GpuScored,
-    GpuStateChanged,
-    GpuUtilPredicted,
-    HealthState,
-    NodeInventory,
-    PlacementDecided,
-    PodBindFailed,
-    PodBound,
-    PodFinished,
-    PodPending,
-    PodPreempted,
-    PodUnschedulable,
-    RollupWindow,
-    UnschedulableReason,
-    WorldSnapshotReply,
-)
 from gpuaware.services.placement import convert
 from gpuaware.services.placement.slots import GpuSlots
 
@@ -57,7 +39,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Decided", "Outcome", "PlacementState", "Rejected", "Unschedulable", "attempt_of", "decision_id"]
 
-_HEALTH = {HealthState.HEALTHY: HEALTHY, HealthState.DEGRADED: DEGRADED, HealthState.QUARANTINED: QUARANTINED}
+_HEALTH = {schemas.HealthState.HEALTHY: HEALTHY, schemas.HealthState.DEGRADED: DEGRADED,
+           schemas.HealthState.QUARANTINED: QUARANTINED}
 
 
 def attempt_of(decision: str | None) -> int | None:
@@ -69,19 +52,19 @@ def attempt_of(decision: str | None) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Decided:
-    msg: PlacementDecided
+    msg: schemas.PlacementDecided
 
 
 @dataclass(frozen=True, slots=True)
 class Unschedulable:
-    msg: PodUnschedulable
+    msg: schemas.PodUnschedulable
 
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
     """An invalid request: publish `msg`, then dead-letter the pending message with `reason`."""
 
-    msg: PodUnschedulable
+    msg: schemas.PodUnschedulable
     reason: str
 
 
@@ -105,7 +88,7 @@ class PlacementState:
         self.gpus = self.slots.gpus
         """each node's GPUs by slot, as inventoried (UUIDs for slices and for events naming a GPU)"""
         self.capability: dict[str, tuple[int, int]] = {}
-        self.forecasts: dict[str, GpuUtilPredicted] = {}
+        self.forecasts: dict[str, schemas.GpuUtilPredicted] = {}
         self.world_nodes: set[str] = set()
         self.other_clusters: set[str] = set()
         """clusters whose pending pods arrived here (logged once each; counted in ``other_cluster``)"""
@@ -145,14 +128,14 @@ class PlacementState:
     def ensure_cluster(self) -> bool:
         return self.planner.ensure_cluster()
 
-    def apply_inventory(self, inv: NodeInventory) -> bool:
+    def apply_inventory(self, inv: schemas.NodeInventory) -> bool:
         """A node's full inventory. True when the node set or a node changed (capacity may be new).
         Nodes the world's snapshot described are the world's: agents' inventories do not override them."""
         if inv.cluster != self.cluster_name or inv.node in self.world_nodes:
             return False
         return self._set_node(*convert.node_of(inv))
 
-    def apply_world(self, page: WorldSnapshotReply) -> int:
+    def apply_world(self, page: schemas.WorldSnapshotReply) -> int:
         """One page of the world's truth: its nodes replace the view's, its bound pods are committed,
         its time is the world's now (a quiet world's latest bind may be hours old). Returns the number
         of pods applied."""
@@ -173,7 +156,8 @@ class PlacementState:
                 self.planner.gangs.gangs.setdefault(pod.gang_id, Gang(pod.gang_id, 1, placed=True)).placed = True
         return len(page.pods)
 
-    def _set_node(self, spec: Any, gpus: tuple[GpuInfo, ...], model: Any, cc: tuple[int, int]) -> bool:
+    def _set_node(self, spec: Any, gpus: tuple[schemas.GpuInfo, ...], model: Any,
+                  cc: tuple[int, int]) -> bool:
         if model is not None:
             self.capability[model.name] = cc
         changed = self.planner.view.set_node(spec, model)
@@ -182,7 +166,7 @@ class PlacementState:
             self.planner.view.invalidate()
         return changed
 
-    def apply_health(self, ev: GpuStateChanged) -> bool:
+    def apply_health(self, ev: schemas.GpuStateChanged) -> bool:
         if ev.cluster != self.cluster_name:
             return False
         slot = self.slots.slot_of(ev.node, ev.gpu_uuid, ev.gpu_index)
@@ -190,7 +174,7 @@ class PlacementState:
             return False
         return self.ledger.set_gpu_health(ev.node, slot, _HEALTH[ev.current])
 
-    def apply_forecast(self, ev: GpuUtilPredicted) -> bool:
+    def apply_forecast(self, ev: schemas.GpuUtilPredicted) -> bool:
         """A utilisation forecast: each GPU's p90 (the quantile nearest 0.9) peak over the horizon,
         as a fraction, feeds the forecast-headroom score. True when the view changed."""
         if ev.cluster != self.cluster_name:
@@ -206,17 +190,17 @@ class PlacementState:
                 changed |= self.ledger.set_gpu_forecast(ev.node, slot, max(g.values[q]) / 100.0, ev.issued_at)
         return changed
 
-    def apply_scored(self, ev: GpuScored) -> bool:
+    def apply_scored(self, ev: schemas.GpuScored) -> bool:
         """A GPU's health score (0..100) for the health score plugin (its state comes separately)."""
         if ev.cluster != self.cluster_name:
             return False
         slot = self.slots.slot_of(ev.node, ev.gpu_uuid, ev.gpu_index)
         return slot is not None and self.ledger.set_gpu_signals(ev.node, slot, health_score=float(ev.score))
 
-    def apply_rollup(self, ev: GpuRolledUp) -> bool:
+    def apply_rollup(self, ev: schemas.GpuRolledUp) -> bool:
         """A node's one-minute rollup: each GPU's p95 temperature and p95 power over its enforced
         limit feed the thermal/power score (hour windows are too slow to steer placement)."""
-        if ev.cluster != self.cluster_name or ev.window != RollupWindow.MINUTE:
+        if ev.cluster != self.cluster_name or ev.window != schemas.RollupWindow.MINUTE:
             return False
         infos = self.gpus.get(ev.node, ())
         changed = False
@@ -232,7 +216,7 @@ class PlacementState:
 
     # -- the ledger, from events ------------------------------------------------------------------------
 
-    def apply_decided(self, ev: PlacementDecided) -> None:
+    def apply_decided(self, ev: schemas.PlacementDecided) -> None:
         if ev.cluster != self.cluster_name:
             return
         # no ensure_cluster() here: a pod on a node the view does not have yet is kept unplaced and
@@ -261,14 +245,14 @@ class PlacementState:
             if gang is not None:
                 gang.placed = True
 
-    def apply_unschedulable(self, ev: PodUnschedulable) -> None:
+    def apply_unschedulable(self, ev: schemas.PodUnschedulable) -> None:
         """A verdict read back from the stream: a standby learns which pods wait (and their requests).
         A pod already waiting for this attempt keeps its phase (the leader's own echo changes nothing),
         except that a gang member held for its gang becomes parked when the gang could not be placed."""
         if ev.cluster != self.cluster_name or ev.pod is None:
             return
         entry = self.ledger.pods.get(ev.pod_uid)
-        gang_wait = ev.reason == UnschedulableReason.GANG_INCOMPLETE
+        gang_wait = ev.reason == schemas.UnschedulableReason.GANG_INCOMPLETE
         settled = (*HOLDING, Phase.PARKED, Phase.UNRESOLVABLE)
         if entry is not None and entry.attempt == ev.attempt and (entry.phase in settled or gang_wait):
             return
@@ -282,7 +266,7 @@ class PlacementState:
         if req.gang_id and req.gang_min_members > 1:
             self.planner.gangs.add(req)
 
-    def apply_bound(self, ev: PodBound) -> None:
+    def apply_bound(self, ev: schemas.PodBound) -> None:
         if ev.cluster != self.cluster_name:
             return
         self.planner.waiting.settle(ev.pod_uid)  # a decision still held at Permit reached the world
@@ -299,7 +283,7 @@ class PlacementState:
         self._remember(ev.pod_uid, ev)
         self.planner.refused.pop(ev.pod_uid, None)
 
-    def apply_bind_failed(self, ev: PodBindFailed) -> bool:
+    def apply_bind_failed(self, ev: schemas.PodBindFailed) -> bool:
         """Roll back. A transient refusal also keeps the pod's next attempts off that node (the view
         evidently misses something about it), for a few nodes at most."""
         if ev.cluster != self.cluster_name:
@@ -310,7 +294,7 @@ class PlacementState:
         attempt = attempt_of(ev.decision_id)
         return self.ledger.rollback(ev.pod_uid, ev.decision_id, attempt if attempt is not None else ev.attempt)
 
-    def apply_preempted(self, ev: PodPreempted) -> bool:
+    def apply_preempted(self, ev: schemas.PodPreempted) -> bool:
         """The victim left its GPUs. The event's ``decision_id`` is the decision that planned the
         preemption (the preemptor's), not the victim's attempt, and the victim's next attempt may be
         here already (the binder re-queues it right after; the pending stream and this follower are
@@ -327,7 +311,7 @@ class PlacementState:
         self.planner.forget(ev.pod_uid)
         return self.ledger.release(ev.pod_uid)
 
-    def apply_finished(self, ev: PodFinished) -> bool:
+    def apply_finished(self, ev: schemas.PodFinished) -> bool:
         if ev.cluster != self.cluster_name:
             return False
         self.planner.waiting.settle(ev.pod_uid)  # a decision still held at Permit reached the world
@@ -343,10 +327,10 @@ class PlacementState:
 
     # -- deciding (the leader) --------------------------------------------------------------------------
 
-    def _request(self, p: PodPending) -> PodRequest:
+    def _request(self, p: schemas.PodPending) -> PodRequest:
         return convert.pod_request(p, self.planner.view.models, self.capability)
 
-    def on_pending(self, p: PodPending) -> list[Outcome]:
+    def on_pending(self, p: schemas.PodPending) -> list[Outcome]:
         """A pending pod from the durable stream. Empty: nothing to publish (a duplicate, a stale
         attempt, another cluster's pod). Raises RuntimeError when the cluster view is empty."""
         if p.cluster != self.cluster_name:
@@ -367,7 +351,8 @@ class PlacementState:
             req = self._request(p)
         except RequestError as exc:
             self.planner.reject_invalid(p.pod_uid, p.attempt)
-            return [Rejected(self._unschedulable(p, UnschedulableReason.INVALID_REQUEST, str(exc)), str(exc))]
+            invalid = self._unschedulable(p, schemas.UnschedulableReason.INVALID_REQUEST, str(exc))
+            return [Rejected(invalid, str(exc))]
         return self._messages(self.planner.submit(p.pod_uid, p.attempt, req, payload=p))
 
     def retry(self, limit: int = 256) -> tuple[list[Outcome], bool]:
@@ -402,7 +387,7 @@ class PlacementState:
         placed = self.planner.reclaim(pod_uid, victims)
         return None if placed is None else Decided(self._decided(placed))
 
-    def reclaim_for(self, msg: PlacementDecided, victims: Sequence[str]) -> PlacementDecided:
+    def reclaim_for(self, msg: schemas.PlacementDecided, victims: Sequence[str]) -> schemas.PlacementDecided:
         """Quota admitted a held decision with a reclaim plan: the victims placement knows as running
         (and no other plan evicts) are evicted in its statement and join its planned preemptions."""
         planned = {p.pod_uid for p in msg.preemptions}
@@ -421,18 +406,19 @@ class PlacementState:
                 out.append(Unschedulable(self._unschedulable_of(o)))
         return out
 
-    def _unschedulable_of(self, o: Parked) -> PodUnschedulable:
-        p: PodPending = o.entry.payload
+    def _unschedulable_of(self, o: Parked) -> schemas.PodUnschedulable:
+        p: schemas.PodPending = o.entry.payload
         return self._unschedulable(p, o.reason, o.message, o.explanation, unresolvable=o.unresolvable,
                                    attempt=o.entry.attempt, retry_after_s=o.retry_after_s)
 
-    def _decided(self, d: Placed) -> PlacementDecided:
+    def _decided(self, d: Placed) -> schemas.PlacementDecided:
         return convert.decided_message(d, self.gpus[d.node], source=self.source, cluster=self.cluster_name,
                                        policy=self.policy_name, grace_s=self.checkpoint_grace_s, now=self.clock())
 
-    def _unschedulable(self, p: PodPending, reason: str, message: str, why: PodExplanation | None = None, *,
+    def _unschedulable(self, p: schemas.PodPending, reason: str, message: str,
+                       why: PodExplanation | None = None, *,
                        unresolvable: bool = False, attempt: int | None = None,
-                       retry_after_s: float | None = None) -> PodUnschedulable:
+                       retry_after_s: float | None = None) -> schemas.PodUnschedulable:
         return convert.unschedulable_message(p, reason, message, why, source=self.source, cluster=self.cluster_name,
                                              now=self.clock(), attempt=attempt, retry_after_s=retry_after_s)
 
@@ -441,7 +427,7 @@ class PlacementState:
     def explain_request(self, req: PodRequest, max_classes: int = 50) -> PodExplanation:
         return self.planner.explain_request(req, max_classes)
 
-    def explain_pending(self, p: PodPending, max_classes: int = 50) -> PodExplanation:
+    def explain_pending(self, p: schemas.PodPending, max_classes: int = 50) -> PodExplanation:
         if not self.ensure_cluster():
             raise RuntimeError("no nodes in the cluster view yet")
         return self.explain_request(self._request(p), max_classes)
