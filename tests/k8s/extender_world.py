@@ -13,8 +13,8 @@ from typing import Any
 from k8s_payloads import node
 
 from gpuaware.k8s.extender import Extender
+from gpuaware.k8s.nodes import node_inventory
 from gpuaware.k8s.objects import BindOutcome
-from gpuaware.k8s.translate import node_inventory
 from gpuaware.placement import POLICIES
 from gpuaware.schemas.binder import PodBound
 from gpuaware.schemas.placement import GpuSlice

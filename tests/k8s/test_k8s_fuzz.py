@@ -27,7 +27,8 @@ from k8s_payloads import load, node
 from gpuaware.k8s.admission import BadReview, mutate, validate
 from gpuaware.k8s.crs import CustomResourceError, policy_profile, quota_config
 from gpuaware.k8s.extender import BadRequest
-from gpuaware.k8s.translate import ANNOTATION, HAMI_REGISTER, TranslationError, node_inventory, pod_pending
+from gpuaware.k8s.nodes import node_inventory
+from gpuaware.k8s.translate import ANNOTATION, HAMI_REGISTER, TranslationError, pod_pending
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=30),

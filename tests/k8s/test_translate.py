@@ -8,13 +8,12 @@ import pytest
 import yaml
 from k8s_payloads import load, node, pod, shared
 
+from gpuaware.k8s.nodes import hami_devices, node_inventory
 from gpuaware.k8s.translate import (
     ANNOTATION,
     HAMI_REGISTER,
     TranslationError,
-    hami_devices,
     is_ours,
-    node_inventory,
     pod_pending,
 )
 from gpuaware.schemas.inventory import MigMode

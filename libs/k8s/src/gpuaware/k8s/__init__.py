@@ -21,6 +21,7 @@ from gpuaware.k8s.api import (
 from gpuaware.k8s.election import KubeLeaderLease
 from gpuaware.k8s.extender import BindingArgs, Extender
 from gpuaware.k8s.mirror import KubeMirror
+from gpuaware.k8s.nodes import node_inventory
 from gpuaware.k8s.objects import (
     ASSIGNED,
     BindOutcome,
@@ -30,7 +31,7 @@ from gpuaware.k8s.objects import (
     why_pending,
 )
 from gpuaware.k8s.server import admission_app, extender_app
-from gpuaware.k8s.translate import EXTENDER_SCHEDULER_NAME, SCHEDULER_NAME, is_ours, node_inventory
+from gpuaware.k8s.translate import EXTENDER_SCHEDULER_NAME, SCHEDULER_NAME, is_ours
 from gpuaware.k8s.watch import Change, Watcher, run_watch
 
 __all__ = [

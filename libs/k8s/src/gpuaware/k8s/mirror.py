@@ -23,13 +23,13 @@ from typing import Any
 
 import msgspec
 
+from gpuaware.k8s.nodes import node_inventory
 from gpuaware.k8s.objects import ASSIGNED
 from gpuaware.k8s.translate import (
     ANNOTATION,
     EXTENDER_SCHEDULER_NAME,
     POD_GROUP_LABEL,
     TranslationError,
-    node_inventory,
     pod_pending,
 )
 from gpuaware.k8s.watch import Change
