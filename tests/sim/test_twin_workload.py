@@ -14,11 +14,10 @@ from gpuaware.sim.workload_gen import (
     GeneratorSpec,
     PodClass,
     SimPod,
-    from_openb,
     generate,
-    load_philly,
     spec_for_cluster,
 )
+from gpuaware.sim.workload_traces import from_openb, load_philly
 
 
 def test_generator_is_deterministic_by_seed() -> None:

@@ -102,7 +102,8 @@ from gpuaware.sim.twin import (
     to_faults,
 )
 from gpuaware.sim.workload import Workload, build_workload
-from gpuaware.sim.workload_gen import SimPod, from_openb, generate, load_philly, spec_for_cluster
+from gpuaware.sim.workload_gen import SimPod, generate, spec_for_cluster
+from gpuaware.sim.workload_traces import from_openb, load_philly
 
 __all__ = [
     "ARRIVED",

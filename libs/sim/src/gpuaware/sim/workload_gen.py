@@ -13,8 +13,8 @@ Three sources, all deterministic:
   per-class shapes: fractional GPUs for inference and notebooks, whole multi-GPU gangs for training,
   priorities and checkpointability that make preemption meaningful. ``spec_for_cluster`` sizes the
   arrival rate so the offered load is a chosen fraction of the cluster.
-* ``from_openb(trace_pods, ...)`` - the Alibaba openb pod list (creation/deletion times, fractional
-  GPUs): a time window is cut out; pods already alive at its start arrive at once with what is left
+* ``from_openb(trace_pods, ...)`` (``workload_traces``, as the next) - the Alibaba openb pod list
+  (creation/deletion times, fractional GPUs): a time window is cut out; pods already alive at its start arrive at once with what is left
   of their life, the others at their creation time; departures follow ``deletion_time``.
 * ``load_philly(path, ...)`` - the Philly trace as the Pollux artifact ships it (``traces/philly.csv``:
   submit time, duration, GPUs, virtual cluster). A virtual cluster becomes a tenant; jobs wider than
@@ -26,18 +26,13 @@ starting point the demo can replay anywhere; a real cluster's mix comes from its
 
 from __future__ import annotations
 
-import csv
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-
-from gpuaware.sim.traces import TraceError, TracePod
 
 __all__ = [
     "DEFAULT_CLASSES",
@@ -48,9 +43,7 @@ __all__ = [
     "SimPod",
     "Tenant",
     "expected_gpu_seconds",
-    "from_openb",
     "generate",
-    "load_philly",
     "spec_for_cluster",
 ]
 
@@ -322,7 +315,7 @@ def generate(spec: GeneratorSpec = GeneratorSpec(), seed: int = 0) -> tuple[SimP
         checkpointable = bool(rng.random() < p.checkpointable)
         deferrable = bool(rng.random() < p.deferrable)
         namespace = f"{spec.namespace_prefix}{tenant.name}"
-        widths = _split_gang(gpus, spec.max_gpus_per_pod)
+        widths = split_gang(gpus, spec.max_gpus_per_pod)
         gang = f"{spec.uid_prefix}-{job:06d}" if len(widths) > 1 else None
         for member, width in enumerate(widths):
             suffix = f"-{member}" if gang else ""
@@ -343,117 +336,9 @@ def generate(spec: GeneratorSpec = GeneratorSpec(), seed: int = 0) -> tuple[SimP
     return tuple(pods)
 
 
-def _split_gang(gpus: int, per_pod: int) -> list[int]:
+def split_gang(gpus: int, per_pod: int) -> list[int]:
     """12 GPUs on 8-GPU nodes -> [8, 4]: whole-node pods, the rest in one more."""
     if gpus <= per_pod:
         return [gpus]
     return [per_pod] * (gpus // per_pod) + ([gpus % per_pod] if gpus % per_pod else [])
 
-
-# --- traces -------------------------------------------------------------------------------------
-
-_OPENB_CLASS = {"LS": PodClass.INFERENCE, "BE": PodClass.TRAINING}
-_OPENB_QOS = {"LS": "guaranteed", "BE": "best-effort", "Burstable": "burstable", "Guaranteed": "guaranteed"}
-_OPENB_PRIORITY = {"LS": 1000, "BE": 0, "Burstable": 100, "Guaranteed": 1000}
-
-
-@dataclass(frozen=True, slots=True)
-class _Window:
-    start: float
-    end: float = field(default=math.inf)
-
-
-def from_openb(trace_pods: Iterable[TracePod], *, window_start: float | None = None,
-               window_s: float | None = None, namespace: str = "openb", gpu_only: bool = False,
-               max_pods: int = 0) -> tuple[SimPod, ...]:
-    """openb pods alive in ``[window_start, window_start + window_s)``, times relative to its start.
-
-    A pod created before the window and deleted inside or after it arrives at 0 with the rest of its
-    life; a pod without a deletion time runs past the end (``duration_s=None``). Pods without a
-    creation time count as created at the trace's start. ``qos`` picks the class and priority:
-    LS (latency-sensitive) -> inference / 1000, BE (best effort) -> training / 0.
-    """
-    pods = list(trace_pods)
-    starts = [p.creation_time or 0.0 for p in pods]
-    first = min(starts, default=0.0)
-    w = _Window(first if window_start is None else window_start)
-    if window_s is not None:
-        w = _Window(w.start, w.start + window_s)
-    out: list[SimPod] = []
-    for p, created in zip(pods, starts, strict=True):
-        r = p.request
-        if gpu_only and r.num_gpu == 0:
-            continue
-        deleted = p.deletion_time
-        if created >= w.end or (deleted is not None and deleted <= w.start):
-            continue
-        arrival = max(0.0, created - w.start)
-        duration = None if deleted is None else max(0.0, deleted - max(created, w.start))
-        qos = r.qos or ""
-        out.append(SimPod(
-            uid=r.name, name=r.name, namespace=namespace, arrival_s=arrival, duration_s=duration,
-            klass=_OPENB_CLASS.get(qos, PodClass.BATCH) if r.num_gpu else PodClass.BATCH,
-            queue="default", cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, num_gpu=r.num_gpu,
-            gpu_milli=r.gpu_milli if r.num_gpu else MILLI, gpu_memory_mib=r.gpu_memory_mib,
-            gpu_types=r.gpu_types, priority=_OPENB_PRIORITY.get(qos, 0),
-            qos=_OPENB_QOS.get(qos, "best-effort"),
-        ))
-    out.sort(key=lambda s: (s.arrival_s, s.uid))
-    return tuple(out[:max_pods] if max_pods else out)
-
-
-def load_philly(path: Path | str, *, window_start: float | None = None, window_s: float | None = 86400.0,
-                gpus_per_node: int = 8, max_pods: int = 0, uid_prefix: str = "philly",
-                checkpointable: bool = True) -> tuple[SimPod, ...]:
-    """Jobs of the Pollux artifact's ``traces/philly.csv`` submitted in a window (seconds after the
-    trace's first submission; None = from the first one).
-
-    Every job is a training job of its virtual cluster (tenant ``vc-<id>``); a job wider than a
-    node becomes a gang of whole-node pods. CPU and memory follow a DGX-like 8 cores and 64 GiB
-    per GPU. Rows are validated like the openb loaders: a bad row raises TraceError.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(path, None, "file not found")
-    rows: list[tuple[float, float, int, str, int]] = []
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        need = {"timestamp", "duration", "num_gpus", "cluster"}
-        if reader.fieldnames is None or not need <= set(reader.fieldnames):
-            raise TraceError(path, 1, f"missing column(s) {sorted(need - set(reader.fieldnames or ()))}")
-        for row in reader:
-            line = reader.line_num
-            try:
-                submit = datetime.fromisoformat(row["timestamp"]).timestamp()
-                duration = float(row["duration"])
-                gpus = int(row["num_gpus"])
-            except ValueError as exc:
-                raise TraceError(path, line, str(exc)) from None
-            if duration < 0 or gpus < 1:
-                raise TraceError(path, line, f"duration {duration} / num_gpus {gpus} out of range")
-            rows.append((submit, duration, gpus, row["cluster"], line))
-    if not rows:
-        raise TraceError(path, None, "no jobs")
-    rows.sort()
-    first = rows[0][0]
-    lo = first + (window_start or 0.0)
-    hi = math.inf if window_s is None else lo + window_s
-    out: list[SimPod] = []
-    for submit, duration, gpus, vc, line in rows:
-        if not lo <= submit < hi:
-            continue
-        widths = _split_gang(gpus, gpus_per_node)
-        job = f"{uid_prefix}-{line:06d}"
-        for member, width in enumerate(widths):
-            suffix = f"-{member}" if len(widths) > 1 else ""
-            out.append(SimPod(
-                uid=f"{job}{suffix}", name=f"{job}{suffix}", namespace=f"vc-{vc}", queue=f"vc-{vc}",
-                arrival_s=submit - lo, duration_s=duration, klass=PodClass.TRAINING, cpu_milli=8000 * width,
-                memory_mib=65536 * width, num_gpu=width, priority=100, priority_class="batch-training",
-                checkpointable=checkpointable, qos="burstable",
-                gang_id=job if len(widths) > 1 else None, gang_min_members=len(widths),
-                topology="same-nvlink-island" if width > 1 else "none",
-            ))
-        if max_pods and len(out) >= max_pods:
-            break
-    return tuple(out)
