@@ -10,6 +10,7 @@ from bus_helpers import Sample
 from gpuaware import bus
 from gpuaware.bus.headers import header_value
 from gpuaware.bus.jetstream import ConsumerSpec, SimpleStreamSpec, consumer_diff, stream_config, stream_diff
+from gpuaware.schemas import POD_PENDING, PodPending
 
 
 class Fixed(random.Random):
@@ -77,6 +78,14 @@ def test_channel_codec_ids_and_tokens() -> None:
     assert node.msg_id(s, payload) != ch.msg_id(s, payload)  # the subject is part of the hash
     with pytest.raises(ValueError):
         ch.at("a.b")
+
+
+def test_event_channel_is_published_on_the_events_tag() -> None:
+    pending = bus.event_channel(PodPending, id_of=lambda p: p.pod_uid, dedupe=False)
+    assert (pending.subject, pending.type, pending.dedupe) == (POD_PENDING, PodPending, False)
+    assert pending.id_of is not None
+    with pytest.raises(TypeError, match="not a tagged event"):
+        bus.event_channel(Sample)  # a Struct without a tag has no subject
 
 
 def test_stream_and_consumer_diffs() -> None:

@@ -3,7 +3,7 @@
     async with bus.connected(settings.nats_url, name="placement") as nc:
         js = nc.jetstream()
         await bus.ensure_stream(js, PENDING_PODS_STREAM)
-        pods = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: p.uid)
+        pods = bus.event_channel(PodPending, id_of=lambda p: p.uid)   # its subject: the event's tag
         consumer = await bus.subscribe_durable(js, pods, "placement", handle_pending)
         await bus.publish(js, decisions, decision)             # stored once, traced
         reply = await bus.request(nc, QUOTA_ADMIT, ask, Admission, timeout=1.0)
@@ -15,7 +15,7 @@ and dead letters. Each module's docstring explains its part of the design.
 """
 
 from gpuaware.bus.batch import BatchConsumer, BatchHandler, subscribe_batched
-from gpuaware.bus.codec import Channel, content_id, decoder_for
+from gpuaware.bus.codec import Channel, content_id, decoder_for, event_channel
 from gpuaware.bus.connection import (
     Client,
     ReconnectPolicy,
@@ -109,6 +109,7 @@ __all__ = [
     "ensure_consumer",
     "ensure_dead_letter_stream",
     "ensure_stream",
+    "event_channel",
     "extract",
     "follow",
     "inject",

@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 T = TypeVar("T")
+E = TypeVar("E", bound=msgspec.Struct)
 
 #: one shared encoder: msgspec.json.Encoder is type-agnostic and thread-safe for encoding.
 ENCODER = msgspec.json.Encoder()
@@ -133,3 +134,13 @@ class Channel(Generic[T]):
         if self.id_of is not None:
             return str(self.id_of(msg))
         return content_id(self.subject, payload)
+
+
+def event_channel(event_type: type[E], *, id_of: Callable[[E], str] | None = None,
+                  dedupe: bool = True) -> Channel[E]:
+    """The channel an event type is published on. A contract event's tag is its subject (what
+    ``gpuaware.schemas.subject_of`` reads), so the subject is not named a second time beside its type."""
+    subject = event_type.__struct_config__.tag
+    if not isinstance(subject, str):
+        raise TypeError(f"{event_type.__name__} has no subject: it is not a tagged event")
+    return Channel(subject, event_type, id_of, dedupe)
