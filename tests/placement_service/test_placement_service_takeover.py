@@ -70,6 +70,14 @@ async def previous_leader(js: Any, cluster: str, *, bucket: str = "placement-lea
     return lease
 
 
+async def handing_over(world: World, cluster: str, n: int = 12, **lease: Any) -> tuple[bus.LeaderLease, list[str]]:
+    """Two nodes, the cluster's lease held by a previous leader (`previous_leader`'s arguments in
+    `lease`), then `n` pods pending: what each fault scenario starts from."""
+    await world.nodes(["n1", "n2"])
+    previous = await previous_leader(world.js, cluster, **lease)
+    return previous, await pend(world, cluster, n)
+
+
 async def pend(world: World, cluster: str, n: int) -> list[str]:
     # two nodes of 8 GPUs, pods of 0.6 GPU: each fits on a GPU of its own (12 of 16), and a view
     # missing a decision would put two on one GPU: 600 + 600 = 1200 > 1000 milli
@@ -80,7 +88,10 @@ async def pend(world: World, cluster: str, n: int) -> list[str]:
 
 
 async def decided_once(world: World, uids: list[str]) -> list[Any]:
-    """The stream holds exactly one decision per pod and no GPU holds more than a whole GPU."""
+    """Once every pod is decided: the stream holds exactly one decision per pod and no GPU holds more
+    than a whole GPU."""
+    await world.wait(lambda: {d.pod_uid for d in world.decisions} == set(uids), timeout=30,
+                     what="every pod decided")
     stored = await world.stored_decisions()
     per_pod = Counter(d.pod_uid for d in stored)
     assert set(per_pod) == set(uids), f"missing: {set(uids) - set(per_pod)}"
@@ -95,9 +106,7 @@ async def decided_once(world: World, uids: list[str]) -> list[Any]:
 
 async def test_a_follower_sync_that_hangs_is_retried_and_the_leader_decides_once_it_clears(
         world: World, nats_proc, cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    await world.nodes(["n1", "n2"])
-    previous = await previous_leader(world.js, cluster)
-    uids = await pend(world, cluster, 12)
+    previous, uids = await handing_over(world, cluster)
     fault = Fault()
     async with placement(nats_proc.url, cluster, "p1", lead=False) as p1:
         f = follower(p1, "placement-decisions")
@@ -107,8 +116,6 @@ async def test_a_follower_sync_that_hangs_is_retried_and_the_leader_decides_once
         # it holds the lease, but must not decide on a view that may miss the previous leader's work
         assert p1.leading and p1.consumer is None and not world.decisions
         fault.clear()
-        await world.wait(lambda: {d.pod_uid for d in world.decisions} == set(uids), timeout=30,
-                         what="every pod decided")
         stored = await decided_once(world, uids)
         assert min(d.decided_at for d in stored) >= fault.cleared_at  # nothing decided while the fault held
         assert {d.source for d in stored} == {"placement/p1"}
@@ -116,9 +123,7 @@ async def test_a_follower_sync_that_hangs_is_retried_and_the_leader_decides_once
 
 async def test_a_refused_consumer_creation_is_retried_and_the_leader_decides_once_it_clears(
         world: World, nats_proc, cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    await world.nodes(["n1", "n2"])
-    previous = await previous_leader(world.js, cluster)
-    uids = await pend(world, cluster, 12)
+    previous, uids = await handing_over(world, cluster)
     fault = Fault()
     real = bus.subscribe_pipelined
 
@@ -134,8 +139,6 @@ async def test_a_refused_consumer_creation_is_retried_and_the_leader_decides_onc
         await world.wait(lambda: fault.hits >= 3, timeout=30, what="three refused consumer creations")
         assert p1.leading and p1.consumer is None and not world.decisions
         fault.clear()
-        await world.wait(lambda: {d.pod_uid for d in world.decisions} == set(uids), timeout=30,
-                         what="every pod decided")
         stored = await decided_once(world, uids)
         assert min(d.decided_at for d in stored) >= fault.cleared_at  # nothing decided while refused
         assert p1.lease is not None and p1.lease.resignations == 0  # retried, not given up
@@ -175,9 +178,7 @@ async def test_nats_restarted_mid_takeover(tmp_path: Path, cluster: str, monkeyp
             for spec in STREAMS:
                 await bus.ensure_stream(js, spec)
             world = await World(nc, cluster).start()
-            await world.nodes(["n1", "n2"])
-            previous = await previous_leader(js, cluster, bucket="placement-leader-12s", ttl_s=12.0)
-            uids = await pend(world, cluster, 12)
+            previous, uids = await handing_over(world, cluster, bucket="placement-leader-12s", ttl_s=12.0)
             url = servers[0].url
             async with (placement(url, cluster, "p1", lead=False, **slow_lease) as p1,
                         placement(url, cluster, "p2", lead=False, **slow_lease) as p2):
@@ -208,9 +209,7 @@ async def test_nats_restarted_mid_takeover(tmp_path: Path, cluster: str, monkeyp
 
 async def test_a_takeover_that_keeps_failing_gives_the_lease_up_to_a_standby(
         world: World, nats_proc, cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    await world.nodes(["n1", "n2"])
-    previous = await previous_leader(world.js, cluster)
-    uids = await pend(world, cluster, 12)
+    previous, uids = await handing_over(world, cluster)
     fault = Fault()  # never cleared: p1 cannot catch up with the streams
     async with placement(nats_proc.url, cluster, "p1", lead=False, takeover_attempts=4,
                          takeover_cooldown_s=30.0) as p1:
@@ -232,8 +231,6 @@ async def test_a_takeover_that_keeps_failing_gives_the_lease_up_to_a_standby(
             await world.wait(lambda: p2.consumer is not None, timeout=30, what="p2 takes over")
             assert p1.lease is not None and p1.lease.resignations == 1
             assert not p1.leading and p1.consumer is None
-            await world.wait(lambda: {d.pod_uid for d in world.decisions} == set(uids), timeout=30,
-                             what="every pod decided")
             stored = await decided_once(world, uids)
             assert {d.source for d in stored} == {"placement/p2"}
             assert fault.hits == 4  # one per try, then it stayed out of the election
@@ -272,8 +269,6 @@ async def test_stepping_down_mid_takeover_leaves_no_consumer_running(
         await world.wait(lambda: second.consumer is not None, timeout=30, what="the second instance takes over")
         assert first.consumer is None and not made[first].running and made[second].running
         uids = await pend(world, cluster, 12)
-        await world.wait(lambda: {d.pod_uid for d in world.decisions} == set(uids), timeout=30,
-                         what="every pod decided")
         stored = await decided_once(world, uids)
         assert {d.source for d in stored} == {second.source}
 
@@ -286,9 +281,7 @@ async def test_a_takeover_that_dies_unexpectedly_is_observed_and_gives_the_lease
         world: World, nats_proc, cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuaware.services.placement import takeover
 
-    await world.nodes(["n1", "n2"])
-    previous = await previous_leader(world.js, cluster)
-    uids = await pend(world, cluster, 12)
+    previous, uids = await handing_over(world, cluster)
     real_synced = takeover.synced
     crashed: list[PlacementService] = []
     services: list[PlacementService] = []
