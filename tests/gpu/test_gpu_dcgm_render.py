@@ -27,7 +27,7 @@ from gpuaware.gpu import (
     parse_dcgm_metrics,
     render_dcgm_metrics,
 )
-from gpuaware.gpu.dcgm import RENDERED
+from gpuaware.gpu.dcgm_render import RENDERED
 from gpuaware.schemas import GpuInfo, NodeInventory
 
 T0 = 1_767_225_600.0

@@ -27,8 +27,8 @@ from gpuaware.gpu.dcgm import (
     DcgmScrape,
     PodRef,
     parse_dcgm_metrics,
-    render_dcgm_metrics,
 )
+from gpuaware.gpu.dcgm_render import render_dcgm_metrics
 from gpuaware.gpu.errors import GpuBackendError, GpuBackendUnavailable, TopologyParseError, TraceError
 from gpuaware.gpu.events import APPLICATION_XIDS, EventKind, FrameWatch, GpuEvent
 from gpuaware.gpu.faults import EccErrorGrowth, Fault, PowerCap, ThermalRunaway, XidBurst
