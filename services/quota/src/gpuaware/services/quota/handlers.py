@@ -42,32 +42,22 @@ from gpuaware.quota import QuotaConfigError, validate
 from gpuaware.runtime import Sample, ServiceContext, counter, gauge
 from gpuaware.schemas import (
     BINDER,
-    POD_BIND_FAILED,
-    POD_BOUND,
-    POD_FINISHED,
-    POD_PENDING,
-    POD_PREEMPTED,
     QUOTA_ADMIT,
-    QUOTA_USAGE_REPORTED,
     AdmitReply,
     AdmitRequest,
-    PodBindFailed,
     PodBound,
-    PodFinished,
     PodPending,
-    PodPreempted,
     QuotaUsageReported,
     subject_token,
 )
 from gpuaware.services.quota.settings import QuotaSettings
-from gpuaware.services.quota.state import QuotaView
+from gpuaware.services.quota.state import POD_EVENT_TYPES, PodEvent, QuotaView, ended_at
 from gpuaware.services.quota.store import Writer
 
 log = logging.getLogger(__name__)
 
-POD_EVENTS = (bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBound), bus.Channel(POD_BIND_FAILED, PodBindFailed),
-              bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_FINISHED, PodFinished))
-REPORTED = bus.Channel(QUOTA_USAGE_REPORTED, QuotaUsageReported)
+POD_EVENTS = [bus.event_channel(event_type) for event_type in POD_EVENT_TYPES]
+REPORTED = bus.event_channel(QuotaUsageReported)
 CATCH_UP_S = 30.0
 
 
@@ -91,7 +81,7 @@ class QuotaService:
 
     async def start(self) -> None:
         self.writer.start()
-        self.follower = await bus.follow(self.js, list(POD_EVENTS), self._on_pod, stream=BINDER.name, deliver="all",
+        self.follower = await bus.follow(self.js, POD_EVENTS, self._on_pod, stream=BINDER.name, deliver="all",
                                          with_suffixes=True, name="quota-pods")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.follower.caught_up.wait(), CATCH_UP_S)
@@ -109,8 +99,7 @@ class QuotaService:
         await self.pool.close()
 
     # --- handlers -----------------------------------------------------------------------------------
-    def _on_pod(self, ev: PodPending | PodBound | PodBindFailed | PodPreempted | PodFinished,
-                _d: bus.FollowDelivery) -> None:
+    def _on_pod(self, ev: PodEvent, _d: bus.FollowDelivery) -> None:
         if ev.cluster != self.settings.cluster:
             return
         if isinstance(ev, PodPending):
@@ -120,8 +109,7 @@ class QuotaService:
             iv = self.view.bound(ev, ev.bound_at)
             self.writer.opened(iv, ev.namespace, ev.pod_name, ev.node)
             return
-        at = {PodFinished: "finished_at", PodPreempted: "preempted_at", PodBindFailed: "failed_at"}[type(ev)]
-        ended = self.view.gone(ev, getattr(ev, at))
+        ended = self.view.gone(ev, ended_at(ev))
         if ended is not None:
             self.writer.closed(ended)
 

@@ -44,9 +44,15 @@ from gpuaware.schemas import (
     Resources,
 )
 
-__all__ = ["Ended", "QuotaView"]
+__all__ = ["POD_EVENT_TYPES", "Ended", "PodEvent", "PodGone", "QuotaView", "ended_at"]
 
 GPU_MILLI = RESOURCES.index("gpu_milli")
+
+PodGone = PodFinished | PodPreempted | PodBindFailed
+"""a binder event after which the pod no longer runs"""
+PodEvent = PodPending | PodBound | PodGone
+POD_EVENT_TYPES = (PodPending, PodBound, PodBindFailed, PodPreempted, PodFinished)
+"""the binder's events the quota view follows"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +179,7 @@ class QuotaView:
         tenant = self.tree.tenant.get(queue, queue)
         return Interval(ev.pod_uid, queue, tenant, milli, mem, ev.bound_at)
 
-    def gone(self, ev: PodFinished | PodPreempted | PodBindFailed, now: float) -> Ended | None:
+    def gone(self, ev: PodGone, now: float) -> Ended | None:
         """Stop counting the pod; the interval end to store (None when it never ran)."""
         self.reserved.pop(ev.pod_uid, None)
         self.asked.pop(ev.pod_uid, None)
@@ -234,3 +240,12 @@ class QuotaView:
         return QuotaUsageReported(source=self.source, emitted_at=now, cluster=self.cluster, as_of=now,
                                   queues=tuple(queues), jain_index=None if jain is None else round(jain, 6),
                                   reclaims=self.reclaims)
+
+
+def ended_at(ev: PodGone) -> float:
+    """When the pod stopped running, by the event's own clock."""
+    if isinstance(ev, PodFinished):
+        return ev.finished_at
+    if isinstance(ev, PodPreempted):
+        return ev.preempted_at
+    return ev.failed_at
