@@ -34,7 +34,7 @@ from gpuaware.schemas.placement import (
     PodUnschedulable,
 )
 from gpuaware.schemas.pods import POD_PENDING, PodPending
-from gpuaware.schemas.streams import PLACEMENT
+from gpuaware.schemas.streams import PLACEMENT, STREAMS
 from gpuaware.services.placement.handlers import PlacementService, mounter
 from gpuaware.services.placement.settings import PlacementSettings
 
@@ -80,6 +80,11 @@ class World:
         self._subs: list[Any] = []
 
     async def start(self) -> World:
+        """Declare the contract's streams (the service would too, but the world may publish first),
+        then record what placement publishes."""
+        for spec in STREAMS:
+            await bus.ensure_stream(self.js, spec)
+
         async def on_decided(msg: Any) -> None:
             d = DECIDED.decode(msg.data)
             if d.cluster == self.cluster:
@@ -191,12 +196,6 @@ def cluster() -> str:
 @pytest.fixture
 async def world(nats_proc: NatsProcess, cluster: str) -> AsyncIterator[World]:
     async with bus.connected(nats_proc.url, name="world") as nc:
-        # the streams exist before the world publishes (the service would declare them too)
-        from gpuaware.schemas.streams import STREAMS
-
-        js = nc.jetstream()
-        for spec in STREAMS:
-            await bus.ensure_stream(js, spec)
         w = await World(nc, cluster).start()
         yield w
         await w.stop()

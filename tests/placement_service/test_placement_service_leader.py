@@ -129,9 +129,9 @@ async def test_restart_rebuilds_the_ledger_from_the_streams(world: World, nats_p
 
 async def test_start_seeds_the_view_from_the_worlds_snapshot(world: World, nats_proc, cluster: str) -> None:
     from gpuaware import bus
-    from gpuaware.schemas.placement import GpuSlice
-    from gpuaware.schemas.world import (
+    from gpuaware.schemas import (
         WORLD_SNAPSHOT,
+        GpuSlice,
         WorldGpu,
         WorldNode,
         WorldPod,

@@ -26,7 +26,6 @@ from placement_service_helpers import World, pending, placement
 from gpuaware import bus
 from gpuaware.devstack import start_nats
 from gpuaware.placement import MILLI
-from gpuaware.schemas.streams import STREAMS
 from gpuaware.services.placement.handlers import PlacementService
 
 pytestmark = pytest.mark.faults  # `make test-faults` runs the fault scenarios alone
@@ -174,9 +173,6 @@ async def test_nats_restarted_mid_takeover(tmp_path: Path, cluster: str, monkeyp
     slow_lease = {"lease_bucket": "placement-leader-12s", "lease_ttl_s": 12.0}
     try:
         async with bus.connected(servers[0].url, name="world") as nc:
-            js = nc.jetstream()
-            for spec in STREAMS:
-                await bus.ensure_stream(js, spec)
             world = await World(nc, cluster).start()
             previous, uids = await handing_over(world, cluster, bucket="placement-leader-12s", ttl_s=12.0)
             url = servers[0].url
