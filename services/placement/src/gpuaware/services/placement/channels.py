@@ -1,50 +1,21 @@
-"""The subjects placement reads and writes, typed (one `bus.Channel` each), and the dedupe id of each
-message it publishes: a redelivered pending pod decided again yields the same id, so JetStream stores
-the decision once."""
+"""The subjects placement reads and writes, typed (one `bus.Channel` each, its subject the event's tag),
+and the dedupe id of each message it publishes: a redelivered pending pod decided again yields the same
+id, so JetStream stores the decision once."""
 
 from __future__ import annotations
 
-from gpuaware import bus
-from gpuaware.schemas import (
-    GPU_ROLLED_UP,
-    GPU_SCORED,
-    GPU_STATE_CHANGED,
-    GPU_UTIL_PREDICTED,
-    NODE_INVENTORY,
-    PLACEMENT_DECIDED,
-    PLACEMENT_EXPLAINED,
-    POD_BIND_FAILED,
-    POD_BOUND,
-    POD_FINISHED,
-    POD_PENDING,
-    POD_PREEMPTED,
-    POD_UNSCHEDULABLE,
-    GpuRolledUp,
-    GpuScored,
-    GpuStateChanged,
-    GpuUtilPredicted,
-    NodeInventory,
-    PlacementDecided,
-    PlacementExplained,
-    PodBindFailed,
-    PodBound,
-    PodFinished,
-    PodPending,
-    PodPreempted,
-    PodUnschedulable,
-)
+from gpuaware import bus, schemas
 
-PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
-DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided, id_of=lambda d: d.decision_id)
-UNSCHEDULABLE = bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable,
-                            id_of=lambda u: f"{u.pod_uid}/{u.attempt}/{u.reason}")
-EXPLAINED = bus.Channel(PLACEMENT_EXPLAINED, PlacementExplained)
-INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
-HEALTH = bus.Channel(GPU_STATE_CHANGED, GpuStateChanged)
-SCORED = bus.Channel(GPU_SCORED, GpuScored)
-ROLLUPS = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
-FORECASTS = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
-BOUND = bus.Channel(POD_BOUND, PodBound)
-BIND_FAILED = bus.Channel(POD_BIND_FAILED, PodBindFailed)
-PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
-FINISHED = bus.Channel(POD_FINISHED, PodFinished)
+PENDING = bus.event_channel(schemas.PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
+DECIDED = bus.event_channel(schemas.PlacementDecided, id_of=lambda d: d.decision_id)
+UNSCHEDULABLE = bus.event_channel(schemas.PodUnschedulable, id_of=lambda u: f"{u.pod_uid}/{u.attempt}/{u.reason}")
+EXPLAINED = bus.event_channel(schemas.PlacementExplained)
+INVENTORY = bus.event_channel(schemas.NodeInventory)
+HEALTH = bus.event_channel(schemas.GpuStateChanged)
+SCORED = bus.event_channel(schemas.GpuScored)
+ROLLUPS = bus.event_channel(schemas.GpuRolledUp)
+FORECASTS = bus.event_channel(schemas.GpuUtilPredicted)
+BOUND = bus.event_channel(schemas.PodBound)
+BIND_FAILED = bus.event_channel(schemas.PodBindFailed)
+PREEMPTED = bus.event_channel(schemas.PodPreempted)
+FINISHED = bus.event_channel(schemas.PodFinished)
