@@ -21,7 +21,6 @@ from gpuaware.schemas import (
     GPU_STATE_CHANGED,
     HEALTH_CORDON,
     HEALTH_STATS,
-    NODE_INVENTORY,
     PLACEMENT_DECIDED,
     AlertRaised,
     CordonReply,
@@ -73,8 +72,8 @@ async def test_health_scoring_runs_as_its_own_user(provisioned: Any, connect_as:
             await admin.subscribe(f"{ALERT_RAISED}.>", cb=_collector(raised, AlertRaised))
             await admin.flush()
             js = agent.jetstream()
-            await bus.publish(js, bus.Channel(NODE_INVENTORY, NodeInventory).at(CLUSTER, node), _inventory(node))
-            sampled = bus.Channel(GPU_SAMPLED, GpuSampled).at(CLUSTER, node)
+            await bus.publish(js, bus.event_channel(NodeInventory).at(CLUSTER, node), _inventory(node))
+            sampled = bus.event_channel(GpuSampled).at(CLUSTER, node)
             t0 = time.time() - 60
             await bus.publish(js, sampled, _sample(node, t0, 0))
             await bus.publish(js, sampled, _sample(node, t0 + 1, 79))

@@ -16,9 +16,7 @@ from gpuaware import bus
 from gpuaware.devstack import start_nats
 from gpuaware.runtime import provision_streams
 from gpuaware.schemas import (
-    NODE_INVENTORY,
     PLACEMENT_DECIDED,
-    POD_PENDING,
     GpuInfo,
     NodeInventory,
     PlacementDecided,
@@ -47,7 +45,7 @@ async def test_placement_process_decides_as_its_own_user(tmp_path: Path) -> None
                                  password=admin_pw) as nc:
             js = nc.jetstream()
             decided: list[PlacementDecided] = []
-            decided_ch = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
+            decided_ch = bus.event_channel(PlacementDecided)
 
             async def on_decided(msg: object) -> None:
                 decided.append(decided_ch.decode(msg.data))  # type: ignore[attr-defined]  # msg is a NATS Msg, typed loosely here
@@ -58,11 +56,11 @@ async def test_placement_process_decides_as_its_own_user(tmp_path: Path) -> None
                                     GpuInfo(uuid=f"GPU-n1-{i}", index=i, model="A100", memory_mib=81920,
                                             pci_bus_id=f"00000000:{i:02x}:00.0", tensor_cores=True)
                                     for i in range(4)))
-            await bus.publish(js, bus.Channel(NODE_INVENTORY, NodeInventory).at(CLUSTER, "n1"), inv)
+            await bus.publish(js, bus.event_channel(NodeInventory).at(CLUSTER, "n1"), inv)
             pod = PodPending(source="test", emitted_at=time.time(), cluster=CLUSTER, pod_uid="auth-pod",
                              pod_name="pod-auth", namespace="ns", submitted_at=time.time(), num_gpu=1,
                              gpu_milli=1000, cpu_milli=4000, memory_mib=8192)
-            await bus.publish(js, bus.Channel(POD_PENDING, PodPending), pod)
+            await bus.publish(js, bus.event_channel(PodPending), pod)
             deadline = time.monotonic() + 60
             while not any(d.pod_uid == "auth-pod" for d in decided):
                 assert proc.poll() is None, f"placement exited:\n{proc.stderr.read() if proc.stderr else ''}"

@@ -56,7 +56,7 @@ async def test_quota_runs_as_its_own_user(provisioned: Any, connect_as: Any, fre
 
             await admin.subscribe(f"{QUOTA_USAGE_REPORTED}.>", cb=on)
             await admin.flush()
-            await bus.publish(binder.jetstream(), bus.Channel(POD_BOUND, PodBound).at(CLUSTER, "n1"), PodBound(
+            await bus.publish(binder.jetstream(), bus.event_channel(PodBound).at(CLUSTER, "n1"), PodBound(
                 source="binder/t", emitted_at=time.time(), cluster=CLUSTER, pod_uid=pod, pod_name=pod, namespace="ns",
                 node="n1", slices=(GpuSlice(gpu_uuid="GPU-1", gpu_index=0, gpu_milli=1000, memory_mib=8192),),
                 bound_at=time.time(), queue="team-a"))

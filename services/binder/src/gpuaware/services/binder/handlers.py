@@ -27,16 +27,7 @@ from gpuaware import bus
 from gpuaware.runtime import Mount, Sample, ServiceContext, consumer_samples, counter
 from gpuaware.schemas import (
     BINDER,
-    CHECKPOINT_ACKNOWLEDGED,
-    CHECKPOINT_REQUESTED,
     PLACEMENT,
-    PLACEMENT_DECIDED,
-    POD_BIND_FAILED,
-    POD_BOUND,
-    POD_FINISHED,
-    POD_PENDING,
-    POD_PREEMPTED,
-    POD_UNSCHEDULABLE,
     WORLD_SNAPSHOT,
     CheckpointAcknowledged,
     CheckpointRequested,
@@ -60,16 +51,16 @@ __all__ = ["DECISIONS", "OUT", "JetStreamOutbox", "WorldLoop", "make_mount", "mo
 
 log = logging.getLogger(__name__)
 
-DECISIONS = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
-ANSWERS = bus.Channel(CHECKPOINT_ACKNOWLEDGED, CheckpointAcknowledged)
-UNSCHEDULABLE = bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)
+DECISIONS = bus.event_channel(PlacementDecided)
+ANSWERS = bus.event_channel(CheckpointAcknowledged)
+UNSCHEDULABLE = bus.event_channel(PodUnschedulable)
 OUT: dict[type, bus.Channel[Any]] = {
-    PodPending: bus.Channel(POD_PENDING, PodPending),
-    PodBound: bus.Channel(POD_BOUND, PodBound),
-    PodBindFailed: bus.Channel(POD_BIND_FAILED, PodBindFailed),
-    PodPreempted: bus.Channel(POD_PREEMPTED, PodPreempted),
-    PodFinished: bus.Channel(POD_FINISHED, PodFinished),
-    CheckpointRequested: bus.Channel(CHECKPOINT_REQUESTED, CheckpointRequested),
+    PodPending: bus.event_channel(PodPending),
+    PodBound: bus.event_channel(PodBound),
+    PodBindFailed: bus.event_channel(PodBindFailed),
+    PodPreempted: bus.event_channel(PodPreempted),
+    PodFinished: bus.event_channel(PodFinished),
+    CheckpointRequested: bus.event_channel(CheckpointRequested),
     CheckpointAcknowledged: ANSWERS,
 }
 

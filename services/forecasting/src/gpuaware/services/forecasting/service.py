@@ -24,18 +24,7 @@ from gpuaware.forecast import (
 )
 from gpuaware.forecast import fingerprint as job_fingerprint
 from gpuaware.schemas import (
-    ALERT_RAISED,
-    ALERT_RESOLVED,
     BINDER,
-    DEMAND_PREDICTED,
-    GPU_ROLLED_UP,
-    GPU_SAMPLED,
-    GPU_UTIL_PREDICTED,
-    NODE_INVENTORY,
-    POD_BIND_FAILED,
-    POD_FINISHED,
-    POD_PENDING,
-    POD_PREEMPTED,
     TELEMETRY,
     AlertRaised,
     AlertResolved,
@@ -58,19 +47,19 @@ from gpuaware.services.forecasting.settings import ForecastingSettings
 
 log = logging.getLogger(__name__)
 
-ROLLED = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
-SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
-INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
-GPU_OUT = bus.Channel(GPU_UTIL_PREDICTED, GpuUtilPredicted)
-DEMAND_OUT = bus.Channel(DEMAND_PREDICTED, DemandPredicted)
-RAISED = bus.Channel(ALERT_RAISED, AlertRaised)
-RESOLVED = bus.Channel(ALERT_RESOLVED, AlertResolved)
+ROLLED = bus.event_channel(GpuRolledUp)
+SAMPLED = bus.event_channel(GpuSampled)
+INVENTORY = bus.event_channel(NodeInventory)
+GPU_OUT = bus.event_channel(GpuUtilPredicted)
+DEMAND_OUT = bus.event_channel(DemandPredicted)
+RAISED = bus.event_channel(AlertRaised)
+RESOLVED = bus.event_channel(AlertResolved)
 SAMPLE_GRACE_S = 0.5
 """scaled time: how long (telemetry seconds) a window of samples stays open after it ends for the
 rest of an agent's scrape round to arrive"""
 UTIL, DEMAND = "util", "demand"
-POD_EVENTS = (bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_FINISHED, PodFinished),
-              bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_BIND_FAILED, PodBindFailed))
+POD_EVENTS = (bus.event_channel(PodPending), bus.event_channel(PodFinished),
+              bus.event_channel(PodPreempted), bus.event_channel(PodBindFailed))
 
 
 class ForecastService:

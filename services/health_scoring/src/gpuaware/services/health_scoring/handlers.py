@@ -54,12 +54,7 @@ from gpuaware.schemas import (
     GPU_SAMPLED,
     HEALTH_CORDON,
     HEALTH_STATS,
-    NODE_INVENTORY,
     PLACEMENT,
-    PLACEMENT_DECIDED,
-    POD_BIND_FAILED,
-    POD_FINISHED,
-    POD_PREEMPTED,
     TELEMETRY,
     CordonReply,
     CordonRequest,
@@ -80,10 +75,10 @@ from gpuaware.services.health_scoring.state import UnknownGpu, View
 
 log = logging.getLogger(__name__)
 
-INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
-DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
-PODS_GONE = (bus.Channel(POD_BIND_FAILED, PodBindFailed), bus.Channel(POD_PREEMPTED, PodPreempted),
-             bus.Channel(POD_FINISHED, PodFinished))
+INVENTORY = bus.event_channel(NodeInventory)
+DECIDED = bus.event_channel(PlacementDecided)
+PODS_GONE = (bus.event_channel(PodBindFailed), bus.event_channel(PodPreempted),
+             bus.event_channel(PodFinished))
 
 
 def telemetry_channel(settings: HealthScoringSettings) -> bus.Channel[Any]:

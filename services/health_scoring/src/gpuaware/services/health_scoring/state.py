@@ -49,11 +49,6 @@ from gpuaware.health import (
     recommend_drain,
 )
 from gpuaware.schemas import (
-    ALERT_RAISED,
-    ALERT_RESOLVED,
-    DRAIN_RECOMMENDED,
-    GPU_SCORED,
-    GPU_STATE_CHANGED,
     AlertRaised,
     AlertResolved,
     CordonAction,
@@ -75,11 +70,11 @@ from gpuaware.tsdb import HealthAlertRow, HealthCheckpoint, HealthOverrideRow, H
 
 __all__ = ["SCORED", "STATE_CHANGED", "Outbound", "UnknownGpu", "View", "Work"]
 
-SCORED = bus.Channel(GPU_SCORED, GpuScored)
-STATE_CHANGED = bus.Channel(GPU_STATE_CHANGED, GpuStateChanged)
-RAISED = bus.Channel(ALERT_RAISED, AlertRaised)
-RESOLVED = bus.Channel(ALERT_RESOLVED, AlertResolved)
-DRAIN = bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)
+SCORED = bus.event_channel(GpuScored)
+STATE_CHANGED = bus.event_channel(GpuStateChanged)
+RAISED = bus.event_channel(AlertRaised)
+RESOLVED = bus.event_channel(AlertResolved)
+DRAIN = bus.event_channel(DrainRecommended)
 _WORSE = {HealthState.HEALTHY: 0, HealthState.DEGRADED: 1, HealthState.QUARANTINED: 2}
 _ENCODER = msgspec.json.Encoder()
 _REASON_MAX = 200

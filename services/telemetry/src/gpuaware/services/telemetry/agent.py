@@ -53,9 +53,6 @@ from gpuaware.gpu import (
 )
 from gpuaware.runtime import Sample, counter
 from gpuaware.schemas import (
-    GPU_SAMPLED,
-    NODE_INVENTORY,
-    POD_USAGE_REPORTED,
     GpuSampled,
     NodeInventory,
     PodBindFailed,
@@ -72,9 +69,9 @@ from gpuaware.telemetry import AllocationLedger, NodeEdge, PodAlloc, allocations
 log = logging.getLogger(__name__)
 
 # no message id: a sample is never re-published, and the collector stores it once by (gpu_uuid, ts)
-SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled, dedupe=False)
-INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
-USAGE = bus.Channel(POD_USAGE_REPORTED, PodUsageReported)
+SAMPLED = bus.event_channel(GpuSampled, dedupe=False)
+INVENTORY = bus.event_channel(NodeInventory)
+USAGE = bus.event_channel(PodUsageReported)
 BinderEvent = PodBound | PodFinished | PodPreempted | PodPending | PodBindFailed
 BINDER_EVENTS: bus.Channel[Any] = bus.Channel("binder.pod.>", BinderEvent)  # type: ignore[arg-type]  # a union of Structs decodes; Channel's type parameter wants one class
 T = TypeVar("T")

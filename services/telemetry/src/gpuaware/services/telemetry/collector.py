@@ -32,13 +32,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuaware import bus, tsdb
-from gpuaware.schemas import GPU_ROLLED_UP, GpuRolledUp, GpuSampled, RollupWindow, subject_token
+from gpuaware.schemas import GpuRolledUp, GpuSampled, RollupWindow, subject_token
 from gpuaware.services.telemetry.settings import CollectorSettings
 from gpuaware.telemetry import WIDTH_S, WindowClock, rollup_messages, rollup_msg_id, to_columns
 
 log = logging.getLogger(__name__)
 
-ROLLED_UP = bus.Channel(GPU_ROLLED_UP, GpuRolledUp)
+ROLLED_UP = bus.event_channel(GpuRolledUp)
 
 
 COPY_RETRY = bus.RetryPolicy(base=0.2, cap=5.0)
