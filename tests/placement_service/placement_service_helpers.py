@@ -17,34 +17,21 @@ import pytest
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess
 from gpuaware.runtime import run_service
-from gpuaware.schemas.binder import (
-    POD_BIND_FAILED,
-    POD_BOUND,
-    POD_FINISHED,
-    PodBindFailed,
-    PodBound,
-    PodFinished,
-    PodOutcome,
-)
-from gpuaware.schemas.inventory import NODE_INVENTORY, GpuInfo, NodeInventory
-from gpuaware.schemas.placement import (
-    PLACEMENT_DECIDED,
-    POD_UNSCHEDULABLE,
-    PlacementDecided,
-    PodUnschedulable,
-)
-from gpuaware.schemas.pods import POD_PENDING, PodPending
+from gpuaware.schemas.binder import PodBindFailed, PodBound, PodFinished, PodOutcome
+from gpuaware.schemas.inventory import GpuInfo, NodeInventory
+from gpuaware.schemas.placement import PlacementDecided, PodUnschedulable
+from gpuaware.schemas.pods import PodPending
 from gpuaware.schemas.streams import PLACEMENT, STREAMS
 from gpuaware.services.placement.handlers import PlacementService, mounter
 from gpuaware.services.placement.settings import PlacementSettings
 
-INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
-PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
-BOUND = bus.Channel(POD_BOUND, PodBound)
-FAILED = bus.Channel(POD_BIND_FAILED, PodBindFailed)
-FINISHED = bus.Channel(POD_FINISHED, PodFinished)
-DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
-UNSCHEDULABLE = bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)
+INVENTORY = bus.event_channel(NodeInventory)
+PENDING = bus.event_channel(PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
+BOUND = bus.event_channel(PodBound)
+FAILED = bus.event_channel(PodBindFailed)
+FINISHED = bus.event_channel(PodFinished)
+DECIDED = bus.event_channel(PlacementDecided)
+UNSCHEDULABLE = bus.event_channel(PodUnschedulable)
 
 MEMORY = {"A100": 81920, "T4": 15360, "V100": 32768}
 
@@ -96,8 +83,8 @@ class World:
             if u.cluster == self.cluster:
                 self.unschedulable.append(u)
 
-        self._subs = [await self.nc.subscribe(PLACEMENT_DECIDED, cb=on_decided),
-                      await self.nc.subscribe(POD_UNSCHEDULABLE, cb=on_unsched)]
+        self._subs = [await self.nc.subscribe(DECIDED.subject, cb=on_decided),
+                      await self.nc.subscribe(UNSCHEDULABLE.subject, cb=on_unsched)]
         await self.nc.flush()
         return self
 
