@@ -45,11 +45,12 @@ from gpuaware.placement import (
     PUBLISHED,
     VARIANTS,
     Cluster,
+    Framework,
     NodeSpec,
+    Session,
     TypicalPods,
     policy,
 )
-from gpuaware.placement.session import Framework, Session
 from gpuaware.schemas import percentile
 from gpuaware.sim import (
     REPORT_AT,

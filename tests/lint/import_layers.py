@@ -36,8 +36,8 @@ BOUNDARIES = {"nats": "gpuaware.bus", "psycopg": "gpuaware.tsdb", "psycopg_pool"
               "prometheus_client": ("gpuaware.gpu", "gpuaware.runtime"),
               "torch": "gpuaware.forecast", "onnxruntime": "gpuaware.forecast"}
 
-# libraries whose callers still reach into modules (their public API is being settled): to be emptied
-OPEN_INTERNALS = {"gpuaware.placement"}
+# libraries whose callers may still reach into their modules (none: every library has its public API)
+OPEN_INTERNALS: set[str] = set()
 
 
 def _subpackages(package: str) -> list[str]:

@@ -65,8 +65,7 @@ from gpuaware.devstack import (
     stack_health,
     stack_up,
 )
-from gpuaware.placement import DEFAULT_PROFILE
-from gpuaware.placement.stock import KUBE_DEFAULT
+from gpuaware.placement import DEFAULT_PROFILE, KUBE_DEFAULT
 from gpuaware.runtime import provision_streams
 from gpuaware.schemas import ADMIN, GPU_SAMPLED, TELEMETRY, TELEMETRY_COLLECTOR
 from gpuaware.sim import clock_jumps, utilisation_series

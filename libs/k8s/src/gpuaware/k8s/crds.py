@@ -151,7 +151,7 @@ def crd(kind: str, plural: str, spec: dict[str, Any], status: dict[str, Any], *,
 
 
 def all_crds() -> list[dict[str, Any]]:
-    from gpuaware.placement.args import Profile
+    from gpuaware.placement import Profile
     from gpuaware.quota import QueueSpec
     from gpuaware.schemas import QueueUsage
 

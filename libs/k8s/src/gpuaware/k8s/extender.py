@@ -40,10 +40,7 @@ import numpy as np
 
 from gpuaware.k8s.objects import ASSIGNED, BindOutcome, assignment_annotations
 from gpuaware.k8s.translate import TranslationError, pod_pending
-from gpuaware.placement import PodRequest
-from gpuaware.placement.explain import node_reasons
-from gpuaware.placement.planner import Planner
-from gpuaware.placement.session import Session
+from gpuaware.placement import Planner, PodRequest, Session, node_reasons
 from gpuaware.schemas import GpuSlice, PodPending
 
 __all__ = [

@@ -3,6 +3,7 @@
 Public API re-exported here; modules are internal.
 """
 
+from gpuaware.placement.args import Profile
 from gpuaware.placement.builtin import BUILTIN, POLICIES, REGISTRY, build_scheduler, canonical_policy, policy
 from gpuaware.placement.cache import CachedScheduler, Pick, PickObserver
 from gpuaware.placement.cluster import (
@@ -15,6 +16,8 @@ from gpuaware.placement.cluster import (
     Snapshot,
 )
 from gpuaware.placement.effects import SignalEffect
+from gpuaware.placement.explain import PodExplanation, node_reasons
+from gpuaware.placement.extensions import WAIT, PermitVerdict
 from gpuaware.placement.frag import FragModel, FragState, TypicalPods
 from gpuaware.placement.framework import (
     BestFitGpu,
@@ -32,6 +35,8 @@ from gpuaware.placement.framework import (
     WeightedScore,
     WholeGpuOnly,
 )
+from gpuaware.placement.gang import Gang
+from gpuaware.placement.ledger import HOLDING, Ledger, Phase, PodEntry
 from gpuaware.placement.model import (
     GPU_CATALOG,
     MAX_SPEC_CPU,
@@ -42,6 +47,9 @@ from gpuaware.placement.model import (
     PodRequest,
     RequestError,
 )
+from gpuaware.placement.outcomes import Counters, Decided, Parked, decision_id
+from gpuaware.placement.partitions import StrictPartitions
+from gpuaware.placement.planner import Planner, PlannerConfig
 from gpuaware.placement.profiles import DEFAULT_PROFILE, OURS, PUBLISHED, SIGNAL_WEIGHTS, VARIANTS
 from gpuaware.placement.queue_order import FairShareOrder, PrioritySort, QueueSort
 from gpuaware.placement.registry import (
@@ -52,6 +60,9 @@ from gpuaware.placement.registry import (
     ProfileError,
     Registry,
 )
+from gpuaware.placement.session import Framework, Placed, Session
+from gpuaware.placement.stock import KUBE_DEFAULT
+from gpuaware.placement.warmup import warm_up
 
 __all__ = [
     "BUILTIN",
@@ -59,6 +70,8 @@ __all__ = [
     "DEGRADED",
     "GPU_CATALOG",
     "HEALTHY",
+    "HOLDING",
+    "KUBE_DEFAULT",
     "MAX_SPEC_CPU",
     "MAX_SPEC_GPU",
     "MILLI",
@@ -69,29 +82,44 @@ __all__ = [
     "REGISTRY",
     "SIGNAL_WEIGHTS",
     "VARIANTS",
+    "WAIT",
     "Allocation",
     "BestFitGpu",
     "CachedScheduler",
     "Cluster",
     "Code",
+    "Counters",
     "CycleState",
+    "Decided",
     "Decision",
     "FairShareOrder",
     "FilterPlugin",
     "FragModel",
     "FragState",
+    "Framework",
+    "Gang",
     "GpuFit",
     "GpuModel",
     "GpuSelector",
     "Kind",
+    "Ledger",
     "NodeSpec",
+    "Parked",
+    "PermitVerdict",
+    "Phase",
     "Pick",
     "PickObserver",
+    "Placed",
+    "Planner",
+    "PlannerConfig",
     "Plugin",
     "PluginContext",
     "PluginSet",
+    "PodEntry",
+    "PodExplanation",
     "PodRequest",
     "PrioritySort",
+    "Profile",
     "ProfileError",
     "QueueSort",
     "RandomGpu",
@@ -101,13 +129,18 @@ __all__ = [
     "ResourcesFit",
     "Scheduler",
     "ScorePlugin",
+    "Session",
     "SignalEffect",
     "Snapshot",
     "Status",
+    "StrictPartitions",
     "TypicalPods",
     "WeightedScore",
     "WholeGpuOnly",
     "build_scheduler",
     "canonical_policy",
+    "decision_id",
+    "node_reasons",
     "policy",
+    "warm_up",
 ]

@@ -28,12 +28,14 @@ from gpuaware.placement import (
     Code,
     FragModel,
     FragState,
+    Framework,
     NodeSpec,
+    Placed,
     PodRequest,
+    Session,
     TypicalPods,
     policy,
 )
-from gpuaware.placement.session import Framework, Placed, Session
 from gpuaware.sim.traces import load_nodes, load_pods
 from gpuaware.sim.workload import build_workload
 

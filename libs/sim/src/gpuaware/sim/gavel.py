@@ -22,8 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from gpuaware.placement import Cluster, NodeSpec, PodRequest, TypicalPods, build_scheduler
-from gpuaware.placement.session import Framework, Placed, Session
+from gpuaware.placement import (
+    Cluster,
+    Framework,
+    NodeSpec,
+    Placed,
+    PodRequest,
+    Session,
+    TypicalPods,
+    build_scheduler,
+)
 
 GAVEL_MODELS: dict[str, tuple[str, ...]] = {"v100": ("V100M16", "V100M32"), "p100": ("P100",), "k80": ("K80",)}
 

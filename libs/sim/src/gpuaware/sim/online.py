@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuaware.placement import MILLI, Cluster, NodeSpec, TypicalPods, policy
-from gpuaware.placement.session import Framework, Placed, Session
+from gpuaware.placement import MILLI, Cluster, Framework, NodeSpec, Placed, Session, TypicalPods, policy
 from gpuaware.schemas import percentile
 from gpuaware.sim.traces import TracePod
 

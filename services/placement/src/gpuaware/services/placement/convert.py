@@ -24,10 +24,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from gpuaware.placement import MILLI, GpuModel, NodeSpec, PodRequest, RequestError, TypicalPods
-from gpuaware.placement.explain import PodExplanation
-from gpuaware.placement.ledger import PodEntry
-from gpuaware.placement.planner import Decided
+from gpuaware.placement import (
+    MILLI,
+    Decided,
+    GpuModel,
+    NodeSpec,
+    PodEntry,
+    PodExplanation,
+    PodRequest,
+    RequestError,
+    TypicalPods,
+)
 from gpuaware.schemas import (
     Explanation,
     GpuInfo,

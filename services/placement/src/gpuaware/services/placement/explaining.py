@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from gpuaware import bus
-from gpuaware.placement.ledger import HOLDING
+from gpuaware.placement import HOLDING
 from gpuaware.schemas import ExplainReply, ExplainRequest, Explanation, PlacementExplained, PodPending
 from gpuaware.services.placement import convert
 from gpuaware.services.placement.channels import EXPLAINED

@@ -28,8 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuaware import bus
-from gpuaware.placement import SignalEffect
-from gpuaware.placement.warmup import warm_up
+from gpuaware.placement import SignalEffect, warm_up
 from gpuaware.runtime import ServiceContext
 from gpuaware.schemas import (
     ALERTS,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuaware.placement.partitions import StrictPartitions
+from gpuaware.placement import StrictPartitions
 from gpuaware.quota import QuotaConfigError, validate
 from gpuaware.runtime import SettingsError
 

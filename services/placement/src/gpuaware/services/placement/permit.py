@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gpuaware.placement.cluster import Snapshot
-from gpuaware.placement.extensions import WAIT, PermitVerdict
-from gpuaware.placement.framework import CycleState, Decision
-from gpuaware.placement.model import PodRequest
+from gpuaware.placement import WAIT, CycleState, Decision, PermitVerdict, PodRequest, Snapshot
 
 __all__ = ["AdmittedAndStored"]
 

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 
 from gpuaware import bus
-from gpuaware.placement.ledger import Phase
+from gpuaware.placement import Phase
 from gpuaware.schemas import QUOTA_ADMIT, AdmitReply, AdmitRequest, PodPending, PodUnschedulable
 from gpuaware.services.placement.absence import Absence
 from gpuaware.services.placement.settings import PlacementSettings

@@ -25,13 +25,25 @@ from typing import Any
 import msgspec
 
 from gpuaware import schemas
-from gpuaware.placement import DEGRADED, HEALTHY, QUARANTINED, PodRequest, RequestError, TypicalPods
-from gpuaware.placement.explain import PodExplanation
-from gpuaware.placement.gang import Gang
-from gpuaware.placement.ledger import HOLDING, Ledger, Phase
-from gpuaware.placement.outcomes import Counters, Parked, decision_id
-from gpuaware.placement.outcomes import Decided as Placed
-from gpuaware.placement.planner import Planner, PlannerConfig
+from gpuaware.placement import (
+    DEGRADED,
+    HEALTHY,
+    HOLDING,
+    QUARANTINED,
+    Counters,
+    Gang,
+    Ledger,
+    Parked,
+    Phase,
+    Planner,
+    PlannerConfig,
+    PodExplanation,
+    PodRequest,
+    RequestError,
+    TypicalPods,
+    decision_id,
+)
+from gpuaware.placement import Decided as Placed
 from gpuaware.services.placement import convert
 from gpuaware.services.placement.slots import GpuSlots
 
