@@ -15,17 +15,10 @@ from gpuaware.placement import (
     PodRequest,
     Status,
     TypicalPods,
+    policies,
     policy,
 )
 from gpuaware.placement import stock as _stock  # registers KubeDefault, so the shared suite covers it
-from gpuaware.placement.policies import (
-    BestFitScore,
-    DotProdScore,
-    FgdScore,
-    GpuClusteringScore,
-    GpuPackingScore,
-    RandomScore,
-)
 
 
 def scores(plugin, pod: PodRequest, cluster: Cluster) -> list[int]:
@@ -51,12 +44,12 @@ def test_bestfit_formula_and_normalisation() -> None:
     # b: 0.5*92000/128000 + 0.5*7500/8000 = 0.359375 + 0.46875  = 0.828125 -> 17
     # c: 0.5*60000/128000 + 0.5*1500/8000 = 0.234375 + 0.09375  = 0.328125 -> 67
     # normalised (s - 17) * 100 // (79 - 17): a 100, b 0, c 5000 // 62 = 80
-    assert scores(BestFitScore(), share(milli=500, cpu=4000), three_nodes()) == [100, 0, 80]
+    assert scores(policies.BestFitScore(), share(milli=500, cpu=4000), three_nodes()) == [100, 0, 80]
 
 
 def test_bestfit_all_equal_normalises_to_zero() -> None:
     c = Cluster([node("a"), node("b")])
-    assert scores(BestFitScore(), share(), c) == [0, 0]
+    assert scores(policies.BestFitScore(), share(), c) == [0, 0]
 
 
 def test_dotprod_formula() -> None:
@@ -64,7 +57,7 @@ def test_dotprod_formula() -> None:
     # a: 0.25*0.03125 + 0.25*0.0625 = 0.0234375 -> 1 - 0.01171875 -> 98
     # b: 0.75*0.03125 + 1.00*0.0625 = 0.0859375 -> 1 - 0.04296875 -> 95
     # c: 0.50*0.03125 + 0.25*0.0625 = 0.03125   -> 1 - 0.015625   -> 98
-    assert scores(DotProdScore(), share(milli=500, cpu=4000), three_nodes()) == [98, 95, 98]
+    assert scores(policies.DotProdScore(), share(milli=500, cpu=4000), three_nodes()) == [98, 95, 98]
 
 
 @pytest.mark.parametrize(
@@ -83,7 +76,7 @@ def test_dotprod_formula() -> None:
 def test_gpupacking_tiers(gpus: int, used: dict, pod: PodRequest, expected: int) -> None:
     c = Cluster([node("a", gpus=gpus, model="G2", cpu=96_000)])
     occupy(c, "a", used)
-    assert scores(GpuPackingScore(), pod, c) == [expected]
+    assert scores(policies.GpuPackingScore(), pod, c) == [expected]
 
 
 def test_gpuclustering_bands() -> None:
@@ -102,10 +95,10 @@ def test_gpuclustering_bands() -> None:
     # shares (only "share" pods, 1300 free): 75 + 25*6700//8000 = 75 + 20 = 95
     # mixed ("share" and "1-gpu", 300 free): 50 + 25*7700//8000 = 50 + 24 = 74
     # others (only "1-gpu", 1000 free): 0 + 25*7000//8000 = 21
-    assert scores(GpuClusteringScore(), share(milli=200), c) == [25, 43, 95, 74, 21]
+    assert scores(policies.GpuClusteringScore(), share(milli=200), c) == [25, 43, 95, 74, 21]
     # a "1-gpu" pod sees the mirror image: shares 0 + 20, mixed 50 + 24, others 75 + 21
-    assert scores(GpuClusteringScore(), whole(gpus=1), c) == [25, 43, 20, 74, 96]
-    assert scores(GpuClusteringScore(), cpu_only(), c) == [0, 0, 0, 0, 0]
+    assert scores(policies.GpuClusteringScore(), whole(gpus=1), c) == [25, 43, 20, 74, 96]
+    assert scores(policies.GpuClusteringScore(), cpu_only(), c) == [0, 0, 0, 0, 0]
 
 
 def test_fgd_scores_and_gpu_choice() -> None:
@@ -113,14 +106,14 @@ def test_fgd_scores_and_gpu_choice() -> None:
     typical = TypicalPods.from_counts({(1000, 1, 500, ""): 1, (1000, 1, 1000, ""): 1})
     c = Cluster([node("idle"), node("half")])
     occupy(c, "half", {0: 500})
-    plugin = FgdScore(typical)
+    plugin = policies.FgdScore(typical)
     cycle = CycleState()
     snap = c.snapshot()
     s = plugin.score(cycle, share(milli=500, cpu=1000), snap, np.arange(2))
     # idle [1000,1000] -> [500,1000]: F 0 -> 0.5*500 = 250; 100*sigmoid(-0.25) = 43
     # half [500,1000]: GPU0 -> [0,1000]: F 250 -> 0, sigmoid(+0.25) = 56; GPU1 -> [500,500]: F -> 500, 43
     assert list(s) == [43, 56]
-    _, gpus = cycle[FgdScore.gpu_key]
+    _, gpus = cycle[policies.FgdScore.gpu_key]
     assert list(gpus) == [0, 0]  # first best GPU on each node
     # a whole GPU on the idle node: [1000,1000] -> [0,1000], F stays 0 -> 50
     assert list(plugin.score(CycleState(), whole(cpu=1000), snap, np.arange(1))) == [50]
@@ -131,7 +124,7 @@ def test_fgd_scores_and_gpu_choice() -> None:
 def test_fgd_cache_follows_node_changes() -> None:
     typical = TypicalPods.from_counts({(1000, 1, 500, ""): 1, (1000, 1, 1000, ""): 1})
     c = Cluster([node("a"), node("b")])
-    plugin = FgdScore(typical)
+    plugin = policies.FgdScore(typical)
     pod = share(milli=500, cpu=1000)
     assert list(plugin.score(CycleState(), pod, c.snapshot(), np.arange(2))) == [43, 43]
     occupy(c, "b", {0: 500})  # b changes: its cached score must not be reused
@@ -140,7 +133,7 @@ def test_fgd_cache_follows_node_changes() -> None:
 
 def test_random_picks_one_node_uniformly() -> None:
     c = Cluster([node(f"n{i}") for i in range(4)])
-    plugin = RandomScore(seed=3)
+    plugin = policies.RandomScore(seed=3)
     hits = np.zeros(4)
     for _ in range(400):
         s = np.array(scores(plugin, share(), c))
