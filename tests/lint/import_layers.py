@@ -36,9 +36,6 @@ BOUNDARIES = {"nats": "gpuaware.bus", "psycopg": "gpuaware.tsdb", "psycopg_pool"
               "prometheus_client": ("gpuaware.gpu", "gpuaware.runtime"),
               "torch": "gpuaware.forecast", "onnxruntime": "gpuaware.forecast"}
 
-# libraries whose callers may still reach into their modules (none: every library has its public API)
-OPEN_INTERNALS: set[str] = set()
-
 
 def _subpackages(package: str) -> list[str]:
     spec = importlib.util.find_spec(package)
@@ -68,8 +65,6 @@ def build_contracts() -> list[dict]:
         contracts.append({"name": "services are independent of each other", "type": "independence",
                           "modules": services})
     for package in libs:
-        if package in OPEN_INTERNALS:
-            continue
         internals = _submodules(package)
         sources = [p for p in [*libs, *services] if p != package]
         if internals and sources:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from import_layers import OPEN_INTERNALS, REPO
+from import_layers import REPO
 
 
 def internal_imports(source: str) -> list[str]:
@@ -19,8 +19,7 @@ def internal_imports(source: str) -> list[str]:
                  else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
         for name in names:
             parts = name.split(".")
-            if (parts[0] == "gpuaware" and len(parts) > 2 and parts[1] != "services"
-                    and ".".join(parts[:2]) not in OPEN_INTERNALS):
+            if parts[0] == "gpuaware" and len(parts) > 2 and parts[1] != "services":
                 found.append(f"{node.lineno}: {name}")
     return found
 
