@@ -14,9 +14,26 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from gpuaware import bus
 from gpuaware.runtime import run_service
+from gpuaware.schemas import STREAMS
 
 S = TypeVar("S")
+
+
+async def ensure_streams(js: Any) -> None:
+    """Declare every stream of the contract (as the services do), so what a test publishes before a
+    service starts is stored."""
+    for spec in STREAMS:
+        await bus.ensure_stream(js, spec)
+
+
+@contextlib.asynccontextmanager
+async def streams_ready(url: str, name: str) -> AsyncIterator[Any]:
+    """A NATS connection to ``url`` once every stream of the contract is declared."""
+    async with bus.connected(url, name=name) as nc:
+        await ensure_streams(nc.jetstream())
+        yield nc
 
 
 @contextlib.asynccontextmanager

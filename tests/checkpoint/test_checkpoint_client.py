@@ -17,11 +17,12 @@ from pathlib import Path
 import msgspec
 import pytest
 from nats.aio.msg import Msg
+from service_runner import streams_ready
 
 from gpuaware import bus
 from gpuaware.checkpoint import AnnotationCheckpoints, NatsCheckpoints
 from gpuaware.devstack import start_nats
-from gpuaware.schemas import STREAMS, CheckpointAcknowledged, CheckpointRequested, CheckpointStatus
+from gpuaware.schemas import CheckpointAcknowledged, CheckpointRequested, CheckpointStatus
 from gpuaware.schemas.checkpoint import CHECKPOINT_ACKNOWLEDGED, CHECKPOINT_REQUESTED
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,10 +59,8 @@ class Acks:
 async def watching_acks(nats_url: str) -> AsyncIterator[tuple[bus.JetStream, Acks]]:
     """A connection with every stream in place and the acknowledgements collected."""
     acks = Acks()
-    async with bus.connected(nats_url, name="binder-test") as nc:
+    async with streams_ready(nats_url, name="binder-test") as nc:
         js = nc.jetstream()
-        for spec in STREAMS:
-            await bus.ensure_stream(js, spec)
         await nc.subscribe(f"{CHECKPOINT_ACKNOWLEDGED}", cb=acks.on)
         await nc.subscribe(f"{CHECKPOINT_ACKNOWLEDGED}.>", cb=acks.on)
         await nc.flush()

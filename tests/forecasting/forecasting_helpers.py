@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import torch
 from service_runner import eventually as wait_until
-from service_runner import in_process, record
+from service_runner import in_process, record, streams_ready
 
 from gpuaware import bus
 from gpuaware.forecast.features import Features
@@ -26,7 +26,6 @@ from gpuaware.schemas import (
     NODE_INVENTORY,
     POD_FINISHED,
     POD_PENDING,
-    STREAMS,
     DemandPredicted,
     GpuInfo,
     GpuRolledUp,
@@ -128,10 +127,7 @@ async def eventually(predicate: Any, timeout: float = 15.0, what: str = "conditi
 
 @contextlib.asynccontextmanager
 async def recorder(url: str, cluster: str) -> AsyncIterator[Recorder]:
-    async with bus.connected(url, name="recorder") as nc:
-        js = nc.jetstream()
-        for spec in STREAMS:
-            await bus.ensure_stream(js, spec)
+    async with streams_ready(url, name="recorder") as nc:
         r = await Recorder(nc, cluster).start()
         yield r
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from service_runner import eventually, in_process, quiet_settings, record
+from service_runner import eventually, in_process, quiet_settings, record, streams_ready
 
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess
@@ -19,12 +19,9 @@ from gpuaware.schemas import (
     ALERT_RAISED,
     ALERT_RESOLVED,
     DRAIN_RECOMMENDED,
-    GPU_SAMPLED,
     GPU_SCORED,
     GPU_STATE_CHANGED,
     HEALTH_STATS,
-    NODE_INVENTORY,
-    STREAMS,
     AlertRaised,
     AlertResolved,
     DrainRecommended,
@@ -35,13 +32,17 @@ from gpuaware.schemas import (
     GpuStateChanged,
     HealthStats,
     NodeInventory,
+    PlacementDecided,
+    PodFinished,
     StatsRequest,
 )
 from gpuaware.services.health_scoring.handlers import HealthService, mounter
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 
-SAMPLED = bus.Channel(GPU_SAMPLED, GpuSampled)
-INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
+SAMPLED = bus.event_channel(GpuSampled)
+INVENTORY = bus.event_channel(NodeInventory)
+DECIDED = bus.event_channel(PlacementDecided)
+FINISHED = bus.event_channel(PodFinished)
 T0 = float(int(time.time()) - 3600)
 """telemetry time of the tests' first sample (an hour ago: every window of a test is in the past)"""
 
@@ -142,10 +143,7 @@ async def stats(nc: Any, timeout: float = 5.0) -> HealthStats:
 
 @pytest.fixture
 async def recorder(nats_proc: NatsProcess, cluster: str) -> AsyncIterator[Recorder]:
-    async with bus.connected(nats_proc.url, name="recorder") as nc:
-        js = nc.jetstream()
-        for spec in STREAMS:  # the streams exist before anything is published (services declare them too)
-            await bus.ensure_stream(js, spec)
+    async with streams_ready(nats_proc.url, name="recorder") as nc:
         r = await Recorder(nc, cluster).start()
         yield r
         await r.stop()

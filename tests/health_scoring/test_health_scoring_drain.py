@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import time
 
-from health_scoring_helpers import T0, Recorder, gpu_uuid, health_scoring, row
+from health_scoring_helpers import DECIDED, FINISHED, T0, Recorder, gpu_uuid, health_scoring, row
 
 from gpuaware import bus
 from gpuaware.schemas import (
-    PLACEMENT_DECIDED,
-    POD_FINISHED,
     GpuSlice,
     HealthState,
     PlacementDecided,
     PodFinished,
     PodOutcome,
 )
-
-DECIDED = bus.Channel(PLACEMENT_DECIDED, PlacementDecided)
-FINISHED = bus.Channel(POD_FINISHED, PodFinished)
 
 
 def decided(cluster: str, uid: str, gpu: int, *, at: float, checkpointable: bool = False,

@@ -14,15 +14,13 @@ from service_runner import placement
 from gpuaware import bus
 from gpuaware.schemas import (
     PLACEMENT_DECIDED,
-    POD_BOUND,
-    POD_PENDING,
     PlacementDecided,
     PodBound,
     PodPending,
 )
 
-PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
-BOUND = bus.Channel(POD_BOUND, PodBound)
+PENDING = bus.event_channel(PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
+BOUND = bus.event_channel(PodBound)
 
 
 def _pending(cluster: str, uid: str) -> PodPending:

@@ -17,12 +17,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from service_runner import streams_ready
 
 from gpuaware import bus
 from gpuaware.alerting import FINGERPRINT_LABEL, OpenAlerts, from_webhook, to_alertmanager
 from gpuaware.cli.alerts import AlertBridge
 from gpuaware.devstack.ports import free_port
-from gpuaware.schemas import STREAMS, AlertRaised, AlertResolved, Severity, fingerprint
+from gpuaware.schemas import AlertRaised, AlertResolved, Severity, fingerprint
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 T0 = time.time()
@@ -122,10 +123,8 @@ async def test_bridge_with_a_real_alertmanager(tmp_path: Path, nats_proc) -> Non
             except OSError:
                 assert time.monotonic() < deadline, (tmp_path / "am.log").read_text()[-2000:]
                 await asyncio.sleep(0.3)
-        async with bus.connected(nats_proc.url, name="test") as nc:
+        async with streams_ready(nats_proc.url, name="test") as nc:
             js = nc.jetstream()
-            for spec in STREAMS:
-                await bus.ensure_stream(js, spec)
             got: list[AlertRaised | AlertResolved] = []
 
             async def on(msg: Any) -> None:

@@ -12,22 +12,16 @@ from typing import Any
 
 import msgspec
 import pytest
-from service_runner import in_process, quiet_settings
+from service_runner import in_process, quiet_settings, streams_ready
 from service_runner import placement as run_placement
 
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess
 from gpuaware.schemas import (
-    NODE_INVENTORY,
     PLACEMENT_DECIDED,
-    POD_BOUND,
-    POD_FINISHED,
-    POD_PENDING,
-    POD_PREEMPTED,
     POD_UNSCHEDULABLE,
     QUOTA_ADMIT,
     QUOTA_USAGE_REPORTED,
-    STREAMS,
     AdmitReply,
     AdmitRequest,
     GpuInfo,
@@ -45,11 +39,11 @@ from gpuaware.schemas import (
 from gpuaware.services.quota.handlers import QuotaService, mounter
 from gpuaware.services.quota.settings import QuotaSettings
 
-PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.cluster}/{p.pod_uid}/{p.attempt}")
-INVENTORY = bus.Channel(NODE_INVENTORY, NodeInventory)
-BOUND = bus.Channel(POD_BOUND, PodBound)
-FINISHED = bus.Channel(POD_FINISHED, PodFinished)
-PREEMPTED = bus.Channel(POD_PREEMPTED, PodPreempted)
+PENDING = bus.event_channel(PodPending, id_of=lambda p: f"{p.cluster}/{p.pod_uid}/{p.attempt}")
+INVENTORY = bus.event_channel(NodeInventory)
+BOUND = bus.event_channel(PodBound)
+FINISHED = bus.event_channel(PodFinished)
+PREEMPTED = bus.event_channel(PodPreempted)
 T0 = float(int(time.time()) - 7200)
 RECLAIM_TREE = """
 capacity: {"*": {gpus: 8}}
@@ -171,10 +165,7 @@ async def quota(nats_url: str, database_url: str, cluster: str, **kw: Any) -> As
 
 @pytest.fixture
 async def world(nats_proc: NatsProcess, cluster: str) -> AsyncIterator[World]:
-    async with bus.connected(nats_proc.url, name="world") as nc:
-        js = nc.jetstream()
-        for spec in STREAMS:
-            await bus.ensure_stream(js, spec)
+    async with streams_ready(nats_proc.url, name="world") as nc:
         yield await World(nc, cluster).start()
 
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quota_service_helpers import RECLAIM_TREE, T0, World, pending, quota
+from quota_service_helpers import PENDING, RECLAIM_TREE, T0, World, pending, quota
 from service_runner import eventually
 
 from gpuaware import bus
-from gpuaware.schemas import POD_PENDING, PodPending
-
-PENDING = bus.Channel(POD_PENDING, PodPending, id_of=lambda p: f"{p.pod_uid}/{p.attempt}")
 
 
 async def test_pending_pods_are_demand_and_jain_sees_the_starved_queue(

@@ -33,7 +33,6 @@ from gpuaware.schemas import (
     COLLECTOR_STATS,
     GPU_SAMPLED,
     NODE_INVENTORY,
-    STREAMS,
     CollectorStats,
     GpuSampled,
     NodeInventory,
@@ -101,11 +100,6 @@ async def publish_batches(js: Any, batches: Sequence[GpuSampled], *, window: int
             await asyncio.gather(*pending)
             pending = []
     await asyncio.gather(*pending)
-
-
-async def ensure_streams(js: Any) -> None:
-    for spec in STREAMS:
-        await bus.ensure_stream(js, spec)
 
 
 def collector_settings(nats_url: str, database_url: str, **overrides: Any) -> CollectorSettings:

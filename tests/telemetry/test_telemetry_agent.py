@@ -13,13 +13,13 @@ import sys
 import msgspec
 import psycopg
 import pytest
+from service_runner import ensure_streams
 from telemetry_helpers import (
     REPO,
     T0,
     collect_into,
     collector_settings,
     count_rows,
-    ensure_streams,
     flat_trace,
     quiet_fleet,
     running_collector,

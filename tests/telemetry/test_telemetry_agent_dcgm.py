@@ -21,7 +21,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from telemetry_helpers import REPO, T0, collect_into, ensure_streams, wait_for
+from service_runner import ensure_streams
+from telemetry_helpers import REPO, T0, collect_into, wait_for
 
 from gpuaware import bus
 from gpuaware.gpu import (

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import psycopg
 import pytest
+from service_runner import ensure_streams
 from telemetry_helpers import (
     SAMPLED,
     T0,
@@ -21,7 +22,6 @@ from telemetry_helpers import (
     collector_settings,
     collector_stats,
     count_rows,
-    ensure_streams,
     flat_trace,
     fleet_batches,
     publish_batches,
