@@ -25,7 +25,6 @@ each member's producer span (only when an OpenTelemetry SDK is installed; otherw
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar, Unpack, cast
@@ -49,13 +48,6 @@ BatchHandler = Callable[[Sequence[T], Sequence[Delivery]], Awaitable[Mapping[int
 class BatchConsumer(DurableConsumer[T]):
     """A `DurableConsumer` whose handler takes each pulled batch at once (module docstring)."""
 
-    def _inflight(self) -> set[asyncio.Task[None]]:
-        tasks: set[asyncio.Task[None]] | None = getattr(self, "_batches", None)
-        if tasks is None:
-            tasks = set()
-            self._batches = tasks
-        return tasks
-
     async def _handle_batch(self, msgs: list[Msg]) -> None:
         if self._stopping.is_set():
             await self._give_back(msgs)
@@ -63,19 +55,7 @@ class BatchConsumer(DurableConsumer[T]):
         if self._concurrency <= 1:
             await self._guarded(msgs)
             return
-        inflight = self._inflight()
-        while len(inflight) >= self._concurrency:
-            await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-        task = asyncio.create_task(self._guarded(msgs), name=f"batch {self._name}")
-        inflight.add(task)
-        task.add_done_callback(inflight.discard)
-
-    async def stop(self) -> None:
-        """As `DurableConsumer.stop`, then wait for the batches still in the handler."""
-        await super().stop()
-        inflight = self._inflight()
-        if inflight:
-            await asyncio.wait(inflight)
+        await self._in_background(self._guarded(msgs), limit=self._concurrency, name=f"batch {self._name}")
 
     async def _guarded(self, msgs: list[Msg]) -> None:
         try:

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
@@ -146,6 +146,8 @@ class DurableConsumer(Generic[T]):
         self._puller: Puller | None = None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        """batches handled while the next is pulled (batch and pipelined consumers); `stop` waits for them"""
         self._name = f"{stream}/{spec.durable}"
         self._dead_letters = DeadLetters(self.nc, js)
 
@@ -170,12 +172,23 @@ class DurableConsumer(Generic[T]):
         return self._task is not None and not self._task.done()
 
     async def stop(self) -> None:
-        """Finish the message in hand, give back the rest of the batch, unsubscribe."""
+        """Finish the message in hand, give back the rest of the batch, unsubscribe, then wait for the
+        batches still handled in the background."""
         self._stopping.set()
         if self._puller is not None:
             self._puller.interrupt()  # a fetch waiting for messages returns now
         if self._task is not None:
             await asyncio.wait([self._task])  # an abnormal end was already logged by _report_end
+        if self._background:
+            await asyncio.wait(self._background)
+
+    async def _in_background(self, work: Coroutine[Any, Any, None], *, limit: int, name: str) -> None:
+        """Run ``work`` as a task once fewer than ``limit`` are running, so the next batch can be pulled."""
+        while len(self._background) >= limit:
+            await asyncio.wait(self._background, return_when=asyncio.FIRST_COMPLETED)
+        task = asyncio.create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def __aenter__(self) -> DurableConsumer[T]:
         return self

@@ -18,7 +18,6 @@ with backoff. Each message is still handled inside its own span continuing the p
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, Unpack, cast
@@ -48,13 +47,6 @@ class PipelinedConsumer(DurableConsumer[T]):
 
     max_inflight_batches = 4
 
-    def _inflight(self) -> set[asyncio.Task[None]]:
-        tasks: set[asyncio.Task[None]] | None = getattr(self, "_settling", None)
-        if tasks is None:
-            tasks = set()
-            self._settling = tasks
-        return tasks
-
     async def _handle_batch(self, msgs: list[Msg]) -> None:
         pending: list[tuple[Msg, Delivery, Awaitable[Any]]] = []
         for i, msg in enumerate(msgs):
@@ -70,12 +62,8 @@ class PipelinedConsumer(DurableConsumer[T]):
                 pending.append(got)
         if not pending:
             return
-        inflight = self._inflight()
-        while len(inflight) >= self.max_inflight_batches:
-            await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-        task = asyncio.create_task(self._settle_batch(pending), name=f"settle {self._name}")
-        inflight.add(task)
-        task.add_done_callback(inflight.discard)
+        await self._in_background(self._settle_batch(pending), limit=self.max_inflight_batches,
+                                  name=f"settle {self._name}")
 
     async def _settle_batch(self, pending: list[tuple[Msg, Delivery, Awaitable[Any]]]) -> None:
         for msg, delivery, completion in pending:
@@ -83,13 +71,6 @@ class PipelinedConsumer(DurableConsumer[T]):
                 await self._finish(msg, delivery, completion)
             except Exception:
                 log.exception("consumer %s: could not settle a message", self._name)
-
-    async def stop(self) -> None:
-        """As `DurableConsumer.stop`, then wait for the batches still being settled."""
-        await super().stop()
-        inflight = self._inflight()
-        if inflight:
-            await asyncio.wait(inflight)
 
     async def _start_one(self, msg: Msg) -> tuple[Msg, Delivery, Awaitable[Any]] | None:
         delivery = self._received(msg)
