@@ -1,4 +1,5 @@
-"""Shared by the bus tests: a stand-in event Struct, unique names, a stream of the test's own."""
+"""Shared by the bus tests: a stand-in event Struct, unique names, a stream of the test's own, a handler
+that keeps what it is given."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ class Sample(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     gpu: str
     util: Annotated[float, msgspec.Meta(ge=0, le=100)]
+
+
+class Handled(list[Sample]):
+    """A consumer's handler that keeps every message it is given, in the order given."""
+
+    async def __call__(self, msg: Sample, ctx: bus.Delivery) -> None:
+        self.append(msg)
 
 
 @dataclass(frozen=True)
