@@ -52,6 +52,22 @@ from gpuaware.services.telemetry.settings import AgentSettings
 # --- settings and backends ----------------------------------------------------------------------------
 
 
+class DcgmExporter(http.server.BaseHTTPRequestHandler):
+    """A quiet stand-in for dcgm-exporter; a subclass's ``do_GET`` answers with ``answer``."""
+
+    def answer(self, fleet: SimulatedFleet, node: str) -> None:
+        """Serve ``node``'s GPUs of ``fleet`` as dcgm-exporter text."""
+        body = render_dcgm_metrics(fleet.inventory(node), fleet.node(node).sample(T0)).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 @pytest.fixture
 def exporters() -> Iterator[tuple[str, list[str]]]:
     """A dcgm-exporter for nodes n-a and n-b on one port (``/metrics/<node>``, ``/metrics`` = n-a), and
@@ -60,19 +76,10 @@ def exporters() -> Iterator[tuple[str, list[str]]]:
                                      traces="synthetic"), clock=ManualClock(T0))
     asked: list[str] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(DcgmExporter):
         def do_GET(self) -> None:
             asked.append(self.path)
-            node = self.path.rsplit("/", 1)[-1] if self.path.startswith("/metrics/") else "n-a"
-            body = render_dcgm_metrics(fleet.inventory(node), fleet.node(node).sample(T0)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
+            self.answer(fleet, self.path.rsplit("/", 1)[-1] if self.path.startswith("/metrics/") else "n-a")
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -135,7 +142,7 @@ async def test_scrapes_run_together_and_off_the_loop(nats_proc) -> None:
     turns = [0]
     held: list[str] = []
 
-    class Slow(http.server.BaseHTTPRequestHandler):
+    class Slow(DcgmExporter):
         def do_GET(self) -> None:
             all_asked.wait()  # BrokenBarrierError (no answer) unless the four scrapes are in flight together
             seen, waited = turns[0], 0
@@ -144,15 +151,7 @@ async def test_scrapes_run_together_and_off_the_loop(nats_proc) -> None:
                 waited += 1
             if turns[0] < seen + 3:
                 held.append(self.path)
-            node = self.path.rsplit("/", 1)[-1]
-            body = render_dcgm_metrics(fleet.inventory(node), fleet.node(node).sample(T0)).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
+            self.answer(fleet, self.path.rsplit("/", 1)[-1])
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
     threading.Thread(target=server.serve_forever, daemon=True).start()
