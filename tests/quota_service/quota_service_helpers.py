@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from service_runner import in_process, quiet_settings, streams_ready
+from service_runner import in_process, quiet_settings, record, streams_ready
 from service_runner import placement as run_placement
 
 from gpuaware import bus
@@ -120,13 +120,7 @@ class World:
         self.reports: list[QuotaUsageReported] = []
 
     async def start(self) -> World:
-        async def on(msg: Any) -> None:
-            r = msgspec.json.decode(msg.data, type=QuotaUsageReported)
-            if r.cluster == self.cluster:
-                self.reports.append(r)
-
-        await self.nc.subscribe(f"{QUOTA_USAGE_REPORTED}.>", cb=on)
-        await self.nc.flush()
+        await record(self.nc, self.cluster, {QUOTA_USAGE_REPORTED: (QuotaUsageReported, self.reports)})
         return self
 
     async def admit(self, pod: PodPending, node: str | None = None, **kw: Any) -> AdmitReply:
