@@ -8,7 +8,7 @@ from typing import ClassVar
 import pytest
 
 from gpuaware.runtime.logs import JsonFormatter, scrub
-from gpuaware.runtime.settings import ServiceSettings, SettingsError, redact_url
+from gpuaware.runtime.settings import DatabaseSettings, ServiceSettings, SettingsError, redact_url
 
 
 class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
@@ -42,6 +42,27 @@ def test_from_env(env: dict[str, str], expected: dict[str, object]) -> None:
 def test_bad_value_names_the_field() -> None:
     with pytest.raises(SettingsError, match="batch_size"):
         PlacementSettings.from_env({"GPUAWARE_PLACEMENT_BATCH_SIZE": "many"})
+
+
+class QueueSettings(DatabaseSettings, frozen=True, kw_only=True):
+    prefix: ClassVar[str] = "GPUAWARE_QUEUE_"
+    pool_size: int = 4  # a service may give the shared field its own default
+    report_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        self.require_positive("report_s", "db_timeout_s")
+
+
+def test_database_settings_share_the_pool_fields_under_each_prefix() -> None:
+    s = QueueSettings.from_env({"GPUAWARE_QUEUE_DB_TIMEOUT_S": "1.5", "DATABASE_URL": "postgresql://h/db"})
+    assert (s.pool_size, s.db_timeout_s, s.database_url) == (4, 1.5, "postgresql://h/db")
+    assert s.database_variable == "GPUAWARE_QUEUE_DATABASE_URL"
+
+
+@pytest.mark.parametrize("name", ["REPORT_S", "DB_TIMEOUT_S"])
+def test_require_positive_names_the_variable(name: str) -> None:
+    with pytest.raises(SettingsError, match=f"GPUAWARE_QUEUE_{name} must be positive"):
+        QueueSettings.from_env({f"GPUAWARE_QUEUE_{name}": "0"})
 
 
 def test_settings_are_frozen() -> None:
