@@ -105,3 +105,24 @@ async def placement(url: str, cluster: str, **kw: Any) -> AsyncIterator[Any]:
     async with in_process(placement_settings(url, cluster, **kw), mounter, what="placement") as service:
         await eventually(lambda: service.consumer is not None, timeout=10, what="placement leading")
         yield service
+
+
+class ClusterClient:
+    """A test's connection to one cluster: it publishes through ``js`` and records what the services
+    publish for ``cluster`` (``listen``: core subscriptions, dropped by ``stop``). Each service's test
+    helpers subclass it with their lists and their publishing methods."""
+
+    def __init__(self, nc: Any, cluster: str) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.cluster = cluster
+        self._subs: list[Any] = []
+
+    async def listen(self, into: Mapping[str, tuple[type, list[Any]]]) -> None:
+        """``record`` these subjects into these lists until ``stop``."""
+        self._subs += await record(self.nc, self.cluster, into)
+
+    async def stop(self) -> None:
+        for s in self._subs:
+            with contextlib.suppress(Exception):
+                await s.unsubscribe()

@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 import torch
+from service_runner import ClusterClient, in_process, streams_ready
 from service_runner import eventually as wait_until
-from service_runner import in_process, record, streams_ready
 
 from gpuaware import bus
 from gpuaware.forecast.features import Features
@@ -70,16 +70,17 @@ def rollup(cluster: str, node: str, window_start: float, utils: list[float]) -> 
                                             util_pct=Stats(mean=float(u), max=float(u), p95=float(u))) for i, u in enumerate(utils)))
 
 
-class Recorder:
+class Recorder(ClusterClient):
+    """Publishes the binder's pod events and the telemetry forecasting reads, records its forecasts."""
+
     def __init__(self, nc: Any, cluster: str) -> None:
-        self.nc, self.js, self.cluster = nc, nc.jetstream(), cluster
+        super().__init__(nc, cluster)
         self.gpu: list[GpuUtilPredicted] = []
         self.demand: list[DemandPredicted] = []
-        self._subs: list[Any] = []
 
     async def start(self) -> Recorder:
-        self._subs += await record(self.nc, self.cluster, {GPU_UTIL_PREDICTED: (GpuUtilPredicted, self.gpu),
-                                                           DEMAND_PREDICTED: (DemandPredicted, self.demand)})
+        await self.listen({GPU_UTIL_PREDICTED: (GpuUtilPredicted, self.gpu),
+                           DEMAND_PREDICTED: (DemandPredicted, self.demand)})
         return self
 
     async def pending(self, uid: str, queue: str, gpus: int, minute: float, *, name: str = "") -> None:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from service_runner import eventually, in_process, quiet_settings, record, streams_ready
+from service_runner import ClusterClient, eventually, in_process, quiet_settings, streams_ready
 
 from gpuaware import bus
 from gpuaware.devstack import NatsProcess
@@ -79,31 +79,23 @@ def batch(cluster: str, node: str, at: float, rows: list[GpuSample], *, interval
                                    sampled_at=at, interval_s=interval_s, seq=seq)
 
 
-class Recorder:
+class Recorder(ClusterClient):
     """Publishes what the agents would, and records what health-scoring publishes (core subscriptions)."""
 
     def __init__(self, nc: Any, cluster: str) -> None:
-        self.nc = nc
-        self.js = nc.jetstream()
-        self.cluster = cluster
+        super().__init__(nc, cluster)
         self.scored: list[GpuScored] = []
         self.changes: list[GpuStateChanged] = []
         self.raised: list[AlertRaised] = []
         self.resolved: list[AlertResolved] = []
         self.drains: list[DrainRecommended] = []
-        self._subs: list[Any] = []
 
     async def start(self) -> Recorder:
-        self._subs += await record(self.nc, self.cluster, {
+        await self.listen({
             GPU_SCORED: (GpuScored, self.scored), GPU_STATE_CHANGED: (GpuStateChanged, self.changes),
             ALERT_RAISED: (AlertRaised, self.raised), ALERT_RESOLVED: (AlertResolved, self.resolved),
             DRAIN_RECOMMENDED: (DrainRecommended, self.drains)})
         return self
-
-    async def stop(self) -> None:
-        for s in self._subs:
-            with contextlib.suppress(Exception):
-                await s.unsubscribe()
 
     async def nodes(self, names: list[str], **kw: Any) -> None:
         for n in names:

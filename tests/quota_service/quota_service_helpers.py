@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from service_runner import in_process, quiet_settings, record, streams_ready
+from service_runner import ClusterClient, in_process, quiet_settings, streams_ready
 from service_runner import placement as run_placement
 
 from gpuaware import bus
@@ -110,17 +110,15 @@ def slices(node: str, gpus: int, milli: int = 1000, memory_mib: int = 8192) -> t
                  for i in range(gpus))
 
 
-class World:
+class World(ClusterClient):
     """Publishes the binder's events, asks quota.admit, records usage reports."""
 
     def __init__(self, nc: Any, cluster: str) -> None:
-        self.nc = nc
-        self.js = nc.jetstream()
-        self.cluster = cluster
+        super().__init__(nc, cluster)
         self.reports: list[QuotaUsageReported] = []
 
     async def start(self) -> World:
-        await record(self.nc, self.cluster, {QUOTA_USAGE_REPORTED: (QuotaUsageReported, self.reports)})
+        await self.listen({QUOTA_USAGE_REPORTED: (QuotaUsageReported, self.reports)})
         return self
 
     async def admit(self, pod: PodPending, node: str | None = None, **kw: Any) -> AdmitReply:
