@@ -431,7 +431,7 @@ def by_rate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 BASELINE = "bc1ec29"
-"""the commit before the throughput work (#10): its placement CPU per decision is the one to halve"""
+"""the commit before the throughput work: its placement CPU per decision is the one to halve"""
 
 
 def source_path(tree: Path) -> str:
