@@ -7,6 +7,7 @@ bad values; the KubeSchedulerConfiguration obeys kube-scheduler's own validation
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from chart_helpers import CHART, K8S_VERSION, PROFILES, REPO, render
 from helm_python import Chart
 from helm_python.errors import HelmError
 
+from gpuaware import k8s
 from gpuaware.k8s import api as k8s_api
 from gpuaware.k8s import chart as gen
 from gpuaware.k8s.crds import all_crds
@@ -162,6 +164,15 @@ def test_nats_authorization_is_accepted_by_nats_server_and_grants_exactly_the_co
 # -- RBAC: exactly what each service's code calls ------------------------------------------------
 
 
+def _defining_module(name: str) -> str:
+    """The gpuaware.k8s module that defines a name the package exports (the module itself if it is one)."""
+    obj = getattr(k8s, name)
+    if inspect.ismodule(obj):
+        return obj.__name__.removeprefix("gpuaware.k8s.")
+    module = getattr(obj, "__module__", None)  # constants (names, strings) have none and call nothing
+    return module.removeprefix("gpuaware.k8s.").split(".")[0] if isinstance(module, str) else ""
+
+
 def _calls_in(files: list[Path]) -> tuple[set[str], set[str]]:
     """(gpuaware.k8s.api functions called, other gpuaware.k8s modules imported) in these sources."""
     used: set[str] = set()
@@ -171,9 +182,16 @@ def _calls_in(files: list[Path]) -> tuple[set[str], set[str]]:
         aliases = {"api"} if f.parent.name == "k8s" else set()
         direct: dict[str, str] = {}
         for n in ast.walk(tree):
-            if isinstance(n, ast.ImportFrom) and n.module == "gpuaware.k8s":
-                aliases |= {a.asname or a.name for a in n.names if a.name == "api"}
-                modules |= {a.name for a in n.names if a.name != "api"}
+            if isinstance(n, ast.ImportFrom) and n.module == "gpuaware":  # `from gpuaware import k8s`
+                aliases |= {a.asname or a.name for a in n.names if a.name == "k8s"}
+            elif isinstance(n, ast.ImportFrom) and n.module == "gpuaware.k8s":
+                for a in n.names:
+                    if a.name == "api":
+                        aliases.add(a.asname or a.name)
+                    elif a.name in k8s_api.RULES:  # an API call exported by the package
+                        direct[a.asname or a.name] = a.name
+                    else:  # the module that defines the exported name (e.g. KubeLeaderLease: election)
+                        modules.add(_defining_module(a.name))
             elif isinstance(n, ast.ImportFrom) and n.module == "gpuaware.k8s.api":
                 direct |= {a.asname or a.name: a.name for a in n.names}
             elif isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("gpuaware.k8s."):
