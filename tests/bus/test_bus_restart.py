@@ -113,12 +113,11 @@ async def test_initial_connect_gives_up_after_initial_timeout() -> None:
     from gpuaware.devstack import free_port
 
     url = f"nats://127.0.0.1:{free_port()}"
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    try:
-        await bus.connect(url, name="nobody-home", initial_timeout=0.5)
-    except TimeoutError:
-        pass
-    else:
-        raise AssertionError("connected to a closed port")
-    assert loop.time() - started < 2.0
+    # the client gives up by itself (its initial timeout), with TimeoutError, instead of retrying for
+    # ever; the 30-s bound only keeps a broken client from hanging the suite
+    attempt = asyncio.ensure_future(bus.connect(url, name="nobody-home", initial_timeout=0.5))
+    done, _ = await asyncio.wait({attempt}, timeout=30)
+    if not done:
+        attempt.cancel()
+        raise AssertionError("the connect attempt never gave up")
+    assert isinstance(attempt.exception(), TimeoutError), attempt.exception()
