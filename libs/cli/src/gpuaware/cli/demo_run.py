@@ -200,8 +200,10 @@ class _Run:
 
     async def start_services(self) -> None:
         """Forecasting (answering before the binder's first pod), placement (two instances for the
-        drill), the binder, health-scoring; then, once the binder's world names the nodes, quota
-        sized to it and the telemetry agent scraping the twin's GPUs."""
+        drill, answering before the binder starts: the twin's clock runs from the binder's start, and a
+        first start compiles placement's kernels, up to half a minute on a busy machine, which would
+        otherwise pass as virtual hours without a decision), the binder, health-scoring; then, once the
+        binder's world names the nodes, quota sized to it and the telemetry agent scraping the twin's GPUs."""
         env = self.env
         forecaster = (self._start("forecasting", "gpuaware.services.forecasting", env["forecasting"])
                       if self.forecast_on else None)
@@ -219,6 +221,7 @@ class _Run:
             # (stepped, not published), as after a restart
             self.ours.append(forecaster)
             await self._answers(FORECASTING_STATS, "the forecasting service")
+        await self._placement_answers()
         self.ours.append(self._start("binder", "gpuaware.services.binder", env["binder"]))
         if self.health_on:
             self.ours.append(self._start("health-scoring", "gpuaware.services.health_scoring", env["health"]))
@@ -271,18 +274,23 @@ class _Run:
                           "nodes": len(self.node_names)}
         self.ours.append(agent)
 
-    async def wait_until_answering(self) -> None:
-        """Placement answers ``placement.explain``; health-scoring and quota answer too when they run."""
+    async def _placement_answers(self) -> None:
+        """Placement answers ``placement.explain`` (an instance serves once its engine is ready)."""
         async def explains() -> bool | None:
             req = ExplainRequest(source=SOURCE, emitted_at=time.time(), cluster=self.spec.cluster,
                                  pod_uid="gpuaware-demo-probe", ask_quota=False)
             try:
                 await bus.request(self.nc, PLACEMENT_EXPLAIN, req, ExplainReply, timeout=1.0)
+            except bus.NoResponders:
+                raise  # no instance serves yet: asked again
             except bus.ServiceError:
                 return True  # "not known to placement": it answers
             return True
 
         await wait_for(explains, timeout=90.0, what="placement.explain", procs=self.ours, stop=self.stop)
+
+    async def wait_until_answering(self) -> None:
+        """Health-scoring and quota answer when they run (placement answered before the binder started)."""
         if self.health_on:
             await self._answers(HEALTH_STATS, "health-scoring's health.stats")
         if self.quota_on:
