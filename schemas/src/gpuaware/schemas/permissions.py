@@ -82,6 +82,7 @@ from gpuaware.schemas.world import WORLD_SNAPSHOT
 
 __all__ = [
     "ADMIN",
+    "ALERT_BRIDGE",
     "BINDER_DURABLE",
     "BINDER_ID",
     "COLLECTOR_DURABLE",
@@ -111,9 +112,10 @@ BINDER_ID = "binder"
 HEALTH_SCORING = "health-scoring"
 QUOTA_ID = "quota"
 FORECASTING = "forecasting"
+ALERT_BRIDGE = "alert-bridge"
 #: the service identities (each is also the service's default ``service_name``, its micro name)
 SERVICE_IDENTITIES: tuple[str, ...] = (TELEMETRY_AGENT, TELEMETRY_COLLECTOR, PLACEMENT_ID, BINDER_ID, HEALTH_SCORING,
-                                       QUOTA_ID, FORECASTING)
+                                       QUOTA_ID, FORECASTING, ALERT_BRIDGE)
 IDENTITIES: tuple[str, ...] = (ADMIN, *SERVICE_IDENTITIES)
 
 # Names the services choose in their settings (tests check these agree with the settings' defaults).
@@ -302,6 +304,14 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                *_js_base(), *_follow(TELEMETRY), *_follow(BINDER, delete=False),
                *_dead_letters([*consumed, *endpoints])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, endpoints)]),
+                           allow_responses=True)
+    if identity == ALERT_BRIDGE:
+        # follows alerts.> (the ALERTS stream) to post to Alertmanager; publishes what Alertmanager's
+        # webhook routes to it as alert events (routed by cluster), and dead-letters a webhook alert that
+        # cannot become one; never deletes a stream's durable (it has none)
+        routed = [*_event(ALERT_RAISED), *_event(ALERT_RESOLVED)]
+        pub = [*routed, *_js_base(), *_follow(ALERTS), *_dead_letters(routed)]
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity)]),
                            allow_responses=True)
     raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
 
