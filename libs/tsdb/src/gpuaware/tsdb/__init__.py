@@ -25,9 +25,11 @@ from gpuaware.tsdb.binary import SampleColumns, encode_copy_binary, encode_sampl
 from gpuaware.tsdb.capabilities import Backend, choose_backend, installed_backend, timescaledb_available
 from gpuaware.tsdb.errors import ChecksumMismatchError, MigrationError, TsdbError, is_transient
 from gpuaware.tsdb.events import (
+    LOOP_EVENTS,
     PLACEMENT_EVENT_COLUMNS,
     PlacementEvent,
     count_placement_events,
+    placement_event,
     pod_history,
     write_placement_events,
 )
@@ -82,6 +84,7 @@ from gpuaware.tsdb.writer import copy_binary, copy_rows, write_sample_columns, w
 
 __all__ = [
     "HEALTH_RETENTION",
+    "LOOP_EVENTS",
     "PLACEMENT_EVENT_COLUMNS",
     "POD_USAGE_COLUMNS",
     "POD_USAGE_RETENTION",
@@ -142,6 +145,7 @@ __all__ = [
     "open_pool",
     "open_service_pool",
     "pending_migrations",
+    "placement_event",
     "pod_history",
     "refresh_rollups",
     "refresh_statements",
