@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv tools demo test test-faults fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-extender bench-fairness bench-soak clean up down
+.PHONY: venv tools demo test test-chart-run test-faults fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-extender bench-fairness bench-soak clean up down
 
 venv: $(STAMP)
 
@@ -35,6 +35,12 @@ tools:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			prometheus prometheus-alertmanager chromium >/dev/null) || echo "could not install them: the tests that need them skip"; \
 	else echo "prometheus/alertmanager/chromium absent and no root apt-get: the tests that need them skip"; fi
+
+# the chart's workloads (rendered by Helm with ci/processes-values.yaml) started as processes against the
+# embedded NATS and PostgreSQL: a short replay decided, bound and recorded, a GPU fault's alert fired and
+# resolved in Alertmanager, every dashboard panel with rows; writes bench/results/chart-run.json
+test-chart-run: $(STAMP) tools
+	$(PY) tests/integration/chart_run.py
 
 # the fault scenarios of `make test` alone (kill -9 of services and servers, outages, a lost NATS node)
 test-faults: $(STAMP)
