@@ -92,6 +92,7 @@ __all__ = [
     "OPERATIONAL_ENDPOINTS",
     "PLACEMENT_ID",
     "QUOTA_ID",
+    "RECORDER_ID",
     "SERVICE_IDENTITIES",
     "TELEMETRY_AGENT",
     "TELEMETRY_COLLECTOR",
@@ -101,6 +102,7 @@ __all__ = [
     "inbox_prefix",
     "permissions_for",
     "placement_durable",
+    "recorder_durable",
     "render_server_config",
 ]
 
@@ -113,9 +115,10 @@ HEALTH_SCORING = "health-scoring"
 QUOTA_ID = "quota"
 FORECASTING = "forecasting"
 ALERT_BRIDGE = "alert-bridge"
+RECORDER_ID = "recorder"
 #: the service identities (each is also the service's default ``service_name``, its micro name)
 SERVICE_IDENTITIES: tuple[str, ...] = (TELEMETRY_AGENT, TELEMETRY_COLLECTOR, PLACEMENT_ID, BINDER_ID, HEALTH_SCORING,
-                                       QUOTA_ID, FORECASTING, ALERT_BRIDGE)
+                                       QUOTA_ID, FORECASTING, ALERT_BRIDGE, RECORDER_ID)
 IDENTITIES: tuple[str, ...] = (ADMIN, *SERVICE_IDENTITIES)
 
 # Names the services choose in their settings (tests check these agree with the settings' defaults).
@@ -135,6 +138,11 @@ ANY = ">"
 def placement_durable(cluster: str) -> str:
     """Placement's durable consumer of pending pods (``PlacementSettings.durable``)."""
     return f"placement-{cluster}"
+
+
+def recorder_durable(cluster: str) -> str:
+    """The recorder's durable consumer, on BINDER and on PLACEMENT alike (``RecorderSettings.durable_name``)."""
+    return f"recorder-{cluster}"
 
 
 def health_durable(cluster: str) -> str:
@@ -304,6 +312,14 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                *_js_base(), *_follow(TELEMETRY), *_follow(BINDER, delete=False),
                *_dead_letters([*consumed, *endpoints])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, endpoints)]),
+                           allow_responses=True)
+    if identity == RECORDER_ID:
+        # consumes the loop's events (BINDER and PLACEMENT, one durable on each) into PostgreSQL; publishes
+        # nothing but the dead letters of what it cannot store; never deletes a consumer
+        loop = [*BINDER.subjects, *PLACEMENT.subjects]
+        pub = [*_js_base(), *(api for s in (BINDER, PLACEMENT) for api in _durable(s, recorder_durable(cluster))),
+               *_dead_letters(loop)]
+        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity)]),
                            allow_responses=True)
     if identity == ALERT_BRIDGE:
         # follows alerts.> (the ALERTS stream) to post to Alertmanager; publishes what Alertmanager's
