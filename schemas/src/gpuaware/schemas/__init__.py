@@ -126,6 +126,7 @@ from gpuaware.schemas.permissions import (
     OPERATIONAL_ENDPOINTS,
     PLACEMENT_ID,
     QUOTA_ID,
+    RECORDER_ID,
     SERVICE_IDENTITIES,
     TELEMETRY_AGENT,
     TELEMETRY_COLLECTOR,
@@ -135,6 +136,7 @@ from gpuaware.schemas.permissions import (
     inbox_prefix,
     permissions_for,
     placement_durable,
+    recorder_durable,
     render_server_config,
 )
 from gpuaware.schemas.placement import (
@@ -272,6 +274,7 @@ __all__ = [
     "QUOTA_ADMIT",
     "QUOTA_ID",
     "QUOTA_USAGE_REPORTED",
+    "RECORDER_ID",
     "REQUESTS",
     "SERVICE_IDENTITIES",
     "STREAMS",
@@ -382,6 +385,7 @@ __all__ = [
     "percentile",
     "permissions_for",
     "placement_durable",
+    "recorder_durable",
     "render_server_config",
     "simulated_as",
     "stream_for",
