@@ -36,6 +36,7 @@ from gpuaware.schemas.permissions import (
     placement_durable,
     render_server_config,
 )
+from gpuaware.services.alert_bridge.settings import AlertBridgeSettings
 from gpuaware.services.binder.settings import BinderSettings
 from gpuaware.services.forecasting.settings import ForecastingSettings
 from gpuaware.services.health_scoring.handlers import telemetry_channel
@@ -61,7 +62,8 @@ def test_names_agree_with_the_services_defaults() -> None:
     assert TELEMETRY_IN.subject in [s for spec in STREAMS for s in spec.subjects]
     # each identity is its service's default name (its NATS micro name)
     assert {s().service_name for s in (PlacementSettings, BinderSettings, AgentSettings, CollectorSettings,
-                                       HealthScoringSettings, QuotaSettings, ForecastingSettings)} == set(SERVICE_IDENTITIES)
+                                       HealthScoringSettings, QuotaSettings, ForecastingSettings)} \
+        | {AlertBridgeSettings(listen_port=9095).service_name} == set(SERVICE_IDENTITIES)
     assert OPERATIONAL_ENDPOINTS[FORECASTING] == (FORECASTING_STATS,)
 
 
