@@ -10,7 +10,7 @@ from bus_helpers import Sample
 from gpuaware import bus
 from gpuaware.bus.headers import header_value
 from gpuaware.bus.jetstream import ConsumerSpec, SimpleStreamSpec, consumer_diff, stream_config, stream_diff
-from gpuaware.schemas import POD_PENDING, PodPending
+from gpuaware.schemas import POD_PENDING, PodPending, subject_token
 
 
 class Fixed(random.Random):
@@ -76,8 +76,12 @@ def test_channel_codec_ids_and_tokens() -> None:
     node = ch.at("c1", "node-7")
     assert node.subject == "telemetry.gpu.sampled.v1.c1.node-7" and node.decoder is ch.decoder
     assert node.msg_id(s, payload) != ch.msg_id(s, payload)  # the subject is part of the hash
-    with pytest.raises(ValueError):
-        ch.at("a.b")
+    # a name is one token by the contract's rule, escaped once however often it goes through it
+    dotted = ch.at("prod.eu-west-1", "ip-10-0-1-2.ec2.internal")
+    assert dotted.subject == "telemetry.gpu.sampled.v1.prod_eu-west-1.ip-10-0-1-2_ec2_internal"
+    assert ch.at(subject_token("prod.eu-west-1"), "ip-10-0-1-2.ec2.internal") == dotted
+    assert ch.at("a b", "*", ">").subject == "telemetry.gpu.sampled.v1.a%20b.%2A.%3E"
+    assert ch.under("prod.eu-west-1").subject == "telemetry.gpu.sampled.v1.prod_eu-west-1.>"
 
 
 def test_event_channel_is_published_on_the_events_tag() -> None:

@@ -33,6 +33,8 @@ from gpuaware.tsdb import (
     PlacementEvent,
     connect,
     count_placement_events,
+    is_data_error,
+    is_transient,
     placement_event,
     pod_history,
     write_placement_events,
@@ -114,9 +116,11 @@ async def test_inside_a_callers_transaction_a_failed_batch_leaves_nothing_and_th
     async with conn.transaction():
         assert await write_placement_events(conn, rows(2)) == 2
         assert await write_placement_events(conn, rows(1, start=2)) == 1  # the staging table was emptied first
-    with pytest.raises(psycopg.DataError):  # PostgreSQL refuses a NUL character in text
+    with pytest.raises(psycopg.DataError) as refused:  # PostgreSQL refuses a NUL character in text
         await write_placement_events(conn, [*rows(1, start=3), PlacementEvent(
             C, "binder.pod.bound.v1", "bad\x00", "p", datetime(2026, 1, 1, tzinfo=UTC))])
+    # the row's own fault: a writer sets that row aside (retrying the batch would fail the same way)
+    assert is_data_error(refused.value) and not is_transient(refused.value)
     assert await count_placement_events(conn, C) == {"placement.pod.decided.v1": 3}
 
 
@@ -142,5 +146,7 @@ async def test_the_recorder_role_writes_events_and_may_do_nothing_else(recorder_
                           "UPDATE placement_events SET detail = ''", "SELECT count(*) FROM gpu_samples",
                           "INSERT INTO quota_usage (ts, cluster, queue, used_gpu_milli, guaranteed_gpu_milli, "
                           "fair_share_gpu_milli) VALUES (now(), 'c', 'q', 0, 0, 0)"):
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
                 await recorder.execute(forbidden)
+            # the deployment's fault, not a row's: no row is set aside for it
+            assert not is_data_error(refused.value) and not is_transient(refused.value)

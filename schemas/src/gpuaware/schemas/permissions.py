@@ -76,6 +76,7 @@ from gpuaware.schemas.placement import (
 from gpuaware.schemas.pods import POD_PENDING
 from gpuaware.schemas.quota import QUOTA_ADMIT, QUOTA_USAGE_REPORTED
 from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, STREAMS, TELEMETRY, StreamSpec
+from gpuaware.schemas.subjects import consumer_name
 from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GPU_SAMPLED
 from gpuaware.schemas.usage import POD_USAGE_REPORTED
 from gpuaware.schemas.world import WORLD_SNAPSHOT
@@ -98,6 +99,8 @@ __all__ = [
     "TELEMETRY_COLLECTOR",
     "Permissions",
     "authorization",
+    "binder_durable",
+    "checkpoint_durable",
     "health_durable",
     "inbox_prefix",
     "permissions_for",
@@ -137,7 +140,7 @@ ANY = ">"
 
 def placement_durable(cluster: str) -> str:
     """Placement's durable consumer of pending pods (``PlacementSettings.durable``)."""
-    return f"placement-{cluster}"
+    return consumer_name(PLACEMENT_ID, cluster)
 
 
 def recorder_durable(cluster: str) -> str:
@@ -147,7 +150,18 @@ def recorder_durable(cluster: str) -> str:
 
 def health_durable(cluster: str) -> str:
     """Health-scoring's durable consumer of telemetry (``HealthScoringSettings.durable``)."""
-    return f"health-scoring-{cluster}"
+    return consumer_name(HEALTH_SCORING, cluster)
+
+
+def binder_durable(cluster: str) -> str:
+    """The binder's durable consumer of decisions when named after its cluster (several clusters on one
+    server); ``BINDER_DURABLE`` otherwise."""
+    return consumer_name(BINDER_DURABLE, cluster)
+
+
+def checkpoint_durable(binder: str) -> str:
+    """The binder's durable consumer of checkpoint answers, beside its durable ``binder`` of decisions."""
+    return consumer_name(binder, "checkpoints")
 
 
 class Permissions(msgspec.Struct, frozen=True, kw_only=True):
@@ -272,8 +286,8 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         # reads back its own events at start (the twin restored after a crash)
         # its durables: the default names, or named after the cluster (several clusters on one server)
         pub = [*(s for o in out for s in _event(o)), *_js_base(),
-               *(api for name in (BINDER_DURABLE, f"{BINDER_DURABLE}-{cluster}")
-                 for api in (*_durable(PLACEMENT, name), *_durable(BINDER, f"{name}-checkpoints"))),
+               *(api for name in (BINDER_DURABLE, binder_durable(cluster))
+                 for api in (*_durable(PLACEMENT, name), *_durable(BINDER, checkpoint_durable(name)))),
                *_follow(PLACEMENT), *_follow(BINDER, delete=False),
                *_dead_letters([*_event(PLACEMENT_DECIDED), *_event(CHECKPOINT_ACKNOWLEDGED), WORLD_SNAPSHOT])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [WORLD_SNAPSHOT])]),

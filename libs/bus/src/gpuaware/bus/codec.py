@@ -3,7 +3,9 @@
 msgspec encoders/decoders are cheap to call and comparatively costly to build, and a decoder is
 specific to its type; so a `Channel` is declared once (beside the subject constant, or at import
 time of a service) and every publish/consume on it reuses the same pair. Decoders are also cached
-per type, so `Channel.at(...)` for per-cluster/per-node subjects costs nothing.
+per type, so `Channel.at(cluster, node)` for per-cluster/per-node subjects costs nothing; `at` makes
+each name one token by the contract's rule (``subject_token``), so no caller builds a subject from a name
+itself.
 
 Message ids (`Nats-Msg-Id`, JetStream's de-duplication key) are derived from the message unless
 the publisher gives one: by `id_of(msg)` when the channel declares it (an event id field is the
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import msgspec
+
+from gpuaware.schemas import subject_token
 
 T = TypeVar("T")
 E = TypeVar("E", bound=msgspec.Struct)
@@ -62,7 +66,7 @@ class Channel(Generic[T]):
 
     `id_of` returns the de-duplication id of a message (e.g. `lambda e: e.event_id`); without it
     the id is a content hash. `Channel(SUBJECT, GpuSampled).at(cluster, node)` extends the subject
-    with tokens and keeps the codec.
+    with the names' tokens and keeps the codec.
     """
 
     subject: str
@@ -81,12 +85,16 @@ class Channel(Generic[T]):
         at = self._version_at()
         object.__setattr__(self, "_version", None if at is None else (at, self.subject.split(".")[at]))
 
-    def at(self, *tokens: str) -> Channel[T]:
-        """The same channel on `subject.token1.token2...` (tokens must not contain dots)."""
-        for t in tokens:
-            if not t or "." in t or " " in t:
-                raise ValueError(f"invalid subject token {t!r}")
-        return Channel(".".join((self.subject, *tokens)), self.type, self.id_of, self.dedupe)
+    def at(self, *names: str) -> Channel[T]:
+        """The same channel on ``subject.<token>.<token>...``, one token per name (a cluster, a node): each
+        made by the contract's rule, ``gpuaware.schemas.subject_token``, so a dotted node name or a
+        wildcard character stays inside its token; a token that rule already made is kept as it is."""
+        return Channel(_joined(self.subject, names), self.type, self.id_of, self.dedupe)
+
+    def under(self, *names: str) -> Channel[T]:
+        """Every subject below ``at(*names)`` (``subject.<token>....>``): what a consumer filters on to
+        read, say, one cluster's messages from every node. Not for publishing."""
+        return Channel(_joined(self.subject, names) + ".>", self.type, self.id_of, self.dedupe)
 
     def _version_at(self) -> int | None:
         """Where the subject's version token is: the first ``v<N>`` (the contract's ``<base>.v<N>``; a
@@ -134,6 +142,10 @@ class Channel(Generic[T]):
         if self.id_of is not None:
             return str(self.id_of(msg))
         return content_id(self.subject, payload)
+
+
+def _joined(subject: str, names: tuple[str, ...]) -> str:
+    return ".".join((subject, *(subject_token(n) for n in names)))
 
 
 def event_channel(event_type: type[E], *, id_of: Callable[[E], str] | None = None,

@@ -34,6 +34,7 @@ from gpuaware.schemas import (
     ExplainRequest,
     WorldSnapshotReply,
     WorldSnapshotRequest,
+    subject_token,
 )
 
 __all__ = ["FORECASTING_STATS", "HEALTH_STATS",
@@ -60,7 +61,7 @@ async def delete_loop_streams(js: bus.JetStream, *, ours: bool = True) -> None:
 
 
 async def delete_run_consumers(js: bus.JetStream, cluster: str) -> list[str]:
-    """The durable consumers the run's services made (their names carry its cluster): deleted after
+    """The durable consumers the run's services made (their names carry its cluster's token): deleted after
     the run, so no consumer with pending messages is left on the server. Returns ``stream/name``."""
     gone = []
     for spec in STREAMS:
@@ -70,7 +71,7 @@ async def delete_run_consumers(js: bus.JetStream, cluster: str) -> list[str]:
             continue
         for info in infos:
             name = info.name or ""
-            if cluster in name and info.config.durable_name:
+            if subject_token(cluster) in name and info.config.durable_name:
                 with contextlib.suppress(Exception):
                     await js.delete_consumer(spec.name, name)
                     gone.append(f"{spec.name}/{name}")

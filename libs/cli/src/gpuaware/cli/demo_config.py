@@ -16,6 +16,7 @@ from gpuaware.schemas import (
     PLACEMENT_ID,
     QUOTA_ID,
     TELEMETRY_AGENT,
+    binder_durable,
 )
 from gpuaware.sim import EccSpec, FaultSpec, ThermalSpec, XidSpec, encode_faults
 
@@ -169,7 +170,7 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
     ``agent`` entry is the telemetry agent scraping it (its node list is added once known)."""
     common = {"NATS_URL": nats_url, "DATABASE_URL": database_url}
     binder = {
-        **common, **nats_login(cfg, BINDER_ID), "GPUAWARE_BINDER_CLUSTER": spec.cluster, "GPUAWARE_BINDER_DURABLE": f"binder-{spec.cluster}",
+        **common, **nats_login(cfg, BINDER_ID), "GPUAWARE_BINDER_CLUSTER": spec.cluster, "GPUAWARE_BINDER_DURABLE": binder_durable(spec.cluster),
         "GPUAWARE_BINDER_TWIN_NODES": cfg.twin_nodes, "GPUAWARE_BINDER_TWIN_DEFAULT_NODES": str(cfg.node_count),
         "GPUAWARE_BINDER_WORKLOAD": cfg.trace, "GPUAWARE_BINDER_WINDOW_S": str(cfg.window_s),
         "GPUAWARE_BINDER_LOAD": str(cfg.load), "GPUAWARE_BINDER_MAX_PODS": str(cfg.max_pods),

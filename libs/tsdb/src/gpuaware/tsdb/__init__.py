@@ -23,7 +23,7 @@ A script: `asyncio.run(migrate(dsn))`, then `async with await connect(dsn) as co
 
 from gpuaware.tsdb.binary import SampleColumns, encode_copy_binary, encode_sample_columns, timestamp_micros
 from gpuaware.tsdb.capabilities import Backend, choose_backend, installed_backend, timescaledb_available
-from gpuaware.tsdb.errors import ChecksumMismatchError, MigrationError, TsdbError, is_transient
+from gpuaware.tsdb.errors import ChecksumMismatchError, MigrationError, TsdbError, is_data_error, is_transient
 from gpuaware.tsdb.events import (
     LOOP_EVENTS,
     PLACEMENT_EVENT_COLUMNS,
@@ -134,6 +134,7 @@ __all__ = [
     "health_overrides",
     "health_scores",
     "installed_backend",
+    "is_data_error",
     "is_transient",
     "latest_samples",
     "list_inventory",

@@ -49,4 +49,14 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError | TimeoutError)
 
 
-__all__ = ["ChecksumMismatchError", "MigrationError", "TsdbError", "is_transient"]
+def is_data_error(exc: BaseException) -> bool:
+    """True when the database refused the rows themselves (SQLSTATE class 22, a value it cannot hold such
+    as a NUL character or a time out of range; 23, a constraint): the same rows fail again, and a writer
+    of many rows should find the one at fault and set it aside. False for the deployment's errors
+    (permission, missing table), which no row causes and an operator fixes, and for transient ones."""
+    if isinstance(exc, psycopg.Error) and exc.sqlstate is not None:
+        return exc.sqlstate[:2] in ("22", "23")
+    return isinstance(exc, psycopg.DataError)
+
+
+__all__ = ["ChecksumMismatchError", "MigrationError", "TsdbError", "is_data_error", "is_transient"]

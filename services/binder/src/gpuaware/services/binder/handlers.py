@@ -40,6 +40,7 @@ from gpuaware.schemas import (
     PodPreempted,
     PodUnschedulable,
     WorldSnapshotRequest,
+    checkpoint_durable,
 )
 from gpuaware.services.binder.binder import Binder
 from gpuaware.services.binder.exporter import start_exporter
@@ -190,7 +191,7 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
 
         consumers: list[bus.DurableConsumer[Any]] = [
             await bus.subscribe_durable(
-                ctx.js, ANSWERS, f"{settings.durable}-checkpoints", on_answer, deliver_policy="new",
+                ctx.js, ANSWERS, checkpoint_durable(settings.durable), on_answer, deliver_policy="new",
                 ack_wait=settings.ack_wait_s, poll=settings.poll_s),
             await bus.subscribe_durable(
                 ctx.js, DECISIONS, settings.durable, on_decision, ack_wait=settings.ack_wait_s,

@@ -50,8 +50,6 @@ from gpuaware import bus, tsdb
 from gpuaware.runtime import Sample, ServiceContext, consumer_samples, counter, gauge
 from gpuaware.schemas import (
     BINDER,
-    GPU_ROLLED_UP,
-    GPU_SAMPLED,
     HEALTH_CORDON,
     HEALTH_STATS,
     PLACEMENT,
@@ -67,7 +65,6 @@ from gpuaware.schemas import (
     PodFinished,
     PodPreempted,
     StatsRequest,
-    subject_token,
 )
 from gpuaware.services.health_scoring.checkpoint import Checkpointer, Outbox
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
@@ -83,10 +80,9 @@ PODS_GONE = (bus.event_channel(PodBindFailed), bus.event_channel(PodPreempted),
 
 def telemetry_channel(settings: HealthScoringSettings) -> bus.Channel[Any]:
     """The durable's filter: this cluster's samples (or one-minute rollups), every node."""
-    token = subject_token(settings.cluster)
     if settings.input == "rolledup":
-        return bus.Channel(f"{GPU_ROLLED_UP}.{token}.>", GpuRolledUp)
-    return bus.Channel(f"{GPU_SAMPLED}.{token}.>", GpuSampled)
+        return bus.event_channel(GpuRolledUp).under(settings.cluster)
+    return bus.event_channel(GpuSampled).under(settings.cluster)
 
 
 class HealthService:

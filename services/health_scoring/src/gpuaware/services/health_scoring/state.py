@@ -64,7 +64,6 @@ from gpuaware.schemas import (
     NodeInventory,
     PlacementDecided,
     RollupWindow,
-    subject_token,
 )
 from gpuaware.tsdb import HealthAlertRow, HealthCheckpoint, HealthOverrideRow, HealthScoreRow, HealthTrackRow
 
@@ -130,7 +129,6 @@ class View:
         """bad input met since start, by kind (the book's InputCounters hold the totals per GPU)"""
         self.agent_heartbeat_s = agent_heartbeat_s
         self._seq: dict[str, int] = {}
-        self._token = subject_token(cluster)
         self._last_pub: dict[str, tuple[float, float]] = {}
         self._dirty: set[str] = set()
         self._scores: list[HealthScoreRow] = []
@@ -270,7 +268,7 @@ class View:
             self.counts["no_node"] += 1  # a GPU known by uuid only cannot be published (node is required)
             return
         reasons = (*a.reasons, *extra_reasons)
-        to = (self._token, subject_token(node))
+        to = (cluster, node)
         change = a.to_state_changed(source=self.source, emitted_at=now, cluster=cluster)
         if change is not None:
             if extra_reasons:
@@ -296,7 +294,7 @@ class View:
                 reasons_json=_ENCODER.encode(reasons).decode()))
         decision = self.alerts.decide(a, emitted_at=now)
         for r in decision.raised:
-            work.out.append(Outbound(RAISED.at(self._token), r,
+            work.out.append(Outbound(RAISED.at(cluster), r,
                                      f"ar/{cluster}/{r.fingerprint}/{_t(r.started_at)}/{_t(a.at)}"))
             active = self.alerts.active.get(r.fingerprint)
             self._alerts.append(HealthAlertRow(
@@ -305,7 +303,7 @@ class View:
                 active_json=_ENCODER.encode(active).decode() if active is not None else None))
             work.urgent = True
         for gone in decision.resolved:
-            work.out.append(Outbound(RESOLVED.at(self._token), gone,
+            work.out.append(Outbound(RESOLVED.at(cluster), gone,
                                      f"ao/{cluster}/{gone.fingerprint}/{_t(gone.started_at)}"))
             self._alerts.append(HealthAlertRow(
                 fingerprint=gone.fingerprint, started_at=gone.started_at, rule=gone.rule,

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from gpuaware.placement import DEFAULT_PROFILE, REGISTRY, Kind, ProfileError
 from gpuaware.runtime import ServiceSettings, SettingsError
+from gpuaware.schemas import placement_durable
 
 
 class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
@@ -25,6 +26,12 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     overrides `policy` when set. Checked completely when the settings load (every plugin name known,
     every argument of the right type, no unknown keys: `gpuaware.placement.registry`), so a bad
     profile stops the service at start-up with the field named, not at its first decision."""
+    policy_source: Literal["settings", "crd"] = "settings"
+    """``settings``: the profile is `profile`, else `policy`; ``crd`` (Kubernetes mode, the chart's
+    default): the GPUPolicy object named `policy_object`, watched and hot-reloaded, `profile` / `policy`
+    applying while it does not exist or none of its generations validated (`crd_policy.py`)"""
+    policy_object: str = "default"
+    """crd: the name of the GPUPolicy this cluster's placement follows"""
     typical_pods_file: str = ""
     """An openb-format pod list (`cpu_milli,num_gpu,gpu_milli[,gpu_spec]`) whose request mix the
     fragmentation-aware scores assume. Empty: learned from the pending pods seen (a small built-in
@@ -200,7 +207,7 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
 
     @property
     def durable(self) -> str:
-        return self.pending_durable or f"placement-{self.cluster}"
+        return self.pending_durable or placement_durable(self.cluster)
 
     def lease_k8s_namespace(self) -> str:
         if self.lease_namespace:

@@ -20,7 +20,9 @@ so a restarted quota cannot admit over a limit it has not re-read yet.
 
 The tree file is re-read when it changes (checked every report interval): a tree that does not
 validate -- cyclic, over-committed, negative amounts, unknown queues -- is refused with every reason
-and the running tree stays in force.
+and the running tree stays in force. In Kubernetes mode (``tree_source=crd``) the tree is the
+cluster's GPUQueue objects instead, watched (``crd_tree.py``): the same refusal, per object, written
+into the object's status; ``quota.admit`` waits for the first list like it waits for the replay.
 
 Errors: a request for another cluster is a 421 service error; an undecodable request is the bus's
 400. A bound/finished event that cannot be decoded is dead-lettered by the follower. The database
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaware import bus, tsdb
-from gpuaware.quota import QuotaConfigError, validate
+from gpuaware.quota import QueueTree, QuotaConfigError, validate
 from gpuaware.runtime import Sample, ServiceContext, counter, gauge
 from gpuaware.schemas import (
     BINDER,
@@ -48,9 +50,8 @@ from gpuaware.schemas import (
     PodBound,
     PodPending,
     QuotaUsageReported,
-    subject_token,
 )
-from gpuaware.services.quota.settings import QuotaSettings
+from gpuaware.services.quota.settings import OPEN_TREE, QuotaSettings
 from gpuaware.services.quota.state import POD_EVENT_TYPES, PodEvent, QuotaView, ended_at
 from gpuaware.services.quota.store import Writer
 
@@ -78,9 +79,16 @@ class QuotaService:
         self._tree_mtime = Path(settings.tree).stat().st_mtime_ns if settings.tree else None
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self.queues: Any = None
+        """the GPUQueue watch (``crd_tree.ConfigWatch``) in Kubernetes mode"""
 
     async def start(self) -> None:
         self.writer.start()
+        if self.settings.tree_source == "crd":
+            from gpuaware.services.quota.crd_tree import watch_queues
+
+            self.queues = await watch_queues(self.use_tree)
+            await self._tree_read()
         self.follower = await bus.follow(self.js, POD_EVENTS, self._on_pod, stream=BINDER.name, deliver="all",
                                          with_suffixes=True, name="quota-pods")
         with contextlib.suppress(TimeoutError):
@@ -88,6 +96,8 @@ class QuotaService:
         self._task = asyncio.create_task(self._report_loop(), name="quota report")
 
     async def stop(self) -> None:
+        if self.queues is not None:
+            await self.queues.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -119,6 +129,7 @@ class QuotaService:
         if self.follower is not None and not self.follower.caught_up.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.follower.caught_up.wait(), CATCH_UP_S)
+        await self._tree_read()
         reply = self.view.admit(req, self.clock())
         if not reply.admitted or reply.would_reclaim:
             log.info("quota.admit %s/%s queue %s: %s%s", req.pod.namespace, req.pod.pod_name, reply.queue,
@@ -127,12 +138,28 @@ class QuotaService:
 
     async def report(self) -> QuotaUsageReported:
         r = self.view.report(self.clock())
-        await bus.publish(self.js, REPORTED.at(subject_token(self.settings.cluster)), r,
+        await bus.publish(self.js, REPORTED.at(self.settings.cluster), r,
                           msg_id=f"quota-{self.settings.cluster}-{r.as_of:.3f}")
         self.writer.usage(r)
         self.reports += 1
         self.last_report = r
         return r
+
+    async def _tree_read(self) -> None:
+        """Kubernetes mode: wait (up to ``CATCH_UP_S``) until the GPUQueues were listed once."""
+        if self.queues is not None and not self.queues.synced.is_set():
+            try:
+                await asyncio.wait_for(self.queues.synced.wait(), CATCH_UP_S)
+            except TimeoutError:
+                log.error("GPUQueues not listed after %.0f s (is the apiserver reachable? see the watch's "
+                          "warnings); answering with the tree in force", CATCH_UP_S)
+
+    def use_tree(self, tree: QueueTree | None) -> None:
+        """Kubernetes mode: the tree the GPUQueues make now (None: none accepted, every queue open)."""
+        tree = tree if tree is not None else validate(OPEN_TREE)
+        lost = self.view.replace_tree(tree)
+        log.info("quota tree from GPUQueues: %d queues (%s); %d running pods lost their queue", len(tree.specs),
+                 ", ".join(sorted(tree.specs)), lost)
 
     def reload(self) -> bool:
         """Re-read the tree file if it changed. A tree that does not validate is refused with every
@@ -193,6 +220,10 @@ def quota_samples(service: QuotaService) -> Iterable[Sample]:
     bounded) and fair share, pods pending; Jain's index over the queues asking; reclaims; refused trees."""
     yield counter("gpuaware_quota_trees_refused", "queue tree files refused (the running tree stayed)",
                   service.view.counts.get("tree_rejected", 0))
+    if service.queues is not None:
+        verdicts = service.queues.objects.verdicts.values()
+        yield gauge("gpuaware_quota_queue_objects_refused", "GPUQueue objects whose generation is refused",
+                    sum(1 for v in verdicts if not v.accepted))
     r = service.last_report
     if r is None:
         return

@@ -53,6 +53,7 @@ from gpuaware.gpu import (
 )
 from gpuaware.runtime import Sample, counter
 from gpuaware.schemas import (
+    TELEMETRY_AGENT,
     GpuSampled,
     NodeInventory,
     PodBindFailed,
@@ -61,7 +62,7 @@ from gpuaware.schemas import (
     PodPending,
     PodPreempted,
     PodUsageReported,
-    subject_token,
+    consumer_name,
 )
 from gpuaware.services.telemetry.settings import AgentSettings
 from gpuaware.telemetry import AllocationLedger, NodeEdge, PodAlloc, allocations_by_gpu, from_pod_shares
@@ -108,11 +109,11 @@ class Agent:
         self.allocation_mode = settings.allocation_source()
         if self.allocation_mode == "fleet" and fleet is None:
             raise ValueError("allocations from the fleet need the simulated backend")
-        cluster = subject_token(settings.cluster)
+        cluster = settings.cluster
         self.edges = {node: NodeEdge(node, source=self.source, cluster=settings.cluster, policy=settings.policy(),
                                      usage_window_s=settings.usage_window_s) for node in self.backends}
-        self.channels = {node: (SAMPLED.at(cluster, subject_token(node)), INVENTORY.at(cluster, subject_token(node)),
-                                USAGE.at(cluster, subject_token(node))) for node in self.backends}
+        self.channels = {node: (SAMPLED.at(cluster, node), INVENTORY.at(cluster, node), USAGE.at(cluster, node))
+                         for node in self.backends}
         self.ledgers = {node: AllocationLedger(node) for node in self.backends}
         self.stats = AgentStats()
         self._announced: dict[str, NodeInventory] = {}
@@ -129,7 +130,7 @@ class Agent:
         await self.check_inventory(self.clock(), force=True)
 
     async def _follow_binder(self) -> None:
-        durable = "telemetry-agent-" + "-".join(sorted(subject_token(n) for n in self.backends))[:200]
+        durable = consumer_name(TELEMETRY_AGENT, *sorted(self.backends))
         stream = await self.js.find_stream_name_by_subject(BINDER_EVENTS.subject)
         try:  # replay from the stream's start at every start-up: the ledger lives in memory
             await self.js.delete_consumer(stream, durable)

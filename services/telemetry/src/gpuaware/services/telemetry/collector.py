@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuaware import bus, tsdb
-from gpuaware.schemas import GpuRolledUp, GpuSampled, RollupWindow, subject_token
+from gpuaware.schemas import GpuRolledUp, GpuSampled, RollupWindow
 from gpuaware.services.telemetry.settings import CollectorSettings
 from gpuaware.telemetry import WIDTH_S, WindowClock, rollup_messages, rollup_msg_id, to_columns
 
@@ -251,7 +251,7 @@ class Maintenance:
         messages = rollup_messages(rows, window=window, window_start=start, gpu_index=self.gpu_index,
                                    source=self.source, emitted_at=self.clock(), cluster=self.settings.cluster)
         for msg in messages:
-            channel = ROLLED_UP.at(subject_token(msg.cluster), subject_token(msg.node))
+            channel = ROLLED_UP.at(msg.cluster, msg.node)
             await bus.publish(self.js, channel, msg, msg_id=rollup_msg_id(window, msg.node, start), timeout=5)
         self.published[window.value] += len(messages)
         return len(messages)
