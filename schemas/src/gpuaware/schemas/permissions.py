@@ -145,7 +145,7 @@ def placement_durable(cluster: str) -> str:
 
 def recorder_durable(cluster: str) -> str:
     """The recorder's durable consumer, on BINDER and on PLACEMENT alike (``RecorderSettings.durable_name``)."""
-    return f"recorder-{cluster}"
+    return consumer_name(RECORDER_ID, cluster)
 
 
 def health_durable(cluster: str) -> str:
