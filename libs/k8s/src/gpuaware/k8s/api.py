@@ -13,6 +13,7 @@ which tests/helm checks by reading the services' code.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -29,14 +30,19 @@ __all__ = [
     "Rule",
     "bind",
     "core_api",
+    "custom_api",
     "evict",
     "lease_get",
     "lease_write",
     "needs",
     "node_source",
     "patch_pod_annotations",
+    "patch_policy_status",
+    "patch_queue_status",
     "pod_source",
+    "policy_source",
     "post_event",
+    "queue_source",
     "read_claim",
 ]
 
@@ -54,18 +60,28 @@ def needs(*rules: Rule) -> Callable[[F], F]:
     return mark
 
 
-def core_api(kubeconfig: str | None = None, host: str | None = None) -> client.CoreV1Api:
-    """In-cluster config when running in a pod, else ``kubeconfig`` (or ``host`` for tests)."""
+def _load_config(kubeconfig: str | None) -> None:
     from kubernetes import config
 
-    if host is not None:
-        cfg = client.Configuration(host=host)
-        return client.CoreV1Api(client.ApiClient(cfg))
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config(config_file=kubeconfig)
+
+
+def core_api(kubeconfig: str | None = None, host: str | None = None) -> client.CoreV1Api:
+    """In-cluster config when running in a pod, else ``kubeconfig`` (or ``host`` for tests)."""
+    if host is not None:
+        cfg = client.Configuration(host=host)
+        return client.CoreV1Api(client.ApiClient(cfg))
+    _load_config(kubeconfig)
     return client.CoreV1Api()
+
+
+def custom_api(kubeconfig: str | None = None) -> client.CustomObjectsApi:
+    """Our custom resources' API: in-cluster config in a pod, else ``kubeconfig`` (default: ``KUBECONFIG``)."""
+    _load_config(kubeconfig)
+    return client.CustomObjectsApi()
 
 
 @needs(("", "pods/binding", "create"))
@@ -161,6 +177,41 @@ def pod_source(api: client.CoreV1Api, scheduler_name: str) -> tuple[Any, Any]:
 @needs(("", "nodes", "list"), ("", "nodes", "watch"))
 def node_source(api: client.CoreV1Api) -> tuple[Any, Any]:
     return _source(api.list_node)
+
+
+def _cluster_objects(api: client.CustomObjectsApi, plural: str) -> tuple[Any, Any]:
+    from gpuaware.k8s.crds import GROUP, VERSION
+
+    return _source(functools.partial(api.list_cluster_custom_object, GROUP, VERSION, plural))
+
+
+@needs(("gpuaware.io", "gpuqueues", "list"), ("gpuaware.io", "gpuqueues", "watch"))
+def queue_source(api: client.CustomObjectsApi) -> tuple[Any, Any]:
+    """Every GPUQueue (cluster-scoped)."""
+    return _cluster_objects(api, "gpuqueues")
+
+
+@needs(("gpuaware.io", "gpupolicies", "list"), ("gpuaware.io", "gpupolicies", "watch"))
+def policy_source(api: client.CustomObjectsApi) -> tuple[Any, Any]:
+    """Every GPUPolicy (cluster-scoped)."""
+    return _cluster_objects(api, "gpupolicies")
+
+
+def _patch_status(api: client.CustomObjectsApi, plural: str, name: str, patch: Mapping[str, Any]) -> None:
+    from gpuaware.k8s.crds import GROUP, VERSION
+
+    # a merge patch (the client's default for this call): only the fields given change
+    api.patch_cluster_custom_object_status(GROUP, VERSION, plural, name, dict(patch), _preload_content=False)
+
+
+@needs(("gpuaware.io", "gpuqueues/status", "patch"))
+def patch_queue_status(api: client.CustomObjectsApi, name: str, patch: Mapping[str, Any]) -> None:
+    _patch_status(api, "gpuqueues", name, patch)
+
+
+@needs(("gpuaware.io", "gpupolicies/status", "patch"))
+def patch_policy_status(api: client.CustomObjectsApi, name: str, patch: Mapping[str, Any]) -> None:
+    _patch_status(api, "gpupolicies", name, patch)
 
 
 @needs(("resource.k8s.io", "resourceclaims", "get"), ("resource.k8s.io", "resourceclaimtemplates", "get"))

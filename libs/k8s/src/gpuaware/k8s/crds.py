@@ -5,8 +5,13 @@ Why generated: a CRD's OpenAPI schema is a second copy of a type; written by han
 turned into a Kubernetes *structural* schema, so the apiserver refuses exactly what the service would:
 
 - ``GPUQueue`` (``gpuaware.io/v1alpha1``): ``spec`` = ``gpuaware.quota.tree.QueueSpec`` (the quota
-  service's file format, one queue per object); ``status`` = ``gpuaware.schemas.quota.QueueUsage``.
-- ``GPUPolicy``: ``spec`` = ``gpuaware.placement.args.Profile`` (placement profile and weights).
+  service's file format, one queue per object); ``status`` = ``ConfigStatus``.
+- ``GPUPolicy``: ``spec`` = ``gpuaware.placement.args.Profile`` (placement profile and weights);
+  ``status`` = ``ConfigStatus``.
+
+``ConfigStatus`` is what the service that reads the object writes back (``crs.py``): an ``Accepted``
+condition (``True``, or ``False`` with every reason it was refused) and the ``metadata.generation``
+it judged, in the shape of ``metav1.Condition`` so ``kubectl wait --for=condition=Accepted`` works.
 - ``GPUGang``: a gang workload (``GangSpec`` below), the PodGroup of scheduler-plugins' coscheduling
   under our group; pods join one with the ``gpuaware.io/gang`` annotation, or keep their
   ``scheduling.x-k8s.io/pod-group`` label (read as the gang's name: PodGroup compatibility).
@@ -31,7 +36,7 @@ import msgspec
 import yaml
 from msgspec import Meta
 
-__all__ = ["GROUP", "VERSION", "GangSpec", "GangStatus", "PolicyStatus", "all_crds", "crd", "structural"]
+__all__ = ["GROUP", "VERSION", "Condition", "ConfigStatus", "GangSpec", "GangStatus", "all_crds", "crd", "structural"]
 
 GROUP = "gpuaware.io"
 VERSION = "v1alpha1"
@@ -58,15 +63,22 @@ class GangStatus(msgspec.Struct, kw_only=True, rename="camel"):
 
 
 class Condition(msgspec.Struct, kw_only=True, rename="camel"):
+    """A condition, with metav1.Condition's fields."""
+
     type: str
     status: str
+    """True | False | Unknown"""
     reason: str = ""
     message: str = ""
     last_transition_time: str | None = None
-
-
-class PolicyStatus(msgspec.Struct, kw_only=True, rename="camel"):
     observed_generation: int = 0
+
+
+class ConfigStatus(msgspec.Struct, kw_only=True, rename="camel"):
+    """The status of an object a service takes as configuration (GPUQueue, GPUPolicy)."""
+
+    observed_generation: int = 0
+    """the ``metadata.generation`` the conditions speak of"""
     conditions: list[Condition] = msgspec.field(default_factory=list)
 
 
@@ -150,23 +162,25 @@ def crd(kind: str, plural: str, spec: dict[str, Any], status: dict[str, Any], *,
     }
 
 
+ACCEPTED_COLUMN = {"name": "Accepted", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Accepted")].status'}
+
+
 def all_crds() -> list[dict[str, Any]]:
     from gpuaware.placement import Profile
     from gpuaware.quota import QueueSpec
-    from gpuaware.schemas import QueueUsage
 
     return [
-        crd("GPUQueue", "gpuqueues", _schema_of(QueueSpec), _schema_of(QueueUsage), short=["gq"],
+        crd("GPUQueue", "gpuqueues", _schema_of(QueueSpec), _schema_of(ConfigStatus), short=["gq"],
             scope="Cluster",
             description="A tenant queue of the quota tree (the quota service's QueueSpec): guarantees, limits, "
                         "weight, priority, time windows.",
             columns=[{"name": "Parent", "type": "string", "jsonPath": ".spec.parent"},
                      {"name": "Weight", "type": "number", "jsonPath": ".spec.weight"},
-                     {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"}]),
-        crd("GPUPolicy", "gpupolicies", _schema_of(Profile), _schema_of(PolicyStatus), short=["gpol"],
+                     {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"}, ACCEPTED_COLUMN]),
+        crd("GPUPolicy", "gpupolicies", _schema_of(Profile), _schema_of(ConfigStatus), short=["gpol"],
             scope="Cluster",
             description="A placement profile: filter, score plugins with weights, GPU selection, preemption.",
-            columns=[{"name": "GPU", "type": "string", "jsonPath": ".spec.gpu"}]),
+            columns=[{"name": "GPU", "type": "string", "jsonPath": ".spec.gpu"}, ACCEPTED_COLUMN]),
         crd("GPUGang", "gpugangs", _schema_of(GangSpec), _schema_of(GangStatus), short=["gang"],
             description="A gang of pods placed all together or not at all (PodGroup-compatible).",
             columns=[{"name": "MinMember", "type": "integer", "jsonPath": ".spec.minMember"},

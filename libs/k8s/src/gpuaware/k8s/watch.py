@@ -142,11 +142,13 @@ class Watcher:
 def run_watch(watcher: Watcher, list_fn: Callable[[], tuple[list[Mapping[str, Any]], str]],
               watch_fn: Callable[[str], Iterator[Mapping[str, Any]]], handle: Callable[[Change], None],
               stop: Callable[[], bool], clock: Callable[[], float],
-              backoff: Callable[[int], None] = lambda _n: None) -> None:
+              backoff: Callable[[int], None] = lambda _n: None,
+              settled: Callable[[], None] = lambda: None) -> None:
     """The I/O shell: LIST when needed (start, 410, resync due), else WATCH from our version and feed
     each event to the watcher. ``list_fn`` returns (items as JSON, resourceVersion); ``watch_fn(rv)``
     yields events as JSON until the server closes the stream. ``backoff(n)`` sleeps after the n-th
-    consecutive failure (the caller's retry policy)."""
+    consecutive failure (the caller's retry policy). ``settled()`` is called after a LIST's changes
+    and after each event's, so a caller that judges objects together sees a LIST whole."""
     failures = 0
     while not stop():
         try:
@@ -154,10 +156,14 @@ def run_watch(watcher: Watcher, list_fn: Callable[[], tuple[list[Mapping[str, An
                 items, rv = list_fn()
                 for ch in watcher.on_list(items, rv, clock()):
                     handle(ch)
+                settled()
             assert watcher.resource_version is not None
             for ev in watch_fn(watcher.resource_version):
-                for ch in watcher.on_event(ev):
+                changes = watcher.on_event(ev)
+                for ch in changes:
                     handle(ch)
+                if changes:
+                    settled()
                 if stop() or watcher.due(clock()):
                     break
             failures = 0

@@ -1,9 +1,14 @@
 """The quota service's one frozen settings object, read once from ``GPUAWARE_QUOTA_*``.
 
-``TREE`` names the queue tree file (YAML or JSON, ``gpuaware.quota.QuotaConfig``). Without one every
-queue a pod names is accepted with no guarantee and no limit (``open_queues``): quota then only
-accounts and reports, and placement decides exactly as it would without it. A tree that does not
-validate stops the service at start with every reason (``SettingsError``); nothing half-applies.
+``TREE_SOURCE`` says where the queue tree comes from: ``file`` (the embedded stack's default) or
+``crd`` (Kubernetes mode, the chart's default: the cluster's ``GPUQueue`` objects, watched and
+hot-reloaded, each told in its status whether it was accepted; ``crd_tree.py``).
+
+``TREE`` names the queue tree file (YAML or JSON, ``gpuaware.quota.QuotaConfig``). Without one (and in
+``crd`` mode until a GPUQueue is accepted) every queue a pod names is accepted with no guarantee and
+no limit (``open_queues``): quota then only accounts and reports, and placement decides exactly as it
+would without it. A tree file that does not validate stops the service at start with every reason
+(``SettingsError``); nothing half-applies.
 
 Sample::
 
@@ -14,7 +19,7 @@ Sample::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from gpuaware.quota import QueueTree, QuotaConfigError, validate
 from gpuaware.runtime import DatabaseSettings, SettingsError
@@ -31,6 +36,9 @@ class QuotaSettings(DatabaseSettings, frozen=True, kw_only=True):
 
     service_name: str = QUOTA_ID
 
+    tree_source: Literal["file", "crd"] = "file"
+    """``file``: the tree is ``tree``; ``crd``: the cluster's GPUQueue objects (in-cluster credentials in a
+    pod, else ``KUBECONFIG``)"""
     tree: str = ""
     """the queue tree file (YAML/JSON); empty = every queue unlimited (quota accounts only)"""
     report_interval_s: float = 10.0
@@ -42,6 +50,9 @@ class QuotaSettings(DatabaseSettings, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         self.require_positive("report_interval_s", "reservation_ttl_s", "pending_ttl_s")
+        if self.tree_source == "crd" and self.tree:
+            raise SettingsError("GPUAWARE_QUOTA_TREE names a file but GPUAWARE_QUOTA_TREE_SOURCE is crd (the tree is "
+                                "the cluster's GPUQueue objects): set one or the other")
         self.queue_tree()
 
     def queue_tree(self) -> QueueTree:

@@ -1,0 +1,25 @@
+"""Kubernetes mode (``GPUAWARE_QUOTA_TREE_SOURCE=crd``): the queue tree is the cluster's GPUQueue objects.
+
+The rules are ``gpuaware.k8s``'s (``QueueSet``: what is in force, what each object is told;
+``ConfigWatch``: list+watch, 410 relist, backoff, status writes); this module only wires them to the
+service: each new tree goes to ``use_tree`` on the event loop, between two admissions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from gpuaware.k8s import ConfigWatch, QueueSet, custom_api, patch_queue_status, queue_source
+
+__all__ = ["watch_queues"]
+
+
+async def watch_queues(use_tree: Callable[[Any], None]) -> ConfigWatch:
+    """Start watching GPUQueues; ``use_tree(tree)`` gets each tree in force (None: no queue accepted)."""
+    api = await asyncio.to_thread(custom_api)
+    watch = ConfigWatch(QueueSet(), queue_source(api), functools.partial(patch_queue_status, api), use_tree)
+    watch.start()
+    return watch
