@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,10 @@ class Planner:
     @config.setter
     def config(self, value: PlannerConfig) -> None:  # tuning a running instance (tests, tools)
         self.view.config = value
+
+    def use_policy(self, name: str, config: Mapping[str, Any]) -> None:
+        """Decide with another (validated) profile from the next cycle on (``PlacementView.use_policy``)."""
+        self.view.use_policy(name, config)
 
     @property
     def framework(self) -> Framework | None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -97,7 +97,16 @@ class PlacementView:
             log.info("request mix moved: %d typical shapes now (scores rebuilt)", len(self.mix.typical.keys))
             self.build_framework()
 
-    def build_framework(self) -> None:
+    def use_policy(self, name: str, config: Mapping[str, Any]) -> None:
+        """Decide with another profile from the next cycle on (its GPUPolicy changed). The queue order
+        is built anew only when the profile names another one (else its predictions and owed service
+        carry over, as across any rebuild)."""
+        new_order = config.get("queue_sort") != self.config.policy_config.get("queue_sort")
+        self.config = replace(self.config, policy_name=name, policy_config=config)
+        if self.framework is not None:  # else built with the cluster
+            self.build_framework(new_order=new_order)
+
+    def build_framework(self, *, new_order: bool = False) -> None:
         n = len(self.specs)
         rank = np.random.default_rng(self.config.seed).permutation(n) if n else None
         cfg = self.config
@@ -112,7 +121,7 @@ class PlacementView:
         if not cfg.preemption:
             framework.post_filters = ()
         framework.permits += cfg.permits
-        if self.framework is None:
+        if self.framework is None or new_order:
             self.order = framework.queue_sort
         framework.queue_sort = self.order
         if self.framework is not None:  # the counts are this instance's, not one build's

@@ -119,6 +119,8 @@ class PlacementService:
         self.quota = QuotaPermit(self.nc, s, self.source, self.state, self.loop_later)
         self.durations = DurationAsker(self.nc, self.state, self.source, s.cluster, s.duration_timeout_s)
         self.leading_since: float | None = None
+        self.policies: Any = None
+        """the GPUPolicy watch (``crd_policy.ConfigWatch``) in Kubernetes mode"""
         self._mine: collections.OrderedDict[str, float] = collections.OrderedDict()
         """ids of decisions this instance sent (and applied) whose echo has not come back yet: the echo
         is not applied again (and forgets its id, so this holds only what is in flight). An id leaves
@@ -133,6 +135,15 @@ class PlacementService:
         except Exception as exc:  # only a speed-up: the first decisions compile what they need instead
             log.warning("placement engine warm-up failed (%s: %s); kernels compile on first use",
                         type(exc).__name__, exc)
+        if s.policy_source == "crd":  # the profile from its GPUPolicy before any decision
+            from gpuaware.services.placement.crd_policy import watch_policies
+
+            self.policies = await watch_policies(s.policy_object, self.use_profile)
+            try:
+                await asyncio.wait_for(self.policies.synced.wait(), 30.0)
+            except TimeoutError:
+                log.error("GPUPolicies not listed after 30 s (is the apiserver reachable? see the watch's "
+                          "warnings); deciding with policy %s until they are", s.policy_name)
         # the node set first, so replaying the ledger places pods on known nodes (one rebuild)
         inv = await bus.follow(self.js, [INVENTORY], self._on_event, stream=TELEMETRY.name,
                                deliver="last_per_subject", with_suffixes=True, name="placement-inventory")
@@ -170,6 +181,8 @@ class PlacementService:
 
     async def stop(self) -> None:
         """Stop deciding (in-flight pods finish), hand the lease over, stop following."""
+        if self.policies is not None:
+            await self.policies.stop()
         await self._step_down()
         if self.lease is not None:
             await self.lease.stop(release=True)
@@ -179,6 +192,19 @@ class PlacementService:
         await self.durations.stop()
         for f in self.followers:
             await f.stop()
+
+    def use_profile(self, profile: dict[str, Any] | None) -> None:
+        """Kubernetes mode: the followed GPUPolicy's profile (None: it is gone or never validated, so the
+        settings' policy applies); the settings' queue order joins it unless it names one."""
+        s = self.settings
+        if profile is None:
+            name, config = s.policy_name, s.policy_config
+        else:
+            name, config = f"GPUPolicy/{s.policy_object}", dict(profile)
+            if s.queue_sort is not None:
+                config.setdefault("queue_sort", s.queue_sort)
+        self.state.use_policy(name, config)
+        log.info("placement decides with %s from now on", name)
 
     @property
     def leading(self) -> bool:

@@ -119,6 +119,11 @@ class PlacementState:
         self.planner.config = dataclasses.replace(self.planner.config, max_victims=value)
         self.planner.view.invalidate()
 
+    def use_policy(self, name: str, config: Mapping[str, Any]) -> None:
+        """Decide with another profile from the next pod on (a GPUPolicy changed); decisions name it."""
+        self.policy_name = name
+        self.planner.use_policy(name, config)
+
     # -- the view -------------------------------------------------------------------------------------
 
     @property
