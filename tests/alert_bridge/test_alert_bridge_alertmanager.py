@@ -1,14 +1,13 @@
-"""The alert bridge against a real Alertmanager (Debian's `prometheus-alertmanager`): an alert raised on
-the bus shows firing in Alertmanager and resolved when the bus resolves it; an alert Prometheus would
+"""The alert-bridge service against a real Alertmanager (Debian's `prometheus-alertmanager`): an alert raised
+on the bus shows firing in Alertmanager and resolved when the bus resolves it; an alert Prometheus would
 fire, routed to the bridge's webhook, arrives on the bus (and back out as resolved); the bus's own alerts
-coming back through the webhook are not published twice; a bad notification is refused with the reason."""
+coming back through the webhook are not published twice; a bad notification is refused with the reason;
+the bridge is ready once Alertmanager answers."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -17,15 +16,14 @@ from typing import Any
 
 import msgspec
 import pytest
+from alert_bridge_helpers import bridge_settings, get, running_bridge
 from service_runner import streams_ready
 
 from gpuaware import bus
 from gpuaware.alerting import FINGERPRINT_LABEL, OpenAlerts, from_webhook, to_alertmanager
-from gpuaware.cli.alerts import AlertBridge
-from gpuaware.devstack.ports import free_port
+from gpuaware.devstack import ALERTMANAGER_MISSING, alertmanager_binary, free_port, start_alertmanager
 from gpuaware.schemas import AlertRaised, AlertResolved, Severity, fingerprint
 
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 T0 = time.time()
 
 
@@ -57,28 +55,12 @@ def test_translation_both_ways() -> None:
          "endsAt": "0001-01-01T00:00:00Z", "fingerprint": "0123456789abcdef"},
         {"status": "firing", "labels": am["labels"], "annotations": {}, "startsAt": "2026-11-26T01:00:00Z",
          "fingerprint": "fedcba9876543210"}]}
-    (ev2,) = from_webhook(note, cluster="c1", now=T0)  # the bus's own alert is left out
+    batch = from_webhook(note, cluster="c1", now=T0)
+    (ev2,) = batch.events  # the bus's own alert is left out
+    assert batch.own == 1 and batch.refused == []
     assert isinstance(ev2, AlertRaised) and ev2.rule == "GpuawareSchedulerBacklog" and ev2.cluster == "c9"
     assert ev2.source == "alertmanager/gpuaware" and ev2.summary == "150 pods pending"
     msgspec.json.decode(msgspec.json.encode(ev2), type=AlertRaised)  # valid by the contract
-
-
-@pytest.mark.parametrize("body, reason", [
-    ({"alerts": "x"}, "no `alerts` list"),
-    ({"alerts": [{"status": "firing", "labels": {}, "startsAt": "2026-01-01T00:00:00Z", "fingerprint": "0" * 16}]},
-     "no alertname"),
-    ({"alerts": [{"status": "firing", "labels": {"alertname": "A"}, "startsAt": "yesterday", "fingerprint": "0" * 16}]},
-     "not an RFC 3339"),
-    ({"alerts": [{"status": "odd", "labels": {"alertname": "A"}, "startsAt": "2026-01-01T00:00:00Z",
-                  "fingerprint": "0" * 16}]}, "neither firing nor resolved"),
-])
-def test_bad_notifications_are_refused_with_the_reason(body: dict, reason: str) -> None:
-    with pytest.raises(ValueError, match=reason):
-        from_webhook(body, cluster="c1", now=T0)
-
-
-def _am_alerts(url: str) -> list[dict]:
-    return json.loads(urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=5).read())
 
 
 def _post(url: str, body: Any) -> tuple[int, dict]:
@@ -102,27 +84,12 @@ async def _until(check: Any, what: str, timeout: float = 30.0, detail: Any = Non
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(ALERTMANAGER is None, reason="Alertmanager not installed (Debian's `prometheus-alertmanager`; "
-                                                  "`make test` installs it when it runs as root with apt-get)")
-async def test_bridge_with_a_real_alertmanager(tmp_path: Path, nats_proc) -> None:
-    hook, am_port = free_port(), free_port()
-    (tmp_path / "am.yml").write_text(
-        "route: {receiver: gpuaware, group_by: ['...'], group_wait: 0s, group_interval: 1s, repeat_interval: 1h}\n"
-        f"receivers:\n  - name: gpuaware\n    webhook_configs: [{{url: 'http://127.0.0.1:{hook}/webhook', "
-        "send_resolved: true}]\n")
-    am = subprocess.Popen([ALERTMANAGER, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am'}",
-                           f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="],
-                          stdout=subprocess.DEVNULL, stderr=(tmp_path / "am.log").open("wb"))
-    url = f"http://127.0.0.1:{am_port}"
+@pytest.mark.skipif(alertmanager_binary() is None, reason=ALERTMANAGER_MISSING)
+async def test_bridge_with_a_real_alertmanager(tmp_path: Path, nats_proc: Any) -> None:
+    hook = free_port()
+    am = await asyncio.to_thread(start_alertmanager, tmp_path / "am", webhook_url=f"http://127.0.0.1:{hook}/webhook")
+    url = am.url
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await asyncio.to_thread(_am_alerts, url)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, (tmp_path / "am.log").read_text()[-2000:]
-                await asyncio.sleep(0.3)
         async with streams_ready(nats_proc.url, name="test") as nc:
             js = nc.jetstream()
             got: list[AlertRaised | AlertResolved] = []
@@ -133,45 +100,51 @@ async def test_bridge_with_a_real_alertmanager(tmp_path: Path, nats_proc) -> Non
             await nc.subscribe("alerts.gpu.>", cb=on)
             ev = raised()
             await bus.publish(js, bus.Channel("alerts.gpu.raised.v1", AlertRaised).at("c1"), ev)  # open before start
-            async with AlertBridge(nc, alertmanager=url, listen_port=hook, cluster="c1", resend_s=2.0) as bridge:
+            settings = bridge_settings(nats_proc.url, alertmanager_url=url, listen_port=hook, cluster="c1",
+                                       resend_s=2.0)
+            async with running_bridge(settings) as bridge:
+                assert await get(f"http://127.0.0.1:{hook}/readyz") == (
+                    200, {"ready": True, "nats": True, "alertmanager": True})
                 # out: the bus's alert, raised before the bridge started, fires in Alertmanager
-                firing = await _until(lambda: [a for a in _am_alerts(url)
+                firing = await _until(lambda: [a for a in am.alerts()
                                                if a["labels"].get(FINGERPRINT_LABEL) == ev.fingerprint], "our alert")
                 assert firing[0]["status"]["state"] == "active" and firing[0]["labels"]["alertname"] == "gpu_quarantined"
                 assert firing[0]["annotations"]["summary"] == ev.summary
                 # ... Alertmanager notified the webhook of it, and the bridge did not publish it back
-                await _until(lambda: bridge.stats["received"] >= 1 or None, "the notification of our alert")
+                await _until(lambda: bridge.stats.skipped_own >= 1 or None, "the notification of our alert")
                 assert not [e for e in got if e.source.startswith("alertmanager/")]
                 # resolved on the bus -> resolved in Alertmanager
                 await bus.publish(js, bus.Channel("alerts.gpu.resolved.v1", AlertResolved).at("c1"), AlertResolved(
                     source="health-scoring/h1", emitted_at=time.time(), cluster="c1", fingerprint=ev.fingerprint,
                     rule=ev.rule, severity=ev.severity, started_at=ev.started_at, resolved_at=time.time()))
-                await _until(lambda: not [a for a in _am_alerts(url)
+                await _until(lambda: not [a for a in am.alerts()
                                           if a["labels"].get(FINGERPRINT_LABEL) == ev.fingerprint
                                           and a["status"]["state"] == "active"] or None, "our alert resolved",
-                             detail=lambda: (bridge.stats, bridge.alerts.open, _am_alerts(url)))
-                assert bridge.alerts.open == {}
-                # in: an alert as Prometheus fires it, routed to the bridge's webhook, lands on the bus
-                prom = {"labels": {"alertname": "GpuawareSchedulerBacklog", "severity": "warning", "cluster": "c1"},
-                        "annotations": {"summary": "150 pods pending in cluster c1"},
+                             detail=lambda: (bridge.stats, bridge.forwarder.alerts.open, am.alerts()))
+                assert bridge.forwarder.alerts.open == {}
+                # in: an alert as Prometheus fires it, for a cluster with dots in its name, routed to the
+                # bridge's webhook, lands on the bus
+                prom = {"labels": {"alertname": "GpuawareSchedulerBacklog", "severity": "warning",
+                                   "cluster": "prod.eu-west-1"},
+                        "annotations": {"summary": "150 pods pending in cluster prod.eu-west-1"},
                         "startsAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                 status, _ = await asyncio.to_thread(_post, f"{url}/api/v2/alerts", [prom])
                 assert status == 200
                 arrived = await _until(lambda: [e for e in got if isinstance(e, AlertRaised)
                                                 and e.rule == "GpuawareSchedulerBacklog"], "the Prometheus alert on the bus")
                 assert arrived[0].source == "alertmanager/gpuaware" and arrived[0].severity == Severity.WARNING
+                assert arrived[0].cluster == "prod.eu-west-1"
                 prom["endsAt"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 await asyncio.to_thread(_post, f"{url}/api/v2/alerts", [prom])
                 await _until(lambda: [e for e in got if isinstance(e, AlertResolved)
                                       and e.rule == "GpuawareSchedulerBacklog"], "its resolution on the bus")
                 # ... and what came from Alertmanager is not sent back to it
-                assert [a["labels"]["alertname"] for a in await asyncio.to_thread(_am_alerts, url)
+                assert [a["labels"]["alertname"] for a in await asyncio.to_thread(am.alerts)
                         if FINGERPRINT_LABEL in a["labels"] and a["labels"]["alertname"].startswith("Gpuaware")] == []
                 # a bad notification is refused with the reason, nothing published
                 before = len(got)
                 status, body = await asyncio.to_thread(_post, f"http://127.0.0.1:{hook}/webhook", {"alerts": 3})
                 assert status == 400 and "no `alerts` list" in body["error"]
-                assert len(got) == before and bridge.stats["refused"] == 1
+                assert len(got) == before and bridge.stats.bad_notifications == 1
     finally:
-        am.terminate()
-        am.wait(10)
+        am.stop()

