@@ -29,7 +29,7 @@ from gpuaware.k8s import api as k8s_api
 from gpuaware.k8s import chart as gen
 from gpuaware.k8s.crds import all_crds
 from gpuaware.k8s.extender import VERBS
-from gpuaware.schemas import permissions
+from gpuaware.schemas import PROCESSES, PROVISION, permissions, process_named
 
 
 @pytest.fixture(scope="module", params=PROFILES)
@@ -74,6 +74,9 @@ def test_crds_validate_and_are_current() -> None:
     perms = json.loads((CHART / "files" / "nats-permissions.json").read_text())
     assert perms == json.loads(gen.render_permissions()), \
         "helm/gpuaware/files/nats-permissions.json is stale: run `python -m gpuaware.k8s.chart helm/gpuaware`"
+    listed = json.loads((CHART / "files" / "processes.json").read_text())
+    assert listed == json.loads(gen.render_processes()), \
+        "helm/gpuaware/files/processes.json is stale: run `python -m gpuaware.k8s.chart helm/gpuaware`"
 
 
 def _assert_structural(s: dict[str, Any], where: str) -> None:
@@ -373,20 +376,47 @@ def test_quota_tree_from_values_is_mounted_and_valid() -> None:
     assert env["GPUAWARE_QUOTA_TREE"] == "/etc/gpuaware/quota/tree.yaml"
 
 
-def test_stream_provisioning_job_runs_the_runtime_as_admin() -> None:
-    from gpuaware.runtime import provision_streams
-
-    docs = render()
+def test_provisioning_job_runs_the_lists_module_as_admin_and_the_database_owner() -> None:
+    docs = render({"database": {"url": "postgresql://owner:secret@db.example:5432/gpuaware?sslmode=require"}})
     job = next(d for d in docs if d["kind"] == "Job")
     c = job["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["NATS_USER"] == "admin" and job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
-    code = c["args"][0]
-    tree = ast.parse(code)  # the script the Job runs is valid Python calling the runtime's provisioning
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    assert "provision_streams" in called and callable(provision_streams)
+    entry = process_named(PROVISION)
+    assert c["image"].rsplit("/", 1)[1].split(":")[0] == entry.image and "command" not in c
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NATS_USER"]["value"] == "admin" and job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "gpuaware-database", "key": "url"}
+    # a password per deployed service with a database role, from that service's own Secret
+    with_db = [p for p in PROCESSES if p.database_role]
+    assert {k for k in env if k.startswith("GPUAWARE_DB_PASSWORD_")} == {p.secret_variable for p in with_db}
+    for p in with_db:
+        assert env[p.secret_variable]["valueFrom"]["secretKeyRef"] == {"name": f"gpuaware-db-{p.name}",
+                                                                       "key": "password"}
     secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("nats-credentials"))
     assert "admin" in secret["data"]
+
+
+def test_each_database_role_has_a_kept_secret_with_its_own_login_on_the_owners_server() -> None:
+    docs = render({"database": {"url": "postgresql://owner:secret@db.example:5432/gpuaware?sslmode=require"}})
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    for p in PROCESSES:
+        name = f"gpuaware-db-{p.name}"
+        if p.database_role is None:
+            assert name not in secrets, p.name
+            continue
+        s = secrets[name]
+        assert s["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        data = s["stringData"]
+        assert data["username"] == p.database_login and len(data["password"]) == 32
+        assert data["url"] == f"postgresql://{p.database_login}:{data['password']}@db.example:5432/gpuaware?sslmode=require"
+        assert "secret" not in data["url"]  # never the owner's password
+    bundled = render({"database": {"bundled": {"enabled": True}}})
+    url = next(d for d in bundled if d["metadata"]["name"] == "gpuaware-db-quota")["stringData"]["url"]
+    assert url.startswith("postgresql://gpuaware_quota_login:") and url.endswith("@gpuaware-postgres:5432/gpuaware")
+    with pytest.raises(HelmError, match=re.escape("database.server")):
+        render({"database": {"existingSecret": "owner-dsn"}})
+    served = render({"database": {"existingSecret": "owner-dsn", "server": "pg.example:5432/gpuaware"}})
+    url = next(d for d in served if d["metadata"]["name"] == "gpuaware-db-quota")["stringData"]["url"]
+    assert url.endswith("@pg.example:5432/gpuaware")
 
 
 def test_nats_tls_ca_reaches_every_nats_client() -> None:

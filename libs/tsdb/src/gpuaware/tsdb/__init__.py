@@ -59,6 +59,7 @@ from gpuaware.tsdb.partitions import (
 )
 from gpuaware.tsdb.pool import Connection, ConnectionPool, connect, conninfo, open_pool
 from gpuaware.tsdb.readers import latest_samples, rollup_range, utilisation_range
+from gpuaware.tsdb.roles import SchemaNotReadyError, ensure_login_roles, login_url, migrate_or_check
 from gpuaware.tsdb.rollups import (
     ROLLUP_1H_RETENTION,
     ROLLUP_1M_RETENTION,
@@ -114,6 +115,7 @@ __all__ = [
     "Rollup",
     "Sample",
     "SampleColumns",
+    "SchemaNotReadyError",
     "TsdbError",
     "WindowRollup",
     "applied_migrations",
@@ -125,6 +127,7 @@ __all__ = [
     "count_placement_events",
     "encode_copy_binary",
     "encode_sample_columns",
+    "ensure_login_roles",
     "ensure_partitions",
     "expire_health",
     "expire_pod_usage",
@@ -141,8 +144,10 @@ __all__ = [
     "list_partitions",
     "load_health_state",
     "load_migrations",
+    "login_url",
     "maintain_partitions",
     "migrate",
+    "migrate_or_check",
     "open_pool",
     "open_service_pool",
     "pending_migrations",

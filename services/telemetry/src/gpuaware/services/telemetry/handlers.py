@@ -267,7 +267,10 @@ async def mount_collector(ctx: ServiceContext) -> list[bus.Endpoint[Any, Any]]:
     settings: CollectorSettings = ctx.settings  # type: ignore[assignment]  # run_service builds the settings class mount asked for
     if not settings.database_url:
         raise SystemExit(f"the collector needs a database: set DATABASE_URL or {settings.database_variable}")
-    await tsdb.migrate(settings.database_url)
+    try:  # the owner's DSN migrates; the collector's own login role only checks nothing is pending
+        await tsdb.migrate_or_check(settings.database_url)
+    except tsdb.SchemaNotReadyError as exc:
+        raise SystemExit(f"{settings.service_name}: {exc}") from None
     pool = await tsdb.open_pool(settings.database_url, application_name=settings.service_name,
                                       max_size=settings.pool_size, timeout=settings.db_timeout_s,
                                       wait=False)
