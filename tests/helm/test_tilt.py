@@ -38,9 +38,21 @@ def _tilt_env() -> dict[str, Any]:
     return env
 
 
+def _images() -> dict[str, tuple[str, str]]:
+    """image -> (its package folder, the module it runs), as the Tiltfile and the Dockerfile read them
+    from the list of processes (deploy/docker/images.py)."""
+    sys.path.insert(0, str(REPO / "deploy" / "docker"))
+    try:
+        import images
+    finally:
+        sys.path.pop(0)
+    return {image: (images.package(module), module) for image, module in images.images().items()}
+
+
 def test_tiltfile_names_only_things_that_exist() -> None:
     env = _tilt_env()
-    services: dict[str, tuple[str, str]] = env["SERVICES"]
+    services = _images()
+    assert "read_json('helm/gpuaware/files/processes.json')" in (REPO / "Tiltfile").read_text()
     (build,) = _calls("docker_build")
     kw = {k.arg: k.value for k in build.keywords}
     dockerfile = REPO / _literal(kw["dockerfile"], env)
@@ -73,6 +85,7 @@ def test_dockerfile_is_slim_non_root_and_pinned() -> None:
     text = (REPO / "deploy" / "docker" / "Dockerfile").read_text()
     assert "-slim" in text and "USER 10001:10001" in text
     assert "-c constraints.txt" in text and "--no-cache-dir" in text
+    assert "images.py module" in text and "MODULE" not in text.replace("gpuaware-module", "")  # from the list
     final = text.rsplit("FROM ", 1)[1]
     assert "pip install" not in final and "gcc" not in final  # nothing is built in the final stage
 
@@ -80,8 +93,7 @@ def test_dockerfile_is_slim_non_root_and_pinned() -> None:
 def test_local_deps_cover_every_service_import() -> None:
     """Each image installs the service and every local package it needs (its pyproject's closure),
     and no package a service does not need (the telemetry image carries no placement engine)."""
-    env = _tilt_env()
-    for _image, (pkg, _module) in env["SERVICES"].items():
+    for _image, (pkg, _module) in _images().items():
         got = subprocess.run([sys.executable, str(REPO / "deploy" / "docker" / "local_deps.py"), pkg],
                              capture_output=True, text=True, check=True).stdout.split()
         assert got[0] == "schemas" and got[-1] == pkg
