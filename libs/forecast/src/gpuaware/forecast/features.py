@@ -117,13 +117,23 @@ class Features:
 
 
 def compute(features: Features, values: np.ndarray, start: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A whole (n, T) block of series sharing one grid -> x (n, T, F), scale (n, T), held (n, T)."""
+    """A whole (n, T) block of series sharing one grid -> x (n, T, F), scale (n, T), held (n, T): the
+    rows ``update`` yields step by step from a fresh state, computed by one compiled loop
+    (feature_kernel.py) and the calendar columns at once."""
+    from gpuaware.forecast.feature_kernel import recurrences
+
     values = np.atleast_2d(np.asarray(values, dtype=np.float64))
     n, steps = values.shape
-    state = FeatureState.zeros(n)
     x = np.empty((n, steps, len(FEATURES)), dtype=np.float32)
     scale = np.empty((n, steps))
     held = np.empty((n, steps))
-    for k in range(steps):
-        x[:, k], scale[:, k], held[:, k] = features.update(state, values[:, k], start + k * features.step_s)
+    recurrences(values, features._decay(features.slow_halflife_s), features._decay(features.fast_halflife_s),
+                float(features.floor), float(np.sqrt(features.horizon_ref)), CLIP, x, scale, held)
+    t = np.array([start + k * features.step_s for k in range(steps)], dtype=np.float64)
+    tod = 2 * np.pi * ((t % 86_400.0) / 86_400.0)
+    dow = 2 * np.pi * (((t / 86_400.0) + 3.0) % 7.0) / 7.0  # 1970-01-01 was a Thursday
+    x[:, :, 4] = np.sin(tod)
+    x[:, :, 5] = np.cos(tod)
+    x[:, :, 6] = np.sin(dow)
+    x[:, :, 7] = np.cos(dow)
     return x, scale, held
