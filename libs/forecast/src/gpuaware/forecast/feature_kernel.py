@@ -12,6 +12,8 @@ compiled once per process). Calendar columns depend on time alone and are filled
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -19,7 +21,7 @@ from numba import njit
 __all__ = ["recurrences"]
 
 
-def _compiled(fn):  # type: ignore[no-untyped-def]
+def _compiled(fn: Callable[..., Any]) -> Any:
     try:
         return njit(cache=True)(fn)
     except RuntimeError:  # nowhere to cache: compile once per process
