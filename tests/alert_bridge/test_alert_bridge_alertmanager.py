@@ -87,7 +87,8 @@ async def _until(check: Any, what: str, timeout: float = 30.0, detail: Any = Non
 @pytest.mark.skipif(alertmanager_binary() is None, reason=ALERTMANAGER_MISSING)
 async def test_bridge_with_a_real_alertmanager(tmp_path: Path, nats_proc: Any) -> None:
     hook = free_port()
-    am = await asyncio.to_thread(start_alertmanager, tmp_path / "am", webhook_url=f"http://127.0.0.1:{hook}/webhook")
+    am = await asyncio.to_thread(start_alertmanager, tmp_path / "am",
+                                   webhook_urls=[f"http://127.0.0.1:{hook}/webhook"])
     url = am.url
     try:
         async with streams_ready(nats_proc.url, name="test") as nc:

@@ -345,6 +345,7 @@ def health_figures(run: RunResult) -> dict[str, Any]:
                    "resolved": dict(Counter(a["rule"] for a in alerts if a["resolved_at_h"] is not None)),
                    "open_at_end": sum(1 for a in alerts if a["resolved_at_h"] is None), "list": alerts},
         "repair": h.get("repair"),
+        "alertmanager": h.get("alertmanager"),
         "service": {k: stats.get(k) for k in ("gpus", "states", "open_alerts", "counts", "issues", "published",
                                               "checkpoints", "checkpoint_failures", "dead_lettered")} if stats else None,
     }

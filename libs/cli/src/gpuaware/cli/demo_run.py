@@ -18,7 +18,9 @@ published, never from inside them:
 
 Faults (the gpuaware run, when health-scoring is built): the binder's fleet develops the faults
 ``demo_config.plan_faults`` planned, and once the XID's GPU is quarantined the demo acts as the
-operator who rebooted its node and uncordons it with ``clear`` through ``health.cordon``.
+operator who rebooted its node and uncordons it with ``clear`` through ``health.cordon``. Beside
+health-scoring, a real Alertmanager and the alert-bridge service page on those alerts
+(``demo_alerts``: skipped, with the reason in the report, where Alertmanager is not installed).
 
 Runs are isolated: before each run the BINDER and PLACEMENT streams are deleted (their services
 recreate them on start), so a decision id of the previous run (``<pod>/<attempt>``, the same pods
@@ -41,6 +43,7 @@ from typing import Any
 
 from gpuaware import bus
 from gpuaware.cli.chaos import ChaosRunner
+from gpuaware.cli.demo_alerts import BRIDGE_NAME, DemoAlerting
 from gpuaware.cli.demo_bus import (
     FORECASTING_STATS,
     HEALTH_STATS,
@@ -92,7 +95,7 @@ __all__ = ["run_once"]
 
 log = logging.getLogger(__name__)
 
-STOPPED_AFTER_RUN = ("placement", "telemetry-agent-", "health-scoring", "quota", "forecasting")
+STOPPED_AFTER_RUN = ("placement", "telemetry-agent-", "health-scoring", "quota", "forecasting", BRIDGE_NAME)
 """the processes a run starts besides the binder (stopped by name prefix at its end)"""
 
 
@@ -139,6 +142,8 @@ class _Run:
         self.health_on = cfg.health and gpuaware_run and service_built("gpuaware.services.health_scoring")
         self.plan = plan_faults(cfg, demo_nodes(cfg)) if self.health_on and cfg.telemetry else None
         self.health: dict[str, Any] = {"status": "not in this run" if not self.health_on else "not started"}
+        self.alerting = DemoAlerting(cfg, spec) if self.health_on else None
+        """Alertmanager and the alert bridge, beside health-scoring (``demo_alerts``)"""
         self.drill = cfg.kill_leader_at_s > 0 and gpuaware_run
         self.forecast_on = gpuaware_run and service_built("gpuaware.services.forecasting")
         self.quota_on = gpuaware_run and service_built("gpuaware.services.quota")
@@ -226,6 +231,7 @@ class _Run:
         if self.health_on:
             self.ours.append(self._start("health-scoring", "gpuaware.services.health_scoring", env["health"]))
             self.health["status"] = "running"
+            await self._start_alert_bridge()
         await self._read_world()
         if self.quota_on:  # quota (gpuaware run): its tree sized to the cluster the binder announced
             from gpuaware.cli.quota import demo_tree
@@ -234,6 +240,16 @@ class _Run:
         self._describe_faults()
         if self.exporter_port and self.node_names:
             self._start_agent()
+
+    async def _start_alert_bridge(self) -> None:
+        """A real Alertmanager and the alert bridge posting the run's alerts to it, when this machine has
+        both; the report says why not otherwise."""
+        if self.alerting is None:
+            return
+        bridge = await self.alerting.start(self._start, self.nats_url)
+        if bridge is not None:
+            self.ours.append(bridge)
+        self.health["alertmanager"] = {"status": self.alerting.status}
 
     async def _read_world(self) -> None:
         """The binder's nodes and GPUs, from its first answer to ``world.snapshot``."""
@@ -295,6 +311,8 @@ class _Run:
             await self._answers(HEALTH_STATS, "health-scoring's health.stats")
         if self.quota_on:
             await self._answers("$SRV.PING.quota", "the quota service")
+        if self.alerting is not None and self.alerting.bridge is not None:
+            await self._answers(f"$SRV.PING.{BRIDGE_NAME}", "the alert bridge")
 
     async def replay(self) -> None:
         """Until the twin's clock reaches the window's end (or the wall-clock budget runs out): the
@@ -386,6 +404,9 @@ class _Run:
         if self.health_on:
             with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
                 self.health["stats"] = await bus.request(nc, HEALTH_STATS, {}, dict, timeout=5.0)
+        if self.alerting is not None:
+            self.health["alertmanager"] = await self.alerting.finish(
+                {a.fingerprint for a in self.run_log.alerts_resolved})
         if self.forecast_on:
             self.forecast["status"] = "running"
             with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
@@ -401,6 +422,8 @@ class _Run:
         if any(p.name == "binder" for p in procs.processes):  # a run cut short (stopped already otherwise)
             await asyncio.sleep(1.0)  # decisions already published reach the binder
             self.exit_codes.update(await asyncio.to_thread(procs.stop, "binder", 15.0))
+        if self.alerting is not None:
+            await self.alerting.stop()
         with contextlib.suppress(Exception):
             await self._sync_followers()
         for f in self.followers:

@@ -5,7 +5,7 @@ package when it runs as root with apt-get) and ``alertmanager_binary()`` says No
 caller can skip with the reason (``ALERTMANAGER_MISSING``). The server runs in one data folder on a
 loopback port, as a single node (no gossip), with one route: every alert, grouped by all its labels
 and sent at once (``group_wait: 0s``, ``group_interval: 1s``), to the ``gpuaware`` receiver, which
-calls ``webhook_url`` (firing and resolved) when one is given.
+calls each of ``webhook_urls`` (firing and resolved) when any are given.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,18 +79,18 @@ class AlertmanagerProcess:
         terminate(self.popen.pid, self.popen, timeout)
 
 
-def config_text(webhook_url: str = "") -> str:
+def config_text(webhook_urls: Sequence[str] = ()) -> str:
     """Alertmanager's configuration: one route to the ``gpuaware`` receiver (see the module docstring)."""
     receiver: dict[str, Any] = {"name": "gpuaware"}
-    if webhook_url:
-        receiver["webhook_configs"] = [{"url": webhook_url, "send_resolved": True}]
+    if webhook_urls:
+        receiver["webhook_configs"] = [{"url": url, "send_resolved": True} for url in webhook_urls]
     config = {"route": {"receiver": "gpuaware", "group_by": ["..."], "group_wait": "0s", "group_interval": "1s",
                         "repeat_interval": "1h"},
               "receivers": [receiver]}
     return json.dumps(config, indent=1) + "\n"  # JSON is YAML
 
 
-def start_alertmanager(data_dir: Path, *, webhook_url: str = "", port: int = 0,
+def start_alertmanager(data_dir: Path, *, webhook_urls: Sequence[str] = (), port: int = 0,
                        timeout: float = 30.0) -> AlertmanagerProcess:
     """Start Alertmanager in ``data_dir`` on ``port`` (0: a free one) and wait until it is ready.
     Raises ``StackError`` when it is not installed or does not become ready (with its log's end)."""
@@ -97,7 +98,7 @@ def start_alertmanager(data_dir: Path, *, webhook_url: str = "", port: int = 0,
     if binary is None:
         raise StackError(ALERTMANAGER_MISSING)
     data_dir.mkdir(parents=True, exist_ok=True)
-    (data_dir / "alertmanager.yml").write_text(config_text(webhook_url))
+    (data_dir / "alertmanager.yml").write_text(config_text(webhook_urls))
     port = port or free_port()
     with (data_dir / "alertmanager.log").open("wb") as log:
         popen = subprocess.Popen(
