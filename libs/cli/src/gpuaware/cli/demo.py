@@ -71,7 +71,7 @@ from gpuaware.schemas import ADMIN, GPU_SAMPLED, TELEMETRY, TELEMETRY_COLLECTOR
 from gpuaware.sim import clock_jumps, utilisation_series
 from gpuaware.tsdb import migrate
 
-SERVICES = ("telemetry", "forecasting", "placement", "quota", "health_scoring", "binder")
+SERVICES = ("telemetry", "forecasting", "placement", "quota", "health_scoring", "binder", "alert_bridge")
 DEFAULT_DURATION_S = 150.0
 """wall seconds per run: two runs + stack + services + report stay well inside 10 minutes on 2 cores"""
 DEFAULT_WINDOW_S = 86400.0

@@ -35,7 +35,7 @@ from gpuaware.devstack import (
 )
 from gpuaware.runtime import counter_totals
 
-__all__ = ["BRIDGE_MODULE", "BRIDGE_NAME", "DemoAlerting"]
+__all__ = ["BRIDGE_MODULE", "BRIDGE_NAME", "DemoAlerting", "describe_alerting"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,18 @@ BRIDGE_MODULE = "gpuaware.services.alert_bridge"
 BRIDGE_COUNTERS = ("gpuaware_alert_bridge_alerts_posted", "gpuaware_alert_bridge_post_failures",
                    "gpuaware_alert_bridge_notifications")
 StartProcess = Callable[[str, str, dict[str, str]], ServiceProcess]
+
+
+def describe_alerting(am: Mapping[str, Any] | None) -> str:
+    """One line for the report: what Alertmanager saw through the bridge, or why the bridge did not run."""
+    if not am:
+        return "not started"
+    if am.get("status") != "took part":
+        return str(am.get("status"))
+    posted = (am.get("bridge") or {}).get("alerts_posted")
+    return (f"took part (gpuaware run: {am['fired']} alerts notified firing by Alertmanager, {am['resolved']} "
+            f"resolved, {am['active_at_end']} active at the end"
+            + (f"; {posted:.0f} alerts posted by the bridge" if posted is not None else "") + ")")
 
 
 class Notifications:
@@ -67,6 +79,7 @@ class Notifications:
             entry = self.alerts.setdefault(fp, {
                 "rule": labels.get("alertname"), "severity": labels.get("severity"), "node": labels.get("node"),
                 "gpu_uuid": labels.get("gpu_uuid"), "fired_at": None, "resolved_at": None})
+            # an alert raised and resolved within one group interval is notified resolved only
             if a.get("status") == "firing" and entry["fired_at"] is None:
                 entry["fired_at"] = now
             elif a.get("status") == "resolved" and entry["resolved_at"] is None:
@@ -103,6 +116,7 @@ class DemoAlerting:
         self.bridge: ServiceProcess | None = None
         self.notes = Notifications(spec.cluster)
         self.metrics_port = 0
+        self.started_at = 0.0
 
     @staticmethod
     def skipped_because() -> str | None:
@@ -135,6 +149,7 @@ class DemoAlerting:
             f"{prefix}CLUSTER": self.cluster, f"{prefix}INSTANCE_ID": BRIDGE_NAME, f"{prefix}RESEND_S": "10",
             f"{prefix}METRICS_PORT": str(self.metrics_port)})
         self.status = "running"
+        self.started_at = time.time()
         return self.bridge
 
     async def finish(self, resolved_on_bus: set[str], timeout: float = 15.0) -> dict[str, Any]:
@@ -152,10 +167,13 @@ class DemoAlerting:
                       if (a.get("labels") or {}).get("cluster") == self.cluster]
         except OSError as exc:
             active, self.status = [], f"Alertmanager did not answer at the end ({exc})"
-        alerts = list(self.notes.alerts.values())
+        alerts = [{**a, **{k: None if a[k] is None else round(a[k] - self.started_at, 1)
+                           for k in ("fired_at", "resolved_at")}} for a in self.notes.alerts.values()]
         return {"status": "took part" if self.status == "running" else self.status,
-                "fired": sum(1 for a in alerts if a["fired_at"] is not None),
-                "resolved": sum(1 for a in alerts if a["resolved_at"] is not None),
+                "fired": len(alerts), "resolved": sum(1 for a in alerts if a["resolved_at"] is not None),
+                "resolved_on_bus": len(resolved_on_bus),
+                "resolved_on_bus_not_in_alertmanager": sorted(
+                    fp for fp in resolved_on_bus if not (self.notes.alerts.get(fp) or {}).get("resolved_at")),
                 "active_at_end": len(active), "notifications": self.notes.received,
                 "bridge": await asyncio.to_thread(self._bridge_counters), "alerts": alerts}
 

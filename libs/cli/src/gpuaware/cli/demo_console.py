@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
+from gpuaware.cli.demo_alerts import describe_alerting
 from gpuaware.cli.demo_config import DemoConfig, RunSpec
 from gpuaware.cli.demo_record import RunLog, RunResult, SubjectCounter
 
@@ -149,6 +150,8 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
                       f"alerts raised {sum(al['raised'].values())} ("
                       + ", ".join(f"{k} {v}" for k, v in sorted(al["raised"].items()))
                       + f"), resolved {sum(al['resolved'].values())}, open at the end {al['open_at_end']}")
+        if hf.get("alertmanager"):
+            console.print(f"alert bridge → Alertmanager: {describe_alerting(hf['alertmanager'])}")
         dr = hf.get("drain_recommendations") or {}
         if dr:
             console.print(f"drain recommendations: {dr['published']} published ({dr['urgent']} urgent), "

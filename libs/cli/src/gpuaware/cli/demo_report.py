@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuaware.cli.demo_alerts import describe_alerting
 from gpuaware.cli.demo_analysis import IN_FLIGHT_S, pod_records
 from gpuaware.cli.demo_record import RunResult
 from gpuaware.sim import SimPod
@@ -187,6 +188,17 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _alertmanager_html(am: Mapping[str, Any] | None) -> str:
+    """The alerts Alertmanager notified through the alert bridge, or why the bridge did not run."""
+    out = f"<h3>Alertmanager (alert bridge)</h3><p>{html.escape(describe_alerting(am))}.</p>"
+    if am and am.get("alerts"):
+        out += _table(["rule", "severity", "node", "GPU", "notified firing (s after the bridge started)",
+                       "notified resolved (s)"],
+                      [(a["rule"], a["severity"], a["node"], a["gpu_uuid"], a["fired_at"], a["resolved_at"])
+                       for a in am["alerts"]])
+    return out
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "n/a"
@@ -287,6 +299,7 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
         parts.append(_table(["rule", "severity", "GPU", "raised (virtual h)", "resolved (virtual h)", "summary"],
                             [(x["rule"], x["severity"], x["gpu_uuid"], x["raised_at_h"], x["resolved_at_h"],
                               x["summary"][:120]) for x in al["list"]]))
+        parts.append(_alertmanager_html(hf.get("alertmanager")))
         rep = hf.get("repair")
         if rep:
             parts.append(f"<p>Operator: {html.escape(str(rep.get('reason')))} — <code>gpuaware health uncordon "

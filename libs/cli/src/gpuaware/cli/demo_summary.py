@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gpuaware.cli.demo_alerts import describe_alerting
 from gpuaware.cli.demo_analysis import analyse, compare
 from gpuaware.cli.demo_config import DemoConfig
 from gpuaware.cli.demo_forecast import describe as describe_forecasting
@@ -62,6 +63,10 @@ def _invariants(cfg: DemoConfig, report: Mapping[str, Any], results: Mapping[str
         if hf.get("faults"):
             invariants["every GPU fault injected into the twin caught by health scoring"] = bool(
                 hf.get("all_faults_caught"))
+        am = hf.get("alertmanager") or {}
+        if am.get("status") == "took part":
+            invariants["the bus's alerts fired in Alertmanager and every one resolved there (alert bridge)"] = (
+                am["fired"] > 0 and not am["resolved_on_bus_not_in_alertmanager"])
     drill = a.get("failover")
     if cfg.kill_leader_at_s > 0:
         invariants["placement leader killed mid-run: another instance decided within 5 s"] = bool(
@@ -90,6 +95,9 @@ def _service_status(report: Mapping[str, Any], results: Mapping[str, RunResult],
                                     f"{sum(al.get('resolved', {}).values())} resolved)")
             else:
                 svc_status[name] = "built (not run: the demo's health run is off)"
+        elif name == "alert_bridge":
+            svc_status[name] = (describe_alerting(hf.get("alertmanager")) if health_ran
+                                else "built (not run: the demo's health run is off)")
         elif name == "quota":
             qf = a.get("quota") or {}
             svc_status[name] = (f"took part (gpuaware run: {len(qf.get('queues', {}))} queues reported, Jain's index "
@@ -132,6 +140,7 @@ def summarise(cfg: DemoConfig, report: dict[str, Any], results: Mapping[str, Run
             "decisions_on_quarantined_gpus": hf.get("decisions_on_quarantined_gpus"),
             "alerts_raised": sum((hf.get("alerts") or {}).get("raised", {}).values()),
             "alerts_resolved": sum((hf.get("alerts") or {}).get("resolved", {}).values()),
+            "alertmanager": describe_alerting(hf.get("alertmanager")),
             "details": "runs.gpuaware.health"} if health_ran else hf.get("status", "not run")),
         "forecasting": ("forecasting not built yet: no forecast accuracy" if not services["forecasting"]
                         else dict(results["gpuaware"].forecast) or "not run"),
