@@ -113,3 +113,7 @@ class ForecastStats(msgspec.Struct, frozen=True, kw_only=True):
     demand_published: int = 0
     runtimes_learnt: int = 0
     """finished runs the duration predictor learnt from"""
+    publish_failures: int = 0
+    """forecasts and drift alerts that could not be published (the window's others still were)"""
+    window_failures: int = 0
+    """windows whose step failed (logged with the error; later windows go on)"""

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from gpuaware import bus, forecast
@@ -91,7 +92,8 @@ class ForecastService:
         self.flushers: dict[float, asyncio.TimerHandle] = {}
         self.lock = asyncio.Lock()
         self.counts = {"windows": 0, "published": 0, "late_windows": 0, "store_failures": 0, "reloads": 0,
-                       "drift_alerts": 0, "demand_minutes": 0, "demand_published": 0, "runtimes_learnt": 0}
+                       "drift_alerts": 0, "demand_minutes": 0, "demand_published": 0, "runtimes_learnt": 0,
+                       "publish_failures": 0, "window_failures": 0}
         self.drift_started: float | None = None
         self.follower: Any = None
         self.pod_follower: Any = None
@@ -199,9 +201,20 @@ class ForecastService:
             self.flushers[w] = loop.call_later(self.close_after_s, self._spawn_flush, w)
 
     def _spawn_flush(self, w: float) -> None:
-        task = asyncio.create_task(self._flush_through(w))
+        task = asyncio.create_task(self._flush_through(w), name=f"forecast window {w:.0f}")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._flushed)
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        """A window timer's task ended: a failure is counted and logged here, never left unobserved (the
+        windows after it close as usual)."""
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self.counts["window_failures"] += 1
+            log.error("%s failed: %s: %s", task.get_name(), type(exc).__name__, exc, exc_info=exc)
 
     async def _flush_through(self, w: float) -> None:
         """Window ``w``'s timer: it and every earlier window still open, oldest first (a window's
@@ -226,15 +239,30 @@ class ForecastService:
                 return
             # the window closed: its end is the forecast origin, on the telemetry's clock
             issued = (w + server.step_s) / self.settings.time_scale
-            for ev in server.events(result, self.settings.cluster, issued, nodes, time.time(), self.source):
-                channel: bus.Channel[Any] = (GPU_OUT.at(self.settings.cluster, ev.node) if isinstance(ev, GpuUtilPredicted)
-                           else DEMAND_OUT.at(self.settings.cluster))
-                await bus.publish(self.js, channel, ev)
-                self.counts["published"] += 1
+            events = server.events(result, self.settings.cluster, issued, nodes, time.time(), self.source)
+            self.counts["published"] += await self._publish_each(w, events)
             for change in server.drift():
                 await self._alert(server, change)
             if not self.scaled:  # a scaled window's targets fall between stored times: published only
                 await self._store(server.points(result, issued, nodes), server.actuals(issued, gpus, self.gpu_models))
+
+    async def _publish_each(self, w: float, events: Sequence[GpuUtilPredicted | DemandPredicted]) -> int:
+        """Publish every forecast of window ``w``, each on its own: one that cannot be published (a NATS
+        timeout, a refused subject) is counted and the others still go out. Returns how many did."""
+        sent, failed, first = 0, 0, ""
+        for ev in events:
+            channel: bus.Channel[Any] = (GPU_OUT.at(self.settings.cluster, ev.node) if isinstance(ev, GpuUtilPredicted)
+                                         else DEMAND_OUT.at(self.settings.cluster))
+            try:
+                await bus.publish(self.js, channel, ev)
+                sent += 1
+            except Exception as exc:
+                failed += 1
+                first = first or f"{channel.subject}: {type(exc).__name__}: {exc}"
+        if failed:
+            self.counts["publish_failures"] += failed
+            log.warning("window %.0f: %d of %d forecasts not published (first: %s)", w, failed, len(events), first)
+        return sent
 
     async def _store(self, points: list[Any], actuals: list[tuple[str, float, float]]) -> None:
         if not self.settings.store_points:
@@ -284,9 +312,8 @@ class ForecastService:
             if not publish:
                 return
             issued = row.start + server.step_s
-            for ev in server.demand_events(result, cluster, issued, time.time(), self.source):
-                await bus.publish(self.js, DEMAND_OUT.at(cluster), ev)
-                self.counts["demand_published"] += 1
+            events = server.demand_events(result, cluster, issued, time.time(), self.source)
+            self.counts["demand_published"] += await self._publish_each(row.start, events)
             for change in server.drift():
                 await self._alert(server, change)
             # an actual is keyed by the time it was observed (the minute's end), as forecasts' targets are
@@ -300,7 +327,12 @@ class ForecastService:
         event = drift_alert(server.model_label, change, cluster=self.settings.cluster, source=self.source,
                             now=now, started_at=self.drift_started or now)
         channel: bus.Channel[Any] = RAISED if isinstance(event, AlertRaised) else RESOLVED
-        await bus.publish(self.js, channel.at(self.settings.cluster), event)
+        try:
+            await bus.publish(self.js, channel.at(self.settings.cluster), event)
+        except Exception as exc:  # the forecasts of the window went out; the next change is published again
+            self.counts["publish_failures"] += 1
+            log.warning("drift alert of %s not published: %s: %s", server.model_label, type(exc).__name__, exc)
+            return
         self.counts["drift_alerts"] += 1
 
     # --- lifecycle -----------------------------------------------------------------------------------

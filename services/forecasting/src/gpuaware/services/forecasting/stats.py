@@ -20,6 +20,9 @@ def forecasting_samples(service: ForecastService) -> Iterable[Sample]:
     yield counter("gpuaware_forecast_published", "forecast messages published", c["published"] + c["demand_published"])
     yield counter("gpuaware_forecast_demand_minutes", "closed minutes of demand stepped", c["demand_minutes"])
     yield counter("gpuaware_forecast_store_failures", "forecasts whose record could not be stored", c["store_failures"])
+    yield counter("gpuaware_forecast_publish_failures", "forecasts and drift alerts that could not be published",
+                  c["publish_failures"])
+    yield counter("gpuaware_forecast_window_failures", "windows whose step failed (logged)", c["window_failures"])
     yield counter("gpuaware_forecast_reloads", "models loaded from the registry (hot reloads)", c["reloads"])
     for slot, server in service.servers.items():
         label = server.model_label if server.model is not None else ""

@@ -184,21 +184,31 @@ class HealthService:
         await self.checkpointer.durable(version)
 
     async def _tick_loop(self) -> None:
+        """Every ``tick_s``: stale telemetry scored, then maintenance. A pass that fails is counted and
+        logged and the next one runs: the cluster's stale-GPU detection never stops silently."""
         s = self.settings
         while not self._stop.is_set():
             await asyncio.sleep(s.tick_s)
-            # after a restart the backlog is consumed before anything may count as stale
-            if time.monotonic() - self.started >= s.stale_after_s:
-                work = self.view.tick(self.clock())
-                if work.out:
-                    self.outbox.add(work.out)
-                    if work.urgent:
-                        self.checkpointer.urge()
-                    try:
-                        await self.outbox.drain()
-                    except bus.TransientError as exc:
-                        log.warning("stale-telemetry tick: %s (sent on the next pass)", exc.reason)
+            try:
+                await self._tick()
+            except Exception:
+                self.view.counts["tick_failures"] += 1
+                log.exception("stale-telemetry tick failed (the next runs in %g s)", s.tick_s)
             await self._maintain()
+
+    async def _tick(self) -> None:
+        # after a restart the backlog is consumed before anything may count as stale
+        if time.monotonic() - self.started < self.settings.stale_after_s:
+            return
+        work = self.view.tick(self.clock())
+        if work.out:
+            self.outbox.add(work.out)
+            if work.urgent:
+                self.checkpointer.urge()
+            try:
+                await self.outbox.drain()
+            except bus.TransientError as exc:
+                log.warning("stale-telemetry tick: %s (sent on the next pass)", exc.reason)
 
     async def _maintain(self) -> None:
         s = self.settings
