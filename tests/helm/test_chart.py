@@ -242,34 +242,64 @@ def _granted(docs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str]]]
     return out
 
 
-@pytest.mark.parametrize(("profile", "values"), [("default", {}), ("extender", {}),
-                                                 ("default", {"placement": {"leaderElection": "nats"}})])
+NO_CRDS = {"placement": {"policySource": "settings"}, "quota": {"treeSource": "file"}}
+"""quota's tree and placement's profile from files / settings instead of GPUQueue / GPUPolicy objects"""
+
+
+@pytest.mark.parametrize(("profile", "values"), [
+    ("default", {}), ("extender", {}), ("default", {"placement": {"leaderElection": "nats"}}),
+    ("default", {"placement": {"leaderElection": "nats", "policySource": "settings"}, "quota": {"treeSource": "file"}}),
+])
 def test_each_service_rbac_is_what_its_code_calls(profile: str, values: dict[str, Any]) -> None:
     docs = render(values, profile=profile)
     granted = _granted(docs)
     k8s_election = values.get("placement", {}).get("leaderElection", "kubernetes") == "kubernetes"
+    policy_crd = values.get("placement", {}).get("policySource", "crd") == "crd"
+    tree_crd = values.get("quota", {}).get("treeSource", "crd") == "crd"
     for account, pkg in SERVICES.items():
         skip: tuple[str, ...] = ()
         if account == "placement":  # config-dependent code paths of placement
             skip = (*(() if profile == "extender" else ("extender_http.py",)),
-                    *(() if k8s_election else ("handlers.py",)))
+                    *(() if k8s_election else ("handlers.py",)), *(() if policy_crd else ("crd_policy.py",)))
+        if account == "quota" and not tree_crd:
+            skip = ("crd_tree.py",)
         calls = _api_calls(REPO / "services" / pkg / "src", skip)
-        if account in ("telemetry-collector", "telemetry-agent", "health-scoring", "quota"):
+        if account in ("telemetry-collector", "telemetry-agent", "health-scoring") or skip == ("crd_tree.py",):
             assert calls == set(), account
         need = {r for c in calls for r in k8s_api.RULES[c]}
         assert granted.get(account, set()) == need, (account, profile, values, calls)
     assert _api_calls(REPO / "services" / "binder" / "src") >= {"bind", "evict", "pod_source", "node_source"}
-    assert _api_calls(REPO / "services" / "placement" / "src") >= {"bind", "lease_get", "lease_write"}
+    assert _api_calls(REPO / "services" / "placement" / "src") >= {"bind", "lease_get", "lease_write", "policy_source",
+                                                                   "patch_policy_status"}
+    assert _api_calls(REPO / "services" / "quota" / "src") == {"queue_source", "patch_queue_status"}
 
 
-def test_service_accounts_mount_tokens_only_where_the_api_is_called() -> None:
-    for profile in ("default", "extender"):
-        for d in render(profile=profile):
-            if d["kind"] in ("Deployment", "DaemonSet") and d["metadata"]["name"] != "gpuaware-kube-scheduler":
-                pod = d["spec"]["template"]["spec"]
-                name = d["metadata"]["name"].removeprefix("gpuaware-")
-                calls = name in ("binder", "placement")  # placement: its Lease (and the extender's bind)
-                assert pod.get("automountServiceAccountToken") is calls, (profile, name)
+@pytest.mark.parametrize(("profile", "values", "callers"), [
+    ("default", {}, {"binder", "placement", "quota"}),  # placement: its Lease and GPUPolicy; quota: GPUQueues
+    ("extender", {}, {"binder", "placement", "quota"}),  # (and the extender's bind)
+    ("default", {**NO_CRDS, "placement": {"leaderElection": "nats", "policySource": "settings"}}, {"binder"}),
+])
+def test_service_accounts_mount_tokens_only_where_the_api_is_called(profile: str, values: dict[str, Any],
+                                                                   callers: set[str]) -> None:
+    for d in render(values, profile=profile):
+        if d["kind"] in ("Deployment", "DaemonSet") and d["metadata"]["name"] != "gpuaware-kube-scheduler":
+            pod = d["spec"]["template"]["spec"]
+            name = d["metadata"]["name"].removeprefix("gpuaware-")
+            assert pod.get("automountServiceAccountToken") is (name in callers), (profile, name)
+
+
+def test_crd_sources_are_the_chart_default_and_reach_the_services() -> None:
+    deployments = {d["metadata"]["name"]: d for d in render() if d["kind"] == "Deployment"}
+
+    def env(name: str) -> dict[str, Any]:
+        return {e["name"]: e.get("value") for e in deployments[name]["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    assert env("gpuaware-quota")["GPUAWARE_QUOTA_TREE_SOURCE"] == "crd"
+    assert env("gpuaware-placement")["GPUAWARE_PLACEMENT_POLICY_SOURCE"] == "crd"
+    with pytest.raises(HelmError, match=re.escape("quota.treeSource: file")):
+        render({"quota": {"tree": {"queues": [{"name": "a"}]}}})  # a tree file with GPUQueues: one or the other
+    with pytest.raises(HelmError, match=re.escape("/quota/treeSource")):
+        render({"quota": {"treeSource": "configmap"}})
 
 
 # -- the kube-scheduler configuration ----------------------------------------------------------------
@@ -367,13 +397,13 @@ def test_quota_tree_from_values_is_mounted_and_valid() -> None:
 
     tree = {"default_queue": "team-a", "queues": [{"name": "org", "guaranteed": {"*": {"gpus": 16}}},
                                                  {"name": "team-a", "parent": "org"}]}
-    docs = render({"quota": {"enabled": True, "replicas": 1, "tree": tree}})
+    docs = render({"quota": {"enabled": True, "replicas": 1, "treeSource": "file", "tree": tree}})
     cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpuaware-quota-tree")
     assert yaml.safe_load(cm["data"]["tree.yaml"]) == tree
     validate(cm["data"]["tree.yaml"].encode())  # what the quota service loads at start
     dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpuaware-quota")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["GPUAWARE_QUOTA_TREE"] == "/etc/gpuaware/quota/tree.yaml"
+    assert env["GPUAWARE_QUOTA_TREE"] == "/etc/gpuaware/quota/tree.yaml" and env["GPUAWARE_QUOTA_TREE_SOURCE"] == "file"
 
 
 def test_provisioning_job_runs_the_lists_module_as_admin_and_the_database_owner() -> None:

@@ -64,7 +64,9 @@ true
 {{- if eq .p.name "binder" -}}
 {{- if eq $v.binder.world "kubernetes" }}true{{ end -}}
 {{- else if eq .p.name "placement" -}}
-{{- if or (eq $v.placement.leaderElection "kubernetes") (and $v.extender.enabled $v.extender.bind) }}true{{ end -}}
+{{- if or (eq $v.placement.leaderElection "kubernetes") (and $v.extender.enabled $v.extender.bind) (eq $v.placement.policySource "crd") }}true{{ end -}}
+{{- else if eq .p.name "quota" -}}
+{{- if eq $v.quota.treeSource "crd" }}true{{ end -}}
 {{- else if .p.kubernetes_api -}}
 true
 {{- end -}}
