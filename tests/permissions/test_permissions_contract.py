@@ -28,12 +28,14 @@ from gpuaware.schemas.permissions import (
     IDENTITIES,
     LEASE_BUCKET,
     OPERATIONAL_ENDPOINTS,
+    RECORDER_ID,
     SERVICE_IDENTITIES,
     TELEMETRY_COLLECTOR,
     authorization,
     health_durable,
     permissions_for,
     placement_durable,
+    recorder_durable,
     render_server_config,
 )
 from gpuaware.services.alert_bridge.settings import AlertBridgeSettings
@@ -43,6 +45,8 @@ from gpuaware.services.health_scoring.handlers import telemetry_channel
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.quota.settings import QuotaSettings
+from gpuaware.services.recorder.handlers import STREAMS_IN
+from gpuaware.services.recorder.settings import RecorderSettings
 from gpuaware.services.telemetry.handlers import TELEMETRY_IN
 from gpuaware.services.telemetry.settings import AgentSettings, CollectorSettings
 
@@ -62,9 +66,16 @@ def test_names_agree_with_the_services_defaults() -> None:
     assert TELEMETRY_IN.subject in [s for spec in STREAMS for s in spec.subjects]
     # each identity is its service's default name (its NATS micro name)
     assert {s().service_name for s in (PlacementSettings, BinderSettings, AgentSettings, CollectorSettings,
-                                       HealthScoringSettings, QuotaSettings, ForecastingSettings)} \
+                                       HealthScoringSettings, QuotaSettings, ForecastingSettings, RecorderSettings)} \
         | {AlertBridgeSettings(listen_port=9095).service_name} == set(SERVICE_IDENTITIES)
     assert OPERATIONAL_ENDPOINTS[FORECASTING] == (FORECASTING_STATS,)
+    # the recorder: its durable on each stream it reads, and the dead letters of everything those carry
+    assert RecorderSettings().durable_name() == recorder_durable("default")
+    recorder = permissions_for(RECORDER_ID)
+    for stream, channel in STREAMS_IN:
+        assert f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{recorder_durable('default')}" in recorder.publish
+        concrete = channel.subject.replace(">", "pod.bound.v1")
+        assert any(subject_matches(p, f"deadletter.{concrete}") for p in recorder.publish), concrete
 
 
 @pytest.mark.parametrize("identity", SERVICE_IDENTITIES)
