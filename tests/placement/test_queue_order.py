@@ -354,3 +354,20 @@ def test_the_planner_takes_a_turn_for_a_tenant_owed_service(turn_due, reclaims):
     decided = [o for o in later if isinstance(o, Decided)]
     assert [o.entry.uid for o in decided] == ["wide"] * reclaims
     assert p.counters.fair_reclaims == reclaims
+
+
+def test_a_starved_pod_behind_a_higher_priority_one_is_tried_once_and_the_others_after():
+    """The order puts priority first, so a starved tenant's pod may come after another tenant's pod of
+    higher priority: the pass still tries the starved pods first, each once, then the others."""
+    p = _planner("fair-share", starved_below=0.5)
+    for i in range(4):  # big holds the whole node at priority 1: nobody below may preempt it
+        d = p.submit(f"big{i}", 0, pod(f"big{i}", "big", priority=1))[0]
+        assert isinstance(d, Decided)
+        p.ledger.bound(d.entry.uid, 0, d.node, d.gpus, now=0.0)
+    assert [type(o).__name__ for o in p.submit("big-high", 0, pod("big-high", "big", priority=1))] == ["Parked"]
+    assert [type(o).__name__ for o in p.submit("small", 0, pod("small", "small"))] == ["Parked"]
+    p.ledger.release("big0")
+    p.ledger.release("big1")
+    # two GPUs free; shares 3 (big) and 1 (small): big runs 2 of 3 (not starved below 0.5), small 0 of 1
+    outcomes, more = p.retry()
+    assert [o.entry.uid for o in outcomes if isinstance(o, Decided)] == ["small", "big-high"] and not more

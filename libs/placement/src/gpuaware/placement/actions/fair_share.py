@@ -38,8 +38,10 @@ def fair_share_pass(order: QueueSort, singles: list[PodEntry], limit: int, *, le
     demand = order.demand(ledger)
     order.observe(demand, now())
     ordered = order.sort(singles, demand)
-    starved = [e for e in ordered if order.starved(queue_of(e), demand)]
-    rest = ordered[len(starved):]
+    # the order puts priority first, so a starved tenant's pod need not lead: split by tenant, not by position
+    starving = {t for t in {queue_of(e) for e in ordered} if order.starved(t, demand)}
+    starved = [e for e in ordered if queue_of(e) in starving]
+    rest = [e for e in ordered if queue_of(e) not in starving]
     got, tried = decide(starved, limit)
     reclaimed = reclaim_for_starved(order, ledger, starved[:tried], now(), max_reclaims, reclaim)
     counters.fair_reclaims += len(reclaimed)
