@@ -230,6 +230,8 @@ class PlacementService:
         # what a previous leader decided just before it stopped must be in the view before deciding
         await steps.run("catching up with the streams",
                         lambda: takeover.synced(self.followers, s.takeover_sync_timeout_s))
+        if s.world_snapshot:  # and what the world holds now: bindings the streams may not have shown a standby
+            await self._world_sync(quiet=True)
         while not self.state.ensure_cluster():
             await asyncio.sleep(0.1)  # no inventory yet: nothing could be decided (nor by a standby)
         self.leading_since = time.monotonic()
