@@ -20,7 +20,7 @@ def test_a_plan_is_steps_in_time_order_with_their_down_time() -> None:
 def test_scenario_names_stand_for_their_plans() -> None:
     services = parse_chaos("services")
     assert {s.target for s in services} == {"placement", "binder", "health-scoring", "quota", "telemetry-agent",
-                                            "telemetry-collector"}
+                                            "telemetry-collector", "recorder"}
     assert {s.kind for s in parse_chaos("stack")} == {"nats", "postgres"}
     assert max(s.down_s for s in parse_chaos("stack")) == 30.0  # PostgreSQL away for 30 s
     assert parse_chaos("cluster")[0].kind == "nats-node"

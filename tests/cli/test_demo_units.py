@@ -1,24 +1,24 @@
-"""The demo's parts without the services: the recorder's accounting, the replayed GPU ledger, the
-report's analysis, the placement_events table, and service processes."""
+"""The demo's parts without the services: the run log's accounting, the replayed GPU ledger, the
+report's analysis, and service processes."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from gpuaware import tsdb
 from gpuaware.cli.demo_analysis import analyse, compare, pod_records
 from gpuaware.cli.demo_config import VIRTUAL_EPOCH, DemoConfig, RunSpec, service_env
 from gpuaware.cli.demo_record import RunLog, RunResult, subject_key
 from gpuaware.cli.demo_report import write_html, write_plots
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.schemas import (
+    CheckpointAcknowledged,
+    CheckpointRequested,
+    CheckpointStatus,
     GpuSlice,
     PlacementDecided,
     PodBindFailed,
@@ -30,7 +30,6 @@ from gpuaware.schemas import (
     PodUnschedulable,
 )
 from gpuaware.sim.workload_gen import PodClass, SimPod
-from gpuaware.tsdb import PlacementEvent, count_placement_events, pod_history, write_placement_events
 
 C = "c1"
 T0 = VIRTUAL_EPOCH
@@ -128,12 +127,21 @@ def test_every_pod_is_accounted_with_a_reason_when_pending() -> None:
     assert log.recorded["placement.pod.decided.v1"] == 4 and log.bind_failures == {"gpu_memory_over_allocated": 1}
 
 
-def test_rows_for_postgres_carry_keys_that_make_a_second_read_a_no_op() -> None:
+def test_checkpoint_handshakes_are_counted_for_the_recorder_and_change_no_pod() -> None:
+    # the recorder stores the binder's checkpoint events too: the run log counts them, so the report's
+    # comparison of placement_events with the bus covers them, and leaves the pods' states alone
     log = scenario()
-    keys = [(r.subject, r.msg_key) for r in log.rows]
-    assert len(keys) == len(set(keys))
-    assert ("binder.pod.pending.v1", "refused/1") in keys and ("placement.pod.decided.v1", "done/0") in keys
-    assert all(r.cluster == C for r in log.rows)
+    states = dict(log.state)
+    req = CheckpointRequested(source="binder/t", emitted_at=T0, cluster=C, request_id="r1", pod_uid="running",
+                              pod_name="running", namespace="a", node="n1", reason="preemption", deadline_s=30.0,
+                              requested_at=T0)
+    ack = CheckpointAcknowledged(source="binder/t", emitted_at=T0, cluster=C, request_id="r1", pod_uid="running",
+                                 namespace="a", status=CheckpointStatus.COMPLETED, acknowledged_at=T0)
+    log.on_event(req, "binder.checkpoint.requested.v1")
+    log.on_event(ack, "binder.checkpoint.acknowledged.v1")
+    log.on_event(msgspec.structs.replace(req, cluster="elsewhere"), "binder.checkpoint.requested.v1")
+    assert log.recorded["binder.checkpoint.requested.v1"] == 1 and log.recorded["binder.checkpoint.acknowledged.v1"] == 1
+    assert log.state == states and req not in log.binder_events
 
 
 def test_replay_tracks_gpus_and_counts_fractions_on_shared_gpus() -> None:
@@ -228,6 +236,8 @@ def test_service_env_isolates_each_run_by_cluster(tmp_path: Path) -> None:
     assert env["binder"]["GPUAWARE_BINDER_TWIN_DEFAULT_NODES"] == "4"
     assert env["binder"]["GPUAWARE_BINDER_START"] == str(VIRTUAL_EPOCH)
     assert env["placement"]["GPUAWARE_PLACEMENT_PREEMPTION"] == "false"  # stock Kubernetes: no preemption
+    # the recorder stores this run's cluster only, through its own durables (deleted with the run's)
+    assert env["recorder"]["GPUAWARE_RECORDER_CLUSTER"] == "demo-x-baseline"
     ours = service_env(_cfg(tmp_path), RunSpec("gpuaware", "GpuAware", "demo-x-gpuaware"), "nats://n", "pg://d")
     assert ours["placement"]["GPUAWARE_PLACEMENT_PREEMPTION"] == "true"
 
@@ -246,31 +256,6 @@ def test_service_processes_stop_with_sigterm_and_log_to_files(tmp_path: Path) ->
     assert p.exit_code == 0 and "draining" in p.log_tail()
     assert service_built("gpuaware.services.binder") and not service_built("gpuaware.services.no_such_service")
     assert service_command("m", "a")[1:] == ["-m", "m", "a"]
-
-
-def test_placement_events_are_stored_once_and_counted(fresh_database_url: str) -> None:
-    asyncio.run(tsdb.migrate(fresh_database_url))
-    at = datetime(2026, 1, 1, tzinfo=UTC)
-    rows = [PlacementEvent(C, "placement.pod.decided.v1", "p/0", "p", at, "p/0", "n1", 500, "P", {"x": 1}),
-            PlacementEvent(C, "binder.pod.bound.v1", "p/0", "p", at, "p/0", "n1", 500),
-            PlacementEvent("other", "binder.pod.bound.v1", "p/0", "p", at)]
-
-    async def go() -> tuple[int, int, dict[str, int], list]:
-        pool = await tsdb.open_pool(fresh_database_url, max_size=1)
-        try:
-            async with pool.connection() as conn:
-                first = await write_placement_events(conn, rows)
-                again = await write_placement_events(conn, rows[:2])
-                counts = await count_placement_events(conn, C)
-                history = await pod_history(conn, C, "p")
-            return first, again, counts, history
-        finally:
-            await pool.close()
-
-    first, again, counts, history = asyncio.run(go())
-    assert (first, again) == (3, 0)
-    assert counts == {"binder.pod.bound.v1": 1, "placement.pod.decided.v1": 1}
-    assert [h[0] for h in history] == ["placement.pod.decided.v1", "binder.pod.bound.v1"]
 
 
 def test_the_demo_reads_placements_forecast_counters_from_their_metrics_and_says_what_they_changed() -> None:

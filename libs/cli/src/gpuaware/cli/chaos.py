@@ -13,7 +13,7 @@ processes are down on purpose, so it can tell a planned death from a crash.
 
 Syntax of one step: ``<kind>[:<target>]@<at_s>[+<down_s>]``, steps separated by commas, where kind is
 ``kill`` (target: a service — placement, binder, health-scoring, quota, telemetry-agent,
-telemetry-collector), ``nats``, ``postgres`` or ``nats-node`` (target: the node's index).
+telemetry-collector, recorder), ``nats``, ``postgres`` or ``nats-node`` (target: the node's index).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ __all__ = ["KINDS", "SCENARIOS", "SERVICES", "ChaosError", "ChaosRunner", "Chaos
 log = logging.getLogger("gpuaware.chaos")
 
 KINDS = ("kill", "nats", "postgres", "nats-node")
-SERVICES = ("placement", "binder", "health-scoring", "quota", "telemetry-agent", "telemetry-collector")
+SERVICES = ("placement", "binder", "health-scoring", "quota", "telemetry-agent", "telemetry-collector", "recorder")
 """what ``kill`` may name: the demo's service processes"""
 MAX_AT_S = 86_400.0
 MAX_DOWN_S = 3_600.0
@@ -46,7 +46,7 @@ MAX_DOWN_S = 3_600.0
 SCENARIOS = {
     # each service of the loop in turn, started again a second later
     "services": "kill:placement@5+1, kill:binder@10+1, kill:health-scoring@15+1, kill:quota@19+1, "
-                "kill:telemetry-agent@23+1, kill:telemetry-collector@27+1",
+                "kill:telemetry-agent@23+1, kill:telemetry-collector@27+1, kill:recorder@31+1",
     # the servers: nats-server killed (back after 3 s), then PostgreSQL stopped for 30 s
     "stack": "nats@5+3, postgres@12+30",
     # a 3-node NATS cluster (R3 streams) loses a node for 12 s

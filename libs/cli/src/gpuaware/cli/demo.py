@@ -7,8 +7,8 @@ What it does, in order (every step is real: servers, processes, messages, rows):
    PostgreSQL, every message accounted for (``roundtrip.py``);
 3. the telemetry agent (simulated GPUs) and collector, when that service is built;
 4. run **gpuaware**: placement (our best policy) + binder (the twin replays the workload on an
-   accelerated clock) + health-scoring as processes; live progress; every event recorded to
-   ``placement_events``; three of the twin's GPUs develop faults (an uncorrectable-ECC storm, XID 79,
+   accelerated clock) + health-scoring + the recorder (every loop event into ``placement_events``) as
+   processes; live progress; three of the twin's GPUs develop faults (an uncorrectable-ECC storm, XID 79,
    a thermal runaway: ``demo_config.plan_faults``) that health-scoring must catch and placement avoid;
 5. run the **baseline**: the identical workload (same trace, seed, nodes, virtual start) through the
    same services with placement set to stock-Kubernetes behaviour (``KubeDefault``: whole GPUs,

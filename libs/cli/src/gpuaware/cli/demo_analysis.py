@@ -1,7 +1,7 @@
 """The demo's numbers, from the recorded events (``gpuaware.sim.metrics``): each run's figures and
 invariants, the health figures, and the comparison of the two runs (``demo_report`` renders them).
 
-Nothing here talks to a server: it reads ``RunResult``s (what the recorder saw) and the workload
+Nothing here talks to a server: it reads ``RunResult``s (what the demo saw) and the workload
 rebuilt from the same settings the binder used (for each pod's class and tenant, which the
 contract's ``PodPending`` does not carry).
 """

@@ -1,6 +1,6 @@
 """The demo's requests and housekeeping over NATS: the channels it follows, the streams and consumers
 it clears between runs, the binder's world snapshot, placement's explanations, the operator's
-repair, and waiting for a service to answer."""
+repair, waiting for a service to answer, and for the recorder to have stored what the run published."""
 
 from __future__ import annotations
 
@@ -34,12 +34,13 @@ from gpuaware.schemas import (
     ExplainRequest,
     WorldSnapshotReply,
     WorldSnapshotRequest,
+    recorder_durable,
     subject_token,
 )
 
 __all__ = ["FORECASTING_STATS", "HEALTH_STATS",
            "delete_loop_streams", "delete_run_consumers", "explain_pending", "forecast_effect", "operator_repair",
-           "snapshot_violations", "wait_for", "world_snapshot"]
+           "recorder_caught_up", "snapshot_violations", "wait_for", "world_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,17 @@ async def explain_pending(nc: bus.Client, cluster: str, log_: RunLog, limit: int
                 gone.set()
 
     await asyncio.gather(*(ask(uid) for uid in uids))
+
+
+async def recorder_caught_up(js: bus.JetStream, cluster: str) -> bool | None:
+    """True once the recorder's durables on BINDER and PLACEMENT have nothing left to deliver and nothing
+    delivered but unacknowledged: it acknowledges a message only after its row committed, so every event
+    the streams hold is in ``placement_events``. None while not yet (``wait_for``'s "no answer")."""
+    for spec in (BINDER, PLACEMENT):
+        info = await js.consumer_info(spec.name, recorder_durable(cluster))
+        if info.num_pending or info.num_ack_pending:
+            return None
+    return True
 
 
 async def wait_for(check: Callable[[], Awaitable[Any]], *, timeout: float, what: str, procs: list[ServiceProcess],

@@ -15,6 +15,7 @@ from gpuaware.schemas import (
     HEALTH_SCORING,
     PLACEMENT_ID,
     QUOTA_ID,
+    RECORDER_ID,
     TELEMETRY_AGENT,
     binder_durable,
 )
@@ -222,5 +223,9 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
                    # the twin's GPUs live a day in the run: per-GPU series from the agent's samples, one
                    # step per minute of their time (placement's forecast-headroom gets forecasts in the run)
                    "GPUAWARE_FORECASTING_TIME_SCALE": f"{cfg.speed:g}"}
+    # the recorder: a short ack wait, so what a killed recorder held (the fault drill) comes back to its
+    # successor within the run
+    recorder = {**common, **nats_login(cfg, RECORDER_ID), "GPUAWARE_RECORDER_CLUSTER": spec.cluster,
+                "GPUAWARE_RECORDER_INSTANCE_ID": f"recorder-{spec.label}", "GPUAWARE_RECORDER_ACK_WAIT_S": "5"}
     return {"binder": binder, "placement": placement, "agent": agent, "health": health, "quota": quota,
-            "forecasting": forecasting}
+            "forecasting": forecasting, "recorder": recorder}

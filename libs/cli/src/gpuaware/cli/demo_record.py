@@ -1,29 +1,28 @@
 """What the demo records of a run: every event of its cluster (``RunLog``), the messages per subject
-JetStream stored (``SubjectCounter``), the rows written to ``placement_events`` (``EventWriter``), and
-the figures a run hands to the report (``RunResult``)."""
+JetStream stored (``SubjectCounter``), and the figures a run hands to the report (``RunResult``).
+
+The demo only follows the bus for its own report; ``placement_events`` is written by the recorder
+service (``gpuaware.services.recorder``) the run starts like the other services, and the report
+compares that table with what the demo saw."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import json
 import logging
 import math
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
-
-import msgspec
 
 from gpuaware import bus
 from gpuaware.cli.demo_config import RunSpec
 from gpuaware.schemas import (
     ALERT_RAISED,
     ALERT_RESOLVED,
+    CHECKPOINT_ACKNOWLEDGED,
+    CHECKPOINT_REQUESTED,
     DRAIN_RECOMMENDED,
     GPU_STATE_CHANGED,
     PLACEMENT_DECIDED,
@@ -36,6 +35,8 @@ from gpuaware.schemas import (
     STREAMS,
     AlertRaised,
     AlertResolved,
+    CheckpointAcknowledged,
+    CheckpointRequested,
     DrainRecommended,
     GpuStateChanged,
     PlacementDecided,
@@ -47,24 +48,23 @@ from gpuaware.schemas import (
     PodUnschedulable,
 )
 from gpuaware.sim import GpuLedger
-from gpuaware.tsdb import PlacementEvent, write_placement_events
 
-__all__ = ["BINDER_CHANNELS", "HEALTH_CHANNELS", "PLACEMENT_CHANNELS", "WRITER_DRAIN_S", "EventWriter", "Progress",
-           "RunLog", "RunResult", "SubjectCounter", "failover_figures", "subject_key"]
+__all__ = ["BINDER_CHANNELS", "HEALTH_CHANNELS", "PLACEMENT_CHANNELS", "Progress", "RunLog", "RunResult",
+           "SubjectCounter", "failover_figures", "subject_key"]
 
 log = logging.getLogger(__name__)
 
-# what the recorder follows: the binder's pod events, placement's verdicts, health-scoring's changes
+# what the demo follows: the binder's pod events and checkpoint handshakes, placement's verdicts,
+# health-scoring's changes
 BINDER_CHANNELS: list[bus.Channel[Any]] = [
     bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBound), bus.Channel(POD_BIND_FAILED, PodBindFailed),
-    bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_FINISHED, PodFinished)]
+    bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_FINISHED, PodFinished),
+    bus.Channel(CHECKPOINT_REQUESTED, CheckpointRequested), bus.Channel(CHECKPOINT_ACKNOWLEDGED, CheckpointAcknowledged)]
 PLACEMENT_CHANNELS: list[bus.Channel[Any]] = [
     bus.Channel(PLACEMENT_DECIDED, PlacementDecided), bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)]
 HEALTH_CHANNELS: list[bus.Channel[Any]] = [
     bus.Channel(GPU_STATE_CHANGED, GpuStateChanged), bus.Channel(ALERT_RAISED, AlertRaised),
     bus.Channel(ALERT_RESOLVED, AlertResolved), bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)]
-WRITER_DRAIN_S = 60.0
-"""how long the event writer keeps retrying after a run when the database is away"""
 
 
 def subject_key(subject: str) -> str:
@@ -78,7 +78,7 @@ def subject_key(subject: str) -> str:
 
 @dataclass
 class RunLog:
-    """Everything the recorder saw of one run's cluster, in stream order."""
+    """Everything the demo saw of one run's cluster, in stream order."""
 
     cluster: str
     pending: dict[str, PodPending] = field(default_factory=dict)
@@ -90,13 +90,13 @@ class RunLog:
     """bound / bind_failed / preempted / finished, in BINDER stream order"""
     state: dict[str, str] = field(default_factory=dict)
     recorded: Counter[str] = field(default_factory=Counter)
+    """messages per subject (routing suffix dropped): what the recorder must have stored"""
     policies: Counter[str] = field(default_factory=Counter)
     explained: dict[str, str] = field(default_factory=dict)
     bind_failed: dict[str, PodBindFailed] = field(default_factory=dict)
     """the last bind failure of each pod"""
     bind_failures: Counter[str] = field(default_factory=Counter)
     """bind failures by reason"""
-    rows: list[PlacementEvent] = field(default_factory=list)
     decision_times: list[tuple[float, str]] = field(default_factory=list)
     """(decided_at wall time, deciding instance) of every decision, for the fail-over figures"""
     double_bound: list[str] = field(default_factory=list)
@@ -133,26 +133,22 @@ class RunLog:
     def on_event(self, ev: Any, subject: str) -> None:
         if getattr(ev, "cluster", None) != self.cluster:
             return
-        key = subject_key(subject)
-        self.recorded[key] += 1
+        self.recorded[subject_key(subject)] += 1
         uid = ev.pod_uid
-        row: tuple[str, float, str | None, str | None, int, str]
+        if isinstance(ev, CheckpointRequested | CheckpointAcknowledged):
+            return  # counted (the recorder stores them); the report reads preemptions from the binder's events
         if isinstance(ev, PodPending):
             self.pending.setdefault(uid, ev)
             self.attempt[uid] = max(self.attempt.get(uid, 0), ev.attempt)
             self.state[uid] = "pending"
-            row = (f"{uid}/{ev.attempt}", ev.emitted_at, None, None, ev.gpu_milli_total if ev.num_gpu else 0, "")
         elif isinstance(ev, PlacementDecided):
             self.decided[uid] = ev
             self.policies[ev.policy] += 1
             self.decision_times.append((ev.decided_at, ev.source))
             self.placements.append((ev.decided_at, tuple(sl.gpu_uuid for sl in ev.slices), uid))
             self.planned_victims += len(ev.preemptions)
-            row = (ev.decision_id, ev.decided_at, ev.decision_id, ev.node, sum(s.gpu_milli for s in ev.slices),
-                   ev.policy)
         elif isinstance(ev, PodUnschedulable):
             self.unschedulable[uid] = ev
-            row = (f"{uid}/{ev.attempt}/{ev.reason}", ev.emitted_at, None, None, 0, ev.reason)
         else:
             self.binder_events.append(ev)
             if isinstance(ev, PodBound):
@@ -160,26 +156,13 @@ class RunLog:
                     self.double_bound.append(uid)
                 self.bound_by[uid] = ev.decision_id or ""
                 self.state[uid] = "bound"
-                row = (ev.decision_id or uid, ev.bound_at, ev.decision_id, ev.node,
-                       sum(s.gpu_milli for s in ev.slices), "")
             elif isinstance(ev, PodFinished):
                 self.state[uid] = "finished"
-                row = (uid, ev.finished_at, None, ev.node, sum(s.gpu_milli for s in ev.slices), ev.outcome.value)
             elif isinstance(ev, PodPreempted):
                 self.state[uid] = "pending"
-                row = (f"{uid}/{ev.decision_id}", ev.preempted_at, ev.decision_id, ev.node,
-                       sum(s.gpu_milli for s in ev.slices), ev.reason)
             elif isinstance(ev, PodBindFailed):
                 self.bind_failed[uid] = ev
                 self.bind_failures[ev.reason] += 1
-                row = (ev.decision_id, ev.failed_at, ev.decision_id, ev.node, 0, ev.reason)
-            else:
-                return
-        msg_key, at, decision, node, milli, detail = row
-        self.rows.append(PlacementEvent(
-            cluster=self.cluster, subject=key, msg_key=msg_key, pod_uid=uid,
-            event_at=datetime.fromtimestamp(at, UTC), decision_id=decision, node=node, gpu_milli=int(milli),
-            detail=detail, payload=msgspec.to_builtins(ev)))
 
     def counts(self) -> dict[str, int]:
         c = Counter(self.state.values())
@@ -338,55 +321,6 @@ class SubjectCounter:
         now = await self.read(js)
         self.counts = {s: n - self._base.get(s, 0) for s, n in sorted(now.items()) if n - self._base.get(s, 0) > 0}
         return self.counts
-
-
-class EventWriter:
-    """Every half second, a run's recorded events into ``placement_events`` (first writer wins). A
-    batch that cannot be written (PostgreSQL stopped) is kept and written again, as the collector
-    does; after ``stop`` it is retried for up to ``drain_s`` before the invariant reports the rest."""
-
-    def __init__(self, pool: Any, run_log: RunLog, *, every_s: float = 0.5, drain_s: float = WRITER_DRAIN_S) -> None:
-        self.pool = pool
-        self.run_log = run_log
-        self.every_s = every_s
-        self.drain_s = drain_s
-        self.stop = asyncio.Event()
-        self.written = 0
-        self.failures = 0
-
-    async def run(self) -> None:
-        failing_since: float | None = None
-        deadline: float | None = None
-        while True:
-            stopping = self.stop.is_set()
-            if stopping and deadline is None:
-                deadline = time.monotonic() + self.drain_s
-            batch, self.run_log.rows = self.run_log.rows, []
-            if batch:
-                try:
-                    async with self.pool.connection() as conn:
-                        await write_placement_events(conn, batch)
-                    self.written += len(batch)
-                    if failing_since is not None:
-                        log.warning("placement_events: written again after %.1f s without the database",
-                                    time.monotonic() - failing_since)
-                        failing_since = None
-                except Exception as exc:
-                    self.failures += 1
-                    self.run_log.rows = batch + self.run_log.rows  # kept, in order, for the next pass
-                    if failing_since is None:
-                        failing_since = time.monotonic()
-                        log.warning("placement_events: %d rows kept for later (%s)", len(batch), exc)
-                    if stopping and deadline is not None and time.monotonic() < deadline:
-                        await asyncio.sleep(self.every_s)
-                        continue
-            if stopping:
-                if self.run_log.rows:
-                    log.error("placement_events: %d rows not written within %.0f s after the run",
-                              len(self.run_log.rows), self.drain_s)
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), self.every_s)
 
 
 def failover_figures(drill: dict[str, Any], run_log: RunLog, exit_codes: dict[str, int | None]) -> dict[str, Any]:

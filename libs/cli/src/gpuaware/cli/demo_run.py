@@ -6,13 +6,15 @@ clock) as processes, records what crosses NATS, and ends when the twin's clock h
 window (or the wall-clock budget ran out). Everything measured comes from the events the services
 published, never from inside them:
 
-    in-process recorder (the demo)                    the services (child processes)
+    what the demo follows (in process)                the services (child processes)
     follow BINDER   binder.pod.{pending,bound,        binder: twin + clock; publishes pending,
-                    bind_failed,preempted,finished}           bound, finished ...; answers world.snapshot
+                    bind_failed,preempted,finished},          bound, finished ...; answers world.snapshot
+                    binder.checkpoint.*
     follow PLACEMENT placement.pod.{decided,          placement: consumes pending, publishes
                     unschedulable}                            decided / unschedulable; answers explain
-    messages per subject (JetStream's own counts)     telemetry agent + collector (when built)
-    write each event to placement_events (PostgreSQL)
+    messages per subject (JetStream's own counts)     recorder: stores every loop event in PostgreSQL's
+                                                              placement_events (the report compares)
+                                                      telemetry agent + collector (when built)
     follow ALERTS   health.gpu.state_changed,         health-scoring (gpuaware run): scores the
                     alerts.gpu.{raised,resolved}              agent's samples of the twin's GPUs
 
@@ -29,7 +31,9 @@ window.
 
 At the end: one last world snapshot (checked for over-allocated GPUs), then the binder stops (a
 decision it applies now may still re-queue pods), ``placement.explain`` for pending pods that have no
-verdict yet, the other services stop, and the recorder reads the streams to their end.
+verdict yet, the other services stop, the demo's followers read the streams to their end, and the
+recorder is stopped once it has stored everything the streams hold (its durables have nothing left to
+deliver or acknowledge).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from gpuaware.cli.demo_bus import (
     explain_pending,
     forecast_effect,
     operator_repair,
+    recorder_caught_up,
     snapshot_violations,
     wait_for,
     world_snapshot,
@@ -70,7 +75,6 @@ from gpuaware.cli.demo_record import (
     BINDER_CHANNELS,
     HEALTH_CHANNELS,
     PLACEMENT_CHANNELS,
-    EventWriter,
     Progress,
     RunLog,
     RunResult,
@@ -95,6 +99,9 @@ __all__ = ["run_once"]
 
 log = logging.getLogger(__name__)
 
+RECORDER_DRAIN_S = 90.0
+"""how long a run's end waits for the recorder to store what the streams hold (a database outage of the
+fault drill included)"""
 STOPPED_AFTER_RUN = ("placement", "telemetry-agent-", "health-scoring", "quota", "forecasting", BRIDGE_NAME)
 """the processes a run starts besides the binder (stopped by name prefix at its end)"""
 
@@ -136,8 +143,6 @@ class _Run:
         self.counter, self.procs, self.progress, self.stop, self.chaos = counter, procs, progress, stop, chaos
         self.run_log = RunLog(spec.cluster)
         self.followers: list[bus.Follower] = []
-        self.event_writer = EventWriter(pool, self.run_log)
-        self.writer_task: asyncio.Task[None] | None = None
         gpuaware_run = spec.label == "gpuaware"
         self.health_on = cfg.health and gpuaware_run and service_built("gpuaware.services.health_scoring")
         self.plan = plan_faults(cfg, demo_nodes(cfg)) if self.health_on and cfg.telemetry else None
@@ -185,7 +190,7 @@ class _Run:
 
     async def start_recording(self) -> None:
         """Fresh loop streams, then follow the binder's and placement's events (and health-scoring's
-        in the gpuaware run) into the run's log and ``placement_events``."""
+        in the gpuaware run) into the run's log."""
         spec, js = self.spec, self.js
         await delete_loop_streams(js, ours=self.cfg.own_nats)
 
@@ -200,16 +205,17 @@ class _Run:
             self.followers.append(await bus.follow(
                 js, HEALTH_CHANNELS, lambda ev, d: self.run_log.on_health(ev, d.subject), stream=ALERTS.name,
                 deliver="new", with_suffixes=True, name=f"demo-{spec.label}-health"))
-        self.writer_task = asyncio.create_task(self.event_writer.run(), name="demo placement_events writer")
         await self.counter.mark(js)
 
     async def start_services(self) -> None:
-        """Forecasting (answering before the binder's first pod), placement (two instances for the
+        """The recorder (its durables read the fresh streams from their start), forecasting (answering
+        before the binder's first pod), placement (two instances for the
         drill, answering before the binder starts: the twin's clock runs from the binder's start, and a
         first start compiles placement's kernels, up to half a minute on a busy machine, which would
         otherwise pass as virtual hours without a decision), the binder, health-scoring; then, once the
         binder's world names the nodes, quota sized to it and the telemetry agent scraping the twin's GPUs."""
         env = self.env
+        recorder = self._start("recorder", "gpuaware.services.recorder", env["recorder"])
         forecaster = (self._start("forecasting", "gpuaware.services.forecasting", env["forecasting"])
                       if self.forecast_on else None)
         instances = ("p1", "p2") if self.drill else ("p1",)
@@ -220,7 +226,7 @@ class _Run:
                 "placement" if i == 0 else f"placement-{inst}", "gpuaware.services.placement",
                 {**env["placement"], "GPUAWARE_PLACEMENT_INSTANCE_ID": inst,
                  "GPUAWARE_PLACEMENT_METRICS_PORT": str(self.metrics_ports[inst])})
-        self.ours = [*self.placements.values()]
+        self.ours = [recorder, *self.placements.values()]
         if forecaster is not None:
             # live before the binder's first pod: minutes it sees only while catching up are replayed
             # (stepped, not published), as after a restart
@@ -306,7 +312,9 @@ class _Run:
         await wait_for(explains, timeout=90.0, what="placement.explain", procs=self.ours, stop=self.stop)
 
     async def wait_until_answering(self) -> None:
-        """Health-scoring and quota answer when they run (placement answered before the binder started)."""
+        """The recorder answers; health-scoring and quota answer when they run (placement answered before
+        the binder started)."""
+        await self._answers("$SRV.PING.recorder", "the recorder")
         if self.health_on:
             await self._answers(HEALTH_STATS, "health-scoring's health.stats")
         if self.quota_on:
@@ -415,7 +423,8 @@ class _Run:
 
     async def stop_everything(self) -> None:
         """Every process of the run stopped (the binder last, when a run was cut short), the followers
-        read to their end and stopped, the event writer drained, the run's durable consumers deleted."""
+        read to their end and stopped, the recorder once it stored what the streams hold, the run's
+        durable consumers deleted."""
         procs = self.procs
         for name in [p.name for p in procs.processes if p.name.startswith(STOPPED_AFTER_RUN)]:
             self.exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
@@ -429,14 +438,26 @@ class _Run:
         for f in self.followers:
             with contextlib.suppress(Exception):
                 await f.stop()
-        self.event_writer.stop.set()
-        if self.writer_task is not None:
-            with contextlib.suppress(Exception):
-                await self.writer_task
+        await self._stop_recorder()
         with contextlib.suppress(Exception):
             await delete_run_consumers(self.js, self.spec.cluster)
         if self.failure and self.failure != "interrupted":
             log.error("run %s failed: %s", self.spec.label, self.failure)
+
+    async def _stop_recorder(self) -> None:
+        """Stop the recorder once its durables have nothing left to deliver or acknowledge (everything the
+        streams hold is in PostgreSQL), or after ``RECORDER_DRAIN_S`` (a database still away: the report's
+        comparison of placement_events with the bus then shows what is missing)."""
+        recorder = next((p for p in self.procs.processes if p.name == "recorder"), None)
+        if recorder is None:
+            return
+        if not self.stop.is_set():
+            try:
+                await wait_for(lambda: recorder_caught_up(self.js, self.spec.cluster), timeout=RECORDER_DRAIN_S,
+                               what="the recorder storing the run's events", procs=[recorder], stop=self.stop)
+            except (TimeoutError, RuntimeError, Interrupted) as exc:
+                log.error("placement_events may miss events of run %s: %s", self.spec.label, exc)
+        self.exit_codes.update(await asyncio.to_thread(self.procs.stop, "recorder", 15.0))
 
     async def result(self) -> RunResult:
         """The run's figures: messages and rows per subject, the drill's, quota's and the forecasts'."""

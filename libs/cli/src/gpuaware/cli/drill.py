@@ -6,8 +6,8 @@ must still hold, each checked against what was actually stored and decided:
   (no pending pod lost);
 * no pod bound twice; no GPU slice over-allocated, in the replay of every binding and release and in
   the twin's own snapshot at the end;
-* every event of the loop recorded in PostgreSQL (``placement_events`` row counts per subject equal
-  what crossed the bus);
+* every event of the loop recorded in PostgreSQL by the recorder service (``placement_events`` row
+  counts per subject equal what crossed the bus; the "services" scenario kills the recorder too);
 * every telemetry sample on the bus stored in PostgreSQL exactly once (set of (GPU, time) on the
   stream == the rows of the run's GPUs; the table's key forbids a second copy, the check shows none
   was needed or lost);
@@ -54,7 +54,7 @@ __all__ = ["DrillResult", "drill", "run_drill", "telemetry_ledger"]
 console = Console()
 T = TypeVar("T")
 
-DEFAULT_DURATION_S = {"services": 36.0, "stack": 50.0, "cluster": 30.0}
+DEFAULT_DURATION_S = {"services": 40.0, "stack": 50.0, "cluster": 30.0}
 """wall seconds replayed per scenario: the plan's last step, its down time and some decisions after"""
 CLUSTER_NODES = 3
 
