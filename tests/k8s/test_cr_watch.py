@@ -158,16 +158,17 @@ async def test_config_watch_hands_the_tree_to_the_loop_and_writes_statuses() -> 
 
     trees: list[Any] = []
     written: list[tuple[str, int, str]] = []
+    loop = asyncio.get_running_loop()
     done = asyncio.Event()
 
     def on_config(tree: Any) -> None:
         trees.append(tree)
-        if tree is not None and "team-d" in tree.specs:
-            done.set()
 
-    def write_status(name: str, patch: Mapping[str, Any]) -> None:
+    def write_status(name: str, patch: Mapping[str, Any]) -> None:  # in the watch's thread
         cond = patch["status"]["conditions"][-1]
         written.append((name, cond["observedGeneration"], cond["status"]))
+        if name == "team-d":
+            loop.call_soon_threadsafe(done.set)
 
     watch = ConfigWatch(QueueSet(), (lambda: next(lists), watch_fn), write_status, on_config,
                         backoff=lambda n: 0.0)
@@ -178,4 +179,4 @@ async def test_config_watch_hands_the_tree_to_the_loop_and_writes_statuses() -> 
     await watch.stop()
     assert watched_from[0] == watched_from[1] == "48213000"  # after the failure: the same version
     assert ("team-b", 2, "False") in written and ("team-b", 2, "True") in written
-    assert ("team-d", 1, "True") in written
+    assert ("team-d", 1, "True") in written and "team-d" in trees[-1].specs  # the tree first, then the statuses
