@@ -3,10 +3,14 @@
 import json
 from pathlib import Path
 
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
 from gpuaware.cli.main import app
+from gpuaware.cli.stack import service_databases
+from gpuaware.devstack import stack_status
+from gpuaware.schemas import PROCESSES
 from gpuaware.tsdb import load_migrations
 
 runner = CliRunner()
@@ -26,11 +30,21 @@ def test_up_status_down(stack_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     up = runner.invoke(app, ["up", "--data-dir", str(data), "--nats-port", "0", "--pg-port", "0"])
     try:
         assert up.exit_code == 0, up.output
-        assert f"{len(load_migrations('native'))} migrations applied" in up.output
+        text = " ".join(up.output.split())  # rich wraps long lines
+        assert f"migrations applied: {', '.join(m.version for m in load_migrations('native'))};" in text
+        logins = sorted(p.database_login for p in PROCESSES if p.database_login)
+        assert f"login roles created: {', '.join(logins)};" in text  # one per service with a database role
         assert "NATS_URL=nats://127.0.0.1:" in up.output
         again = runner.invoke(app, ["up", "--data-dir", str(data), "--nats-port", "0", "--pg-port", "0"])
-        assert "reusing" in again.output and "0 migrations applied" in again.output
+        text = " ".join(again.output.split())
+        assert "reusing" in text and "migrations applied: none pending" in text and "login roles created: none" in text
         assert runner.invoke(app, ["status", "--data-dir", str(data)]).exit_code == 0
+        state = stack_status(data)
+        assert state is not None
+        own = service_databases(state, data)
+        assert set(own) == {p.name for p in PROCESSES if p.database_role}
+        with psycopg.connect(own["quota"]) as conn:  # each service logs in as its own role
+            assert conn.execute("SELECT current_user").fetchone() == ("gpuaware_quota_login",)
     finally:
         down = runner.invoke(app, ["down", "--data-dir", str(data)])
     assert "postgres" in down.output and "nats" in down.output

@@ -33,6 +33,7 @@ from typer.testing import CliRunner, Result
 from gpuaware.cli import demo as demo_module
 from gpuaware.cli.main import app
 from gpuaware.placement import DEFAULT_PROFILE
+from gpuaware.schemas import PROCESSES, PROVISION
 
 LOOP = ("binder.pod.pending.v1", "placement.pod.decided.v1", "binder.pod.bound.v1")
 
@@ -228,6 +229,18 @@ def test_two_minute_demo_keeps_its_invariants(demo: DemoRun) -> None:
 def leaked(texts: list[str], secrets_: list[str]) -> list[str]:
     """The secrets (shown by their first 4 characters) that appear in any of ``texts``."""
     return [s[:4] + "..." for s in secrets_ if any(s in t for t in texts)]
+
+
+def test_the_demo_runs_the_processes_the_chart_deploys(demo: DemoRun) -> None:
+    """The demo starts every entry of the list of processes (tests/helm checks the chart deploys exactly
+    the list), each as its module: the provisioning first; the alert bridge only where Alertmanager is
+    installed (the report says why it was skipped)."""
+    report = demo.report
+    ran = report["processes"]
+    assert ran[0] == PROVISION and len(ran) == len(set(ran))
+    alertmanager = report["runs"]["gpuaware"]["health"].get("alertmanager") or {}
+    skipped = {"alert-bridge"} if str(alertmanager.get("status", "")).startswith("skipped") else set()
+    assert set(ran) == {p.name for p in PROCESSES} - skipped, (ran, alertmanager)
 
 
 def test_the_secret_scan_finds_a_planted_secret() -> None:

@@ -3,6 +3,7 @@ report's analysis, and service processes."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -14,8 +15,9 @@ from gpuaware.cli.demo_analysis import analyse, compare, pod_records
 from gpuaware.cli.demo_config import VIRTUAL_EPOCH, DemoConfig, RunSpec, service_env
 from gpuaware.cli.demo_record import RunLog, RunResult, subject_key
 from gpuaware.cli.demo_report import write_html, write_plots
-from gpuaware.cli.processes import ProcessGroup, service_built, service_command
+from gpuaware.cli.processes import ProcessGroup, listed_process, service_built, service_command
 from gpuaware.schemas import (
+    PROCESSES,
     CheckpointAcknowledged,
     CheckpointRequested,
     CheckpointStatus,
@@ -28,6 +30,7 @@ from gpuaware.schemas import (
     PodPending,
     PodPreempted,
     PodUnschedulable,
+    process_named,
 )
 from gpuaware.sim.workload_gen import PodClass, SimPod
 
@@ -240,6 +243,34 @@ def test_service_env_isolates_each_run_by_cluster(tmp_path: Path) -> None:
     assert env["recorder"]["GPUAWARE_RECORDER_CLUSTER"] == "demo-x-baseline"
     ours = service_env(_cfg(tmp_path), RunSpec("gpuaware", "GpuAware", "demo-x-gpuaware"), "nats://n", "pg://d")
     assert ours["placement"]["GPUAWARE_PLACEMENT_PREEMPTION"] == "true"
+
+
+def test_each_service_gets_only_its_own_database_login(tmp_path: Path) -> None:
+    own = {p.name: f"postgresql://{p.database_login}:pw@127.0.0.1:5432/gpuaware" for p in PROCESSES if p.database_role}
+    cfg = dataclasses.replace(_cfg(tmp_path), database_urls=own)
+    env = service_env(cfg, RunSpec("gpuaware", "GpuAware", "demo-x-gpuaware"), "nats://n", "postgresql://owner@h/db")
+    by_process = {"binder": "binder", "placement": "placement", "agent": "telemetry-agent",
+                  "health": "health-scoring", "quota": "quota", "forecasting": "forecasting"}
+    for key, name in by_process.items():
+        if process_named(name).database_role:
+            assert env[key]["DATABASE_URL"] == own[name], name
+        else:
+            assert "DATABASE_URL" not in env[key], name  # never the owner's, never another's
+    shared = service_env(_cfg(tmp_path), RunSpec("gpuaware", "GpuAware", "demo-x-gpuaware"), "nats://n", "pg://d")
+    assert shared["quota"]["DATABASE_URL"] == "pg://d" and "DATABASE_URL" not in shared["binder"]
+
+
+def test_the_processes_started_are_named_by_the_list(tmp_path: Path) -> None:
+    assert listed_process(service_command("gpuaware.services.telemetry", "agent")) == "telemetry-agent"
+    assert listed_process(service_command("gpuaware.services.telemetry", "collector")) == "telemetry-collector"
+    assert listed_process(service_command("gpuaware.services.placement")) == "placement"
+    assert listed_process([sys.executable, "-c", "print(1)"]) is None
+    with ProcessGroup() as group:
+        group.start("other", [sys.executable, "-c", "pass"], {}, tmp_path / "other.log")
+        for _ in range(2):  # the provisioning with nothing to do: it exits at once
+            group.start("provision", service_command("gpuaware.services.provision"),
+                        {"GPUAWARE_PROVISION_STREAMS": "false", "DATABASE_URL": ""}, tmp_path / "provision.log")
+    assert group.started == ["provision"]
 
 
 def test_service_processes_stop_with_sigterm_and_log_to_files(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gpuaware.devstack import StackError, stack_down, stack_status, stack_up, start_nats
+from gpuaware.devstack import StackError, database_passwords, stack_down, stack_status, stack_up, start_nats
+from gpuaware.schemas import PROCESSES
 
 
 def test_up_reuses_then_down_stops(stack_dir: Path) -> None:
@@ -168,3 +169,17 @@ def test_every_dev_server_states_its_file_store_limit_instead_of_following_the_f
     finally:
         for p in (plain, guarded, node):
             p.stop()
+
+
+def test_database_login_passwords_are_kept_private_then_forgotten_by_down(stack_dir: Path) -> None:
+    data = stack_dir / "logins-down"
+    stack = stack_up(data, nats_port=0, env={"DATABASE_URL": "postgresql://elsewhere/db"})
+    try:
+        first = database_passwords(data)
+        assert set(first) == {p.name for p in PROCESSES if p.database_role}  # none for the agent or the bridge
+        assert database_passwords(data) == first  # drawn once per stack
+        assert (data / "postgres-logins.json").stat().st_mode & 0o777 == 0o600
+    finally:
+        assert stack_down(data) == ["nats"]
+    assert stack.state.postgres_external and not (data / "postgres-logins.json").exists()
+    assert database_passwords(data) != first

@@ -55,6 +55,7 @@ from gpuaware.cli.demo_summary import analyse_runs, summarise
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, service_built, service_command
 from gpuaware.cli.roundtrip import run_roundtrip
+from gpuaware.cli.stack import database_env, provision_stack, service_databases
 from gpuaware.devstack import (
     DEFAULT_DATA_DIR,
     DEFAULT_NATS_PORT,
@@ -66,10 +67,8 @@ from gpuaware.devstack import (
     stack_up,
 )
 from gpuaware.placement import DEFAULT_PROFILE, KUBE_DEFAULT
-from gpuaware.runtime import provision_streams
-from gpuaware.schemas import ADMIN, GPU_SAMPLED, TELEMETRY, TELEMETRY_COLLECTOR
+from gpuaware.schemas import ADMIN, GPU_SAMPLED, PROVISION, TELEMETRY, TELEMETRY_COLLECTOR
 from gpuaware.sim import clock_jumps, utilisation_series
-from gpuaware.tsdb import migrate
 
 SERVICES = ("telemetry", "forecasting", "placement", "quota", "health_scoring", "binder", "alert_bridge")
 DEFAULT_DURATION_S = 150.0
@@ -145,15 +144,18 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
         with console.status("starting NATS (JetStream) and PostgreSQL"):
             stack = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth,
                              auth_clusters=[f"{run_id}-gpuaware", f"{run_id}-baseline"])
-            applied = asyncio.run(migrate(stack.state.database_url))
             credentials = _demo_credentials(stack, data_dir)
+            # the chart's provisioning, run as the chart runs it: streams as admin, migrations and each
+            # service's login role as the owner; every service then logs in as its own role
+            provisioned = provision_stack(stack.state, data_dir, streams=bool(credentials))
+            databases = service_databases(stack.state, data_dir)
     except StackError as exc:
         console.print(f"[red]cannot start the stack:[/red] {exc}")
         if stack is not None and not stack.reused and not keep_running:
             stack_down(data_dir)
         raise typer.Exit(1) from None
     console.print(f"stack {'reused' if stack.reused else 'started'}: {stack.state.nats_url}, "
-                  f"PostgreSQL on port {stack.state.postgres_port or 'external'}; {len(applied)} migrations applied")
+                  f"PostgreSQL on port {stack.state.postgres_port or 'external'}; provisioned: {provisioned}")
     ok = False
     try:
         if ticks:
@@ -167,7 +169,7 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
                              default_nodes=16, load=load, seed=seed, max_pods=max_pods, slo_s=slo_s,
                              shared_data=os.environ.get("GPUAWARE_SHARED_DATA", ""),
                              kill_leader_at_s=kill_leader_at, own_nats=not stack.state.nats_external,
-                             nats_credentials=credentials)
+                             nats_credentials=credentials, database_urls=databases)
             if service_built("gpuaware.services.forecasting"):
                 from gpuaware.cli.demo_forecast import ensure_demand_model
                 from gpuaware.sim import shared_data_dir
@@ -196,18 +198,15 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
 
 
 def _demo_credentials(stack: Any, data_dir: Path) -> dict[str, tuple[str, str]]:
-    """The per-service NATS users of an auth stack (streams provisioned as admin: services may not
-    create them); empty without auth. A running auth stack of another run cannot be reused: its users
-    may act only for that run's clusters."""
+    """The per-service NATS users of an auth stack (the provisioning creates the streams as admin:
+    services may not); empty without auth. A running auth stack of another run cannot be reused: its
+    users may act only for that run's clusters."""
     if not stack.state.nats_auth:
         return {}
     if stack.reused:
         raise StackError("the running stack requires NATS users made for another run: stop it (`gpuaware down "
                          "--data-dir ...`) or run the demo with --no-auth")
-    credentials = stack_credentials(data_dir)
-    user, password = credentials[ADMIN]
-    asyncio.run(provision_streams(stack.state.nats_url, user=user, password=password))
-    return credentials
+    return stack_credentials(data_dir)
 
 
 # --- the legacy round-trip-only mode (kept for scripts and tests that pass --ticks) -------------------
@@ -260,7 +259,8 @@ async def _start_telemetry(cfg: DemoConfig, procs: ProcessGroup, nats_url: str, 
     GPUs (``run_once``), so measured utilisation sits next to allocation in the report."""
     if not service_built("gpuaware.services.telemetry"):
         return {"status": "not built yet"}
-    common = {"NATS_URL": nats_url, "DATABASE_URL": database_url, **nats_login(cfg, TELEMETRY_COLLECTOR)}
+    common = {"NATS_URL": nats_url, **database_env(cfg.database_urls, "telemetry-collector", database_url),
+              **nats_login(cfg, TELEMETRY_COLLECTOR)}
     collector = procs.start("telemetry-collector", service_command("gpuaware.services.telemetry", "collector"),
                             {**common, "GPUAWARE_TELEMETRY_COLLECTOR_CLUSTER": f"{cfg.run_id}"},
                             cfg.out / "logs" / "telemetry-collector.log")
@@ -389,6 +389,9 @@ async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started:
                     report["dashboards"] = await _dashboard_panels(pool, cfg, results["gpuaware"])
                 finally:
                     await asyncio.to_thread(procs.stop)
+                    # the list's processes the demo ran: the provisioning (before the stack was handed
+                    # over), then every service started (what the chart deploys, tests/cli compares)
+                    report["processes"] = [PROVISION, *procs.started]
     finally:
         await pool.close()
     return _finish(cfg, report, results, services, started)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuaware.cli.stack import database_env
 from gpuaware.schemas import (
     ADMIN,
     BINDER_ID,
@@ -72,6 +73,10 @@ class DemoConfig:
     own_nats: bool = True
     """the NATS server is the demo's embedded one (False: ``NATS_URL`` names somebody else's, whose
     streams are never deleted)"""
+    database_urls: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """process name -> the DSN of its own login role (``gpuaware.cli.stack.service_databases``), for each
+    process of the list with a database role; empty: every such process gets the run's shared DSN.
+    Never printed."""
     """the workload's request mix (openb pod-list format) for placement's fragmentation-aware scores"""
 
     @property
@@ -168,8 +173,14 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
                 exporter_port: int = 0, faults: str = "") -> dict[str, dict[str, str]]:
     """Each service's environment for one run (the prefixed settings they read once at start).
     With ``exporter_port`` the binder serves the twin's GPUs as dcgm-exporter text there, and the
-    ``agent`` entry is the telemetry agent scraping it (its node list is added once known)."""
-    common = {"NATS_URL": nats_url, "DATABASE_URL": database_url}
+    ``agent`` entry is the telemetry agent scraping it (its node list is added once known). A process
+    with a database role gets its own login's ``DATABASE_URL`` (``database_url`` where none were
+    provisioned), the others none."""
+    common = {"NATS_URL": nats_url}
+
+    def db(name: str) -> dict[str, str]:
+        return database_env(cfg.database_urls, name, database_url)
+
     binder = {
         **common, **nats_login(cfg, BINDER_ID), "GPUAWARE_BINDER_CLUSTER": spec.cluster, "GPUAWARE_BINDER_DURABLE": binder_durable(spec.cluster),
         "GPUAWARE_BINDER_TWIN_NODES": cfg.twin_nodes, "GPUAWARE_BINDER_TWIN_DEFAULT_NODES": str(cfg.node_count),
@@ -186,7 +197,7 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
     if faults:
         binder["GPUAWARE_BINDER_FAULTS"] = faults
     health = {
-        **common, **nats_login(cfg, HEALTH_SCORING), "GPUAWARE_HEALTH_SCORING_CLUSTER": spec.cluster,
+        **common, **db("health-scoring"), **nats_login(cfg, HEALTH_SCORING), "GPUAWARE_HEALTH_SCORING_CLUSTER": spec.cluster,
         "GPUAWARE_HEALTH_SCORING_INSTANCE_ID": f"health-{spec.label}",
         # the twin's GPUs are judged in their own (virtual) time; clean periods of two virtual hours
         # (a day in production) so that recoveries fit in the replayed day
@@ -215,17 +226,17 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_TELEMETRY_AGENT_DCGM_URL": f"http://127.0.0.1:{exporter_port}/metrics/{{node}}",
         "GPUAWARE_TELEMETRY_AGENT_INSTANCE_ID": f"agent-{spec.label}",
     }
-    quota = {**common, **nats_login(cfg, QUOTA_ID), "GPUAWARE_QUOTA_CLUSTER": spec.cluster, "GPUAWARE_QUOTA_INSTANCE_ID": f"quota-{spec.label}",
+    quota = {**common, **db("quota"), **nats_login(cfg, QUOTA_ID), "GPUAWARE_QUOTA_CLUSTER": spec.cluster, "GPUAWARE_QUOTA_INSTANCE_ID": f"quota-{spec.label}",
              "GPUAWARE_QUOTA_TREE": str(cfg.out / f"quota-queues-{spec.label}.yaml"),
              "GPUAWARE_QUOTA_REPORT_INTERVAL_S": "2"}
-    forecasting = {**common, **nats_login(cfg, FORECASTING), "GPUAWARE_FORECASTING_CLUSTER": spec.cluster,
+    forecasting = {**common, **db("forecasting"), **nats_login(cfg, FORECASTING), "GPUAWARE_FORECASTING_CLUSTER": spec.cluster,
                    "GPUAWARE_FORECASTING_INSTANCE_ID": f"forecasting-{spec.label}",
                    # the twin's GPUs live a day in the run: per-GPU series from the agent's samples, one
                    # step per minute of their time (placement's forecast-headroom gets forecasts in the run)
                    "GPUAWARE_FORECASTING_TIME_SCALE": f"{cfg.speed:g}"}
     # the recorder: a short ack wait, so what a killed recorder held (the fault drill) comes back to its
     # successor within the run
-    recorder = {**common, **nats_login(cfg, RECORDER_ID), "GPUAWARE_RECORDER_CLUSTER": spec.cluster,
+    recorder = {**common, **db("recorder"), **nats_login(cfg, RECORDER_ID), "GPUAWARE_RECORDER_CLUSTER": spec.cluster,
                 "GPUAWARE_RECORDER_INSTANCE_ID": f"recorder-{spec.label}", "GPUAWARE_RECORDER_ACK_WAIT_S": "5"}
     return {"binder": binder, "placement": placement, "agent": agent, "health": health, "quota": quota,
             "forecasting": forecasting, "recorder": recorder}

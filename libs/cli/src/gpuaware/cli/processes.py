@@ -15,11 +15,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ProcessGroup", "ServiceProcess", "service_built", "service_command"]
+__all__ = ["ProcessGroup", "ServiceProcess", "listed_process", "service_built", "service_command"]
 
 
 def service_built(module: str) -> bool:
@@ -35,6 +35,19 @@ def service_built(module: str) -> bool:
 def service_command(module: str, *args: str) -> list[str]:
     """The argv that runs a service module: ``python -m <module> [args]``."""
     return [sys.executable, "-m", module, *args]
+
+
+def listed_process(argv: Sequence[str]) -> str | None:
+    """The entry of the list of processes (``gpuaware.schemas.PROCESSES``) an argv runs: its module,
+    then its args; None for anything else."""
+    from gpuaware.schemas import PROCESSES
+
+    if len(argv) < 3 or argv[1] != "-m":
+        return None
+    for p in PROCESSES:
+        if argv[2] == p.module and tuple(argv[3:3 + len(p.args)]) == p.args:
+            return p.name
+    return None
 
 
 @dataclass
@@ -95,10 +108,15 @@ class ProcessGroup:
     """Processes stopped together, in reverse start order (a context manager)."""
 
     processes: list[ServiceProcess] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+    """the list's processes started so far (``listed_process``), each once, in order"""
 
     def start(self, name: str, argv: list[str], env: Mapping[str, str], log_path: Path) -> ServiceProcess:
         p = ServiceProcess(name, argv, env, log_path).start()
         self.processes.append(p)
+        listed = listed_process(argv)
+        if listed is not None and listed not in self.started:
+            self.started.append(listed)
         return p
 
     def stop(self, name: str | None = None, timeout: float = 15.0) -> dict[str, int | None]:

@@ -7,11 +7,19 @@ against the database, because services need the schema either way).
 `up --auth` starts NATS with one least-privilege user per service (`gpuaware.schemas.permissions`)
 and provisions the platform's streams as `admin`, since the services may not create them; the
 passwords stay in `<data>/nats/credentials.json` (owner-only) and are never printed.
+
+Provisioning is the chart's: `provision_stack` runs the list's provisioning process
+(`python -m gpuaware.services.provision`, what the chart's Job runs) against the stack: the streams
+as `admin` (with `--auth`, or a NATS cluster), the migrations and one LOGIN role per service with a
+database role as the database's owner (passwords in `<data>/postgres-logins.json`, owner-only); each
+service then connects with its own DSN (`service_databases`), never as the owner.
 """
 
 from __future__ import annotations
 
-import asyncio
+import os
+import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -19,19 +27,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpuaware.cli.processes import service_built, service_command
 from gpuaware.devstack import (
     DEFAULT_DATA_DIR,
     DEFAULT_NATS_PORT,
     DEFAULT_PG_PORT,
     StackError,
+    StackState,
+    database_passwords,
     stack_credentials,
     stack_down,
     stack_health,
     stack_up,
 )
-from gpuaware.runtime import provision_streams, redact_url
-from gpuaware.schemas import ADMIN
-from gpuaware.tsdb import migrate
+from gpuaware.runtime import redact_url
+from gpuaware.schemas import ADMIN, PROVISION, process_named
+from gpuaware.tsdb import login_url
 
 console = Console(stderr=True)
 
@@ -58,13 +69,9 @@ def up(
         with console.status("starting the embedded stack"):
             started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth, tls=tls,
                                nats_nodes=nats_cluster)
-            applied = asyncio.run(migrate(started.state.database_url))
-            if started.state.nats_auth:
-                user, password = stack_credentials(data_dir)[ADMIN]
-                asyncio.run(provision_streams(started.state.nats_url, user=user, password=password,
-                                              tls_ca=started.state.nats_tls_ca))
-            elif started.state.nats_nodes and not started.reused:  # replicated from the start
-                asyncio.run(provision_streams(started.state.nats_url))
+            summary = provision_stack(started.state, data_dir,
+                                      streams=started.state.nats_auth or (bool(started.state.nats_nodes)
+                                                                          and not started.reused))
     except StackError as exc:
         console.print(f"[red]cannot start the stack:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -73,7 +80,62 @@ def up(
                       "run `gpuaware down` first to restart it with per-service users[/yellow]")
     verb = ("reusing; started again: " + ", ".join(started.restarted) if started.restarted
             else "reusing" if started.reused else "started")
-    _print_state(started.state, title=f"gpuaware stack ({verb}; {len(applied)} migrations applied)")
+    _print_state(started.state, title=f"gpuaware stack ({verb})")
+    console.print(f"provisioned: {summary}")
+
+
+def provision_stack(state: StackState, data_dir: Path, *, streams: bool, timeout: float = 180.0) -> str:
+    """Run the list's provisioning process against the stack (see the module docstring); returns its
+    summary. Raises ``StackError`` with the end of its output when it fails."""
+    entry = process_named(PROVISION)
+    if not service_built(entry.module):
+        raise StackError(f"the provisioning ({entry.module}) is not installed: run `make venv`")
+    env = {**os.environ, **provision_env(state, data_dir, streams=streams)}
+    try:
+        done = subprocess.run(service_command(entry.module, *entry.args), env=env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise StackError(f"the provisioning did not finish in {timeout:.0f} s") from None
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+        raise StackError(f"the provisioning failed (exit {done.returncode}): {tail}")
+    return done.stdout.strip().splitlines()[-1].removeprefix("provisioned: ") if done.stdout.strip() else ""
+
+
+def provision_env(state: StackState, data_dir: Path, *, streams: bool) -> dict[str, str]:
+    """The provisioning's environment, as the chart's Job has it: NATS as ``admin``, the owner's DSN, a
+    password per service login (``<data>/postgres-logins.json``)."""
+    entry = process_named(PROVISION)
+    env = {"NATS_URL": state.nats_url, "DATABASE_URL": state.database_url,
+           f"{entry.env_prefix}STREAMS": "true" if streams else "false", f"{entry.env_prefix}LOG_FORMAT": "console"}
+    if state.nats_tls_ca:
+        env["NATS_TLS_CA"] = state.nats_tls_ca
+    if state.nats_auth:
+        env["NATS_USER"], env["NATS_PASSWORD"] = stack_credentials(data_dir)[ADMIN]
+    for name, password in database_passwords(data_dir).items():
+        variable = process_named(name).secret_variable
+        if variable is not None:
+            env[variable] = password
+    return env
+
+
+def service_databases(state: StackState, data_dir: Path) -> dict[str, str]:
+    """process name -> the DSN its own login role connects with (after ``provision_stack``)."""
+    out: dict[str, str] = {}
+    for name, password in database_passwords(data_dir).items():
+        login = process_named(name).database_login
+        if login is not None:
+            out[name] = login_url(state.database_url, login, password)
+    return out
+
+
+def database_env(databases: Mapping[str, str], name: str, fallback: str = "") -> dict[str, str]:
+    """The ``DATABASE_URL`` of process ``name``: its own DSN; none for a process without a database role
+    (``fallback``, a shared DSN, only where no logins were provisioned)."""
+    if process_named(name).database_role is None:
+        return {}
+    url = databases.get(name) or fallback
+    return {"DATABASE_URL": url} if url else {}
 
 
 def down(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:

@@ -13,6 +13,7 @@ from gpuaware.devstack.alertmanager import (
     start_alertmanager,
 )
 from gpuaware.devstack.errors import StackError
+from gpuaware.devstack.logins import database_passwords, forget_database_passwords
 from gpuaware.devstack.nats import NatsProcess, credentials, nats_server_binary, start_nats
 from gpuaware.devstack.ports import free_port, port_is_free
 from gpuaware.devstack.postgres import PostgresProcess, start_postgres
@@ -43,6 +44,8 @@ __all__ = [
     "StackState",
     "alertmanager_binary",
     "credentials",
+    "database_passwords",
+    "forget_database_passwords",
     "free_port",
     "nats_server_binary",
     "pid_alive",

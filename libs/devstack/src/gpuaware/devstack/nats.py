@@ -32,7 +32,7 @@ from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.ports import free_port, port_is_free, wait_for_listener
 from gpuaware.devstack.processes import pid_alive, terminate
 from gpuaware.devstack.tls import make_server_certificates
-from gpuaware.schemas import IDENTITIES, render_server_config
+from gpuaware.schemas import ADMIN, PROCESSES, render_server_config
 
 AUTH_CONFIG = "auth.conf"
 CREDENTIALS = "credentials.json"
@@ -110,7 +110,7 @@ class NatsProcess:
         return credentials(self.data_dir)
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     """Write `text` to `path`, readable and writable by the owner only, from the first byte."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -148,13 +148,15 @@ def write_auth_config(data_dir: Path, *, clusters: Sequence[str] | None = None) 
         known = {identity: password for identity, (_user, password) in credentials(data_dir).items()}
     except (StackError, ValueError, KeyError, TypeError):
         known = {}
-    passwords = {identity: known.get(identity) or secrets.token_urlsafe(24) for identity in IDENTITIES}
-    _write_private(data_dir / CREDENTIALS, json.dumps(
+    # admin (the provisioning's and the operator's) and the identity of every process of the list
+    identities = dict.fromkeys([ADMIN, *(p.identity for p in PROCESSES)])
+    passwords = {identity: known.get(identity) or secrets.token_urlsafe(24) for identity in identities}
+    write_private(data_dir / CREDENTIALS, json.dumps(
         {identity: {"user": identity, "password": pw} for identity, pw in passwords.items()}, indent=2) + "\n")
     config = data_dir / AUTH_CONFIG
     hashes = {identity: bcrypt.hashpw(pw.encode(), bcrypt.gensalt(BCRYPT_COST, prefix=b"2a")).decode()
               for identity, pw in passwords.items()}
-    _write_private(config, _with_store_limit(json.loads(render_server_config(hashes, cluster=list(clusters)))))
+    write_private(config, _with_store_limit(json.loads(render_server_config(hashes, cluster=list(clusters)))))
     return config
 
 

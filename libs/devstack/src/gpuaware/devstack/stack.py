@@ -10,7 +10,9 @@ stranger on our port: `up` starts again only what died, on the same port and dat
 says which part runs. The demo calls the same `stack_up` to bring a crashed server back.
 
 `auth=True` starts NATS with one least-privilege user per service (`start_nats(auth=True)`); the
-credentials stay in `<data>/nats/credentials.json` (0600), read with `stack_credentials`.
+credentials stay in `<data>/nats/credentials.json` (0600), read with `stack_credentials`. Each
+service's database login has its password in `<data>/postgres-logins.json` (0600,
+`database_passwords`); both are forgotten by `stack_down`.
 
 `nats_nodes=3` starts a NATS JetStream cluster of three routed nodes on loopback ports instead of
 one server (`gpuaware.devstack.cluster`): ``nats_url`` names every node (comma-separated, clients
@@ -30,6 +32,7 @@ from typing import Any
 
 from gpuaware.devstack.cluster import start_cluster_node, start_nats_cluster
 from gpuaware.devstack.errors import StackError
+from gpuaware.devstack.logins import forget_database_passwords
 from gpuaware.devstack.nats import NatsProcess, credentials, forget_credentials, start_nats
 from gpuaware.devstack.ports import wait_port_free
 from gpuaware.devstack.postgres import PostgresProcess, start_postgres
@@ -231,5 +234,6 @@ def stack_down(data_dir: Path = DEFAULT_DATA_DIR) -> list[str]:
             terminate(int(node["pid"]), None, 10.0)
             stopped.append(f"nats-{node['name']}")
     forget_credentials(data_dir / "nats")  # passwords do not outlive the stack that used them
+    forget_database_passwords(data_dir)
     _state_file(data_dir).unlink(missing_ok=True)
     return stopped
