@@ -44,9 +44,9 @@ from gpuaware.cli.demo_record import RunResult, SubjectCounter
 from gpuaware.cli.demo_run import run_once
 from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_command
+from gpuaware.cli.stack import database_env, provision_stack, service_databases
 from gpuaware.devstack import StackError, stack_down, stack_up
 from gpuaware.placement import DEFAULT_PROFILE
-from gpuaware.runtime import provision_streams
 from gpuaware.schemas import BINDER, GPU_SAMPLED, PLACEMENT, TELEMETRY, GpuSampled
 
 __all__ = ["DrillResult", "drill", "run_drill", "telemetry_ledger"]
@@ -190,12 +190,14 @@ async def run_drill(plan: str, *, data_dir: Path, out: Path, duration_s: float |
     stack = await asyncio.to_thread(lambda: stack_up(data_dir, nats_port=0, pg_port=0, nats_nodes=nats_nodes))
     try:
         nats_url, database_url = stack.state.nats_url, stack.state.database_url
-        await tsdb.migrate(database_url)
-        await provision_streams(nats_url)  # every stream exists before the first follower or publisher
+        # as the chart provisions: every stream exists before the first follower or publisher, and each
+        # service logs in to PostgreSQL as its own role
+        await asyncio.to_thread(provision_stack, stack.state, data_dir, streams=True)
         window = 24 * 3600.0
         cfg = DemoConfig(out=out, run_id=f"drill-{uuid.uuid4().hex[:6]}", duration_s=duration_s, window_s=window,
                          speed=window / duration_s, trace="generator", nodes=str(nodes), default_nodes=nodes,
-                         load=load, seed=seed, max_pods=0, slo_s=600.0, own_nats=True)
+                         load=load, seed=seed, max_pods=0, slo_s=600.0, own_nats=True,
+                         database_urls=service_databases(stack.state, data_dir))
         spec = RunSpec("gpuaware", DEFAULT_PROFILE, f"{cfg.run_id}-gpuaware")
         return await _drill(cfg, spec, steps, scenario, plan, data_dir, nats_url, database_url, say, nats_nodes)
     finally:
@@ -211,7 +213,8 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
     try:
         async with bus.connected(nats_url, name="gpuaware-drill") as nc:
             with ProcessGroup() as procs:
-                common = {"NATS_URL": nats_url, "DATABASE_URL": database_url}
+                common = {"NATS_URL": nats_url,
+                          **database_env(cfg.database_urls, "telemetry-collector", database_url)}
                 procs.start("telemetry-collector", service_command("gpuaware.services.telemetry", "collector"),
                             {**common, "GPUAWARE_TELEMETRY_COLLECTOR_CLUSTER": cfg.run_id},
                             cfg.out / "logs" / "telemetry-collector.log")
