@@ -77,7 +77,10 @@ class ConfigWatch:
 
     def _run(self) -> None:
         run_watch(self.watcher, self.source[0], self.source[1], self.objects.record, self._halt.is_set,
-                  self.clock, lambda n: self._halt.wait(self.backoff(n)), settled=self._settled)
+                  self.clock, self._back_off, settled=self._settled)
+
+    def _back_off(self, failures: int) -> None:
+        self._halt.wait(self.backoff(failures))  # woken early by `stop`
 
     def _settled(self) -> None:
         if self._halt.is_set():

@@ -147,7 +147,8 @@ def accepted_patch(obj: Mapping[str, Any], verdict: Verdict, now: str | None = N
     """The merge patch of ``obj``'s status that says ``verdict`` (its ``Accepted`` condition replaced,
     other conditions kept, ``lastTransitionTime`` moved only when the status flips); None when the
     status says it already."""
-    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    raw = obj.get("status")
+    status: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     conditions = [c for c in status.get("conditions") or () if isinstance(c, Mapping)]
     old = next((c for c in conditions if c.get("type") == ACCEPTED), None)
     want = {"type": ACCEPTED, "status": "True" if verdict.accepted else "False",
@@ -156,8 +157,8 @@ def accepted_patch(obj: Mapping[str, Any], verdict: Verdict, now: str | None = N
     if (old is not None and all(old.get(k) == v for k, v in want.items())
             and status.get("observedGeneration") == verdict.generation):
         return None
-    flipped = old is None or old.get("status") != want["status"] or not old.get("lastTransitionTime")
-    want["lastTransitionTime"] = (now or _now()) if flipped else old["lastTransitionTime"]  # type: ignore[index]  # old is set when not flipped
+    kept = old.get("lastTransitionTime") if old is not None and old.get("status") == want["status"] else None
+    want["lastTransitionTime"] = kept or now or _now()
     others = [dict(c) for c in conditions if c.get("type") != ACCEPTED]
     return {"status": {"observedGeneration": verdict.generation, "conditions": [*others, want]}}
 
@@ -326,9 +327,9 @@ class PolicySet(_ObjectSet):
             self.in_force[name] = (generation, profile)
             self.verdicts[name] = Verdict(generation, True, "placement's profile" if name == self.follow else
                                           f"valid; placement follows the GPUPolicy named {self.follow!r}")
-        held = self.in_force.get(self.follow)
-        profile = None if held is None else held[1]
-        if profile == self.profile:
+        followed = self.in_force.get(self.follow)
+        in_force = None if followed is None else followed[1]
+        if in_force == self.profile:
             return False
-        self.profile = profile
+        self.profile = in_force
         return True
