@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -61,12 +62,14 @@ def needs(*rules: Rule) -> Callable[[F], F]:
 
 
 def _load_config(kubeconfig: str | None) -> None:
+    """In-cluster credentials in a pod, else ``kubeconfig``, else ``KUBECONFIG`` as it is now (the
+    client reads that variable once, when it is first imported)."""
     from kubernetes import config
 
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config(config_file=kubeconfig)
+        config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG") or None)
 
 
 def core_api(kubeconfig: str | None = None, host: str | None = None) -> client.CoreV1Api:
