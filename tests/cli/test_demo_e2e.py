@@ -31,6 +31,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from gpuaware.cli import demo as demo_module
+from gpuaware.cli import stack as stack_module
 from gpuaware.cli.main import app
 from gpuaware.placement import DEFAULT_PROFILE
 from gpuaware.schemas import PROCESSES, PROVISION
@@ -49,7 +50,7 @@ class DemoRun:
     out: Path
     report: dict[str, Any]
     drawn: dict[str, tuple[str, str]]
-    """the NATS passwords the demo drew, per identity"""
+    """the NATS passwords the demo drew, per identity, and the database logins' (``db:<process>``)"""
     root: Path
     """everything the demo wrote lies under it"""
 
@@ -70,6 +71,14 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
             return real(data_dir)
 
         monkeypatch.setattr(demo_module, "stack_credentials", spy)
+        # and each service's database password (its own login role's), looked for the same way
+        real_db = stack_module.database_passwords
+
+        def spy_db(data_dir: Path) -> dict[str, str]:
+            drawn.update({f"db:{name}": (name, password) for name, password in real_db(data_dir).items()})
+            return real_db(data_dir)
+
+        monkeypatch.setattr(stack_module, "database_passwords", spy_db)
         out = root / "out"
         result = CliRunner().invoke(app, [
             "demo", "--duration", "45", "--window-h", "24", "--load", "1.8", "--seed", "7", "--out", str(out),
@@ -214,13 +223,15 @@ def test_two_minute_demo_keeps_its_invariants(demo: DemoRun) -> None:
     ours = ("gpuaware.services.", str(tmp_path))
     assert not [pid for pid in _children_of(os.getpid()) if any(mark in _cmdline(pid) for mark in ours)]
 
-    # least privilege: every service logged in as its own NATS user, and no password is in anything the
-    # demo wrote or printed (logs of every service and of nats-server, report.json/html, CSVs)
+    # least privilege: every service logged in as its own NATS user (and database role), and no password
+    # is in anything the demo wrote or printed (logs of every service and of nats-server, report.json/html,
+    # CSVs)
     assert report["stack"]["nats_auth"] is True
     assert {"admin", "binder", "placement", "telemetry-agent", "telemetry-collector", "health-scoring",
             "quota"} <= set(report["stack"]["nats_users"]) <= set(drawn)
     secrets_ = [password for _user, password in drawn.values()]
     assert len(set(secrets_)) == len(drawn) and all(len(s) >= 16 for s in secrets_)
+    assert {k for k in drawn if k.startswith("db:")} == {f"db:{p.name}" for p in PROCESSES if p.database_role}
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".log", ".json", ".html", ".csv", ".txt")]
     assert any(p.name.startswith("placement") for p in written) and any(p.name == "report.json" for p in written)
     assert leaked([result.output, *(p.read_text(errors="replace") for p in written)], secrets_) == []

@@ -4,12 +4,16 @@ the login can do."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import psycopg
 import pytest
 
+from gpuaware.runtime import redact_url
+from gpuaware.schemas import PROCESSES
 from gpuaware.tsdb import (
+    Connection,
     SchemaNotReadyError,
     TsdbError,
     connect,
@@ -57,7 +61,7 @@ async def test_a_service_login_checks_the_schema_and_never_migrates(fresh_databa
     assert await migrate_or_check(url) == []  # up to date: nothing to do, nothing refused
     async with await connect(fresh_database_url, autocommit=True) as conn:  # as if a release were pending
         await conn.execute("DELETE FROM schema_migrations WHERE version = '0015'")
-    with pytest.raises(SchemaNotReadyError, match="0015_service_logins.sql"):
+    with pytest.raises(SchemaNotReadyError, match=re.escape("0015_service_logins.sql")):
         await migrate_or_check(url)
     assert await migrate_or_check(fresh_database_url) == ["0015"]  # the owner applies it
 
@@ -75,8 +79,26 @@ async def test_a_missing_group_role_is_named(migrated_url: str) -> None:
         await ensure_login_roles(migrated_url, {_login(): ("gpuaware_nobody", "pw")})
 
 
-def test_login_url_keeps_the_server_and_options() -> None:
-    url = login_url("postgresql://owner:secret@db.example:5433/gpuaware?sslmode=require", "svc_login", "pw")
+@pytest.mark.parametrize("owner", [
+    "postgresql://owner:secret@db.example:5433/gpuaware?sslmode=require",
+    "host=db.example port=5433 dbname=gpuaware user=owner password=secret sslmode=require",
+])
+def test_login_url_keeps_the_server_and_options_and_logs_masked(owner: str) -> None:
+    url = login_url(owner, "svc_login", "p@ss:w/rd")
     params = psycopg.conninfo.conninfo_to_dict(url)
-    assert params == {"user": "svc_login", "password": "pw", "host": "db.example", "port": "5433",
+    assert params == {"user": "svc_login", "password": "p@ss:w/rd", "host": "db.example", "port": "5433",
                       "dbname": "gpuaware", "sslmode": "require"}
+    assert redact_url(url).startswith("postgresql://svc_login:***@db.example:5433/") and "secret" not in url
+
+
+def test_login_url_of_a_socket_folder() -> None:
+    url = login_url("host=/var/run/postgresql dbname=gpuaware", "svc_login", "pw")
+    assert psycopg.conninfo.conninfo_to_dict(url) == {"user": "svc_login", "password": "pw",
+                                                      "host": "/var/run/postgresql", "dbname": "gpuaware"}
+
+
+async def test_every_database_role_of_the_list_of_processes_is_made_by_the_migrations(conn: Connection) -> None:
+    roles = {p.database_role for p in PROCESSES if p.database_role}
+    cur = await conn.execute("SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname = ANY(%s)", (sorted(roles),))
+    found = dict(await cur.fetchall())
+    assert set(found) == roles and not any(found.values())  # group roles: nobody logs in as them

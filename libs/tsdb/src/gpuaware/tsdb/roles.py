@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from gpuaware.tsdb.errors import MigrationError, TsdbError
 from gpuaware.tsdb.migrator import migrate, pending_migrations
@@ -78,10 +79,23 @@ def _scram(conn: Connection, login: str, password: str) -> str:
 
 
 def login_url(owner_dsn: str, login: str, password: str) -> str:
-    """The owner's DSN (server, database, options) with another user and password."""
-    params = conninfo_to_dict(owner_dsn)
-    params.update(user=login, password=password)
-    return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
+    """The owner's server, database and options with another user and password, as a
+    ``postgresql://user:password@host:port/db?options`` URL (the form whose password
+    ``gpuaware.runtime.redact_url`` masks when a service logs its settings)."""
+    params = {k: v for k, v in conninfo_to_dict(owner_dsn).items() if v is not None}
+    params.pop("user", None)
+    params.pop("password", None)
+    host = str(params.pop("host", ""))
+    port = params.pop("port", None)
+    dbname = str(params.pop("dbname", ""))
+    if host.startswith("/") or "," in host:  # a socket folder or several hosts: as options
+        params["host"] = host
+        host = ""
+    netloc = f"{quote(login, safe='')}:{quote(password, safe='')}@{host}{f':{port}' if port and host else ''}"
+    if port and not host:
+        params["port"] = port
+    query = f"?{urlencode(params)}" if params else ""
+    return f"postgresql://{netloc}/{quote(dbname, safe='')}{query}"
 
 
 async def migrate_or_check(dsn: str) -> list[str]:
