@@ -371,3 +371,18 @@ def test_a_starved_pod_behind_a_higher_priority_one_is_tried_once_and_the_others
     # two GPUs free; shares 3 (big) and 1 (small): big runs 2 of 3 (not starved below 0.5), small 0 of 1
     outcomes, more = p.retry()
     assert [o.entry.uid for o in outcomes if isinstance(o, Decided)] == ["small", "big-high"] and not more
+
+
+def test_a_retry_that_changes_nothing_about_a_waiting_gang_explains_nothing_again():
+    """A gang that fits nowhere is explained once, when it is parked; each later retry pass that leaves it
+    waiting for the same reason computes no explanation (a pass over many waiting gangs stays cheap)."""
+    p = _planner("priority")
+    explained: list[str] = []
+    explain = p.explain_request
+    p.explain_request = lambda req, max_classes=50: explained.append(req.name) or explain(req, max_classes)  # type: ignore[method-assign]  # counting the calls
+    for m in ("g0", "g1"):  # two 3-GPU members: the 4-GPU node holds one
+        p.submit(m, 0, replace(pod(m, "a", 3), gang_id="g", gang_min_members=2))
+    assert sorted(explained) == ["g0", "g1"]
+    assert {p.ledger.pods[m].reason for m in ("g0", "g1")} == {"insufficient_gpu"}
+    assert p.retry() == ([], False)
+    assert sorted(explained) == ["g0", "g1"] and p.ledger.pods["g0"].phase == Phase.PARKED

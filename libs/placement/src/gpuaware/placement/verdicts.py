@@ -42,8 +42,8 @@ def park(entry: PodEntry, status: Status, *, publish: bool, refused: bool, ledge
         override = REFUSED_BY_BINDER if refused else None
     elif status.plugin == "gang":
         override = INSUFFICIENT_GPU
-    if not publish and override is None and entry.phase in (Phase.PARKED, Phase.UNRESOLVABLE) \
-            and (entry.phase == Phase.UNRESOLVABLE) == unresolvable:
+    if not publish and entry.phase in (Phase.PARKED, Phase.UNRESOLVABLE) \
+            and (entry.phase == Phase.UNRESOLVABLE) == unresolvable and override in (None, entry.reason):
         return []  # a retry that changed nothing: no explanation computed, nothing published
     why = explain(entry.request)
     reason = override or why.reason or (NO_MATCHING_GPU_TYPE if unresolvable else INSUFFICIENT_GPU)
