@@ -1,54 +1,55 @@
-"""Fairness benchmark: FIFO, priority only, and quota's fair share side by side.
+"""Fairness benchmark: stock Kubernetes' queue (FIFO, priority) and gpuaware's fair share side by side,
+every decision made by the placement service's planner and admitted by quota's ledger.
 
-What it replays, on one 64-GPU cluster (the Pollux artifact's size), at 0.5 / 1.0 / 1.5 / 2.0x load:
-  * **philly**: real jobs of ``pollux/traces/philly.csv`` (loaded with ``gpuaware.sim.workload_gen.
-    load_philly``: GPUs, recorded duration, virtual cluster = tenant). The trace is a cluster of
-    thousands of GPUs, so ``160 x load`` jobs are drawn (seeded) from one week (2017-10-02 .. 09) and
-    their submissions mapped, in order, into 8 hours -- the Pollux artifact's own recipe for its
-    64-GPU workloads (160 jobs / 8 h at 1.0x). Jobs wider than the cluster are dropped (counted).
-    Drawn by count, that week is mostly short one-GPU jobs: at 0.5x and 1.0x the 64 GPUs never fill
-    (no contended hour; every policy gives the same schedule), and the makespan is set by the
-    trace's multi-day jobs (up to 600 h), not by scheduling. The contended Philly cases are 1.5x/2.0x.
+What it replays, on one 64-GPU cluster (the Pollux artifact's size: 8 nodes of 8 GPUs, DGX-1-like: 80
+cores, 640 GiB), at 0.5 / 1.0 / 1.5 / 2.0x load:
+  * **philly**: real jobs of ``pollux/traces/philly.csv`` (loaded with ``gpuaware.sim.load_philly``:
+    GPUs, recorded duration, virtual cluster = tenant). The trace is a cluster of thousands of GPUs,
+    so ``160 x load`` jobs are drawn (seeded) from one week (2017-10-02 .. 09) and their submissions
+    mapped, in order, into 8 hours -- the Pollux artifact's own recipe for its 64-GPU workloads (160
+    jobs / 8 h at 1.0x). Jobs wider than the cluster are dropped (counted). Drawn by count, that week
+    is mostly short one-GPU jobs: at 0.5x and 1.0x the 64 GPUs rarely fill, and the makespan is set
+    by the trace's multi-day jobs (up to 600 h), not by scheduling. The contended Philly cases are
+    1.5x/2.0x.
   * **pollux**: the artifact's workloads (``workloads-0.5``, ``workloads``, ``-1.5``, ``-2.0``; 8 each):
     submit time and GPUs (``num_replicas``) as given; tenant = application. The artifact has no
     fixed-GPU durations (its simulator derives progress from throughput curves), so a job's duration
     is the *shortest* JCT any of the three published policies got for it at that load
     (``results-jobload``) -- a proxy, an upper bound on its isolated run time.
-Classes: Philly and Pollux carry no priorities; a seeded 20 % of jobs are the high class (production,
-priority 1), the rest low (research, priority 0). Every job is checkpointable with a checkpoint every
-15 minutes and pays 60 s to restart after a preemption. What a preemption loses depends on who
-preempts: stock preemption (``priority``) loses the work since the last periodic checkpoint; gpuaware
-(``quota*``) has the binder ask the victim for a checkpoint first (the checkpoint handshake), so it
-loses only the 30 s the save takes.
+A job is one pod, or, wider than a node, a gang of whole-node pods and one pod for the rest (placed
+all or none, as the placement service places gangs). Classes: Philly and Pollux carry no priorities;
+a seeded 20 % of jobs are the high class (production, priority 1), the rest low (research, priority
+0). Every job is checkpointable with a checkpoint every 15 minutes and pays 60 s to restart after a
+preemption. What a preemption loses depends on who preempts: stock preemption (``priority``) loses
+the work since the last periodic checkpoint; gpuaware (``quota*``) has the binder ask the victim for
+a checkpoint first (the checkpoint handshake), so it loses only the 30 s the save takes.
 
-Policies (one scheduling pass after every arrival, completion and preemption; first fit in the
-policy's order over a GPU pool -- GPU counts only, no node packing: the ordering of waiting jobs is the
-subject here, and placement's packing is measured by bench-placement):
-  * ``fifo``: submission order, no preemption;
-  * ``priority``: high class first, then submission; a high-class job that does not fit preempts
-    low-class jobs (newest first), as kube-scheduler's priority preemption does;
-  * ``quota``: gpuaware.quota -- every tenant a leaf queue under one root, equal weights, guaranteed
-    floor(64 / tenants) GPUs; high class first, then tenants by decayed weighted dominant share
-    (``QuotaLedger.order_key``, half-life 1 h), FIFO within a tenant; a high-class job that does not fit
-    reclaims low-class work, a tenant inside its guarantee reclaims from borrowers
-    (``gpuaware.quota.reclaim_plan``: lower priority first, checkpointable first, least progress at risk --
-    the work since the job's last 15-minute checkpoint, told to the ledger as the binder tells quota).
-    Within its class, a preempted job resumes before every job that never started.
-  * ``quota+backfill``: the same, but waiting jobs start by EASY backfilling (gpuaware.quota.backfill)
-    instead of first fit: the head job gets a reservation at its shadow time, later jobs start only if
-    they end before it or fit in the extra GPUs; durations are predicted online (the median of the
-    tenant's finished jobs once it has three, 6 h before: no oracle), and only the head job reclaims.
-  * ``quota+turns``: ``quota`` plus turn-taking (gpuaware.quota.turns): a tenant short of its
-    water-filled share for a while (decayed mean shortfall >= 0.1 of its share, half-life 1 h) starts
-    its narrowest waiting job by stopping pods of tenants at or above their share that are not owed a
-    turn, of any class (the low class first), each having run at least 15 minutes since it last
-    started; checked after every event and every 5 minutes. This is what lets a tenant whose jobs are
-    all wider than its share (Pollux's imagenet: 24-48 GPUs against about 11) be served on average;
-    the cost is more, cheap preemptions. The two settings (due 0.1, a 15-minute lease) are
-    gpuaware.quota.turns' defaults; bench/results/fairness.md has the sweep that chose them and the
-    variants measured before.
-Why not ``gpuaware.sim.online.run_online``: its pending order is fixed (QoS, arrival) and it has no
-preemption, which are exactly what is compared here; the loop below is the smallest one that has both.
+How it decides: the production path, on a virtual clock. Each policy is a configuration of the
+placement service (`PlacementSettings`, turned into a `gpuaware.placement.Planner` exactly as the
+service's state builds it: the profile, the queue order, preemption, reservations, the Permit plugin
+that holds every decision), and for ``quota*`` a quota service (quota's `QuotaLedger`, one leaf queue
+per tenant under one root, equal weights, guaranteed floor(64 / tenants) GPUs). The replay is the
+world around them and nothing more: it advances time, submits each pending pod (`Planner.submit`,
+as the service's pending consumer does), asks quota about each decision held at Permit and about
+each pod that found no room, as the service's quota permit does (quota's reclaim plans executed by
+`Planner.reclaim`, refusals rejected, answers due later asked again then), binds what is allowed,
+preempts what the decisions name (the victim's next attempt is pending again at once, as the binder
+re-queues it), finishes jobs, and runs the planner's retry pass (`Planner.retry`: gangs, then the
+queue order's pass -- fair share, reclaim, turn-taking, backfill) whenever capacity was freed, as the
+service's retry loop does. Parked pods get a predicted runtime (`Planner.predict`, what the
+forecasting service's duration predictor answers the service): the median of the tenant's finished
+jobs once it has three, 6 h before (no oracle).
+  * ``fifo``: stock Kubernetes as the demo's baseline runs it -- the ``KubeDefault`` profile, the
+    ``priority`` queue order, no preemption, and pods without a PriorityClass (submission order);
+  * ``priority``: the same with the classes' priorities and kube-scheduler's preemption;
+  * ``quota``: gpuaware -- the service's default profile (``GpuAware``) with the ``fair-share`` queue
+    order (starved tenants first, most starved first, and they reclaim from tenants above their share;
+    then shortest predicted runtime), without turn-taking, and quota admitting every decision (a
+    tenant inside its guarantee gets a reclaim plan);
+  * ``quota+backfill``: ``quota`` with the service's node reservations on (``reservations``: a node
+    held for each starved tenant's first wide pod, others backfill it only if predicted to end first);
+  * ``quota+turns``: the service's fair-share defaults, turn-taking included (a tenant kept below its
+    share for a while takes a turn from tenants at or above theirs) -- what ``make demo`` runs.
 
 Reported per source, load and policy: Jain's index over tenants (equal weights) in hourly windows
 (min(1, GPU-hours held / water-filled entitlement given the window's demand), mean over windows with
@@ -66,7 +67,8 @@ end, preemptions) beside bench/results/fairness.json.
 Also: the admission decision's latency (QuotaLedger.admit, what quota.admit runs) with 1,000 /
 10,000 / 50,000 running pods.
 
-Run: ``make bench-fairness`` or ``.venv/bin/python bench/fairness.py`` (data via GPUAWARE_SHARED_DATA).
+Run: ``make bench-fairness`` or ``.venv/bin/python bench/fairness.py`` (data via GPUAWARE_SHARED_DATA);
+``--loads 1.0 --workloads 1`` for a quick look.
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -88,26 +90,40 @@ from bench_paths import RESULTS_DIR, ROOT
 from machine_info import load_average
 from machine_info import machine as shared_machine
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpuaware.quota import (
-    Allocation,
-    Demand,
-    QuotaLedger,
-    Running,
-    TurnTaking,
-    Waiting,
-    easy_backfill,
-    fair_reclaim_plan,
-    reclaim_plan,
-    validate,
-    water_fill,
+from gpuaware import bus
+from gpuaware.placement import (
+    GPU_CATALOG,
+    KUBE_DEFAULT,
+    Decided,
+    NodeSpec,
+    Parked,
+    Phase,
+    Planner,
+    PlannerConfig,
+    PodEntry,
+    PodRequest,
 )
+from gpuaware.quota import Admission, Allocation, Demand, QuotaLedger, demand_of, validate, water_fill
 from gpuaware.schemas import percentile
+from gpuaware.services.placement.convert import PRIOR
+from gpuaware.services.placement.permit import AdmittedAndStored
+from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.sim import load_philly, shared_data_dir
 
 OUT = RESULTS_DIR
 GPUS = 64
+GPUS_PER_NODE = 8
+GPU_MODEL = "T4"
+"""the Pollux artifact's GPUs (the model plays no part: every pod asks whole GPUs of any model)"""
+CPU_PER_GPU_MILLI = 8000
+MEMORY_PER_GPU_MIB = 65536
+"""what a pod asks per GPU (load_philly's DGX-like 8 cores and 64 GiB)"""
+NODE_CPU_MILLI = 80_000
+NODE_MEMORY_MIB = 640 * 1024
+"""a node's CPU and memory (a DGX-1's 80 cores; its GPUs, not its CPU, run out first)"""
 LOADS = (0.5, 1.0, 1.5, 2.0)
 POLICIES = ("fifo", "priority", "quota", "quota+backfill", "quota+turns")
 OURS = ("quota", "quota+turns")
@@ -118,11 +134,12 @@ CHECKPOINT_EVERY_S = 900.0
 CHECKPOINT_SAVE_S = 30.0
 """a checkpoint asked for at preemption (the binder's handshake) takes this long: the run's last seconds are lost"""
 RESTART_S = 60.0
-TURN_DUE = 0.1
-TURN_LEASE_S = 900.0
-TURN_TICK_S = 300.0
+RESERVATIONS = 2
+"""``quota+backfill``: nodes the service holds at once for starved tenants' wide pods (its ``reservations``)"""
 HIGH_SHARE = 0.2
 HALF_LIFE_S = 3600.0
+MAX_PASSES = 10_000
+"""retry passes at one instant before the replay gives up (each freed capacity wakes one: they end)"""
 PHILLY_WEEK = ("2017-10-02", "2017-10-09")
 TIRESIAS = {0.5: (0.58, 13.0), 1.0: (1.12, 24.2), 1.5: (1.72, 31.6), 2.0: (2.79, 40.4)}  # avg JCT h, makespan h
 POLLUX = {0.5: (0.43, 10.6), 1.0: (0.76, 16.8), 1.5: (1.02, 20.5), 2.0: (1.47, 25.7)}
@@ -136,7 +153,7 @@ class Job:
     submit: float
     duration: float
     priority: int = 0
-    # simulation state
+    # replay state
     done_work: float = 0.0
     start: float | None = None
     run_start: float = 0.0
@@ -147,11 +164,21 @@ class Job:
     """time spent waiting again after preemptions"""
     preempted_at: float | None = None
     version: int = 0
+    attempt: int = -1
+    """the pods' attempt now (the binder's: a preempted job's pods are pending again as the next one)"""
+    bound: set[str] = field(default_factory=set)
+    """its pods bound in the current attempt"""
+    decisions: list[str] = field(default_factory=list)
+    """the planner's decision ids that started it, one per start (a gang's first member's)"""
 
     @property
     def left(self) -> float:
         return self.duration - self.done_work
 
+    def pods(self) -> list[str]:
+        """Its pods' uids: the job's name, or, wider than a node, one per node-wide share."""
+        n = math.ceil(self.gpus / GPUS_PER_NODE)
+        return [self.name] if n == 1 else [f"{self.name}#{k}" for k in range(n)]
 
 def load_philly_jobs(path: Path, load: float, seed: int) -> tuple[list[Job], int]:
     lo = datetime.fromisoformat(PHILLY_WEEK[0]).timestamp()
@@ -215,48 +242,294 @@ def quota_tree(tenants: Sequence[str], half_life_s: float = HALF_LIFE_S):
     return validate({"capacity": {"*": {"gpus": GPUS}}, "half_life_s": half_life_s, "queues": queues})
 
 
-class Sim:
-    """One replay: events are arrivals, completions (versioned: a preempted run's completion is stale)."""
+def service_settings(policy: str) -> PlacementSettings:
+    """The placement service's settings a policy runs with (see the module docstring)."""
+    if policy == "fifo":
+        return PlacementSettings(policy=KUBE_DEFAULT, queue_order="priority", preemption=False)
+    if policy == "priority":
+        return PlacementSettings(policy=KUBE_DEFAULT, queue_order="priority")
+    if policy == "quota":
+        return PlacementSettings(queue_order="fair-share", turn_due=0.0)
+    if policy == "quota+backfill":
+        return PlacementSettings(queue_order="fair-share", turn_due=0.0, reservations=RESERVATIONS)
+    if policy == "quota+turns":
+        return PlacementSettings(queue_order="fair-share")
+    raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+
+
+def service_planner(settings: PlacementSettings, clock) -> Planner:
+    """The planner as the placement service's state builds it from its settings (no learned request mix
+    from a file; the Permit plugin that holds every decision until it is admitted and stored)."""
+    return Planner(PlannerConfig(
+        policy_name=settings.policy_name, policy_config=settings.policy_config, prior=PRIOR,
+        typical_min_pods=settings.typical_min_pods, typical_window=settings.typical_window,
+        typical_drift=settings.typical_drift, seed=settings.seed, max_tombstones=settings.max_tombstones,
+        preemption=settings.preemption, preemption_cooldown_s=settings.preemption_cooldown_s,
+        max_victims=settings.max_victims, max_reservations=settings.reservations,
+        permits=(AdmittedAndStored(),)), clock=clock)
+
+
+def cluster_nodes() -> list[NodeSpec]:
+    return [NodeSpec(f"node-{i:02d}", NODE_CPU_MILLI, NODE_MEMORY_MIB, GPUS_PER_NODE, GPU_MODEL)
+            for i in range(GPUS // GPUS_PER_NODE)]
+
+
+class QuotaService:
+    """``quota.admit`` as the quota service answers it (its view's ``admit``), on the replay's clock: an
+    admitted decision counts against its queue at once; a dry run (no node) reserves nothing; a pod
+    already counted is admitted again. Pods leave it when the binder reports them gone."""
+
+    NOT_FOR_RECLAIM = frozenset({"gang_incomplete", "quota_exceeded", "invalid_request", "refused_by_binder"})
+    """verdicts more capacity would not change: the service asks quota for no reclaim plan for them"""
+
+    def __init__(self, ledger: QuotaLedger) -> None:
+        self.ledger = ledger
+
+    def admit(self, pod: PodRequest, node: str | None, now: float) -> Admission:
+        held = self.ledger.running.get(pod.name)
+        if held is not None:
+            return Admission(True, held.queue, "already admitted")
+        d = demand_of(pod.num_gpu, pod.gpu_milli, pod.gpu_memory_mib, pod.cpu_milli, pod.memory_mib)
+        a = self.ledger.admit(pod.queue, d, now, node=node, uid=pod.name)
+        if a.admitted and node is not None:
+            self.ledger.bind(Allocation(pod.name, a.queue, d, started_at=now, node=node, priority=pod.priority,
+                                        checkpointable=pod.checkpointable), now=now)
+        return a
+
+    def gone(self, uid: str, now: float) -> None:
+        self.ledger.release(uid, now)
+
+
+FINISH, ARRIVE, WAKE = 0, 1, 2
+"""event kinds, in the order simultaneous ones are applied: a job ending frees GPUs an arrival may take"""
+
+
+class Replay:
+    """One replay: the world around one placement instance (and a quota service) on a virtual clock.
+
+    Events are arrivals, completions (versioned: a preempted run's completion is stale) and wake-ups
+    (a quota question due again). The replay never chooses a pod, a node or a victim: the planner and
+    quota do (see the module docstring)."""
 
     def __init__(self, jobs: list[Job], policy: str, half_life_s: float = HALF_LIFE_S) -> None:
         self.jobs = jobs
         self.policy = policy
-        self.free = GPUS
-        self.running: dict[str, Job] = {}
-        self.pending: list[Job] = []
-        self.events: list[tuple[float, int, int, str]] = []
-        self.by_name = {j.name: j for j in jobs}
-        for i, j in enumerate(jobs):
-            heapq.heappush(self.events, (j.submit, 1, i, j.name))
+        self.now = 0.0
+        self.settings = service_settings(policy)
+        self.planner = service_planner(self.settings, lambda: self.now)
+        for spec in cluster_nodes():
+            self.planner.view.set_node(spec, GPU_CATALOG[GPU_MODEL])
+        self.planner.ensure_cluster()
         tenants = sorted({j.tenant for j in jobs})
-        self.ledger = QuotaLedger(quota_tree(tenants, half_life_s)) if policy.startswith("quota") else None
-        self.turns = TurnTaking(half_life_s, TURN_DUE, TURN_LEASE_S) if policy == "quota+turns" else None
+        self.quota = QuotaService(QuotaLedger(quota_tree(tenants, half_life_s))) if policy.startswith("quota") else None
+        self.by_name = {j.name: j for j in jobs}
+        self.job_of = {uid: j for j in jobs for uid in j.pods()}
+        self.running: dict[str, Job] = {}
+        self.pending: dict[str, Job] = {}
+        self.events: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        for j in jobs:
+            self._push(j.submit, ARRIVE, j.name)
+        self.due: dict[str, float] = {}
+        """pod uid -> when to ask quota for a reclaim plan again (the service's quota permit's ``due``)"""
+        self._unplanned: dict[str, int] = {}
+        self.freed = False
         self.finished_s: dict[str, list[float]] = {}
         self.windows = Windows(tenants)
-        self.now = 0.0
+        self.log: list[tuple[float, str, str]] = []
+        """(time, pod uid, decision id) of every decision bound"""
 
-    def start(self, j: Job) -> None:
+    def _push(self, t: float, kind: int, name: str, version: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (t, kind, self._seq, name, version))
+
+    # -- the replay -------------------------------------------------------------------------------------
+
+    def run(self) -> list[Job]:
+        while self.events:
+            t = self.events[0][0]
+            self.windows.advance(self.now, t, self.running.values(), self.pending.values())
+            self.now = t
+            while self.events and self.events[0][0] == t:
+                _, kind, _, name, version = heapq.heappop(self.events)
+                j = self.by_name.get(name)
+                if kind == FINISH:
+                    if j is not None and version == j.version and j.name in self.running:
+                        self.finish(j)
+                elif kind == ARRIVE:
+                    assert j is not None
+                    self.pending[j.name] = j
+                    self.submit(j)
+                else:
+                    self.freed = True
+            passes = 0
+            while self.freed:
+                self.freed = False
+                self.retry()
+                passes += 1
+                if passes > MAX_PASSES:
+                    raise RuntimeError(f"{self.policy}: capacity freed {passes} times at t={t:.0f} s")
+        unfinished = [j for j in self.jobs if j.end is None]
+        if unfinished:
+            raise RuntimeError(f"{len(unfinished)} jobs never finished under {self.policy}")
+        return self.jobs
+
+    def request(self, j: Job, uid: str) -> PodRequest:
+        """The pod as the binder announces it (a gang's members share the job's name)."""
+        members = j.pods()
+        gpus = GPUS_PER_NODE if uid != members[-1] else j.gpus - GPUS_PER_NODE * (len(members) - 1)
+        gang = len(members) > 1
+        return PodRequest(uid, CPU_PER_GPU_MILLI * gpus, MEMORY_PER_GPU_MIB * gpus, gpus, 1000,
+                          priority=0 if self.policy == "fifo" else j.priority, queue=j.tenant,
+                          gang_id=j.name if gang else "", gang_min_members=len(members) if gang else 0,
+                          checkpointable=True)
+
+    def submit(self, j: Job) -> None:
+        """The job's pods are pending (again): the service decides each as its consumer reads it."""
+        j.attempt += 1
+        j.bound.clear()
+        for uid in j.pods():
+            self.handle(self.planner.submit(uid, j.attempt, self.request(j, uid)))
+
+    def retry(self) -> None:
+        """Capacity was freed: the service's retry loop, passes until none is left with pods untried."""
+        more = True
+        while more:
+            outcomes, more = self.planner.retry(self.settings.retry_batch)
+            self.handle(outcomes)
+
+    # -- the service's permit, then the world -------------------------------------------------------------
+
+    def handle(self, outcomes: list[Decided | Parked]) -> None:
+        """What the service does with a pass's outcomes before publishing them (quota asked, decisions
+        allowed), then what the binder does with the published decisions (victims preempted, pods bound)."""
+        for o in outcomes:
+            if isinstance(o, Parked) and o.entry.request is not None:
+                self.planner.predict(o.entry.uid, self.predict(self.job_of[o.entry.uid]))
+        decided = self.permit(outcomes)
+        victims: dict[str, PodEntry] = {}
+        for d in decided:
+            held = self.planner.waiting.get(d.entry.uid)
+            victims.update((v.uid, v) for v in (held or d).victims)
+            self.planner.waiting.allow(d.entry.uid)
+        stopped = [j for j in {self.job_of[v].name: self.job_of[v] for v in victims}.values() if j.name in self.running]
+        for j in stopped:
+            self.stop(j, finished=False)
+        for d in decided:
+            self.bind(d)
+        for j in stopped:  # the binder re-queues each victim as its next attempt
+            self.submit(j)
+
+    def permit(self, outcomes: list[Decided | Parked]) -> list[Decided]:
+        """The decisions to publish, as the service's quota permit leaves them: pods that found no room
+        asked about (a reclaim plan executed by the planner), every decision admitted or rejected."""
+        decided = [o for o in outcomes if isinstance(o, Decided)]
+        if self.quota is None:  # no quota service answers: every decision is admitted
+            return decided
+        decided += self.reclaim([o for o in outcomes if isinstance(o, Parked)])
+        refused: set[str] = set()
+        out: list[Decided] = []
+        for d in decided:
+            uid = d.entry.uid
+            if uid in refused or d.entry.request is None:
+                continue
+            a = self.quota.admit(d.entry.request, d.node, self.now)
+            if not a.admitted:
+                for p in self.planner.waiting.reject(uid, a.reason or "refused by quota", a.retry_after_s):
+                    refused.add(p.entry.uid)
+                    self.quota.gone(p.entry.uid, self.now)  # a member admitted before: its reservation lapses
+                self._later(self.settings.quota_recheck_s if a.retry_after_s is None else a.retry_after_s)
+                continue
+            if a.reclaim:
+                self.planner.waiting.evict_also(uid, [v.uid for v in a.reclaim])
+            out.append(d)
+        return [d for d in out if d.entry.uid not in refused]
+
+    def reclaim(self, parked: list[Parked]) -> list[Decided]:
+        """Fresh verdicts for lack of room (lone pods), and pods whose question is due: quota's dry run,
+        and its reclaim plan placed by the planner. Not reclaimable yet: asked again when quota says."""
+        assert self.quota is not None
+        asking = [o.entry.uid for o in parked if self._wants(o)]
+        asking += [uid for uid, at in self.due.items() if at <= self.now and uid not in asking]
+        made: list[Decided] = []
+        for uid in asking:
+            self.due.pop(uid, None)
+            entry = self.planner.ledger.pods.get(uid)
+            if entry is None or entry.phase != Phase.PARKED or entry.request is None:
+                self._unplanned.pop(uid, None)
+                continue
+            a = self.quota.admit(entry.request, None, self.now)
+            if not a.admitted:
+                if a.retry_after_s is not None and a.reason.startswith("no_capacity"):
+                    self.due[uid] = self.now + a.retry_after_s
+                    self._later(a.retry_after_s)
+                continue
+            if not a.reclaim:
+                continue  # quota sees room: capacity, not quota, is short
+            d = self.planner.reclaim(uid, [v.uid for v in a.reclaim])
+            if d is None:
+                tries = self._unplanned[uid] = self._unplanned.get(uid, 0) + 1
+                delay = bus.RetryPolicy(base=1.0, cap=max(1.0, self.settings.quota_recheck_s)).delay(tries)
+                self.due[uid] = self.now + delay
+                self._later(delay)
+                continue
+            self._unplanned.pop(uid, None)
+            made.append(d)
+        return made
+
+    def _wants(self, o: Parked) -> bool:
+        req = o.entry.request
+        return (req is not None and o.entry.phase == Phase.PARKED and o.reason not in QuotaService.NOT_FOR_RECLAIM
+                and not (req.gang_id and req.gang_min_members > 1))
+
+    def _later(self, delay: float) -> None:
+        """The service's ``retry_later``: a retry pass (and the questions due by then) after ``delay``."""
+        self._push(self.now + delay, WAKE, "")
+
+    def bind(self, d: Decided) -> None:
+        """The binder bound the decision's pod; its job starts once every pod of it is bound."""
+        e = d.entry
+        self.planner.ledger.bound(e.uid, e.attempt, d.node, d.gpus, e.request, d.decision_id, now=self.now,
+                                  gpu_mem=d.gpu_mem)
+        self.planner.world.event(self.now)
+        self.log.append((self.now, e.uid, d.decision_id))
+        j = self.job_of[e.uid]
+        j.bound.add(e.uid)
+        if len(j.bound) == len(j.pods()):
+            self.start(j, d.decision_id)
+
+    def _gone(self, j: Job) -> None:
+        """The binder reports the job's pods gone (finished or preempted): placement and quota forget them."""
+        for uid in j.pods():
+            self.planner.forget(uid)
+            if self.planner.ledger.release(uid):
+                self.freed = True
+            if self.quota is not None:
+                self.quota.gone(uid, self.now)
+            self.due.pop(uid, None)
+
+    # -- the jobs' books --------------------------------------------------------------------------------
+
+    def start(self, j: Job, decision: str) -> None:
         j.version += 1
+        j.decisions.append(decision)
         if j.start is None:
             j.start = self.now
         if j.preempted_at is not None:
             j.requeued_s += self.now - j.preempted_at
             j.preempted_at = None
         j.run_start = self.now
-        self.free -= j.gpus
+        self.pending.pop(j.name, None)
         self.running[j.name] = j
-        if self.ledger is not None:
-            self.ledger.bind(Allocation(j.name, j.tenant, Demand.of(gpus=j.gpus, gpu_milli=1000 * j.gpus),
-                                        started_at=self.now, priority=j.priority, checkpointable=True,
-                                        last_checkpoint_at=None), now=self.now)
         restart = RESTART_S if j.preemptions else 0.0
-        heapq.heappush(self.events, (self.now + restart + j.left, 0, j.version, j.name))
+        self._push(self.now + restart + j.left, FINISH, j.name, j.version)
+
+    def finish(self, j: Job) -> None:
+        self.stop(j, finished=True)
+        self._gone(j)
 
     def stop(self, j: Job, finished: bool) -> None:
         del self.running[j.name]
-        self.free += j.gpus
-        if self.ledger is not None:
-            self.ledger.release(j.name, self.now)
         if finished:
             if j.preemptions:  # the last resume's restart: a preempted run's is counted below
                 j.lost_s += RESTART_S
@@ -266,7 +539,7 @@ class Sim:
             return
         restart = RESTART_S if j.preemptions else 0.0
         ran = max(0.0, self.now - j.run_start - restart)
-        if self.ledger is not None:  # gpuaware: the binder asks for a checkpoint before it preempts
+        if self.quota is not None:  # gpuaware: the binder asks for a checkpoint before it preempts
             kept = max(0.0, ran - CHECKPOINT_SAVE_S)
         else:  # stock preemption: the work since the last periodic checkpoint is lost
             kept = math.floor(ran / CHECKPOINT_EVERY_S) * CHECKPOINT_EVERY_S
@@ -275,173 +548,14 @@ class Sim:
         j.preemptions += 1
         j.version += 1
         j.preempted_at = self.now
-        self.pending.append(j)
-
-    def order(self) -> list[Job]:
-        if self.policy == "fifo":
-            return sorted(self.pending, key=lambda j: (j.submit, j.name))
-        if self.policy == "priority":
-            return sorted(self.pending, key=lambda j: (-j.priority, j.submit, j.name))
-        keys = {t: self.ledger.order_key(t, self.now) for t in {j.tenant for j in self.pending}}  # type: ignore[union-attr]  # fair-share policies always have a ledger
-        # within its class, a preempted job resumes before every job that never started
-        return sorted(self.pending, key=lambda j: (-j.priority, not j.preemptions, keys[j.tenant], j.submit, j.name))
-
-    def victims(self, j: Job) -> list[Job] | None:
-        """Whom to stop so that ``j`` starts, or None."""
-        need = j.gpus - self.free
-        if self.policy == "fifo" or need <= 0:
-            return None
-        if self.policy == "priority":
-            if j.priority == 0:
-                return None
-            low = sorted((r for r in self.running.values() if r.priority < j.priority),
-                         key=lambda r: (-r.run_start, r.name))
-            return _enough(low, need)
-        # quota: inside the guarantee -> reclaim from borrowers; below the fair share -> fair reclaim;
-        # priority preempts only inside the tenant (a high class does not take another tenant's share)
-        ledger = self.ledger
-        assert ledger is not None
-        for r in self.running.values():  # the periodic checkpoints so far, as the binder reports them
-            began = r.run_start + (RESTART_S if r.preemptions else 0.0)
-            if self.now - began >= CHECKPOINT_EVERY_S:
-                ledger.checkpointed(r.name, began + (self.now - began) // CHECKPOINT_EVERY_S * CHECKPOINT_EVERY_S)
-        d = Demand.of(gpus=j.gpus, gpu_milli=1000 * j.gpus)
-        if ledger.within_guarantee(j.tenant, d, self.now):
-            plan, _ = reclaim_plan(ledger, j.tenant, d, self.now)
-        else:
-            plan = fair_reclaim_plan(ledger, j.tenant, d, self.asked(), self.now)
-        if plan is not None:
-            vs = [self.by_name[a.uid] for a in plan]
-            if all(v.priority <= j.priority for v in vs):
-                return vs
-        if j.priority > 0:
-            own = sorted((r for r in self.running.values() if r.tenant == j.tenant and r.priority < j.priority),
-                         key=lambda r: ((self.now - r.run_start) % CHECKPOINT_EVERY_S, -r.run_start))
-            return _enough(own, need)
-        return None
+        self.pending[j.name] = j
+        self._gone(j)
 
     def predict(self, j: Job) -> float:
         """The job's run time as an online predictor would say: the median of its tenant's finished
         jobs once there are three, the conservative default before (no oracle)."""
         done = self.finished_s.get(j.tenant, [])
         return float(np.median(done)) if len(done) >= 3 else PREDICT_DEFAULT_S
-
-    def schedule_backfill(self) -> None:
-        """EASY backfilling in the policy's order (gpuaware.quota.backfill); the head job may reclaim."""
-        for _ in range(len(self.pending) + 1):
-            order = self.order()
-            running = [Running(r.gpus, r.run_start + max(self.predict(r) - r.done_work, 1.1 * (self.now - r.run_start)))
-                       for r in self.running.values()]
-            keys = easy_backfill(self.free, running, [Waiting(j.name, j.gpus) for j in order], self.now,
-                                 lambda k: self.predict(self.by_name[k]))
-            started = set(keys)
-            for k in keys:
-                j = self.by_name[k]
-                self.pending.remove(j)
-                self.start(j)
-            head = next((j for j in order if j.name not in started), None)
-            if head is None:
-                return
-            vs = self.victims(head)
-            if vs is None or sum(v.gpus for v in vs) + self.free < head.gpus:
-                return
-            for v in vs:
-                self.stop(v, finished=False)
-            self.pending.remove(head)
-            self.start(head)
-
-    def asked(self) -> dict[str, float]:
-        """GPU milli each tenant runs and waits for."""
-        out: dict[str, float] = {}
-        for r in [*self.running.values(), *self.pending]:
-            out[r.tenant] = out.get(r.tenant, 0.0) + 1000.0 * r.gpus
-        return out
-
-    def take_turns(self) -> bool:
-        """One turn (gpuaware.quota.turns): the most owed tenant's narrowest waiting job starts, taking
-        GPUs from tenants at or above their share not owed a turn. False when no tenant is due or none
-        can take one."""
-        turns, ledger = self.turns, self.ledger
-        assert turns is not None and ledger is not None
-        shares = turns.update(ledger, self.asked(), self.now)
-        for t in turns.due_queues(ledger, shares):
-            head = min((j for j in self.pending if j.tenant == t), key=lambda j: (j.gpus, j.submit, j.name),
-                       default=None)
-            if head is None or head.gpus <= self.free:
-                continue
-            plan = turns.plan(ledger, t, Demand.of(gpus=head.gpus, gpu_milli=1000 * head.gpus), shares, self.now)
-            if plan is None:
-                continue
-            for a in plan:
-                self.stop(self.by_name[a.uid], finished=False)
-            self.pending.remove(head)
-            self.start(head)
-            return True
-        return False
-
-    def schedule(self) -> None:
-        if self.policy == "quota+backfill":
-            self.schedule_backfill()
-            return
-        self.schedule_first_fit()
-        if self.turns is not None:
-            while self.take_turns():
-                self.schedule_first_fit()
-            self.turns.update(self.ledger, self.asked(), self.now)  # type: ignore[arg-type]  # turns are on only with a ledger
-
-    def schedule_first_fit(self) -> None:
-        for j in self.order():
-            if j.gpus <= self.free:
-                self.pending.remove(j)
-                self.start(j)
-                continue
-            vs = self.victims(j)
-            if vs is not None and sum(v.gpus for v in vs) + self.free >= j.gpus:
-                for v in vs:
-                    self.stop(v, finished=False)
-                self.pending.remove(j)
-                self.start(j)
-            if self.free == 0:
-                break
-
-    def run(self) -> list[Job]:
-        if self.turns is not None:
-            heapq.heappush(self.events, (TURN_TICK_S, 2, 0, ""))
-        while self.events:
-            t, kind, version, name = heapq.heappop(self.events)
-            if kind == 2:  # turns are also taken between arrivals and completions
-                self.windows.advance(self.now, t, self.running.values(), self.pending)
-                self.now = t
-                self.schedule()
-                if self.pending or self.running or self.events:
-                    heapq.heappush(self.events, (t + TURN_TICK_S, 2, 0, ""))
-                continue
-            j = self.by_name[name]
-            if kind == 0 and (version != j.version or name not in self.running):
-                continue  # the completion of a run that was preempted
-            self.windows.advance(self.now, t, self.running.values(), self.pending)
-            self.now = t
-            if kind == 1:
-                self.pending.append(j)
-            else:
-                self.stop(j, finished=True)
-            if self.events and self.events[0][0] == t:
-                continue  # simultaneous events: one scheduling pass after all of them
-            self.schedule()
-        unfinished = [j for j in self.jobs if j.end is None]
-        if unfinished:
-            raise RuntimeError(f"{len(unfinished)} jobs never finished under {self.policy}")
-        return self.jobs
-
-
-def _enough(cands: list[Job], need: int) -> list[Job] | None:
-    out, freed = [], 0
-    for r in cands:
-        if freed >= need:
-            break
-        out.append(r)
-        freed += r.gpus
-    return out if freed >= need else None
 
 
 class Windows:
@@ -531,9 +645,10 @@ def increases(preempted: list[Job], fifo_jct: dict[str, float] | None) -> tuple[
 
 
 def replay(jobs: list[Job], policy: str, half_life_s: float = HALF_LIFE_S) -> tuple[list[Job], Windows]:
+    """Fresh copies of `jobs` replayed under `policy`: the jobs as they ran, and the hourly windows."""
     fresh = [Job(j.name, j.tenant, j.gpus, j.submit, j.duration, j.priority) for j in jobs]
-    sim = Sim(fresh, policy, half_life_s)
-    return sim.run(), sim.windows
+    world = Replay(fresh, policy, half_life_s)
+    return world.run(), world.windows
 
 
 def write_csv(path: Path, jobs: list[Job]) -> None:
@@ -541,13 +656,14 @@ def write_csv(path: Path, jobs: list[Job]) -> None:
         w = csv.writer(f)
         w.writerow(["job", "tenant", "gpus", "submit", "start", "end", "preemptions"])
         for j in sorted(jobs, key=lambda j: (j.submit, j.name)):
-            w.writerow([j.name, j.tenant, j.gpus, round(j.submit, 1), round(j.start, 1), round(j.end, 1),  # type: ignore[arg-type]  # turns are on only with a ledger
+            w.writerow([j.name, j.tenant, j.gpus, round(j.submit, 1), round(j.start, 1), round(j.end, 1),  # type: ignore[arg-type]  # finished jobs have start and end
                         j.preemptions])
 
 
 def run_source(source: str, workloads: list[tuple[str, list[Job]]], load: float, seed: int,
-               half_life_s: float = HALF_LIFE_S, out_dir: Path = OUT) -> dict:
-    """Every policy over every workload of one load; metrics averaged over workloads."""
+               half_life_s: float = HALF_LIFE_S, out_dir: Path = OUT, done: Callable[[], None] = lambda: None) -> dict:
+    """Every policy over every workload of one load; metrics averaged over workloads. `done` is called
+    after each replay (the progress bar)."""
     per_policy: dict[str, list[dict]] = {p: [] for p in POLICIES}
     rows: dict[str, list[Job]] = {p: [] for p in POLICIES}
     every_fifo_jct: dict[str, float] = {}
@@ -555,13 +671,14 @@ def run_source(source: str, workloads: list[tuple[str, list[Job]]], load: float,
         assign_classes(jobs, seed + k)
         fifo_jct = None
         for p in POLICIES:
-            done, windows = replay(jobs, p, half_life_s)
-            m = metrics(done, windows, fifo_jct)
+            finished, windows = replay(jobs, p, half_life_s)
+            m = metrics(finished, windows, fifo_jct)
             if p == "fifo":
-                fifo_jct = {j.name: j.end - j.submit for j in done}  # type: ignore[operator]  # finished jobs have start and end
+                fifo_jct = {j.name: j.end - j.submit for j in finished}  # type: ignore[operator]  # finished jobs have start and end
                 every_fifo_jct.update(fifo_jct)
             per_policy[p].append(m)
-            rows[p] += done
+            rows[p] += finished
+            done()
     out = {}
     for p in POLICIES:
         path = out_dir / f"fairness-{source}-{p}-{load:.1f}x.csv"
@@ -606,27 +723,43 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--half-life-s", type=float, default=HALF_LIFE_S, help="quota's usage half-life")
-    ap.add_argument("--out", type=Path, default=OUT / "fairness.json")
+    ap.add_argument("--loads", type=float, nargs="+", default=list(LOADS), choices=LOADS, metavar="LOAD",
+                    help=f"loads to replay (default: all of {', '.join(f'{x:g}' for x in LOADS)})")
+    ap.add_argument("--workloads", type=int, default=8, metavar="N",
+                    help="Pollux workloads per load (default: all 8; fewer for a quick look)")
+    ap.add_argument("--out", type=Path, default=OUT / "fairness.json",
+                    help="the JSON report; the per-job CSVs go beside it (default: bench/results/fairness.json)")
     args = ap.parse_args(argv)
     console = Console()
+    if args.workloads < 1:
+        console.print("[red]--workloads must be at least 1[/red]")
+        return 2
     shared = shared_data_dir(ROOT)
     philly = shared / "pollux" / "traces" / "philly.csv"
     if not philly.is_file():
         console.print(f"[red]{philly} not found[/red]: set GPUAWARE_SHARED_DATA to the shared/data folder")
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    loads = sorted(set(args.loads))
     t0 = time.perf_counter()
     report: dict = {"sources": {"philly": {}, "pollux": {}}}
-    for load in LOADS:
-        jobs, too_wide = load_philly_jobs(philly, load, args.seed)
-        r = run_source("philly", [("philly", jobs)], load, args.seed, args.half_life_s, args.out.parent)
-        r["dropped_wider_than_cluster_in_week"] = too_wide
-        report["sources"]["philly"][f"{load:.1f}x"] = r
-        folder = shared / "pollux" / ("workloads" if load == 1.0 else f"workloads-{load:.1f}")
-        report["sources"]["pollux"][f"{load:.1f}x"] = run_source(
-            "pollux", load_pollux_jobs(folder, shared / "pollux" / "results-jobload", load), load, args.seed, args.half_life_s,
-            args.out.parent)
-        console.print(f"load {load:.1f}x done ({time.perf_counter() - t0:.0f} s)")
+    replays = len(loads) * (1 + args.workloads) * len(POLICIES)
+    with Progress(TextColumn("fairness {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("replays"), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("", total=replays)
+        step = lambda: bar.advance(task)  # noqa: E731  # one replay done
+        for load in loads:
+            bar.update(task, description=f"philly {load:.1f}x")
+            jobs, too_wide = load_philly_jobs(philly, load, args.seed)
+            r = run_source("philly", [("philly", jobs)], load, args.seed, args.half_life_s, args.out.parent, step)
+            r["dropped_wider_than_cluster_in_week"] = too_wide
+            report["sources"]["philly"][f"{load:.1f}x"] = r
+            bar.update(task, description=f"pollux {load:.1f}x")
+            folder = shared / "pollux" / ("workloads" if load == 1.0 else f"workloads-{load:.1f}")
+            workloads = load_pollux_jobs(folder, shared / "pollux" / "results-jobload", load)[:args.workloads]
+            report["sources"]["pollux"][f"{load:.1f}x"] = run_source(
+                "pollux", workloads, load, args.seed, args.half_life_s, args.out.parent, step)
+            console.print(f"load {load:.1f}x done ({time.perf_counter() - t0:.0f} s)")
     report["published"] = {
         "tiresias_tj": {f"{k:.1f}x": {"avg_jct_h": v[0], "makespan_h": v[1]} for k, v in TIRESIAS.items()},
         "pollux": {f"{k:.1f}x": {"avg_jct_h": v[0], "makespan_h": v[1]} for k, v in POLLUX.items()},
@@ -637,17 +770,38 @@ def main(argv: list[str] | None = None) -> int:
     report["admission_latency"] = [admission_latency(n, args.seed) for n in (1_000, 10_000, 50_000)]
     report["goals"] = _goals(report)
     report["method"] = __doc__
-    report["settings"] = {"gpus": GPUS, "checkpoint_every_s": CHECKPOINT_EVERY_S, "restart_s": RESTART_S,
-                          "checkpoint_save_s": CHECKPOINT_SAVE_S, "turn_due": TURN_DUE, "turn_lease_s": TURN_LEASE_S,
-                          "turn_tick_s": TURN_TICK_S,
-                          "high_class_share": HIGH_SHARE, "half_life_s": args.half_life_s, "seed": args.seed,
-                          "philly_week": PHILLY_WEEK}
-    report["machine"] = {**shared_machine("numpy", "msgspec"), "load_average": load_average()}
+    report["settings"] = {"gpus": GPUS, "gpus_per_node": GPUS_PER_NODE, "gpu_model": GPU_MODEL,
+                          "checkpoint_every_s": CHECKPOINT_EVERY_S, "restart_s": RESTART_S,
+                          "checkpoint_save_s": CHECKPOINT_SAVE_S, "high_class_share": HIGH_SHARE,
+                          "half_life_s": args.half_life_s, "seed": args.seed, "philly_week": PHILLY_WEEK,
+                          "loads": loads, "pollux_workloads_per_load": args.workloads,
+                          "placement": {p: _placement_settings(p) for p in POLICIES}}
+    report["machine"] = {**shared_machine("numpy", "msgspec", "numba"), "load_average": load_average()}
     report["wall_s"] = round(time.perf_counter() - t0, 1)
-    report["command"] = "make bench-fairness"
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    report["command"] = "make bench-fairness" + ("" if args.out == OUT / "fairness.json" and loads == list(LOADS)
+                                                  and args.workloads == 8 else " (a subset: see settings)")
+    args.out.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
     show(console, report)
     return 0
+
+
+def _finite(value):
+    """The report as strict JSON: a figure with nothing to measure (NaN, inf) is null."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _placement_settings(policy: str) -> dict:
+    """What a policy sets of the placement service's settings (its ``GPUAWARE_PLACEMENT_*``), and the
+    queue order's arguments the service derives from them."""
+    s = service_settings(policy)
+    return {"policy": s.policy_name, "queue_order": s.queue_order, "preemption": s.preemption,
+            "reservations": s.reservations, "queue_sort": s.queue_sort, "quota": policy.startswith("quota")}
 
 
 def admission_latency(running: int, seed: int) -> dict:

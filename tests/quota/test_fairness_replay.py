@@ -1,9 +1,12 @@
-"""bench-fairness's replay keeps its books: a job's time from first start to end is its work plus
-exactly what preemption cost it (work lost, restarts, waiting again), which is what the bench's
+"""bench-fairness decides on the production path: every job's start is a decision of the placement
+service's planner (admitted by quota's ledger for the gpuaware policies), a preempted job is pending
+again and restarts, and the replay keeps its books -- a job's time from first start to end is its work
+plus exactly what preemption cost it (work lost, restarts, waiting again), which is what the bench's
 preemption-cost figure divides. The bench is a script beside the repo's packages, imported by path."""
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -12,18 +15,27 @@ import pytest
 sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))  # after every package: bench has bus.py, health.py
 import fairness
 
+BENCH = Path(fairness.__file__).parent
 
-def workload() -> list[fairness.Job]:
-    """64 GPUs: tenant a borrows all of them with four 4-h jobs; ten minutes later tenant b, inside its
-    guarantee (32), asks for 16 GPUs for an hour (high class, so that priority preempts too)."""
-    jobs = [fairness.Job(f"a{i}", "a", 16, 0.0, 4 * 3600.0) for i in range(4)]
-    jobs.append(fairness.Job("b0", "b", 16, 600.0, 3600.0, priority=1))
+
+def workload(b_priority: int = 1) -> list[fairness.Job]:
+    """64 GPUs in 8 nodes of 8: tenant a borrows all of them with eight one-node 4-h jobs; ten minutes
+    later tenant b, inside its guarantee (32), asks for one node for an hour."""
+    jobs = [fairness.Job(f"a{i}", "a", 8, 0.0, 4 * 3600.0) for i in range(8)]
+    jobs.append(fairness.Job("b0", "b", 8, 600.0, 3600.0, priority=b_priority))
     return jobs
+
+
+def run(jobs: list[fairness.Job], policy: str) -> fairness.Replay:
+    world = fairness.Replay(jobs, policy)
+    world.run()
+    return world
 
 
 @pytest.mark.parametrize("policy", ["priority", "quota", "quota+turns"])
 def test_a_preempted_job_runs_its_work_plus_what_preemption_cost_it(policy: str) -> None:
-    done, _ = fairness.replay(workload(), policy)
+    world = run(workload(), policy)
+    done = world.jobs
     preempted = [j for j in done if j.preemptions]
     assert len(preempted) == 1 and preempted[0].tenant == "a"
     for j in done:
@@ -38,3 +50,59 @@ def test_a_preempted_job_runs_its_work_plus_what_preemption_cost_it(policy: str)
     cost, _ = fairness.increases([v], None)
     assert cost is not None and v.start == v.submit
     assert cost[0] == pytest.approx((v.end - v.submit - v.duration) / v.duration)
+
+
+@pytest.mark.parametrize("policy", fairness.POLICIES)
+def test_every_start_is_a_decision_of_the_planner_bound_then(policy: str) -> None:
+    world = run(workload(), policy)
+    bound = {(uid, decision): t for t, uid, decision in world.log}
+    for j in world.jobs:
+        assert len(j.decisions) == 1 + j.preemptions  # one decision per start: a preempted job restarts
+        # its first start is the time the planner's decision for its pod (attempt 0) was bound
+        assert bound[(j.name, j.decisions[0])] == j.start and j.decisions[0] == f"{j.name}/0"
+    counters = world.planner.counters
+    assert counters.decided == sum(len(j.decisions) for j in world.jobs)
+    # the victim's restart is the planner's decision for its next attempt
+    for j in world.jobs:
+        if j.preemptions:
+            assert j.decisions[-1] == f"{j.name}/{j.preemptions}"
+    if policy == "fifo":  # no preemption: b waits for the first of a's jobs to end
+        assert counters.preemptions_planned == 0 and world.by_name["b0"].start == 4 * 3600.0
+    else:
+        assert counters.preemptions_planned == 1 and world.by_name["b0"].start == 600.0
+
+
+def test_quota_reclaims_for_a_queue_inside_its_guarantee_where_priority_cannot() -> None:
+    """b's job has a's priority: stock preemption leaves it waiting, quota's reclaim plan (asked about
+    as the placement service asks, executed by the planner) starts it on arrival and admits it."""
+    stock = run(workload(b_priority=0), "priority")
+    assert stock.by_name["b0"].start == 4 * 3600.0 and stock.planner.counters.preemptions_planned == 0
+    ours = run(workload(b_priority=0), "quota")
+    assert ours.by_name["b0"].start == 600.0
+    victim = next(j for j in ours.jobs if j.preemptions)
+    assert victim.tenant == "a"
+    assert ours.quota is not None and set(ours.quota.ledger.running) == set()  # every pod gone in the end
+
+
+def test_a_job_wider_than_a_node_is_a_gang_placed_all_at_once() -> None:
+    jobs = [fairness.Job("wide", "a", 20, 0.0, 3600.0), fairness.Job("one", "b", 1, 0.0, 3600.0)]
+    world = run(jobs, "quota+turns")
+    wide = world.by_name["wide"]
+    assert wide.pods() == ["wide#0", "wide#1", "wide#2"] and wide.start == 0.0 and wide.end == 3600.0
+    assert sorted(uid for _, uid, _ in world.log if uid.startswith("wide")) == wide.pods()
+    assert world.planner.counters.gangs_placed == 1
+
+
+def test_the_bench_has_no_scheduling_loop_of_its_own() -> None:
+    """It decides through gpuaware.placement's planner (its Session) and quota's ledger: no queue order,
+    reclaim plan, backfill or turn-taking of its own, and no private GPU pool."""
+    tree = ast.parse((BENCH / "fairness.py").read_text())
+    imported = {(node.module, a.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for a in node.names}
+    assert ("gpuaware.placement", "Planner") in imported and ("gpuaware.quota", "QuotaLedger") in imported
+    quota_names = {name for module, name in imported if module == "gpuaware.quota"}
+    assert not quota_names & {"reclaim_plan", "fair_reclaim_plan", "easy_backfill", "TurnTaking", "OwedService"}
+    classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    assert "Sim" not in classes
+    source = (BENCH / "fairness.py").read_text()
+    assert "order_key" not in source and "self.free -=" not in source  # no GPU pool of its own
