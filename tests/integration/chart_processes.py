@@ -36,8 +36,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpuaware.devstack import free_port
+from gpuaware.schemas import processes_by_image
 
-__all__ = ["ChartRunError", "External", "PodProcess", "Rendered", "module_for_image", "plan_pods"]
+__all__ = ["ChartRunError", "External", "PodProcess", "Rendered", "expand", "module_for_image", "plan_pods"]
 
 WORKLOAD_KINDS = ("Job", "Deployment", "DaemonSet")
 DEFAULT_PORTS = {"nats": 4222, "tls": 4222, "postgresql": 5432, "postgres": 5432, "http": 80, "https": 443}
@@ -117,16 +118,11 @@ def module_for_image(image: str) -> str:
     """The module ``image``'s entrypoint runs (``python -m $GPUAWARE_MODULE``), from the one list of
     processes: the image's name (``<repository>/<name>:<tag>``) is looked up there, never guessed."""
     name = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
-    try:
-        from gpuaware.schemas.processes import PROCESSES  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as exc:
-        raise ChartRunError(f"cannot tell which module image {image!r} runs: the one list of processes "
-                            f"(gpuaware.schemas.processes.PROCESSES) is not importable ({exc})") from None
-    modules = {p.module for p in PROCESSES if getattr(p, "image", None) == name}
-    if len(modules) != 1:
-        raise ChartRunError(f"image {name!r} names {len(modules)} modules in gpuaware.schemas.processes "
-                            f"({sorted(modules) or 'none'}): its entrypoint's module is not known")
-    return modules.pop()
+    modules = processes_by_image()
+    if name not in modules:
+        raise ChartRunError(f"image {image!r}: {name!r} is not an image of gpuaware.schemas.PROCESSES "
+                            f"({', '.join(sorted(modules))}): its entrypoint's module is not known")
+    return modules[name]
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:

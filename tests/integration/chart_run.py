@@ -59,7 +59,7 @@ from chart_servers import (  # noqa: E402
     start_chart_nats,
 )
 
-from gpuaware.devstack import PostgresProcess, free_port, start_postgres  # noqa: E402
+from gpuaware.devstack import PostgresProcess, StackError, free_port, start_postgres  # noqa: E402
 
 __all__ = ["PROFILE", "RESULTS", "ChartRun", "run_chart"]
 
@@ -114,6 +114,12 @@ class ChartRun:
     missing: list[str] = field(default_factory=list)
     """checks that could not be made, and why (a workload the chart does not render yet, a tool absent)"""
     failures: list[str] = field(default_factory=list)
+    timeline_s: dict[str, float] = field(default_factory=dict)
+    """wall seconds from the start of the run to each milestone (where the time goes)"""
+    started: float = field(default_factory=time.monotonic)
+
+    def mark(self, milestone: str) -> None:
+        self.timeline_s.setdefault(milestone, round(time.monotonic() - self.started, 1))
 
     @property
     def ok(self) -> bool:
@@ -123,7 +129,7 @@ class ChartRun:
         return {"chart": _rel(CHART), "profile": _rel(CHART / "ci" / f"{PROFILE}-values.yaml"),
                 "processes": self.processes, "pods": self.pods, "alert": self.alert,
                 "messages": self.messages, "panels": self.panels, "panels_with_rows": sum(1 for p in self.panels if p.get("rows")),
-                "missing": self.missing, "failures": self.failures, "ok": self.ok}
+                "timeline_s": self.timeline_s, "missing": self.missing, "failures": self.failures, "ok": self.ok}
 
     def lines(self) -> list[str]:
         started = [p for p in self.processes if p["kind"] != "Job"]
@@ -140,6 +146,7 @@ class ChartRun:
         out.append(f"dashboard panels with rows: {with_rows}/{len(self.panels)}")
         out += [f"  no rows: {p['dashboard']} / {p['title']}{' (' + p['error'] + ')' if 'error' in p else ''}"
                 for p in self.panels if not p.get("rows")]
+        out.append("timeline (s): " + ", ".join(f"{k} {v:g}" for k, v in self.timeline_s.items()))
         out += [f"not checked: {m}" for m in self.missing]
         out += [f"FAILED: {f}" for f in self.failures]
         return out
@@ -498,9 +505,17 @@ async def _watch(h: Harness) -> None:
                 recorded = await _recorded(h)
         done_recorded = not recorder or (bool(arrived) and arrived <= recorded)
         await alerts.poll()
+        for milestone, reached in (("every pod decided and bound", done_loop),
+                                   ("every pod recorded", recorder and done_recorded),
+                                   ("fault alert resolved on the bus", bool(alerts.on_bus())),
+                                   ("fault alert resolved in Alertmanager", alerts.done() and alerts.check_am
+                                    and h.am is not None)):
+            if reached:
+                s.mark(milestone)
         if done_loop and done_recorded and alerts.done():
             panels = await _panels(h)
             if all(p.get("rows") for p in panels if recorder or "placement_events" not in p["reads"]):
+                s.mark("every panel with rows")
                 break
         _check_alive(h.running)
         if time.monotonic() > h.deadline:
@@ -544,17 +559,22 @@ async def run_chart(work: Path, *, budget_s: float = 150.0) -> ChartRun:
     try:
         pods = h.plan(nodes=[])
         h.start_servers(pods)
+        h.summary.mark("servers up")
         for pod in [p for p in pods if p.kind == "Job"]:
             await h.run_job(pod)
+        h.summary.mark("provisioned")
         await h.connect_admin()
         services = [p for p in pods if p.kind == "Deployment"]
         worlds = [p for p in services if _plays_the_world(p)]
         await asyncio.gather(*(h.start_pod(p) for p in services if p not in worlds))
+        h.summary.mark("services ready")
         await asyncio.gather(*(h.start_pod(p) for p in worlds))
         nodes = await h.world_nodes()
+        h.summary.mark("world ready")
         await asyncio.gather(*(h.start_pod(p) for p in h.plan(nodes) if p.kind == "DaemonSet"))
+        h.summary.mark("agents ready")
         await _watch(h)
-    except ChartRunError as exc:
+    except (ChartRunError, StackError) as exc:
         h.summary.failures.append(str(exc))
     finally:
         if h.nc is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from chart_run import ALERTMANAGER, PROFILE, RESULTS, chart_values, run_chart, write_results
+from chart_run import ALERTMANAGER, PROFILE, RESULTS, chart_values, render, run_chart, write_results
 
 from gpuaware.schemas import PROCESSES
 
@@ -50,9 +50,12 @@ async def test_the_chart_runs_as_processes(tmp_path: Path) -> None:
 
 
 def test_the_profile_needs_no_kubernetes_api() -> None:
-    """The profile switches only what would need the Kubernetes API, through the chart's own values."""
+    """The profile switches only what would need the Kubernetes API, through the chart's own values: no
+    pod it renders gets a ServiceAccount token, and no RBAC is rendered for it."""
     values = chart_values()
-    assert values["placement"]["leaderElection"] == "nats"
-    assert values["binder"]["world"] == "twin"
-    assert values["alertBridge"]["alertmanagerUrl"].startswith("http://")
-    assert PROFILE == "processes"
+    assert values["placement"]["leaderElection"] == "nats" and values["binder"]["world"] == "twin"
+    assert values["placement"]["policySource"] == "settings" and values["quota"]["treeSource"] == "file"
+    docs = render(profile=PROFILE)
+    pods = [d for d in docs if d["kind"] in ("Deployment", "DaemonSet", "Job")]
+    assert pods and all(d["spec"]["template"]["spec"].get("automountServiceAccountToken") is False for d in pods)
+    assert not [d["metadata"]["name"] for d in docs if d["kind"].endswith(("Role", "RoleBinding"))]
