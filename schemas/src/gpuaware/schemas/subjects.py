@@ -21,7 +21,7 @@ A token therefore holds only ``A-Z a-z 0-9 - _ %``, which NATS accepts in subjec
 names, and the mapping is reversible: ``name_from_token`` gives the name back. A token is at most
 ``TOKEN_MAX`` characters, so every Kubernetes name (a DNS-1123 subdomain is at most 253 characters from
 ``a-z 0-9 . -``, a label value at most 63) stays reversible. A longer escaped name is *hashed*: the first
-characters of its escaped form, then ``%-`` and the 128-bit BLAKE2b of the name in hex. ``%-`` never
+characters of its escaped form, then ``%-`` and the 128-bit BLAKE2b of the whole escaped form in hex. ``%-`` never
 occurs in an escaped token (every ``%`` there is followed by two hex digits), so a hashed token cannot
 equal an escaped one; its name cannot be recovered (``name_from_token`` raises ``ValueError``).
 
