@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -146,6 +147,9 @@ class ChartRun:
         out.append(f"dashboard panels with rows: {with_rows}/{len(self.panels)}")
         out += [f"  no rows: {p['dashboard']} / {p['title']}{' (' + p['error'] + ')' if 'error' in p else ''}"
                 for p in self.panels if not p.get("rows")]
+        out += [f"  stat {p['dashboard']} / {p['title']}: {p['value']}" for p in self.panels if "value" in p]
+        out += [f"{p['pod']} exited {p['exit']} when stopped" for p in self.processes
+                if p.get("exit") not in (0, None)]
         out.append("timeline (s): " + ", ".join(f"{k} {v:g}" for k, v in self.timeline_s.items()))
         out += [f"not checked: {m}" for m in self.missing]
         out += [f"FAILED: {f}" for f in self.failures]
@@ -338,7 +342,12 @@ class Harness:
     async def run_job(self, pod: PodProcess) -> None:
         r = _start(pod, self.logs)
         self._record(pod)
-        code = await asyncio.to_thread(r.proc.wait, max(1.0, self.deadline - time.monotonic()))
+        try:
+            code = await asyncio.to_thread(r.proc.wait, max(1.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _stop(r)
+            raise ChartRunError(f"Job {pod.workload} did not finish; its log ({_rel(r.log)}):\n{r.tail()}") from None
+        self.summary.processes[-1]["exit"] = code
         if code != 0:
             raise ChartRunError(f"Job {pod.workload} failed ({code}); its log ({_rel(r.log)}):\n{r.tail()}")
 
@@ -407,12 +416,28 @@ async def _panels(h: Harness) -> list[dict[str, Any]]:
                                      "reads": sorted(set(_TABLES.findall(p.sql)))}
             try:
                 cur = await conn.execute(expand(p.sql, start, end, h.cluster))
-                entry["rows"] = len(await cur.fetchall())
+                rows = await cur.fetchall()
+                entry["rows"] = len(rows)
+                if p.kind == "stat" and rows:
+                    entry["value"] = _plain(rows[0][0])
             except psycopg.Error as exc:
                 entry["rows"] = 0
                 entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             out.append(entry)
     return out
+
+
+def _plain(value: Any) -> Any:
+    """A stat panel's value as strict JSON (numbers as numbers, anything else as text)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if not math.isfinite(number):
+        return None
+    return int(number) if number.is_integer() else round(number, 6)
 
 
 def _renders(h: Harness, image: str) -> bool:
