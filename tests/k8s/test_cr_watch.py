@@ -92,6 +92,21 @@ def test_deleting_a_parent_takes_its_children_out_and_tells_them() -> None:
     assert verdicts(s) == {"team-a": (1, False)} and "unknown parent 'org'" in s.verdicts["team-a"].message
 
 
+def test_a_queue_deleted_and_created_again_while_away_stays() -> None:
+    """A relist reports the new object (another uid, same name) before the old one's deletion."""
+    rec = recorded("gpuqueues")
+    s, w = QueueSet(), Watcher()
+    for ch in w.on_list(rec["list"]["items"], "1", now=0.0):
+        s.record(ch)
+    s.reconcile()
+    again = json.loads(json.dumps(rec["list"]["items"][1]))
+    again["metadata"].update(uid="another-uid", resourceVersion="7", generation=1)
+    again["spec"]["guaranteed"] = {"*": {"gpus": 2}}
+    for ch in w.on_list([rec["list"]["items"][0], again], "8", now=1.0):
+        s.record(ch)
+    assert s.reconcile() and gpus(s.tree, "team-a") == 2 and verdicts(s)["team-a"] == (1, True)
+
+
 def test_a_malformed_queue_is_refused_with_every_reason() -> None:
     s = QueueSet()
     w = Watcher()

@@ -107,6 +107,10 @@ def _name(obj: Any) -> Any:
     return meta.get("name") if isinstance(meta, Mapping) else None
 
 
+def _uid(obj: Mapping[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("uid")
+
+
 def _generation(obj: Mapping[str, Any]) -> int:
     g = (obj.get("metadata") or {}).get("generation")
     return g if isinstance(g, int) else 0
@@ -180,6 +184,9 @@ class _ObjectSet:
         if not isinstance(name, str):
             return
         if change.kind == "deleted":
+            held = self.objects.get(name)
+            if held is not None and _uid(held) != _uid(change.obj):
+                return  # an older object of that name (a relist reports it gone after its successor)
             self.objects.pop(name, None)
             self.verdicts.pop(name, None)
             self._written.pop(name, None)
