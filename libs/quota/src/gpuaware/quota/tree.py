@@ -1,8 +1,9 @@
-"""The queue tree: one declarative file (and later the ``GPUQueue`` custom resource), one validator.
+"""The queue tree: one declarative file (or, in a cluster, the ``GPUQueue`` objects), one validator.
 
 Why it looks like this:
 
-* ``QueueSpec`` is the Struct a ``GPUQueue`` custom resource will carry as its ``spec``; the
+* ``QueueSpec`` is the Struct a ``GPUQueue`` custom resource carries as its ``spec`` (the quota
+  service's Kubernetes mode builds the tree from them: ``gpuaware.k8s.QueueSet``); the
   embedded setup reads the same Structs from one YAML/JSON file (``QuotaConfig``). Decoding is
   msgspec's, so a wrong type or a negative amount is refused with the path to it.
 * Amounts are per GPU type: ``guaranteed: {"*": {gpus: 8}, "A100-80GB": {gpus: 4}}``. ``"*"`` is
