@@ -12,6 +12,8 @@ import pytest
 from kube_api_fake import FakeApiServer
 from placement_service_helpers import World, pending, placement
 
+from gpuaware.services.placement.metrics import placement_samples
+
 P = "gpupolicies"
 FGD = {"score": [{"name": "fgd", "weight": 1000}], "gpu": "fgd"}
 BESTFIT = {"score": [{"name": "bestfit", "weight": 1000}], "gpu": "best"}
@@ -39,6 +41,8 @@ async def test_the_followed_gpupolicy_is_the_profile_without_a_restart(world: Wo
             await w.wait(lambda: (api.accepted(P, "default") or {}).get("status") == "True", what="default accepted")
             other = api.accepted(P, "other")
             assert other is not None and other["status"] == "False" and "nope" in other["message"]
+            refused = [x for x in placement_samples(svc) if x.name == "gpuaware_placement_policy_objects_refused"]
+            assert [x.value for x in refused] == [1]
 
             # changed: the next pod is decided by generation 2
             api.apply(P, "GPUPolicy", "default", BESTFIT)

@@ -14,6 +14,7 @@ from quota_service_helpers import World, pending, quota
 from service_runner import eventually
 
 from gpuaware.runtime import SettingsError
+from gpuaware.services.quota.handlers import quota_samples
 from gpuaware.services.quota.settings import QuotaSettings
 
 Q = "gpuqueues"
@@ -69,6 +70,7 @@ async def test_gpuqueues_are_the_tree_without_a_restart(world: World, nats_proc:
             assert refusal is not None and (refusal["status"], refusal["reason"]) == ("False", "Invalid")
             assert "org" in refusal["message"] and "generation 2 stays in force" in refusal["message"]
             assert api.get(Q, "team-a")["status"]["observedGeneration"] == 3
+            assert [x.value for x in quota_samples(q) if x.name == "gpuaware_quota_queue_objects_refused"] == [1]
             assert q.view.tree.specs["team-a"].limit["*"].gpus == 4  # type: ignore[index]  # team-a has a limit
             r = await w.admit(pending(cluster, "p3", "team-a", gpus=2), node="n1")
             assert not r.admitted and "limit" in r.reason  # 3 held + 2 > 4: generation 2's limit still applies

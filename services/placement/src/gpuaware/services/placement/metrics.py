@@ -15,6 +15,7 @@ the pending -> decision latency observed as each decision leaves.
                                                    differ without the forecasts (signal-aware GPU choice)
     gpuaware_placement_gpu_milli{state}            GPU compute in the view: used / total (thousandths)
     gpuaware_placement_decision_latency_seconds    histogram: the pending event's emission -> its decision sent
+    gpuaware_placement_policy_objects_refused      Kubernetes mode: GPUPolicy objects whose generation is refused
 
 ``gpuaware_placement_pods{phase="pending"}`` is the scheduler backlog the alert rules watch; a cluster
 whose every instance reports ``leader 0`` has lost its leader.
@@ -55,3 +56,7 @@ def placement_samples(service: Any) -> Iterable[Sample]:
     for state in ("used", "total"):
         yield gauge("gpuaware_placement_gpu_milli", "GPU compute in the view, thousandths of a GPU",
                     summary[f"gpu_milli_{state}"], state=state)
+    if service.policies is not None:
+        verdicts = service.policies.objects.verdicts.values()
+        yield gauge("gpuaware_placement_policy_objects_refused", "GPUPolicy objects whose generation is refused",
+                    sum(1 for v in verdicts if not v.accepted))
