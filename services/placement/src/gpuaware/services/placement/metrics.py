@@ -56,7 +56,8 @@ def placement_samples(service: Any) -> Iterable[Sample]:
     for state in ("used", "total"):
         yield gauge("gpuaware_placement_gpu_milli", "GPU compute in the view, thousandths of a GPU",
                     summary[f"gpu_milli_{state}"], state=state)
-    if service.policies is not None:
-        verdicts = service.policies.objects.verdicts.values()
+    policies = getattr(service, "policies", None)  # the GPUPolicy watch, in Kubernetes mode only
+    if policies is not None:
+        verdicts = policies.objects.verdicts.values()
         yield gauge("gpuaware_placement_policy_objects_refused", "GPUPolicy objects whose generation is refused",
                     sum(1 for v in verdicts if not v.accepted))
