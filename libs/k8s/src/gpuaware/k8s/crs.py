@@ -290,16 +290,17 @@ class QueueSet(_ObjectSet):
         kept, orphaned = self._grow({}, {n: e for n, e in self.in_force.items() if n in self.objects})
         changed = {n: e for n, e in current.items() if kept.get(n) != e}
         final, misfits = self._grow(kept, changed)
-        self.verdicts = {}
+        verdicts: dict[str, Verdict] = {}
         for name, obj in self.objects.items():
             generation = _generation(obj)
             held = final.get(name)
             if name in current and held == current[name]:
-                self.verdicts[name] = Verdict(generation, True, "in the quota tree")
+                verdicts[name] = Verdict(generation, True, "in the quota tree")
                 continue
             why = refused.get(name) or misfits.get(name) or orphaned.get(name) or "not in the quota tree"
             stays = f" (generation {held[0]} stays in force)" if held is not None else ""
-            self.verdicts[name] = Verdict(generation, False, why + stays)
+            verdicts[name] = Verdict(generation, False, why + stays)
+        self.verdicts = verdicts  # whole: the service's metrics read it from another thread
         if final == self.in_force:
             return False
         self.in_force = final
@@ -321,7 +322,7 @@ class PolicySet(_ObjectSet):
 
     def reconcile(self) -> bool:
         self.in_force = {n: e for n, e in self.in_force.items() if n in self.objects}
-        self.verdicts = {}
+        verdicts: dict[str, Verdict] = {}
         for name, obj in self.objects.items():
             generation = _generation(obj)
             try:
@@ -329,11 +330,12 @@ class PolicySet(_ObjectSet):
             except CustomResourceError as exc:
                 held = self.in_force.get(name)
                 stays = f" (generation {held[0]} stays in force)" if held is not None and name == self.follow else ""
-                self.verdicts[name] = Verdict(generation, False, str(exc).removeprefix(f"GPUPolicy {name}: ") + stays)
+                verdicts[name] = Verdict(generation, False, str(exc).removeprefix(f"GPUPolicy {name}: ") + stays)
                 continue
             self.in_force[name] = (generation, profile)
-            self.verdicts[name] = Verdict(generation, True, "placement's profile" if name == self.follow else
-                                          f"valid; placement follows the GPUPolicy named {self.follow!r}")
+            verdicts[name] = Verdict(generation, True, "placement's profile" if name == self.follow else
+                                     f"valid; placement follows the GPUPolicy named {self.follow!r}")
+        self.verdicts = verdicts
         followed = self.in_force.get(self.follow)
         in_force = None if followed is None else followed[1]
         if in_force == self.profile:
