@@ -10,13 +10,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
+import yaml
 
 from gpuaware.k8s import ConfigWatch, PolicySet, QueueSet
 from gpuaware.k8s.crs import Verdict, accepted_patch
 from gpuaware.k8s.watch import Relist, Watcher
 
 PAYLOADS = Path(__file__).parent / "payloads"
+CRDS = Path(__file__).resolve().parents[2] / "helm" / "gpuaware" / "crds"
 
 
 def recorded(name: str) -> dict[str, Any]:
@@ -36,6 +39,37 @@ def step(w: Watcher, s: QueueSet | PolicySet, event: Mapping[str, Any]) -> bool:
     for ch in w.on_event(event):
         s.record(ch)
     return s.reconcile()
+
+
+def _draft4(s: Any) -> Any:
+    """The CRD's OpenAPI v3.0 schema as draft-4 JSON Schema (``nullable`` -> a null type)."""
+    if isinstance(s, list):
+        return [_draft4(x) for x in s]
+    if not isinstance(s, dict):
+        return s
+    out = {k: _draft4(v) for k, v in s.items() if not k.startswith("x-kubernetes") and k != "nullable"}
+    if s.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+@pytest.mark.parametrize("plural", ["gpuqueues", "gpupolicies"])
+def test_recorded_objects_and_the_statuses_written_are_what_the_crd_accepts(plural: str) -> None:
+    crd = yaml.safe_load((CRDS / f"{plural}.gpuaware.io.yaml").read_text())
+    validator = jsonschema.Draft4Validator(_draft4(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]))
+    rec = recorded(plural)
+    objects = [*rec["list"]["items"], *rec["relist"]["items"],
+               *(e["object"] for e in rec["events"] if e["type"] in ("ADDED", "MODIFIED", "DELETED"))]
+    s: QueueSet | PolicySet = QueueSet() if plural == "gpuqueues" else PolicySet(follow="default")
+    w = Watcher()
+    for ch in w.on_list(rec["list"]["items"], "1", now=0.0):
+        s.record(ch)
+    s.reconcile()
+    for name, patch in s.status_patches(now="2026-03-14T09:06:00Z"):
+        objects.append({**s.objects[name], **patch})  # the object as the merge patch leaves it
+    for obj in objects:
+        assert obj["kind"] == crd["spec"]["names"]["kind"]
+        assert sorted(e.message for e in validator.iter_errors(obj)) == [], obj["metadata"]["name"]
 
 
 def test_queue_sequence_changes_the_tree_and_refusals_change_nothing() -> None:
