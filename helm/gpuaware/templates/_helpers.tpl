@@ -98,7 +98,7 @@ postgresql://{{ .login }}:{{ .password }}@{{ $db.server }}
 {{- end -}}
 
 {{/* env for one process: .root, .identity (NATS user), .prefix (its settings prefix), .database (the
-Secret whose `url` is its DATABASE_URL; empty: none), .env (extra) */}}
+Secret whose `url` is its DATABASE_URL; empty: none), .metrics (it serves metrics), .env (extra) */}}
 {{- define "gpuaware.env" -}}
 - name: NATS_URL
   value: {{ include "gpuaware.natsUrl" .root | quote }}
@@ -124,7 +124,7 @@ Secret whose `url` is its DATABASE_URL; empty: none), .env (extra) */}}
 {{- end }}
 - name: {{ .prefix }}CLUSTER
   value: {{ .root.Values.cluster | quote }}
-{{- if .root.Values.metrics.enabled }}
+{{- if and .root.Values.metrics.enabled .metrics }}
 - name: {{ .prefix }}METRICS_PORT
   value: {{ .root.Values.metrics.port | quote }}
 - name: {{ .prefix }}METRICS_ADDR
