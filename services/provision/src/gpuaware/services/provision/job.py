@@ -20,13 +20,17 @@ class Provisioned:
     """What one run did (printed as its summary)."""
 
     streams: list[str] = field(default_factory=list)
+    database: bool = False
+    """a database was provisioned (migrations, logins)"""
     migrations: list[str] = field(default_factory=list)
     logins_created: list[str] = field(default_factory=list)
     logins_updated: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"streams: {', '.join(self.streams) or 'not provisioned'}; "
-                f"migrations applied: {', '.join(self.migrations) or 'none pending'}; "
+        streams = f"streams: {', '.join(self.streams) or 'not provisioned'}"
+        if not self.database:
+            return f"{streams}; database: not provisioned (no DATABASE_URL)"
+        return (f"{streams}; migrations applied: {', '.join(self.migrations) or 'none pending'}; "
                 f"login roles created: {', '.join(self.logins_created) or 'none'}; "
                 f"updated: {', '.join(self.logins_updated) or 'none'}")
 
@@ -44,6 +48,7 @@ async def provision(settings: ProvisionSettings, passwords: Mapping[str, str]) -
                                                password=settings.nats_password, tls_ca=settings.nats_tls_ca,
                                                timeout=settings.timeout_s)
     if settings.database_url:
+        done.database = True
         done.migrations = await tsdb.migrate(settings.database_url)
         logins = login_roles(passwords)
         done.logins_created = await tsdb.ensure_login_roles(settings.database_url, logins)
