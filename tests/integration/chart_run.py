@@ -55,6 +55,7 @@ from chart_servers import (  # noqa: E402
     ALERTMANAGER,
     AlertmanagerProcess,
     LocalNats,
+    Notifications,
     prepare_database,
     start_alertmanager,
     start_chart_nats,
@@ -278,6 +279,7 @@ class Harness:
         self.nats: LocalNats | None = None
         self.pg: PostgresProcess | None = None
         self.am: AlertmanagerProcess | None = None
+        self.notified: Notifications | None = None
         self.observed = Observed()
         self.nc: Any = None
         self.t0 = datetime.now(UTC)
@@ -296,7 +298,10 @@ class Harness:
         prepare_database(self.pg, owners[0])
         self.nats = start_chart_nats(self.rendered, self.work / "nats", self.nats_port)
         if self.am_host and ALERTMANAGER is not None:
-            self.am = start_alertmanager(self.work / "alertmanager", self.am_port)
+            from gpuaware.alerting import FINGERPRINT_LABEL
+
+            self.notified = Notifications(FINGERPRINT_LABEL)
+            self.am = start_alertmanager(self.work / "alertmanager", self.am_port, self.notified.url)
 
     async def connect_admin(self) -> None:
         """The harness's own NATS connection, as the chart's ``admin`` user, listening to the loop."""
@@ -381,7 +386,7 @@ class Harness:
             for p in self.summary.processes:
                 if p["pod"] == r.pod.pod:
                     p["exit"] = code
-        for server in (self.am, self.nats):
+        for server in (self.am, self.notified, self.nats):
             if server is not None:
                 server.stop()
         if self.pg is not None:
@@ -445,6 +450,11 @@ def _renders(h: Harness, image: str) -> bool:
                for c in w["spec"]["template"]["spec"]["containers"])
 
 
+def _ends(alert: dict[str, Any]) -> datetime:
+    """An Alertmanager alert's ``endsAt`` (when it resolves, or when it expires unless re-sent)."""
+    return datetime.fromisoformat(alert["endsAt"].replace("Z", "+00:00"))
+
+
 def _fault_nodes(h: Harness) -> set[str]:
     """The nodes whose GPUs the chart's values inject faults into (the twin's ``*_FAULTS`` setting)."""
     nodes: set[str] = set()
@@ -457,7 +467,8 @@ def _fault_nodes(h: Harness) -> set[str]:
 
 class AlertWatch:
     """The injected faults' alerts: raised then resolved on the bus (health-scoring), and firing then
-    resolved in Alertmanager (the bridge), matched by the fingerprint label the bridge sets."""
+    resolved in Alertmanager (the bridge), matched by the fingerprint label the bridge sets: listed
+    active by its API, then no longer; or notified firing, then resolved, by Alertmanager itself."""
 
     def __init__(self, h: Harness, check_am: bool) -> None:
         self.h, self.check_am = h, check_am
@@ -478,13 +489,21 @@ class AlertWatch:
             return
         ours = self.ours()
         with contextlib.suppress(OSError, ValueError):
-            active = {a["labels"].get(FINGERPRINT_LABEL, "") for a in await asyncio.to_thread(self.h.am.alerts)
-                      if a["status"]["state"] == "active"}
+            listed = {a["labels"].get(FINGERPRINT_LABEL, ""): a for a in await asyncio.to_thread(self.h.am.alerts)}
+            now = datetime.now(UTC)
             for fp in ours:
-                if fp in active:
+                a = listed.get(fp)
+                if a is not None and a["status"]["state"] == "active" and _ends(a) > now:
                     self.am[fp] = "firing"
-                elif self.am.get(fp) == "firing":  # Alertmanager was told it ended: no longer active
+                elif self.am.get(fp) == "firing" and (a is None or _ends(a) <= now):
+                    self.am[fp] = "resolved"  # Alertmanager was told it ended (it lists no resolved alert)
+        if self.h.notified is not None:
+            for fp in ours:
+                notes = self.h.notified.statuses(fp)
+                if "firing" in notes and "resolved" in notes[notes.index("firing"):]:
                     self.am[fp] = "resolved"
+                elif "firing" in notes:
+                    self.am.setdefault(fp, "firing")
 
     def done(self) -> bool:
         both = self.on_bus()
@@ -502,7 +521,9 @@ class AlertWatch:
                 "bus": "raised then resolved" if both else ("raised" if ours else "not raised"),
                 "alertmanager": ("not checked" if not self.check_am or self.h.am is None else
                                  "firing then resolved" if through else
-                                 "firing" if self.am else "not seen")}
+                                 "firing" if self.am else "not seen"),
+                "alertmanager_notified": (self.h.notified.statuses(through[0])
+                                          if through and self.h.notified is not None else [])}
 
 
 async def _watch(h: Harness) -> None:

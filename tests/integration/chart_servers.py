@@ -8,8 +8,8 @@ PostgreSQL with password logins, and (when installed) a real Alertmanager.
   names is created as an operator would before installing (it owns the database, may create roles
   and read the server's settings); every other connection then needs its password
   (``scram-sha-256``), so a workload handed the wrong credential fails here as it would in a cluster.
-* Alertmanager: Debian's ``prometheus-alertmanager`` on a free port, routing every alert to nowhere
-  (the test reads its API).
+* Alertmanager: Debian's ``prometheus-alertmanager`` on a free port, each alert its own group,
+  notifying a webhook of the harness at once (firing and resolved); the test reads its API too.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -31,7 +33,7 @@ from psycopg import sql
 
 from gpuaware.devstack import PostgresProcess, free_port, nats_server_binary
 
-__all__ = ["ALERTMANAGER", "AlertmanagerProcess", "LocalNats", "prepare_database", "start_alertmanager",
+__all__ = ["ALERTMANAGER", "AlertmanagerProcess", "LocalNats", "Notifications", "prepare_database", "start_alertmanager",
            "start_chart_nats"]
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -148,14 +150,52 @@ def prepare_database(pg: PostgresProcess, owner_url: str) -> None:
         conn.execute("SELECT pg_reload_conf()")
 
 
-def start_alertmanager(work: Path, port: int) -> AlertmanagerProcess:
-    """A real Alertmanager (nothing is notified: the test reads its API)."""
+class Notifications:
+    """Alertmanager's webhook notifications as they arrive: (the alert's ``label``, its status). An alert
+    raised and resolved between two looks at the API would be missed there; Alertmanager notifies both."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.seen: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                with outer._lock:
+                    outer.seen += [(str(a.get("labels", {}).get(outer.label, "")), str(a.get("status", "")))
+                                   for a in body.get("alerts", [])]
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, name="alertmanager-webhook", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def statuses(self, key: str) -> list[str]:
+        with self._lock:
+            return [status for k, status in self.seen if k == key]
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_alertmanager(work: Path, port: int, webhook: str) -> AlertmanagerProcess:
+    """A real Alertmanager notifying ``webhook`` of every alert (firing and resolved) at once."""
     if ALERTMANAGER is None:
         raise ChartRunError("prometheus-alertmanager is not installed")
     work.mkdir(parents=True, exist_ok=True)
     (work / "am.yml").write_text(
-        "route: {receiver: nowhere, group_by: ['...'], group_wait: 0s, group_interval: 1s, repeat_interval: 1h}\n"
-        "receivers:\n  - name: nowhere\n")
+        "route: {receiver: harness, group_by: ['...'], group_wait: 0s, group_interval: 1s, repeat_interval: 1h}\n"
+        f"receivers:\n  - name: harness\n    webhook_configs: [{{url: '{webhook}', send_resolved: true}}]\n")
     log = work / "alertmanager.log"
     with log.open("ab") as out:
         proc = subprocess.Popen([ALERTMANAGER, f"--config.file={work / 'am.yml'}", f"--storage.path={work / 'data'}",
