@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from chart_run import ALERTMANAGER, PROFILE, RESULTS, chart_values, render, run_chart, write_results
 
-from gpuaware.schemas import PROCESSES
+from gpuaware.schemas import PROCESSES, process_named
 
 
 @pytest.mark.slow
@@ -28,14 +28,15 @@ async def test_the_chart_runs_as_processes(tmp_path: Path) -> None:
     assert summary.ok, "\n".join(summary.failures)
 
     started = {p["workload"].removeprefix("gpuaware-"): p for p in summary.processes}
-    # the provisioning Job ran first, then every Deployment and one agent per GPU node
-    assert summary.processes[0]["kind"] == "Job"
-    modules = {p.image: p.module for p in PROCESSES}
+    # the provisioning Job ran first and succeeded, then every Deployment and one agent per GPU node:
+    # with this profile the chart deploys every process of the list, each running its image's module
+    assert summary.processes[0]["kind"] == "Job" and summary.processes[0]["exit"] == 0
+    assert set(started) == {p.name for p in PROCESSES}, sorted(started)
     for p in summary.processes:
-        assert p["argv"][1:3] == ["-m", modules[p["image"]]], p
-    deployed = {"placement", "binder", "telemetry-collector", "health-scoring", "quota", "forecasting"}
-    assert deployed <= set(started), sorted(started)
+        entry = process_named(p["workload"].removeprefix("gpuaware-"))
+        assert p["image"] == entry.image and p["argv"][1:] == ["-m", entry.module, *entry.args], p
     assert sum(1 for p in summary.processes if p["kind"] == "DaemonSet") >= 2
+    assert all(p["exit"] == 0 for p in summary.processes), "a process did not stop cleanly"
 
     pods = summary.pods
     assert pods["arrived"] > 0 and pods["decided"] == pods["bound"] == pods["arrived"]
