@@ -3,8 +3,8 @@ allows, proving the chart's wiring (environment names, identities, permissions, 
 than its YAML.
 
 1. Render ``helm/gpuaware`` with the real Helm engine: default values and the bundled profile
-   ``ci/processes-values.yaml`` (placement's NATS lease, the binder's digital twin with an overheating
-   GPU, the alert bridge pointed at an Alertmanager).
+   ``ci/processes-values.yaml`` (placement's NATS lease, the binder's digital twin with an
+   uncorrectable-ECC storm on one GPU, the alert bridge pointed at an Alertmanager).
 2. Play the servers the chart expects (``chart_servers``): NATS with the chart's authorization block
    and passwords, PostgreSQL with the provisioning Job's login, a real Alertmanager when installed.
 3. Start exactly the rendered pods (``chart_processes``): the provisioning Job first, to completion;
@@ -12,8 +12,8 @@ than its YAML.
    port answering), the digital twin's last (its clock starts with it, as a cluster's nodes exist
    before the chart); then the DaemonSets' pods, one per node of the twin's world.
 4. Watch the short replay: every pod that arrived is decided, bound and recorded (``placement_events``);
-   the injected GPU fault's alert fires and then resolves in Alertmanager (its API); every dashboard
-   panel's SQL returns rows.
+   an alert of the injected GPU fault is raised and resolved on the bus and fires, then resolves, in
+   Alertmanager (its API, and the notifications it sends); every dashboard panel's SQL returns rows.
 
 Run alone: ``python tests/integration/chart_run.py``; it prints the summary, writes
 ``bench/results/chart-run.json`` and exits non-zero when a check fails.
