@@ -417,9 +417,25 @@ class _Run:
                 {a.fingerprint for a in self.run_log.alerts_resolved})
         if self.forecast_on:
             self.forecast["status"] = "running"
-            with contextlib.suppress(bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
-                self.forecast["stats"] = await bus.request(nc, FORECASTING_STATS, {}, dict, timeout=5.0)
+            self.forecast["stats"] = await self._forecasting_settled()
             self.forecast["placement"] = await forecast_effect(self.placements, self.metrics_ports)
+
+    async def _forecasting_settled(self, bound_s: float = 30.0) -> dict[str, Any]:
+        """Forecasting's counters once it has worked through what the binder published: at the demo's
+        speed (a virtual day in under a minute) its demand minutes may trail the replay, so its stats are
+        read until two reads a second apart agree (at most ``bound_s``); {} when it does not answer."""
+        stats: dict[str, Any] = {}
+        deadline = time.monotonic() + bound_s
+        while time.monotonic() < deadline:
+            try:
+                now = await bus.request(self.nc, FORECASTING_STATS, {}, dict, timeout=5.0)
+            except (bus.RequestTimeout, bus.NoResponders, bus.ServiceError):
+                return stats
+            if stats and all(now.get(k) == stats.get(k) for k in ("demand_minutes", "windows", "runtimes_learnt")):
+                return now
+            stats = now
+            await asyncio.sleep(1.0)
+        return stats
 
     async def stop_everything(self) -> None:
         """Every process of the run stopped (the binder last, when a run was cut short), the followers
