@@ -33,8 +33,8 @@ world around them and nothing more: it advances time, submits each pending pod (
 as the service's pending consumer does), asks quota about each decision held at Permit and about
 each pod that found no room, as the service's quota permit does (quota's reclaim plans executed by
 `Planner.reclaim`, refusals rejected, answers due later asked again then), binds what is allowed,
-preempts what the decisions name (the victim's next attempt is pending again at once, as the binder
-re-queues it), finishes jobs, and runs the planner's retry pass (`Planner.retry`: gangs, then the
+preempts what the decisions name (the victim's next attempt is pending again once it is gone, 30 s
+later, as the binder re-queues it), finishes jobs, and runs the planner's retry pass (`Planner.retry`: gangs, then the
 queue order's pass -- fair share, reclaim, turn-taking, backfill) whenever capacity was freed, as the
 service's retry loop does. Parked pods get a predicted runtime (`Planner.predict`, what the
 forecasting service's duration predictor answers the service): the median of the tenant's finished
@@ -134,6 +134,12 @@ CHECKPOINT_EVERY_S = 900.0
 CHECKPOINT_SAVE_S = 30.0
 """a checkpoint asked for at preemption (the binder's handshake) takes this long: the run's last seconds are lost"""
 RESTART_S = 60.0
+REQUEUE_AFTER_S = 30.0
+"""a victim is gone (and its next attempt pending) this long after the decision that preempts it: its
+checkpoint save under gpuaware, Kubernetes' default termination grace period under stock preemption"""
+MAX_PREEMPTIONS_PER_JOB = 50
+"""more preemptions than this per job on average: the replay stops and says so (pods taking GPUs back
+and forth)"""
 RESERVATIONS = 2
 """``quota+backfill``: nodes the service holds at once for starved tenants' wide pods (its ``reservations``)"""
 HIGH_SHARE = 0.2
@@ -360,6 +366,7 @@ class Replay:
                     assert j is not None
                     self.pending[j.name] = j
                     self.submit(j)
+                    self._check_churn()
                 else:
                     self.freed = True
             passes = 0
@@ -373,6 +380,12 @@ class Replay:
         if unfinished:
             raise RuntimeError(f"{len(unfinished)} jobs never finished under {self.policy}")
         return self.jobs
+
+    def _check_churn(self) -> None:
+        n = sum(j.preemptions for j in self.jobs)
+        if n > MAX_PREEMPTIONS_PER_JOB * len(self.jobs):
+            raise RuntimeError(f"{self.policy}: {n} preemptions of {len(self.jobs)} jobs by t={self.now:.0f} s: "
+                               "pods are taking GPUs back and forth")
 
     def request(self, j: Job, uid: str) -> PodRequest:
         """The pod as the binder announces it (a gang's members share the job's name)."""
@@ -417,8 +430,8 @@ class Replay:
             self.stop(j, finished=False)
         for d in decided:
             self.bind(d)
-        for j in stopped:  # the binder re-queues each victim as its next attempt
-            self.submit(j)
+        for j in stopped:  # the binder re-queues each victim as its next attempt once it is gone
+            self._push(self.now + REQUEUE_AFTER_S, ARRIVE, j.name)
 
     def permit(self, outcomes: list[Decided | Parked]) -> list[Decided]:
         """The decisions to publish, as the service's quota permit leaves them: pods that found no room
