@@ -240,7 +240,8 @@ def _write_volumes(rendered: Rendered, volumes: list[dict[str, Any]], mounts: li
 
 
 def _map_paths(p: PodProcess, mounts: Mapping[str, Path]) -> None:
-    """Values and arguments under a mountPath name the folder written for it."""
+    """Values and arguments under a mountPath name the folder written for it (the interpreter, this
+    machine's, is not the container's: a checkout under /tmp must not be taken for the pod's /tmp)."""
     def mapped(value: str) -> str:
         for mount in sorted(mounts, key=len, reverse=True):
             if value == mount or value.startswith(mount + "/"):
@@ -248,7 +249,7 @@ def _map_paths(p: PodProcess, mounts: Mapping[str, Path]) -> None:
         return value
 
     p.env = {k: mapped(v) for k, v in p.env.items()}
-    p.argv = [mapped(a) for a in p.argv]
+    p.argv = [p.argv[0], *(mapped(a) for a in p.argv[1:])]
 
 
 def _map_ports(pods: list[PodProcess], memo: dict[tuple[str, int], int]) -> None:

@@ -177,13 +177,13 @@ async def test_each_member_of_a_batch_gets_its_own_fate() -> None:
 async def test_while_the_database_is_away_the_batch_comes_back_later_whole() -> None:
     db = FakeDatabase(down=True)
     h = handlers(db)
-    failures = await h.handle_batch([pending("a"), decided("a")],  # type: ignore[arg-type]
+    failures = await h.handle_batch([pending("a"), decided("a")],  # type: ignore[arg-type]  # fake deliveries stand in for the bus's
                                     [FakeDelivery("p", attempt=3), FakeDelivery("d")])
     assert set(failures) == {0, 1} and all(isinstance(e, bus.TransientError) for e in failures.values())
     assert failures[0].delay == 8.0  # the backoff after the batch's latest attempt, capped
     assert h.refused == 0 and not db.stored
     db.down = False
-    assert await h.handle_batch([pending("a"), decided("a")], [FakeDelivery("p"), FakeDelivery("d")]) == {}  # type: ignore[arg-type]
+    assert await h.handle_batch([pending("a"), decided("a")], [FakeDelivery("p"), FakeDelivery("d")]) == {}  # type: ignore[arg-type]  # fake deliveries stand in for the bus's
     assert len(db.stored) == 2
 
 
@@ -191,7 +191,7 @@ async def test_a_write_the_deployment_forbids_sets_no_row_aside() -> None:
     # no INSERT right: every message waits (redelivered with backoff) for an operator; none is dead-lettered
     db = FakeDatabase(denied=True)
     h = handlers(db)
-    failures = await h.handle_batch([pending("a"), pending("b")],  # type: ignore[arg-type]
+    failures = await h.handle_batch([pending("a"), pending("b")],  # type: ignore[arg-type]  # fake deliveries stand in for the bus's
                                     [FakeDelivery("a"), FakeDelivery("b")])
     assert all(isinstance(e, bus.TransientError) for e in failures.values()) and len(failures) == 2
     assert h.refused == 0

@@ -116,6 +116,7 @@ from gpuaware.schemas.operational import (
 )
 from gpuaware.schemas.permissions import (
     ADMIN,
+    ALERT_BRIDGE,
     BINDER_DURABLE,
     BINDER_ID,
     COLLECTOR_DURABLE,
@@ -238,6 +239,7 @@ from gpuaware.schemas.world import (
 __all__ = [
     "ADMIN",
     "ALERTS",
+    "ALERT_BRIDGE",
     "ALERT_RAISED",
     "ALERT_RESOLVED",
     "BINDER",

@@ -45,8 +45,8 @@ MAX_DOWN_S = 3_600.0
 
 SCENARIOS = {
     # each service of the loop in turn, started again a second later
-    "services": "kill:placement@5+1, kill:binder@10+1, kill:health-scoring@15+1, kill:quota@19+1, "
-                "kill:telemetry-agent@23+1, kill:telemetry-collector@27+1, kill:recorder@31+1",
+    "services": "kill:placement@5+1, kill:binder@9+1, kill:health-scoring@13+1, kill:quota@16+1, "
+                "kill:telemetry-agent@19+1, kill:telemetry-collector@22+1, kill:recorder@25+1",
     # the servers: nats-server killed (back after 3 s), then PostgreSQL stopped for 30 s
     "stack": "nats@5+3, postgres@12+30",
     # a 3-node NATS cluster (R3 streams) loses a node for 12 s

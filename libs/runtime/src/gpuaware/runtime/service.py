@@ -163,14 +163,31 @@ async def provision_streams(url: str | Sequence[str], *, user: str = "", passwor
     """Create or update the platform's streams as a user allowed to (admin); returns their names.
 
     What a launcher or a deployment job runs before the services when they use least-privilege users.
+    A JetStream that does not answer yet (a NATS cluster still electing its meta leader just after it
+    started, as the provisioning Job or the launcher meets it) is asked again with the bus's backoff
+    until ``timeout`` seconds have passed since the connection; then the timeout is raised.
     """
     options: dict[str, Any] = {"user": user, "password": password} if user else {}
     if tls_ca:
         options["tls"] = bus.tls_context(tls_ca)
+    retry = bus.RetryPolicy(base=0.25, cap=2.0)
     async with bus.connected(url, name="gpuaware-provision", initial_timeout=timeout, **options) as nc:
         js = nc.jetstream()
+        deadline = asyncio.get_running_loop().time() + timeout
         for spec in streams:
-            await bus.ensure_stream(js, spec)
+            failures = 0
+            while True:
+                try:
+                    await bus.ensure_stream(js, spec)
+                    break
+                except TimeoutError:
+                    failures += 1
+                    delay = retry.delay(failures)
+                    if asyncio.get_running_loop().time() + delay > deadline:
+                        raise
+                    log.info("stream %s: JetStream did not answer (try %d); asking again in %.2fs", spec.name,
+                             failures, delay)
+                    await asyncio.sleep(delay)
     return [s.name for s in streams]
 
 

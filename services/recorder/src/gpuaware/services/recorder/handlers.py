@@ -54,9 +54,8 @@ log = logging.getLogger(__name__)
 BinderStreamEvent = (PodPending | PodBound | PodBindFailed | PodPreempted | PodFinished | CheckpointRequested
                | CheckpointAcknowledged)
 PlacementStreamEvent = PlacementDecided | PodUnschedulable | PlacementExplained
-# a union of Structs decodes on the tag; Channel's type parameter wants one class
-BINDER_IN: bus.Channel[Any] = bus.Channel(BINDER.subjects[0], BinderStreamEvent)  # type: ignore[arg-type]
-PLACEMENT_IN: bus.Channel[Any] = bus.Channel(PLACEMENT.subjects[0], PlacementStreamEvent)  # type: ignore[arg-type]
+BINDER_IN: bus.Channel[Any] = bus.Channel(BINDER.subjects[0], BinderStreamEvent)  # type: ignore[arg-type]  # a union decodes on its tag; Channel's parameter names one class
+PLACEMENT_IN: bus.Channel[Any] = bus.Channel(PLACEMENT.subjects[0], PlacementStreamEvent)  # type: ignore[arg-type]  # as above
 STREAMS_IN = ((BINDER.name, BINDER_IN), (PLACEMENT.name, PLACEMENT_IN))
 
 
