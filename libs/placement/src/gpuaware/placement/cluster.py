@@ -276,7 +276,8 @@ class Cluster:
         """Take `pod`'s resources on `node` (GPU slots `gpus`). Idempotent for the same placement.
 
         `gpu_mem` is the GPU memory held per GPU (None: `gpu_memory_of`). `check_memory=False` takes it
-        even where it exceeds what is free (the world reports a pod bound: the truth is not refused).
+        even where it exceeds what is free, and on a quarantined GPU as far as its compute is not used
+        (the world reports a pod bound: the truth is not refused; quarantine only stops new pods).
         Raises ReserveError when it does not fit (transient: reschedule on a fresh snapshot) and
         RequestError when the pod already holds a different placement (permanent: unreserve first).
         """
@@ -294,7 +295,12 @@ class Cluster:
             raise ReserveError(f"pod {pod.name}: CPU/memory no longer fit on {self.node_names[node]}")
         mem = self.gpu_memory_of(pod, node) if gpu_mem is None else max(0, int(gpu_mem))
         for g in gpus:
-            if not (0 <= g < self.gpu_count[node]) or self.gpu_free[node, g] < pod.gpu_milli:
+            if not 0 <= g < self.gpu_count[node]:
+                raise ReserveError(f"pod {pod.name}: GPU {g} on {self.node_names[node]} has too little free")
+            free = self.gpu_free[node, g]
+            if not check_memory and self.gpu_health[node, g] == QUARANTINED:
+                free = MILLI - self.gpu_used[node, g]
+            if free < pod.gpu_milli:
                 raise ReserveError(f"pod {pod.name}: GPU {g} on {self.node_names[node]} has too little free")
             if check_memory and self.gpu_mem_free[node, g] < mem:
                 raise ReserveError(f"pod {pod.name}: GPU {g} on {self.node_names[node]} has too little free "

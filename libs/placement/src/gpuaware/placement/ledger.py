@@ -108,12 +108,15 @@ class Ledger:
         if self.cluster is not None:
             self.gpus.apply_all(self.cluster)
         unplaced = []
+        for entry in self.pods.values():
+            if entry.phase in (Phase.BOUND, Phase.DECIDED):
+                entry.placed = False  # nothing is reserved in the new cluster yet
         for phase in (Phase.BOUND, Phase.DECIDED):  # bindings first: they are the truth
             for entry in sorted((e for e in self.pods.values() if e.phase == phase), key=lambda e: e.seq):
-                entry.placed = False
                 if entry.evicting:
                     continue
-                if self._reserve(entry, entry.node, entry.gpus) is None:
+                # a binding is the world's truth: it holds its GPUs even where one is quarantined since
+                if self._reserve(entry, entry.node, entry.gpus, truth=phase == Phase.BOUND) is None:
                     unplaced.append(entry)
         self.stats.orphaned = len(unplaced)
         return unplaced
