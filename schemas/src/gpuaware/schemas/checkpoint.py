@@ -44,11 +44,13 @@ class CheckpointRequested(Event, frozen=True, kw_only=True, tag=CHECKPOINT_REQUE
     namespace: Name
     node: Name
     reason: Text
-    """``preemption``, ``drain``, ``migration``"""
+    """``preemption``, ``drain``, ``migration``, ``resize`` (an elastic job changes its world size)"""
     deadline_s: Annotated[float, Meta(gt=0)]
     """seconds from ``requested_at`` after which the binder evicts regardless"""
     requested_at: Timestamp
     decision_id: Label | None = None
+    world_size: Annotated[int, Meta(ge=1, le=4096)] | None = None
+    """``resize``: the job's worker count once it resumes (torchrun's new world size); None otherwise"""
 
 
 class CheckpointAcknowledged(Event, frozen=True, kw_only=True, tag=CHECKPOINT_ACKNOWLEDGED):

@@ -81,6 +81,8 @@ class PodPending(Event, frozen=True, kw_only=True, tag=POD_PENDING):
     mig_profile: Name | None = None
     gang_id: Name | None = None
     gang_min_members: Annotated[int, Meta(ge=1)] = 1
+    gang_max_members: Annotated[int, Meta(ge=0, le=4096)] = 0
+    """an elastic gang's most members (min..max workers, torchrun-style); 0: fixed at ``gang_min_members``"""
     topology: TopologyPreference = TopologyPreference.NONE
     queue: Name = "default"
     priority: int = 0
@@ -103,6 +105,11 @@ class PodPending(Event, frozen=True, kw_only=True, tag=POD_PENDING):
             raise ValueError(f"`mig_profile` needs `num_gpu` == 1, got {self.num_gpu}")
         if self.gang_min_members > 1 and self.gang_id is None:
             raise ValueError("`gang_min_members` > 1 needs a `gang_id`")
+        if self.gang_max_members and self.gang_id is None:
+            raise ValueError("`gang_max_members` needs a `gang_id`")
+        if self.gang_max_members and self.gang_max_members < self.gang_min_members:
+            raise ValueError(f"`gang_max_members` {self.gang_max_members} is below `gang_min_members` "
+                             f"{self.gang_min_members}")
 
     @property
     def gpu_milli_total(self) -> int:

@@ -107,6 +107,9 @@ class PodRequest:
     queue: str = ""
     gang_id: str = ""
     gang_min_members: int = 0
+    gang_max_members: int = 0
+    """an elastic gang's most members (torchrun's ``--nnodes=MIN:MAX``): members beyond the minimum run
+    when GPUs are idle and are the first taken back (a shrink); 0: the gang is fixed at its minimum"""
     topology: str = ""  # "" | "nvlink" (all GPUs on one NVLink island) | "numa" (one NUMA node)
     job_type: str = ""  # workload class for heterogeneity-aware scoring (e.g. "ResNet-50 (batch size 64)")
     checkpointable: bool = False  # it can save its state and resume: evicting it loses no work
@@ -128,6 +131,9 @@ class PodRequest:
         unknown = set(self.capabilities) - CAPABILITIES if self.capabilities else None
         if unknown:
             raise RequestError(f"pod {self.name}: unknown capabilities {sorted(unknown)}")
+        if self.gang_max_members and self.gang_max_members < max(1, self.gang_min_members):
+            raise RequestError(f"pod {self.name}: gang_max_members {self.gang_max_members} is below "
+                               f"gang_min_members {self.gang_min_members}")
         if self.topology not in ("", "nvlink", "numa"):
             raise RequestError(f"pod {self.name}: unknown topology preference {self.topology!r}")
 
@@ -136,6 +142,11 @@ class PodRequest:
         """Work a failing GPU would not hurt much: it checkpoints, or it is best-effort. Only such pods
         may go to DEGRADED GPUs (health-scoring's contract, schemas/health.py)."""
         return self.checkpointable or self.qos.lower() in BEST_EFFORT_QOS
+
+    @property
+    def elastic(self) -> bool:
+        """A member of an elastic gang (it may run with more members than its minimum)."""
+        return bool(self.gang_id) and self.gang_max_members > max(1, self.gang_min_members)
 
     @property
     def is_gpu_share(self) -> bool:
