@@ -14,7 +14,9 @@ condition (``True``, or ``False`` with every reason it was refused) and the ``me
 it judged, in the shape of ``metav1.Condition`` so ``kubectl wait --for=condition=Accepted`` works.
 - ``GPUGang``: a gang workload (``GangSpec`` below), the PodGroup of scheduler-plugins' coscheduling
   under our group; pods join one with the ``gpuaware.io/gang`` annotation, or keep their
-  ``scheduling.x-k8s.io/pod-group`` label (read as the gang's name: PodGroup compatibility).
+  ``scheduling.x-k8s.io/pod-group`` label (read as the gang's name: PodGroup compatibility). An
+  elastic gang (torchrun-style training) gives ``maxMember`` as well: ``minMember`` workers start
+  all-or-none, the rest up to ``maxMember`` run while GPUs are idle and are the first taken back.
 
 Each has a ``status`` subresource (the controller writes status, users write spec) and printer
 columns. The structural rewrite: ``$ref`` inlined, ``anyOf [X, null]`` -> ``X`` + ``nullable``,
@@ -47,11 +49,18 @@ class GangSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     min_member: Annotated[int, Meta(ge=1)]
     """pods that must be placed together (scheduler-plugins' PodGroup ``minMember``)"""
+    max_member: Annotated[int, Meta(ge=1, le=4096)] | None = None
+    """an elastic gang's most pods (torchrun's ``--nnodes=MIN:MAX``; at most what the contract carries,
+    ``PodPending.gang_max_members``); absent: fixed at ``minMember``"""
     queue: str = "default"
     topology: str = "none"
     """none | same-nvlink-island | same-numa | same-rack"""
     schedule_timeout_seconds: Annotated[int, Meta(ge=1)] | None = None
     priority_class_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_member is not None and self.max_member < self.min_member:
+            raise ValueError(f"maxMember {self.max_member} is below minMember {self.min_member}")
 
 
 class GangStatus(msgspec.Struct, kw_only=True, rename="camel"):
@@ -182,8 +191,10 @@ def all_crds() -> list[dict[str, Any]]:
             description="A placement profile: filter, score plugins with weights, GPU selection, preemption.",
             columns=[{"name": "GPU", "type": "string", "jsonPath": ".spec.gpu"}, ACCEPTED_COLUMN]),
         crd("GPUGang", "gpugangs", _schema_of(GangSpec), _schema_of(GangStatus), short=["gang"],
-            description="A gang of pods placed all together or not at all (PodGroup-compatible).",
+            description="A gang of pods placed all together or not at all (PodGroup-compatible); an "
+                        "elastic one runs minMember to maxMember pods.",
             columns=[{"name": "MinMember", "type": "integer", "jsonPath": ".spec.minMember"},
+                     {"name": "MaxMember", "type": "integer", "jsonPath": ".spec.maxMember"},
                      {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}]),
     ]
 
