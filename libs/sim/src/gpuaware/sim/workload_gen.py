@@ -91,6 +91,8 @@ class SimPod:
     qos: str = "best-effort"
     gang_id: str | None = None
     gang_min_members: int = 1
+    gang_max_members: int = 0
+    """an elastic gang's most workers (``PodPending.gang_max_members``); 0 = fixed at ``gang_min_members``"""
     topology: str = "none"
 
     def __post_init__(self) -> None:
@@ -107,10 +109,18 @@ class SimPod:
             raise ValueError(f"pod {self.uid}: gpu_milli {self.gpu_milli} < {MILLI} needs num_gpu == 1")
         if self.gang_min_members > 1 and self.gang_id is None:
             raise ValueError(f"pod {self.uid}: gang_min_members > 1 needs a gang_id")
+        if self.gang_max_members and (self.gang_id is None or self.gang_max_members < self.gang_min_members):
+            raise ValueError(f"pod {self.uid}: gang_max_members {self.gang_max_members} needs a gang_id and "
+                             f"at least gang_min_members {self.gang_min_members}")
         if self.qos not in QOS:
             raise ValueError(f"pod {self.uid}: qos {self.qos!r} not one of {QOS}")
         if self.topology not in TOPOLOGIES:
             raise ValueError(f"pod {self.uid}: topology {self.topology!r} not one of {TOPOLOGIES}")
+
+    @property
+    def elastic(self) -> bool:
+        """A worker of an elastic job: its gang may run with more workers than its minimum."""
+        return self.gang_id is not None and self.gang_max_members > max(1, self.gang_min_members)
 
     @property
     def gpu_milli_total(self) -> int:
