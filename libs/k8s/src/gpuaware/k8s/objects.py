@@ -62,6 +62,8 @@ class ASSIGNED:
     CHECKPOINT_REQUESTED = _P + "checkpoint-requested"
     CHECKPOINT_DEADLINE = _P + "checkpoint-deadline"
     CHECKPOINT_DONE = _P + "checkpoint-completed"
+    CHECKPOINT_WORLD_SIZE = _P + "checkpoint-world-size"
+    """a resize's checkpoint request: the job's worker count once it resumes (absent otherwise)"""
     HAMI_DEVICES = "hami.io/vgpu-devices-to-allocate"
     HAMI_NODE = "hami.io/vgpu-node"
     HAMI_TIME = "hami.io/vgpu-time"
