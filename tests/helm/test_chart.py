@@ -115,6 +115,9 @@ def _openapi_to_jsonschema(s: Any) -> Any:
     ("gpupolicies", {"gpu": "fgd"}, "'score' is a required property"),
     ("gpugangs", {"minMember": 4, "topology": "same-nvlink-island"}, None),
     ("gpugangs", {"minMember": 0}, "0 is less than the minimum of 1"),
+    ("gpugangs", {"minMember": 2, "maxMember": 6}, None),
+    ("gpugangs", {"minMember": 2, "maxMember": 0}, "0 is less than the minimum of 1"),
+    ("gpugangs", {"minMember": 2, "maxMember": "six"}, "'six' is not of type 'integer'"),
 ])
 def test_crd_schema_accepts_and_refuses_with_the_reason(kind: str, obj: dict[str, Any], error: str | None) -> None:
     crd = yaml.safe_load((CHART / "crds" / f"{kind}.gpuaware.io.yaml").read_text())

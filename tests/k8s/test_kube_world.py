@@ -304,9 +304,9 @@ async def test_standby_holds_events_until_it_leads(kube: Any) -> None:
     assert emitted == ["c/pending/s1/0"]  # said by the new leader, under the same id
 
 
-async def test_gang_members_take_min_member_from_their_gpugang(kube: Any) -> None:
+async def test_gang_members_take_their_range_from_their_gpugang(kube: Any) -> None:
     _Api.gangs = {"llm": {"apiVersion": "gpuaware.io/v1alpha1", "kind": "GPUGang", "metadata": {"name": "llm"},
-                          "spec": {"minMember": 4}}}
+                          "spec": {"minMember": 4, "maxMember": 8}}}
     member = _pod("g1")
     member["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = "llm"
     _Api.pods = [member]
@@ -319,4 +319,4 @@ async def test_gang_members_take_min_member_from_their_gpugang(kube: Any) -> Non
         stop.set()
 
     await asyncio.wait_for(world.run(emit, stop), timeout=30)
-    assert (emitted[0].gang_id, emitted[0].gang_min_members) == ("llm", 4)
+    assert (emitted[0].gang_id, emitted[0].gang_min_members, emitted[0].gang_max_members) == ("llm", 4, 8)

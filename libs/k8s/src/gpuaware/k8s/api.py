@@ -235,7 +235,7 @@ def read_claim(namespace: str, name: str, *, template: bool, core: Any = None) -
 
 @needs(("gpuaware.io", "gpugangs", "get"))
 def read_gang(namespace: str, name: str, *, core: Any = None) -> dict[str, Any] | None:
-    """A GPUGang's spec (its ``minMember``, queue, topology), None when absent."""
+    """A GPUGang's spec (its ``minMember``, ``maxMember``, queue, topology), None when absent."""
     from gpuaware.k8s.crds import GROUP, VERSION
 
     api = client.CustomObjectsApi(core.api_client if core is not None else None)

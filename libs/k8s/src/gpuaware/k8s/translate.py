@@ -21,6 +21,10 @@ Pods, in the order the request is read:
 - ``gpuaware.io/*`` annotations carry what Kubernetes has no field for (queue, gang, topology,
   checkpointable, ...); each is checked, and a bad one is refused with its name and value. A pod
   labelled ``scheduling.x-k8s.io/pod-group`` (scheduler-plugins' coscheduling) joins that gang.
+- An elastic gang (torchrun's ``--nnodes=MIN:MAX``) declares its range with ``gang-min-members`` and
+  ``gang-max-members`` (or its GPUGang's ``minMember`` / ``maxMember``): its controller creates the
+  ``max`` workers, ``min`` of them are placed all-or-none and the rest as GPUs are idle. A maximum
+  without a gang, or below the minimum, is refused.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class ANNOTATION:
     QUEUE = _P + "queue"
     GANG = _P + "gang"
     GANG_MIN_MEMBERS = _P + "gang-min-members"
+    GANG_MAX_MEMBERS = _P + "gang-max-members"
     GPU_TYPES = _P + "gpu-types"
     TOPOLOGY = _P + "topology"
     CHECKPOINTABLE = _P + "checkpointable"
@@ -88,6 +93,8 @@ _CEL_PROFILE = re.compile(r"""\.profile\s*==\s*['"]([^'"]+)['"]""")
 _QOS = {"Guaranteed": QosClass.GUARANTEED, "Burstable": QosClass.BURSTABLE, "BestEffort": QosClass.BEST_EFFORT}
 _TRUE = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 _CAPS = {"tensor-cores": "tensor_cores", "fp8": "fp8", "nvlink": "nvlink"}
+_MAX_GANG_MEMBERS = 4096
+"""the most members the contract carries (``PodPending.gang_max_members``)"""
 
 
 class TranslationError(ValueError):
@@ -224,8 +231,8 @@ def pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str = "default"
                 claims: Mapping[str, Mapping[str, Any]] | None = None, attempt: int = 0,
                 gangs: Mapping[str, Mapping[str, Any]] | None = None) -> PodPending:
     """The pending-pod event for a Pod (API JSON). ``gangs``: GPUGang specs by name (the pod's
-    namespace), whose ``minMember`` / ``queue`` / ``topology`` apply where the pod's annotations are
-    silent. Raises ``TranslationError`` naming what is wrong."""
+    namespace), whose ``minMember`` / ``maxMember`` / ``queue`` / ``topology`` apply where the pod's
+    annotations are silent. Raises ``TranslationError`` naming what is wrong."""
     with malformed_as_translation_error("pod object"):
         return _pod_pending(pod, source=source, cluster=cluster, emitted_at=emitted_at, claims=claims,
                             attempt=attempt, gangs=gangs)
@@ -242,6 +249,7 @@ def _pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str, emitted_a
     gang_spec: Mapping[str, Any] = (gangs or {}).get(gang or "", {}) if gang else {}
     if gang_spec:
         ann = {**{k: str(v) for k, v in ((ANNOTATION.GANG_MIN_MEMBERS, gang_spec.get("minMember")),
+                                        (ANNOTATION.GANG_MAX_MEMBERS, gang_spec.get("maxMember")),
                                         (ANNOTATION.QUEUE, gang_spec.get("queue")),
                                         (ANNOTATION.TOPOLOGY, gang_spec.get("topology"))) if v is not None},
                **ann}
@@ -307,6 +315,7 @@ def _pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str, emitted_a
         raise TranslationError(f"annotation {ANNOTATION.TOPOLOGY}: {topo!r} is not one of "
                                f"{', '.join(t.value for t in TopologyPreference)}") from None
     duration = ann.get(ANNOTATION.EXPECTED_DURATION_S)
+    min_members, max_members = _gang_range(ann, gang)
     cpu, mem = _cpu_mem(spec)
     qos = (pod.get("status") or {}).get("qosClass")
     try:
@@ -315,7 +324,7 @@ def _pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str, emitted_a
             namespace=meta.get("namespace") or "default", submitted_at=_ts(meta.get("creationTimestamp")),
             cpu_milli=cpu, memory_mib=mem, num_gpu=num, gpu_milli=milli if num else 1000, gpu_memory_mib=gpu_mem,
             gpu_types=tuple(dict.fromkeys(types)), capabilities=msgspec.convert(caps, GpuCapabilities),
-            mig_profile=mig, gang_id=gang, gang_min_members=_int(ann, ANNOTATION.GANG_MIN_MEMBERS, 1) or 1,
+            mig_profile=mig, gang_id=gang, gang_min_members=min_members, gang_max_members=max_members,
             topology=topology, queue=ann.get(ANNOTATION.QUEUE) or "default", priority=int(spec.get("priority") or 0),
             priority_class=spec.get("priorityClassName") or "",
             checkpointable=_bool(ann, ANNOTATION.CHECKPOINTABLE), deferrable=_bool(ann, ANNOTATION.DEFERRABLE),
@@ -326,6 +335,23 @@ def _pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str, emitted_a
         if isinstance(exc, TranslationError):
             raise
         raise TranslationError(f"pod {meta.get('namespace')}/{meta['name']}: {exc}") from exc
+
+
+def _gang_range(ann: Mapping[str, str], gang: str | None) -> tuple[int, int]:
+    """(fewest, most members) of the pod's gang; most is 0 for a gang fixed at its minimum. An
+    elastic range needs a gang and a maximum no smaller than the minimum."""
+    fewest = _int(ann, ANNOTATION.GANG_MIN_MEMBERS, 1) or 1
+    most = _int(ann, ANNOTATION.GANG_MAX_MEMBERS, 1, _MAX_GANG_MEMBERS)
+    if most is None:
+        return fewest, 0
+    if not gang:
+        raise TranslationError(f"annotation {ANNOTATION.GANG_MAX_MEMBERS}: {most} needs a gang (annotation "
+                               f"{ANNOTATION.GANG} or label {POD_GROUP_LABEL})")
+    if most < fewest:
+        raise TranslationError(f"gang {gang!r}: most members {most} ({ANNOTATION.GANG_MAX_MEMBERS} or GPUGang "
+                               f"spec.maxMember) is below its fewest {fewest} ({ANNOTATION.GANG_MIN_MEMBERS} or "
+                               "GPUGang spec.minMember)")
+    return fewest, most
 
 
 def _qos_of(spec: Mapping[str, Any]) -> QosClass:

@@ -167,6 +167,7 @@ def pod_request(p: PodPending, models: Mapping[str, GpuModel] | None = None,
         gpu_memory_mib=gpu_mem, gpu_types=types, capabilities=frozenset(caps),
         min_gpu_memory_mib=p.capabilities.min_memory_mib, qos=p.qos.value, priority=p.priority, queue=p.queue,
         gang_id=p.gang_id or "", gang_min_members=p.gang_min_members if p.gang_id else 0,
+        gang_max_members=p.gang_max_members if p.gang_id else 0,
         topology=_TOPOLOGY.get(p.topology, ""), checkpointable=p.checkpointable)
 
 
