@@ -12,7 +12,12 @@ Three sources, all deterministic:
   interactive), Poisson arrivals modulated by a diurnal curve (thinning, one seeded generator), and
   per-class shapes: fractional GPUs for inference and notebooks, whole multi-GPU gangs for training,
   priorities and checkpointability that make preemption meaningful. ``spec_for_cluster`` sizes the
-  arrival rate so the offered load is a chosen fraction of the cluster.
+  arrival rate so the offered load is a chosen fraction of the cluster. A share of the multi-GPU
+  training jobs is *elastic* (``ClassProfile.elastic``, half by default; ``GeneratorSpec.elastic``
+  turns them off): torchrun-style, the job of W GPUs is a gang of W one-GPU worker pods that runs with
+  ``ceil(W / 2)`` to W of them (``gang_min_members`` .. ``gang_max_members``), each worker carrying the
+  job's work at full width as its duration. Which jobs are elastic comes from a generator of its own,
+  so the other pods are the same with elastic jobs on or off.
 * ``from_openb(trace_pods, ...)`` (``workload_traces``, as the next) - the Alibaba openb pod list
   (creation/deletion times, fractional GPUs): a time window is cut out; pods already alive at its start arrive at once with what is left
   of their life, the others at their creation time; departures follow ``deletion_time``.
@@ -42,6 +47,7 @@ __all__ = [
     "PodClass",
     "SimPod",
     "Tenant",
+    "elastic_range",
     "expected_gpu_seconds",
     "generate",
     "spec_for_cluster",
@@ -159,6 +165,13 @@ class ClassProfile:
     """topology preference of pods with more than one GPU"""
     gpu_types: tuple[tuple[tuple[str, ...], float], ...] = (((), 1.0),)
     """acceptable GPU models ((), any)"""
+    elastic: float = 0.0
+    """probability that a job of this class asking for more than one GPU is elastic (see the module
+    docstring): it runs with half to all of its GPUs, one worker pod per GPU"""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.elastic <= 1.0:
+            raise ValueError(f"class {self.klass}: elastic {self.elastic} outside 0..1")
 
 
 DEFAULT_CLASSES: tuple[ClassProfile, ...] = (
@@ -167,7 +180,7 @@ DEFAULT_CLASSES: tuple[ClassProfile, ...] = (
         median_s=2 * 3600.0, sigma=1.2, min_s=300.0, max_s=3 * 86400.0, priority=100,
         priority_class="batch-training", qos="burstable", checkpointable=0.8, deferrable=0.5,
         cpu_per_gpu_milli=8000, memory_per_gpu_mib=65536, topology_multi_gpu="same-nvlink-island",
-        gpu_types=(((), 0.6), (("H100", "A100"), 0.3), (("V100M32", "V100M16"), 0.1)),
+        gpu_types=(((), 0.6), (("H100", "A100"), 0.3), (("V100M32", "V100M16"), 0.1)), elastic=0.5,
     ),
     ClassProfile(
         PodClass.INFERENCE, gpus=((1, 1.0),), milli=((250, 0.3), (500, 0.4), (1000, 0.3)),
@@ -225,6 +238,8 @@ class GeneratorSpec:
     available_models: tuple[str, ...] = ()
     """GPU models the cluster has: type constraints are cut to these (a constraint left empty means
     any GPU), so no generated pod asks for a model that does not exist; () = keep them as written"""
+    elastic: bool = True
+    """make elastic jobs as the class profiles say (False: every job has the fixed shape it asks for)"""
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.rate_per_hour < 0:
@@ -298,6 +313,7 @@ def spec_for_cluster(total_gpus: int, *, load: float = 0.8, duration_s: float = 
 def generate(spec: GeneratorSpec = GeneratorSpec(), seed: int = 0) -> tuple[SimPod, ...]:
     """Pods arriving over ``spec.duration_s``, sorted by arrival; the same seed gives the same pods."""
     rng = np.random.default_rng([seed, 0x5EED])
+    elastic_rng = np.random.default_rng([seed, 0xE1A5])  # its own stream: the other pods do not move
     profiles = {c.klass: c for c in spec.classes}
     peak = spec.rate_per_hour / 3600.0 * (1.0 + spec.diurnal_amplitude)
     pods: list[SimPod] = []
@@ -325,8 +341,11 @@ def generate(spec: GeneratorSpec = GeneratorSpec(), seed: int = 0) -> tuple[SimP
         checkpointable = bool(rng.random() < p.checkpointable)
         deferrable = bool(rng.random() < p.deferrable)
         namespace = f"{spec.namespace_prefix}{tenant.name}"
-        widths = split_gang(gpus, spec.max_gpus_per_pod)
+        elastic = (spec.elastic and gpus > 1 and p.elastic > 0 and milli == MILLI
+                   and bool(elastic_rng.random() < p.elastic))
+        widths = [1] * gpus if elastic else split_gang(gpus, spec.max_gpus_per_pod)
         gang = f"{spec.uid_prefix}-{job:06d}" if len(widths) > 1 else None
+        min_members, max_members = (elastic_range(gpus) if elastic else (len(widths) if gang else 1, 0))
         for member, width in enumerate(widths):
             suffix = f"-{member}" if gang else ""
             uid = f"{spec.uid_prefix}-{job:06d}{suffix}"
@@ -337,13 +356,21 @@ def generate(spec: GeneratorSpec = GeneratorSpec(), seed: int = 0) -> tuple[SimP
                 memory_mib=p.memory_per_gpu_mib * width if milli == MILLI else p.memory_per_gpu_mib // 2,
                 num_gpu=width, gpu_milli=milli, gpu_memory_mib=gmem, gpu_types=types, priority=p.priority,
                 priority_class=p.priority_class, checkpointable=checkpointable, deferrable=deferrable,
-                qos=p.qos, gang_id=gang, gang_min_members=len(widths) if gang else 1,
+                qos=p.qos, gang_id=gang, gang_min_members=min_members, gang_max_members=max_members,
                 topology=p.topology_multi_gpu if width > 1 or gang else "none",
             ))
         job += 1
         if spec.max_pods and len(pods) >= spec.max_pods:
             break
     return tuple(pods)
+
+
+def elastic_range(workers: int) -> tuple[int, int]:
+    """(min, max) workers of an elastic job of ``workers`` one-GPU workers: it runs on half (rounded
+    up) to all of them. 4 -> (2, 4), 3 -> (2, 3), 2 -> (1, 2)."""
+    if workers < 2:
+        raise ValueError(f"an elastic job needs at least 2 workers, not {workers}")
+    return math.ceil(workers / 2), workers
 
 
 def split_gang(gpus: int, per_pod: int) -> list[int]:
