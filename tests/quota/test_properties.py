@@ -91,7 +91,7 @@ def test_limits_guarantees_and_partitions(tree_cap_k, ops):
             assert not on_secure.admitted and on_secure.reason.startswith("partition")
         if a.admitted:
             for v in a.reclaim:
-                assert ledger.tree.specs[v.queue].min_runtime_s <= now - v.started_at
+                assert ledger.tree.min_runtime(v.queue) <= now - v.started_at
                 ledger.release(v.uid, now)
             uid += 1
             ledger.bind(Allocation(f"p{uid}", queue, d, started_at=now, priority=prio, checkpointable=ckpt))

@@ -182,7 +182,7 @@ def all_crds() -> list[dict[str, Any]]:
         crd("GPUQueue", "gpuqueues", _schema_of(QueueSpec), _schema_of(ConfigStatus), short=["gq"],
             scope="Cluster",
             description="A tenant queue of the quota tree (the quota service's QueueSpec): guarantees, limits, "
-                        "weight, priority, time windows.",
+                        "weight, priority, time windows, a lease before its pods may be reclaimed.",
             columns=[{"name": "Parent", "type": "string", "jsonPath": ".spec.parent"},
                      {"name": "Weight", "type": "number", "jsonPath": ".spec.weight"},
                      {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"}, ACCEPTED_COLUMN]),

@@ -54,9 +54,11 @@ class CustomResourceError(ValueError):
 
 
 def quota_config(queues: Iterable[Mapping[str, Any]], *, default_queue: str | None = None,
-                 half_life_s: float | None = None) -> Any:
+                 half_life_s: float | None = None, tree_fields: Mapping[str, Any] | None = None) -> Any:
     """The quota service's ``QuotaConfig`` from GPUQueue objects (API JSON), validated as a tree.
-    Each object's ``spec.name`` must be its ``metadata.name`` (one queue per object)."""
+    Each object's ``spec.name`` must be its ``metadata.name`` (one queue per object). ``tree_fields``
+    are the tree's cluster-wide fields no GPUQueue carries (``QuotaConfig``'s, such as
+    ``max_preemptions_per_pod``), as the quota service's settings give them."""
     from gpuaware.quota import QuotaConfigError, validate
 
     specs = []
@@ -68,7 +70,7 @@ def quota_config(queues: Iterable[Mapping[str, Any]], *, default_queue: str | No
             problems.append(str(exc))
     if problems:
         raise CustomResourceError("; ".join(problems))
-    config = _config(specs, default_queue, half_life_s)
+    config = _config(specs, default_queue, half_life_s, tree_fields)
     try:
         validate(config)
     except QuotaConfigError as exc:
@@ -92,10 +94,12 @@ def _queue_spec(obj: Any) -> Any:
     return spec
 
 
-def _config(specs: Iterable[Any], default_queue: str | None, half_life_s: float | None) -> Any:
+def _config(specs: Iterable[Any], default_queue: str | None, half_life_s: float | None,
+            tree_fields: Mapping[str, Any] | None = None) -> Any:
     from gpuaware.quota import QuotaConfig
 
-    kw: dict[str, Any] = {"queues": tuple(sorted(specs, key=lambda q: q.name)), "default_queue": default_queue}
+    kw: dict[str, Any] = {**(tree_fields or {}), "queues": tuple(sorted(specs, key=lambda q: q.name)),
+                          "default_queue": default_queue}
     if half_life_s is not None:
         kw["half_life_s"] = half_life_s
     return QuotaConfig(**kw)
@@ -232,10 +236,13 @@ class QueueSet(_ObjectSet):
 
     kind = "GPUQueue"
 
-    def __init__(self, *, default_queue: str | None = None, half_life_s: float | None = None) -> None:
+    def __init__(self, *, default_queue: str | None = None, half_life_s: float | None = None,
+                 tree_fields: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.default_queue = default_queue
         self.half_life_s = half_life_s
+        self.tree_fields = dict(tree_fields or {})
+        """the tree's cluster-wide fields (``quota_config``'s ``tree_fields``)"""
         self.in_force: dict[str, tuple[int, Any]] = {}
         """name -> (generation, QueueSpec) the tree is made of"""
         self.tree: Any = None
@@ -246,7 +253,8 @@ class QueueSet(_ObjectSet):
 
         if not entries:
             return None
-        return validate(_config((spec for _, spec in entries.values()), self.default_queue, self.half_life_s))
+        return validate(_config((spec for _, spec in entries.values()), self.default_queue, self.half_life_s,
+                                self.tree_fields))
 
     def _grow(self, start: dict[str, tuple[int, Any]], candidates: dict[str, tuple[int, Any]]
               ) -> tuple[dict[str, tuple[int, Any]], dict[str, str]]:

@@ -57,6 +57,9 @@ class Allocation:
     last_checkpoint_at: float | None = None
     name: str = ""
     namespace: str = ""
+    preemptions: int = 0
+    """times the pod was preempted before this run (``QuotaLedger.bind`` fills it in from the ledger's
+    count): the tree's ``max_preemptions_per_pod`` stops quota's plans naming it again"""
 
     def progress_at_risk(self, now: float) -> float:
         """Seconds of work lost if stopped now: since the last checkpoint (or since start)."""

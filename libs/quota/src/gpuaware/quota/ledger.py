@@ -14,7 +14,11 @@ Why it looks like this:
      anyone else ``no_capacity``;
   the reason is ``guaranteed`` inside the guarantee and ``borrowed`` above it (borrowed pods are the
   ones reclaimed later).
-* Whom a reclaim plan takes is reclaim.py's.
+* Whom a reclaim plan takes is reclaim.py's. The ledger counts each pod's preemptions for it
+  (``preempted``): the count outlives the pod's release, since a preempted pod is pending again under
+  the same uid and its next run must still know, and is dropped when the pod is gone for good
+  (``finished``). ``bind`` stamps the count on the pod's ``Allocation``, where the plans read it.
+  Counting by the event's time makes a redelivered preemption count once.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class QuotaLedger:
     tree: QueueTree
     running: dict[str, Allocation] = field(default_factory=dict)
     usage: DecayedUsage | None = None
+    preempted_at: dict[str, list[float]] = field(default_factory=dict)
+    """pod uid -> when it was preempted, each time once; kept across its re-queues (``preempted``)"""
     _held: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, init=False, repr=False)
     _leaf: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
 
@@ -55,6 +61,7 @@ class QuotaLedger:
         # what each queue (and "" = the cluster) holds, per GPU type, kept as pods come and go: an
         # admission reads a few vectors instead of walking every running pod
         for a in list(self.running.values()):
+            a.preemptions = max(a.preemptions, self.preemptions(a.uid))
             self._account(a, 1)
 
     def _account(self, a: Allocation, sign: int) -> None:
@@ -97,17 +104,36 @@ class QuotaLedger:
     def adopt(self, alloc: Allocation) -> None:
         """Record a running pod without advancing the history (moving pods into a new ledger)."""
         if alloc.uid not in self.running:
+            alloc.preemptions = max(alloc.preemptions, self.preemptions(alloc.uid))
             self.running[alloc.uid] = alloc
             self._account(alloc, 1)
 
     def release(self, uid: str, now: float) -> Allocation | None:
-        """Forget a finished or preempted pod; None if unknown (already released)."""
+        """Stop counting a pod that no longer runs (its preemption count stays); None if unknown."""
         if uid not in self.running:
             return None
         self.advance(now)
         a = self.running.pop(uid)
         self._account(a, -1)
         return a
+
+    def preempted(self, uid: str, at: float) -> int:
+        """The pod was preempted at ``at`` (and may come back under the same uid): release it and count
+        the preemption, once however often the event is delivered. Returns its count."""
+        times = self.preempted_at.setdefault(uid, [])
+        if at not in times:
+            times.append(at)
+        self.release(uid, at)
+        return len(times)
+
+    def finished(self, uid: str, now: float) -> Allocation | None:
+        """The pod is gone for good (finished, deleted, dropped): release it and forget its count."""
+        self.preempted_at.pop(uid, None)
+        return self.release(uid, now)
+
+    def preemptions(self, uid: str) -> int:
+        """How often the pod was preempted since it was first seen (0 once it finished)."""
+        return len(self.preempted_at.get(uid, ()))
 
     def checkpointed(self, uid: str, at: float) -> None:
         a = self.running.get(uid)

@@ -15,6 +15,8 @@ Why it looks like this:
   above the limit, a tree guaranteed more than the cluster holds -- all refused together, each
   with its reason, in a ``QuotaConfigError``; nothing is half-applied (the caller keeps the tree
   it had). A pod naming no queue is charged to ``default_queue``, and the reply says so.
+* Victims' protections: a queue's ``min_runtime_s`` (a lease, inherited down the tree) and the
+  tree's ``max_preemptions_per_pod`` (a cap per pod); ``reclaim.py`` applies both.
 * Time windows change a queue's guarantee, limit or weight during some hours (a research queue
   gets more at night). Each window is validated as if it were the whole tree, so a window cannot
   over-commit either.
@@ -24,12 +26,13 @@ Sample (one organisation, two teams, a strict partition for clinical work)::
     default_queue: research-misc
     half_life_s: 3600
     capacity: {"*": {gpus: 64, gpu_milli: 64000}}
+    max_preemptions_per_pod: 2
     queues:
       - {name: org, guaranteed: {"*": {gpus: 64}}}
       - {name: research, parent: org, weight: 1, guaranteed: {"*": {gpus: 24}},
          windows: [{start: "20:00", end: "06:00", guaranteed: {"*": {gpus: 40}}}]}
       - {name: clinical, parent: org, weight: 1, priority: 100, guaranteed: {"*": {gpus: 16}}}
-      - {name: research-misc, parent: research}
+      - {name: research-misc, parent: research, min_runtime_s: 1800}
       - {name: genomics, parent: clinical, limit: {"*": {gpus: 16}}}
     partitions:
       - {name: clinical-nodes, nodes: [gpu-node-07, gpu-node-08], queues: [clinical]}
@@ -38,6 +41,7 @@ Sample (one organisation, two teams, a strict partition for clinical work)::
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated
@@ -144,8 +148,10 @@ class QueueSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     priority: int = 0
     """a higher-priority queue's pods reclaim first and are reclaimed last"""
     windows: tuple[TimeWindow, ...] = ()
-    min_runtime_s: Annotated[float, Meta(ge=0)] = 0.0
-    """a pod of this queue is not reclaimed before it ran this long"""
+    min_runtime_s: Annotated[float, Meta(ge=0)] | None = None
+    """the queue's lease: a pod of it is neither reclaimed nor taken for a turn before it ran this
+    long since it last started (``reclaim.py`` says who may still take it); None = the parent's
+    (``QueueTree.min_runtime``), 0 = no lease"""
 
 
 class Partition(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -171,6 +177,9 @@ class QuotaConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     capacity: PerType | None = None
     """the cluster's size; when given, the root's guarantees must fit in it and admission without a
     chosen node checks it"""
+    max_preemptions_per_pod: NonNeg | None = 2
+    """a pod preempted this many times (for any reason, across its re-queues) is never named a victim
+    by quota's reclaim plans or turns again; None = no cap, 0 = quota never names a victim"""
 
 
 def load_config(source: str | Path | bytes) -> QuotaConfig:
@@ -248,6 +257,10 @@ class QueueTree:
         m = w.limit if w is not None and w.limit is not None else self.specs[name].limit
         a = (m or {}).get(gpu_type, (m or {}).get(ANY_TYPE))
         return a.vector(UNBOUNDED) if a is not None else np.full(len(RESOURCES), UNBOUNDED, dtype=np.int64)
+
+    def min_runtime(self, name: str) -> float:
+        """The queue's lease in seconds: its own ``min_runtime_s``, else its nearest ancestor's, else 0."""
+        return next((m for q in self.ancestors(name) if (m := self.specs[q].min_runtime_s) is not None), 0.0)
 
     def weight(self, name: str, t: float | None = None) -> float:
         w = self._window(name, t)
@@ -365,6 +378,9 @@ def validate(config: QuotaConfig | Mapping | str | Path | bytes) -> QueueTree:
     nodes = [n for p in config.partitions for n in p.nodes]
     if len(nodes) != len(set(nodes)):
         problems.append("a node is in more than one partition")
+    for q in config.queues:
+        if q.min_runtime_s is not None and not math.isfinite(q.min_runtime_s):
+            problems.append(f"{q.name}: min_runtime_s must be a finite number of seconds, got {q.min_runtime_s}")
     if problems:
         raise QuotaConfigError(problems)
     tree = QueueTree(config)

@@ -18,9 +18,10 @@ granularity.
   node for good. It takes pods of any priority, lower priority first: priority orders a queue's own
   pods, fair share orders the queues, as in KAI Scheduler's reclaim; otherwise a queue that marks its
   jobs high would never yield. It only takes pods that can checkpoint and have run for at least
-  ``lease_s`` (and their queue's ``min_runtime_s``) since they last started; then the most
-  over-served queue first, and within a queue the longest-running pod first. The binder checkpoints
-  a victim before it stops it, so a turn costs the victim a restart, not its work.
+  ``lease_s`` since they last started, and that reclaim's protections leave takeable (their queue's
+  lease, the cap on preemptions per pod: ``reclaim.may_take``); then the most over-served queue
+  first, and within a queue the least preempted, then the longest-running pod first. The binder
+  checkpoints a victim before it stops it, so a turn costs the victim a restart, not its work.
 
 ``TurnTaking`` plans turns over a quota ledger; placement's fair-share order keeps its own
 ``OwedService`` over the pods it places (``gpuaware.placement.queue_order``). ``make bench-fairness``
@@ -38,6 +39,7 @@ import numpy as np
 from gpuaware.quota.demand import GPU_MILLI, Allocation, Demand
 from gpuaware.quota.fairshare import DecayedUsage
 from gpuaware.quota.ledger import QuotaLedger
+from gpuaware.quota.reclaim import may_take
 from gpuaware.quota.tree import ANY_TYPE, RESOURCES
 
 __all__ = ["OwedService", "TurnTaking"]
@@ -117,9 +119,9 @@ class TurnTaking:
                 if q != queue and self.service.can_yield(q, _held(ledger, q), s)}
         cands = [a for a in ledger.running.values()
                  if a.queue in over and a.checkpointable
-                 and now - a.started_at >= max(self.lease_s, ledger.tree.specs[a.queue].min_runtime_s)
+                 and now - a.started_at >= self.lease_s and may_take(ledger.tree, a, now)
                  and (d.gpu_type == ANY_TYPE or a.demand.gpu_type == d.gpu_type)]
-        cands.sort(key=lambda a: (a.priority, over[a.queue], a.started_at, a.uid))
+        cands.sort(key=lambda a: (a.priority, over[a.queue], a.preemptions, a.started_at, a.uid))
         victims: list[Allocation] = []
         freed = np.zeros(len(RESOURCES), dtype=np.int64)
         for a in cands:
