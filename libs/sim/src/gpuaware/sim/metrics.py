@@ -15,6 +15,11 @@ table or a notebook. Conventions, chosen so that a scheduler cannot look better 
   threshold at the horizon is undecided and left out.
 * Fairness is Jain's index over tenants of the share of their demand served: GPU-seconds held in
   [0, horizon] over GPU-seconds asked if every pod had started on arrival (both clipped at the horizon).
+  Hour by hour (``tenant_windows``, ``fair_share_over_windows``) it is what a tenant feels: in each
+  window each tenant with demand (pods running or waiting) is entitled to its water-filled fair share
+  of the cluster, Jain's index is taken over those tenants' ``min(1, held / fair share)``, and the worst
+  tenant's figure is its time-averaged share of its fair share over the *contended* windows (more GPUs
+  wanted than the cluster has), where a scheduler's choices decide who waits.
 * Allocation is the GPU compute pods *asked for* and hold (a 0.3-GPU pod counts 0.3 even where it was
   given a whole GPU), over the cluster's capacity; "occupied" counts GPUs holding anything. The gap
   between the two is what whole-GPU scheduling wastes.
@@ -29,24 +34,28 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuaware.quota import jain_index  # quota's one implementation, re-exported for the report
+from gpuaware.quota import jain_index, normalised_shares, water_fill  # quota's, jain_index re-exported
 from gpuaware.schemas import percentile
 
 __all__ = [
     "MILLI",
     "AllocationSample",
+    "FairShareFigures",
     "GpuLedger",
     "PodRecord",
+    "TenantWindow",
     "Violation",
     "clock_jumps",
     "delay_stats",
     "delays_by_class",
+    "fair_share_over_windows",
     "fragmentation",
     "jain_index",
     "jct",
     "queue_delays",
     "slo_attainment",
     "tenant_service",
+    "tenant_windows",
     "time_in_system",
     "time_weighted_mean",
     "utilisation_series",
@@ -159,6 +168,105 @@ def tenant_service(pods: Iterable[PodRecord], horizon: float) -> dict[str, float
             got += max(0.0, stop - start)
         held[p.tenant] = held.get(p.tenant, 0.0) + gpus * got
     return {t: (held.get(t, 0.0) / asked[t] if asked[t] > 0 else 1.0) for t in sorted(asked)}
+
+
+@dataclass(frozen=True, slots=True)
+class TenantWindow:
+    """One window of a run: GPU-seconds each tenant held, and wanted (held + waiting), in [start, end)."""
+
+    start: float
+    end: float
+    held: Mapping[str, float]
+    asked: Mapping[str, float]
+
+
+def _spread(into: list[dict[str, float]], tenant: str, gpus: float, a: float, b: float, window_s: float) -> None:
+    """Add ``gpus`` x the overlap of [a, b) with each window to the windows' ``tenant`` entry."""
+    k = int(a // window_s)
+    while a < b and k < len(into):
+        edge = min(b, (k + 1) * window_s)
+        into[k][tenant] = into[k].get(tenant, 0.0) + gpus * (edge - a)
+        a, k = edge, k + 1
+
+
+def tenant_windows(pods: Iterable[PodRecord], horizon: float, window_s: float = 3600.0) -> list[TenantWindow]:
+    """Per ``window_s``-long window of [0, horizon] (the last one may be shorter): GPU-seconds each
+    tenant held, and wanted. A pod wants its GPUs from its arrival until it finishes (or the horizon),
+    running or waiting; it holds them over its bound intervals."""
+    if horizon <= 0 or window_s <= 0:
+        return []
+    n = math.ceil(horizon / window_s)
+    held: list[dict[str, float]] = [{} for _ in range(n)]
+    asked: list[dict[str, float]] = [{} for _ in range(n)]
+    for p in pods:
+        if p.arrival >= horizon or p.gpu_milli_total <= 0:
+            continue
+        gpus = p.gpu_milli_total / MILLI
+        end = horizon if p.finished is None else min(p.finished, horizon)
+        _spread(asked, p.tenant, gpus, max(0.0, p.arrival), end, window_s)
+        for start, stop in p.intervals:
+            _spread(held, p.tenant, gpus, max(0.0, start), horizon if stop is None else min(stop, horizon),
+                    window_s)
+    return [TenantWindow(k * window_s, min(horizon, (k + 1) * window_s), held[k], asked[k]) for k in range(n)]
+
+
+@dataclass(frozen=True, slots=True)
+class FairShareFigures:
+    """What tenants felt window by window (see the module docstring); None where nothing was measured."""
+
+    jain_mean: float | None
+    """mean over windows with at least two tenants with demand"""
+    jain_contended_mean: float | None
+    """the same over the contended windows only"""
+    windows: int
+    contended_windows: int
+    tenants: int
+    """tenants with demand in at least one contended window (whom the worst-tenant figure is over)"""
+    worst_tenant: str | None
+    worst_share: float | None
+    """the lowest of ``share_of_fair_share``"""
+    share_of_fair_share: Mapping[str, float]
+    """per tenant: min(1, held / fair share), averaged over the contended windows it had demand in,
+    weighted by the windows' lengths"""
+
+
+def fair_share_over_windows(windows: Sequence[TenantWindow], capacity_gpus: float,
+                            weights: Mapping[str, float] | None = None) -> FairShareFigures:
+    """Jain over tenants with demand and each tenant's share of its fair share, window by window: a
+    window's fair shares water-fill ``capacity_gpus`` over the tenants' mean GPUs wanted (by
+    ``weights``, equal when absent); a window is contended when they want more than the cluster has."""
+    every: list[float] = []
+    contended: list[float] = []
+    share_time: dict[str, float] = {}
+    time_in: dict[str, float] = {}
+    n_contended = 0
+    for w in windows:
+        length = w.end - w.start
+        demand = {t: a / length for t, a in w.asked.items() if length > 0 and a > 1e-9}
+        if not demand:
+            continue
+        fair = water_fill(capacity_gpus, demand, weights or {})
+        got = {t: w.held.get(t, 0.0) / length for t in demand}
+        is_contended = sum(demand.values()) > capacity_gpus + 1e-9
+        if len(demand) >= 2:
+            j = jain_index(normalised_shares(got, fair))
+            every.append(j)
+            if is_contended:
+                contended.append(j)
+        if not is_contended:
+            continue
+        n_contended += 1
+        for t, f in fair.items():
+            if f > 1e-12:
+                share_time[t] = share_time.get(t, 0.0) + min(1.0, got[t] / f) * length
+                time_in[t] = time_in.get(t, 0.0) + length
+    shares = {t: share_time[t] / time_in[t] for t in sorted(time_in)}
+    worst = min(shares, key=lambda t: (shares[t], t)) if shares else None
+    return FairShareFigures(
+        jain_mean=sum(every) / len(every) if every else None,
+        jain_contended_mean=sum(contended) / len(contended) if contended else None,
+        windows=len(every), contended_windows=n_contended, tenants=len(shares), worst_tenant=worst,
+        worst_share=shares[worst] if worst is not None else None, share_of_fair_share=shares)
 
 
 # --- GPUs over time --------------------------------------------------------------------------------
