@@ -71,6 +71,8 @@ class UnschedulableReason(StrEnum):
     NO_MATCHING_MIG_PROFILE = "no_matching_mig_profile"
     TOPOLOGY_UNSATISFIABLE = "topology_unsatisfiable"
     GANG_INCOMPLETE = "gang_incomplete"
+    ELASTIC_GROW = "elastic_grow"
+    """a worker beyond its elastic job's minimum: it runs only on GPUs no other waiting pod can use"""
     QUOTA_EXCEEDED = "quota_exceeded"
     UNHEALTHY_GPUS = "unhealthy_gpus"
     FRAGMENTED = "fragmented"
@@ -106,7 +108,8 @@ class PlannedPreemption(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     namespace: Name
     node: Name
     reason: Text
-    """``priority``, ``reclaim`` (quota), ``defragment``, ``gang``"""
+    """``priority``, ``reclaim`` (quota), ``defragment``, ``gang``, ``shrink`` (a worker beyond its elastic
+    job's minimum: the job keeps running at a smaller world size)"""
     checkpoint_first: bool = False
     """ask the pod to checkpoint (``binder.checkpoint.requested.v1``) and wait before evicting"""
     grace_period_s: Seconds = 30.0

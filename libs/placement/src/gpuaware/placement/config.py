@@ -30,6 +30,11 @@ class PlannerConfig:
     preemption: bool = True
     preemption_cooldown_s: float = 30.0
     max_victims: int = 16
+    victim_min_run_s: float = 0.0
+    """a pod bound less than this long ago is no victim of a preemption or reclaim (a lease; spares excepted)"""
+    victim_max_requeues: int | None = None
+    """a pod re-queued this many times (its attempt) is no victim any more: a cap on how often one job is
+    stopped (spares excepted: a shrink stops nothing); None: no cap"""
     max_refused_nodes: int = 4
     extra_filters: tuple[FilterPlugin, ...] = ()
     """built Filter plugins every profile gets on top of its own (strict partitions from the quota tree)"""

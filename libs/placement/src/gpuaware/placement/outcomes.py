@@ -15,6 +15,7 @@ from gpuaware.placement.session import WaitingPod
 __all__ = ["Counters", "Decided", "Outcome", "Parked", "decision_id"]
 
 GANG_INCOMPLETE = "gang_incomplete"
+ELASTIC_GROW = "elastic_grow"
 INSUFFICIENT_GPU = "insufficient_gpu"
 NO_MATCHING_GPU_TYPE = "no_matching_gpu_type"
 REFUSED_BY_BINDER = "refused_by_binder"
@@ -79,3 +80,7 @@ class Counters:
     victims_planned: int = 0
     fair_reclaims: int = 0
     reservations: int = 0
+    elastic_grows: int = 0
+    """extra workers of running elastic jobs placed on idle GPUs"""
+    elastic_shrinks: int = 0
+    """workers beyond their elastic job's minimum named as victims (the job keeps running)"""

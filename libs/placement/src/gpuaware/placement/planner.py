@@ -10,7 +10,8 @@ remembers the nodes the binder refused a pod on, and runs the actions (session.p
       -> ledger QUEUED -> Session.run([pod] or [gang])  (allocate, then preempt when it fits nowhere)
       -> Decided (reserved; victims evicted)  |  Parked (why, explained)
     retry(limit)                              parked pods again after capacity was freed: gangs,
-                                              then lone pods in the queue order (actions.fair_share)
+                                              then lone pods in the queue order (actions.fair_share),
+                                              then elastic jobs' extra workers on what is left (a grow)
     reclaim(uid, victims)                     a parked pod placed by evicting the pods quota's
                                               reclaim plan named (actions.reclaim)
 
@@ -34,6 +35,7 @@ import numpy as np
 
 from gpuaware.placement.actions import Backfill, fair_share_pass, reclaim
 from gpuaware.placement.config import PlannerConfig
+from gpuaware.placement.elastic import GainFn, grow_order, holding_by_gang
 from gpuaware.placement.explain import PodExplanation
 from gpuaware.placement.extensions import DefaultPreemption
 from gpuaware.placement.frag import TypicalPods
@@ -42,6 +44,7 @@ from gpuaware.placement.held import HeldDecisions
 from gpuaware.placement.ledger import HOLDING, RETRIED, Phase, PodEntry
 from gpuaware.placement.model import NodeSpec, PodRequest
 from gpuaware.placement.outcomes import (
+    ELASTIC_GROW,
     GANG_INCOMPLETE,
     Counters,
     Decided,
@@ -50,8 +53,8 @@ from gpuaware.placement.outcomes import (
     decision_id,
 )
 from gpuaware.placement.preempt import running_victims
-from gpuaware.placement.queue_order import QueueSort, Reservation
-from gpuaware.placement.session import Framework, Placed, Session, Waiting
+from gpuaware.placement.queue_order import QueueSort, Reservation, queue_of
+from gpuaware.placement.session import ACTIONS, Framework, Placed, Session, Waiting
 from gpuaware.placement.verdicts import park
 from gpuaware.placement.view import PlacementView
 from gpuaware.placement.world_clock import WorldClock
@@ -76,6 +79,9 @@ class Planner:
         """decisions held at Permit (their statements open): `waiting.allow(uid)` / `.reject(uid, ...)`"""
         self.world = WorldClock(clock)
         self.backfill = Backfill()
+        self.grow_gain: GainFn | None = None
+        """what one more worker adds to an elastic job (its measured throughput curve), when the host
+        knows; None: the narrowest job grows first (elastic.py)"""
 
     # -- the view (view.py) ----------------------------------------------------------------------------
 
@@ -118,11 +124,13 @@ class Planner:
     def explain_request(self, req: PodRequest, max_classes: int = 50) -> PodExplanation:
         return self.view.explain(req, max_classes)
 
-    def session(self) -> Session:
+    def session(self, actions: Sequence[str] = ACTIONS) -> Session:
         """A scheduling session on the current view (the caller made sure the cluster exists)."""
         assert self.ledger.cluster is not None and self.framework is not None
-        return Session(self.ledger.cluster, self.framework, running=lambda: running_victims(self.ledger, self.clock()),
-                       exclude=self._excluded)
+        cfg = self.config
+        return Session(self.ledger.cluster, self.framework, actions, exclude=self._excluded,
+                       running=lambda: running_victims(self.ledger, self.clock(), min_run_s=cfg.victim_min_run_s,
+                                                       max_requeues=cfg.victim_max_requeues))
 
     # -- deciding ----------------------------------------------------------------------------------------
 
@@ -147,6 +155,8 @@ class Planner:
         if entry is None or entry.attempt != attempt:
             self.ledger.queue(uid, attempt, request, self.clock(), payload=payload)
         entry = self.ledger.pods[uid]
+        if request.elastic:
+            return self._submit_elastic(entry)
         if request.gang_id and request.gang_min_members > 1:
             gang = self.gangs.add(request)
             if not gang.placed:
@@ -166,9 +176,19 @@ class Planner:
         assert self.framework is not None
         singles: list[PodEntry] = []
         gangs: list[str] = []
+        cores: dict[str, list[PodEntry]] = {}
+        grows: list[PodEntry] = []
+        holding = holding_by_gang(self.ledger) if any(
+            e.request is not None and e.request.elastic for e in self.ledger.waiting([Phase.PARKED, Phase.QUEUED])) else {}
         for entry in self.ledger.waiting([Phase.PARKED, Phase.QUEUED]):
             req = entry.request
             if req is None or entry.uid in self.waiting:
+                continue
+            if req.elastic:
+                if len(holding.get(req.gang_id, ())) >= max(1, req.gang_min_members):
+                    grows.append(entry)
+                else:
+                    cores.setdefault(req.gang_id, []).append(entry)
                 continue
             if req.gang_id and req.gang_min_members > 1:
                 gang = self.gangs.gangs.get(req.gang_id)
@@ -180,6 +200,11 @@ class Planner:
         out: list[Outcome] = []
         for gang_id in gangs:
             out += self._place_gang(gang_id)
+        for gang_id, members in cores.items():
+            if max(1, members[0].request.gang_min_members) - len(holding.get(gang_id, ())) == 1:  # type: ignore[union-attr]  # waiting() returns pods with requests
+                singles.append(members[0])  # a core of one is a lone pod (the rest grow once it runs)
+            else:
+                out += self._place_core(gang_id)
         left = max(0, limit - sum(isinstance(o, Decided) for o in out))
         order = self.framework.queue_sort
         if order is None or not order.tenant_aware:
@@ -192,6 +217,11 @@ class Planner:
                 decide=lambda entries, n: self._decide(entries, publish=set(), limit=n), reclaim=self.reclaim,
                 backfill=self.backfill, max_reclaims=cfg.max_reclaims, max_reservations=cfg.max_reservations,
                 counters=self.counters)
+        if grows and not more:
+            left = max(0, left - sum(isinstance(o, Decided) for o in got))
+            grown, tried = self._grow(grows, left)
+            got += grown
+            more = tried < len(grows)
         self.counters.retried_decided += sum(isinstance(o, Decided) for o in got)
         return out + got, more
 
@@ -233,6 +263,91 @@ class Planner:
                 out += self._wait(entry, r, publish=entry.uid in publish)
         return out, len(results)
 
+    # -- elastic jobs (elastic.py) -------------------------------------------------------------------
+
+    def _submit_elastic(self, entry: PodEntry) -> list[Outcome]:
+        """A worker of an elastic job: part of the job's core (placed all or none, a core of one as a lone
+        pod) while the job holds fewer than its minimum, else a grow (decided now only if no other pod
+        waits: grows take idle GPUs, never anyone's turn)."""
+        req = entry.request
+        assert req is not None
+        gang = self.gangs.add(req)
+        core = max(1, req.gang_min_members)
+        held = len(holding_by_gang(self.ledger.pods[u] for u in gang.members if u in self.ledger.pods).get(req.gang_id, ()))
+        if held >= core:
+            if any(e.uid != entry.uid and not (e.request is not None and e.request.elastic)
+                   for e in self.ledger.waiting([Phase.PARKED])):
+                return self._grow_waits(entry, publish=True)
+            return self._grow([entry], 1, publish={entry.uid})[0]
+        if core - held == 1:
+            return self._decide([entry], publish={entry.uid})[0]
+        got = self._place_core(req.gang_id, arriving=entry.uid)
+        if not got:
+            msg = f"elastic gang {req.gang_id}: {len(gang.members)}/{core} workers present"
+            self.ledger.wait(entry.uid, entry.attempt, Phase.HELD, GANG_INCOMPLETE, now=self.clock())
+            self.counters.unschedulable += 1
+            return [Parked(entry, GANG_INCOMPLETE, msg)]
+        return got
+
+    def _place_core(self, gang_id: str, arriving: str | None = None) -> list[Outcome]:
+        """The workers an elastic job lacks to reach its minimum, placed all or none (oldest first)."""
+        gang = self.gangs.gangs.get(gang_id)
+        if gang is None:
+            return []
+        members = [e for uid in gang.members if (e := self.ledger.pods.get(uid)) is not None and e.request is not None]
+        held = len(holding_by_gang(members).get(gang_id, ()))
+        waiting = sorted((e for e in members if e.phase not in HOLDING and e.uid not in self.waiting),
+                         key=lambda e: (e.uid != arriving, e.seq))
+        need = max(1, members[0].request.gang_min_members) - held if members else 0  # type: ignore[union-attr]  # filtered above
+        if need <= 0 or len(waiting) < need:
+            return []
+        core = sorted(waiting[:need], key=lambda e: e.seq)
+        results = self.session().run([[e.request for e in core if e.request is not None]])
+        by_uid = {e.uid: e for e in core}
+        if all(isinstance(r, Placed) for r in results):
+            self.counters.gangs_placed += 1
+            return [self._commit(by_uid[r.pod.name], r) for r in results if isinstance(r, Placed)]
+        out: list[Outcome] = []
+        for r in results:
+            assert isinstance(r, Waiting)
+            out += self._wait(by_uid[r.pod.name], r, publish=r.pod.name == arriving)
+        return out
+
+    def _grow(self, grows: Sequence[PodEntry], limit: int,
+              publish: set[str] | None = None) -> tuple[list[Outcome], int]:
+        """Extra workers of running elastic jobs onto idle GPUs, in `grow_order`; allocate only (a grow
+        never preempts, and what finds no room waits as a grow). (outcomes, workers tried)."""
+        if limit <= 0:
+            return [], 0
+        width = {g: len(m) for g, m in holding_by_gang(self.ledger).items()}
+        order = self.order
+        if order is not None and order.tenant_aware:
+            demand = order.demand(self.ledger)
+            below = lambda e: demand.attained(queue_of(e)) <= 1.0 + 1e-9  # noqa: E731  # one predicate
+        else:
+            below = lambda e: True  # noqa: E731  # no tenants: nobody is above a share
+        ordered = grow_order(grows, width, below_share=below, gain=self.grow_gain)
+        session = self.session(actions=("allocate",))
+        results = session.run([e.request for e in ordered if e.request is not None], limit=limit)
+        by_uid = {e.uid: e for e in ordered}
+        out: list[Outcome] = []
+        for r in results:
+            entry = by_uid[r.pod.name]
+            if isinstance(r, Placed):
+                self.counters.elastic_grows += 1
+                out.append(self._commit(entry, r))
+            else:
+                out += self._grow_waits(entry, publish=entry.uid in (publish or ()))
+        return out, len(results)
+
+    def _grow_waits(self, entry: PodEntry, *, publish: bool) -> list[Outcome]:
+        changed = entry.phase != Phase.PARKED or entry.reason != ELASTIC_GROW
+        self.ledger.wait(entry.uid, entry.attempt, Phase.PARKED, ELASTIC_GROW, now=self.clock())
+        if not (publish or changed):
+            return []
+        self.counters.unschedulable += 1
+        return [Parked(entry, ELASTIC_GROW, "an elastic job's worker beyond its minimum: waits for idle GPUs")]
+
     def _place_gang(self, gang_id: str, arriving: str | None = None) -> list[Outcome]:
         gang = self.gangs.gangs[gang_id]
         entries = [e for uid in gang.members if (e := self.ledger.pods.get(uid)) is not None
@@ -261,6 +376,9 @@ class Planner:
         if victims:
             self.counters.preemptions_planned += 1
             self.counters.victims_planned += len(victims)
+            self.counters.elastic_shrinks += sum(v.spare for v in placed.victims)
+            if all(v.spare for v in placed.victims):
+                preemption_reason = "shrink"
         alloc = self.ledger.cluster.allocations[entry.uid]
         self.counters.decided += 1
         decided = Decided(entry, decision_id(entry.uid, entry.attempt), d.node_name, d.gpus,

@@ -7,14 +7,17 @@ eviction, then the bind). The plan travels inside the decision (`PlacementDecide
 The rules follow kube-scheduler's DefaultPreemption, with one addition for GPU work:
 
 1. Only pods of strictly lower priority may be evicted, and never members of a gang (evicting one
-   member would strand the others) or pods already being evicted by another plan.
+   member would strand the others) or pods already being evicted by another plan. A *spare* -- a
+   worker of an elastic job beyond its minimum (elastic.py) -- may be evicted by any pod of at least
+   its priority: evicting it shrinks the job, which keeps running.
 2. A node is a candidate when the pod passes every filter of the profile with *all* its possible
    victims gone (a what-if snapshot; nothing in the cluster changes).
 3. On each candidate, victims are *reprieved* one by one, most important first (then the ones with
    the most work to lose first): a victim stays when the pod still fits with it added back. What
    remains is a minimal set on that node (no victim can be dropped from it).
-4. Among candidates the plan with the lowest cost wins, compared in this order:
-   highest victim priority, then **work lost** (GPU-seconds of progress of victims that cannot
+4. Among candidates the plan with the lowest cost wins, compared in this order: whether it stops a
+   job (a victim that is not a spare: a plan that only shrinks comes first), then the highest victim
+   priority, then **work lost** (GPU-seconds of progress of victims that cannot
    checkpoint; a checkpointable victim resumes where it stopped and loses nothing), then the sum
    of victim priorities, then the number of victims, then the node index (deterministic).
 5. The pod's GPUs on the chosen node are picked among those the plan frees or finds free, GPU memory
@@ -35,6 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gpuaware.placement.cluster import QUARANTINED, Snapshot
+from gpuaware.placement.elastic import spares
 from gpuaware.placement.framework import CycleState, Scheduler, rows_view, usable_gpus
 from gpuaware.placement.ledger import Ledger, Phase
 from gpuaware.placement.model import MILLI, PodRequest
@@ -60,6 +64,8 @@ class Victim:
     gang: bool = False
     gpu_mem: int = 0
     """GPU memory it holds on each of its GPUs, MiB (`Allocation.gpu_mem`)"""
+    spare: bool = False
+    """a worker of an elastic job beyond its minimum: evicting it shrinks the job instead of stopping it"""
 
     @property
     def lost_gpu_s(self) -> float:
@@ -80,13 +86,18 @@ class PreemptionPlan:
     """how many nodes could have held the pod with their victims gone"""
 
     @property
-    def cost(self) -> tuple[int, float, int, int]:
+    def cost(self) -> tuple[int, int, float, int, int]:
         return _cost(self.victims)
 
+    @property
+    def shrinks_only(self) -> bool:
+        """Every victim is a spare: the plan stops no job."""
+        return all(v.spare for v in self.victims)
 
-def _cost(victims: Sequence[Victim]) -> tuple[int, float, int, int]:
-    return (max(v.priority for v in victims), round(sum(v.lost_gpu_s for v in victims), 3),
-            sum(v.priority for v in victims), len(victims))
+
+def _cost(victims: Sequence[Victim]) -> tuple[int, int, float, int, int]:
+    return (int(any(not v.spare for v in victims)), max(v.priority for v in victims),
+            round(sum(v.lost_gpu_s for v in victims), 3), sum(v.priority for v in victims), len(victims))
 
 
 def _give_back(snap: Snapshot, rows: np.ndarray, victims: Iterable[Victim], pos: dict[int, int]) -> Snapshot:
@@ -141,10 +152,10 @@ def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, runni
     `running` are the pods placement sees holding resources (any priority; the rules above pick).
     `exclude` (bool over nodes) keeps nodes out of the plan, as for ordinary decisions. `eligible`
     replaces rule 1 (who may be evicted at all): quota's reclaim passes the pods it named, whatever
-    their priority, and still never a gang member."""
+    their priority, and still never a gang member (a spare is not one: evicting it shrinks its job)."""
     if eligible is None:
         def eligible(v: Victim) -> bool:
-            return v.priority < pod.priority and not v.gang
+            return (v.priority < pod.priority and not v.gang) or (v.spare and v.priority <= pod.priority)
     by_node: dict[int, list[Victim]] = {}
     for v in running:
         if eligible(v):
@@ -162,10 +173,10 @@ def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, runni
     candidates = [int(rows[i]) for i in ok]
     # the nodes whose victims matter least first, so the candidate cap drops the worst ones
     candidates.sort(key=lambda n: (max(v.priority for v in by_node[n]), n))
-    best: tuple[tuple[int, float, int, int, int], int, list[Victim]] | None = None
+    best: tuple[tuple[int, int, float, int, int, int], int, list[Victim]] | None = None
     for node in candidates[:max_candidates]:
-        # reprieve the most important (then the most work to lose) first
-        order = sorted(by_node[node], key=lambda v: (-v.priority, -v.lost_gpu_s, v.uid))
+        # reprieve whole jobs before spares, then the most important (then the most work to lose) first
+        order = sorted(by_node[node], key=lambda v: (v.spare, -v.priority, -v.lost_gpu_s, v.uid))
         evict = list(order)
         for v in order:
             trial = [x for x in evict if x is not v]
@@ -185,10 +196,17 @@ def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, runni
     return PreemptionPlan(pod.name, node, snap.node_names[node], gpus, tuple(evict), len(candidates))
 
 
-def running_victims(ledger: Ledger, now: float) -> list[Victim]:
+def running_victims(ledger: Ledger, now: float, *, min_run_s: float = 0.0,
+                    max_requeues: int | None = None) -> list[Victim]:
     """The ledger's bound pods that still hold GPUs in its cluster, as a plan may evict them (a pod
-    already evicting, or evicted by a statement still open, is none)."""
+    already evicting, or evicted by a statement still open, is none).
+
+    Two protections for the jobs a preemption stops, neither for spares (a shrink stops nothing): a pod
+    bound less than `min_run_s` ago is none (a lease: it runs a while before anyone takes it back), and
+    one already re-queued `max_requeues` times is none (a cap on how often one job is stopped; the
+    pod's attempt counts its re-queues)."""
     allocations = ledger.cluster.allocations if ledger.cluster is not None else {}
+    spare = spares(ledger)
     out = []
     for e in ledger:
         if e.phase != Phase.BOUND or e.evicting or e.request is None:
@@ -196,7 +214,11 @@ def running_victims(ledger: Ledger, now: float) -> list[Victim]:
         a = allocations.get(e.uid)
         if a is None:
             continue
+        is_spare = e.uid in spare
+        if not is_spare and (now - e.since < min_run_s or (max_requeues is not None and e.attempt >= max_requeues)):
+            continue
         out.append(Victim(e.uid, a.node, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, e.request.priority,
-                          e.request.checkpointable, max(1.0, now - e.since), bool(e.request.gang_id),
-                          gpu_mem=a.gpu_mem))
+                          e.request.checkpointable, max(1.0, now - e.since),
+                          bool(e.request.gang_id) and e.request.gang_min_members > 1 and not is_spare,
+                          gpu_mem=a.gpu_mem, spare=is_spare))
     return out

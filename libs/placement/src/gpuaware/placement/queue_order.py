@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+from gpuaware.placement.elastic import spares
 from gpuaware.placement.ledger import HOLDING, WAITING, Phase, PodEntry
 from gpuaware.placement.model import MILLI
 from gpuaware.quota import OwedService, Running, shadow, water_fill
@@ -299,9 +300,12 @@ class FairShareOrder:
         if entry.request is None or not self.starved(tenant, demand):
             return []
         prio = entry.request.priority
+        holding = list(holding)
+        spare = spares(holding)  # elastic jobs' workers beyond their minimum: shrunk, not stopped
         movable = [e for e in holding
                    if e.request is not None and queue_of(e) != tenant and not e.evicting and e.request.checkpointable
-                   and not e.request.gang_id and now - e.since >= self.min_runtime_s]
+                   and (e.uid in spare or (not (e.request.gang_id and e.request.gang_min_members > 1)
+                                           and now - e.since >= self.min_runtime_s))]
         evictable = [e for e in movable if _priority(e) <= prio]
         candidates = sorted((e for e in evictable if demand.capped(queue_of(e))),
                             key=lambda e: (-demand.attained(queue_of(e)), -e.since))
@@ -318,8 +322,8 @@ class FairShareOrder:
                 if t != tenant and owed.can_yield(t, demand.running.get(t, 0.0), s)}
         taken = set(fair)
         turn = sorted((e for e in movable if queue_of(e) in over and e.uid not in taken
-                       and now - e.since >= self.turn_lease_s),
-                      key=lambda e: (_priority(e), over[queue_of(e)], e.since))
+                       and (e.uid in spare or now - e.since >= self.turn_lease_s)),
+                      key=lambda e: (e.uid not in spare, _priority(e), over[queue_of(e)], e.since))
         return fair + [e.uid for e in turn]
 
 

@@ -1,0 +1,84 @@
+"""Elastic jobs: gangs that run with any number of workers between their minimum and their maximum.
+
+An elastic job (torchrun's ``--nnodes=MIN:MAX``, KAI's pods above ``minMember``) is a gang whose pods
+are its workers: its controller creates ``gang_max_members`` of them. Placement treats the two parts
+of such a gang differently:
+
+* the **core** -- ``gang_min_members`` workers -- is placed all or none, like any gang (one worker for
+  a minimum of 1: then a lone pod, which may preempt and reclaim like one);
+* every worker beyond the core is a **grow**: tried only after every other waiting pod of a retry pass,
+  never by preempting or reclaiming, so it runs on GPUs nobody else could use now;
+* a running worker beyond the core is a **spare**: the first a preemption, a reclaim or a turn takes
+  (a **shrink**: the job keeps running on its core, paying a restart at its new world size rather
+  than a stop), and it is exempt from the preemption cap and the lease that protect stopped jobs.
+
+Which running workers are spares is computed, not remembered: of a gang's workers holding GPUs, the
+newest beyond the minimum (so a shrink undoes the latest grow first). Which waiting worker is a grow
+likewise: its gang already holds its minimum.
+
+The grow order (`grow_order`): GPUs go where they are worth most -- by default the narrowest job
+first (a concave speedup gives its next worker the largest gain); a host that knows each job's
+measured throughput passes `gain(uid, width)` (the marginal throughput of one more worker) and
+tenants below their fair share come first either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from gpuaware.placement.entries import HOLDING, PodEntry
+
+__all__ = ["GainFn", "grow_order", "holding_by_gang", "is_elastic", "spares"]
+
+GainFn = Callable[[str, int], float]
+"""(worker uid, its job's width now) -> what one more worker adds (higher first)"""
+
+
+def is_elastic(entry: PodEntry) -> bool:
+    return entry.request is not None and entry.request.elastic
+
+
+def _core(entry: PodEntry) -> int:
+    assert entry.request is not None
+    return max(1, entry.request.gang_min_members)
+
+
+def holding_by_gang(entries: Iterable[PodEntry]) -> dict[str, list[PodEntry]]:
+    """Elastic gangs' workers that hold GPUs (decided or bound, not leaving), oldest first."""
+    out: dict[str, list[PodEntry]] = {}
+    for e in entries:
+        if e.phase in HOLDING and not e.evicting and is_elastic(e):
+            assert e.request is not None
+            out.setdefault(e.request.gang_id, []).append(e)
+    for members in out.values():
+        members.sort(key=lambda e: (e.since, e.seq, e.uid))
+    return out
+
+
+def spares(entries: Iterable[PodEntry]) -> set[str]:
+    """The running workers beyond their gang's minimum, newest first taken: a shrink evicts these."""
+    out: set[str] = set()
+    for members in holding_by_gang(entries).values():
+        extra = len(members) - _core(members[0])
+        if extra > 0:
+            out.update(e.uid for e in members[-extra:])
+    return out
+
+
+def grow_order(grows: Sequence[PodEntry], width: dict[str, int], *, below_share: Callable[[PodEntry], bool],
+               gain: GainFn | None = None) -> list[PodEntry]:
+    """Waiting workers of running elastic jobs in the order they get idle GPUs: tenants at or below their
+    fair share first, then the largest marginal gain (`gain`, or the narrowest job), then arrival. A
+    job's k-th waiting worker is valued at the width it would add to (its width now + k - 1), so one
+    pass spreads idle GPUs across jobs as far as their gains say."""
+    seen: dict[str, int] = {}
+    keyed = []
+    for e in sorted(grows, key=lambda e: e.seq):
+        assert e.request is not None
+        gang = e.request.gang_id
+        rank = seen[gang] = seen.get(gang, -1) + 1
+        now = width.get(gang, 0) + rank
+        value = gain(e.uid, now) if gain is not None else -float(now)
+        keyed.append(((not below_share(e), -value, e.seq), e))
+    keyed.sort(key=lambda kv: kv[0])
+    return [e for _, e in keyed]
