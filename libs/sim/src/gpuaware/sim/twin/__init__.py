@@ -9,9 +9,11 @@
     twin.evict(uid, checkpointed=True)
     twin.fleet                                        # the SimulatedFleet the telemetry agent samples
     twin.fleet.inject(*to_faults(decode_faults(text), twin.start))   # faults planned as data (faults.py)
+    twin.elastic_job(uid)                             # an elastic worker's job: progress, grows, shrinks
 
-``world`` holds the truth and the event queue, ``cluster`` the node sets; the clock and the
-workload sources live beside this package (``gpuaware.sim.clock``, ``gpuaware.sim.workload_gen``).
+``world`` holds the truth and the event queue, ``elastic`` an elastic job's shared progress and its
+restart delay per resize, ``cluster`` the node sets; the clock and the workload sources live beside
+this package (``gpuaware.sim.clock``, ``gpuaware.sim.workload_gen``).
 """
 
 from gpuaware.sim.twin.cluster import (
@@ -22,6 +24,7 @@ from gpuaware.sim.twin.cluster import (
     openb_cluster,
     openb_node_list,
 )
+from gpuaware.sim.twin.elastic import RESIZE_RESTART_DELAY_S, ElasticJob, JobRate, job_key, linear_rate
 from gpuaware.sim.twin.faults import (
     EccSpec,
     FaultSpec,
@@ -45,17 +48,21 @@ from gpuaware.sim.twin.world import (
     Twin,
     TwinEvent,
     TwinGpu,
+    Withdrawn,
 )
 
 __all__ = [
     "NODE_KINDS",
+    "RESIZE_RESTART_DELAY_S",
     "Arrived",
     "Binding",
     "CheckpointAnswered",
     "EccSpec",
+    "ElasticJob",
     "Eviction",
     "FaultSpec",
     "Finished",
+    "JobRate",
     "NodeKind",
     "PodState",
     "PowerCapSpec",
@@ -66,11 +73,14 @@ __all__ = [
     "Twin",
     "TwinEvent",
     "TwinGpu",
+    "Withdrawn",
     "XidSpec",
     "decode_faults",
     "default_cluster",
     "encode_faults",
     "gpu_memory_mib",
+    "job_key",
+    "linear_rate",
     "openb_cluster",
     "openb_node_list",
     "to_faults",

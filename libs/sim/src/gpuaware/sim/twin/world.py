@@ -15,7 +15,11 @@ nodes, workload, seed and sequence of calls, a twin produces the same events: no
 global random state (checkpoint delays are a hash of the seed and the request id).
 
 Work is conserved honestly: a bound pod departs after its remaining work; an eviction of a pod that
-checkpointed keeps its progress, one that did not loses it and starts over when bound again.
+checkpointed keeps its progress, one that did not loses it and starts over when bound again. The
+workers of an elastic job (a gang with ``gang_max_members`` above its minimum) share one job's work
+instead (``elastic.py``): it progresses faster with more workers, stands still for a restart delay
+at each resize, and when it is done its bound workers finish together and its pending ones are
+withdrawn.
 
 The twin owns a ``gpuaware.gpu.SimulatedFleet`` with the same nodes and GPU uuids, whose pods mirror
 the bindings (compute share, and the slice's memory as the framebuffer the pod holds; a slice without
@@ -37,6 +41,7 @@ from gpuaware.gpu import FleetNode, FleetSpec, PodLoad, SimulatedFleet, Topology
 from gpuaware.placement import MILLI, NodeSpec
 from gpuaware.schemas import gpu_model, simulated_as
 from gpuaware.sim.twin.cluster import gpu_memory_mib
+from gpuaware.sim.twin.elastic import RESIZE_RESTART_DELAY_S, ElasticJob, JobRate, job_key, linear_rate
 from gpuaware.sim.workload_gen import SimPod
 
 __all__ = [
@@ -52,6 +57,7 @@ __all__ = [
     "Twin",
     "TwinEvent",
     "TwinGpu",
+    "Withdrawn",
 ]
 
 
@@ -180,7 +186,17 @@ class CheckpointAnswered:
     checkpoint_uri: str | None = None
 
 
-TwinEvent = Arrived | Finished | CheckpointAnswered
+@dataclass(frozen=True, slots=True)
+class Withdrawn:
+    """A pending worker of an elastic job that finished without it: its controller deletes it."""
+
+    at: float
+    pod: SimPod
+    started_at: float | None
+    """when it was first bound, if it ever ran"""
+
+
+TwinEvent = Arrived | Finished | CheckpointAnswered | Withdrawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +226,8 @@ class Twin:
 
     def __init__(self, nodes: Sequence[NodeSpec], workload: Iterable[SimPod] = (), *, start: float = 0.0,
                  seed: int = 0, cluster: str = "default", checkpoint_delay_s: tuple[float, float] = (2.0, 20.0),
-                 fleet: bool = True, traces: Literal["auto", "synthetic"] = "synthetic") -> None:
+                 fleet: bool = True, traces: Literal["auto", "synthetic"] = "synthetic",
+                 job_rate: JobRate = linear_rate, restart_delay_s: float = RESIZE_RESTART_DELAY_S) -> None:
         if not nodes:
             raise ValueError("a twin needs at least one node")
         lo, hi = checkpoint_delay_s
@@ -221,6 +238,12 @@ class Twin:
         self.seed = seed
         self.cluster = cluster
         self.checkpoint_delay_s = (float(lo), float(hi))
+        if restart_delay_s < 0:
+            raise ValueError(f"restart_delay_s {restart_delay_s}: need >= 0")
+        self.job_rate = job_rate
+        """an elastic job's pace with n workers (``elastic.JobRate``)"""
+        self.restart_delay_s = float(restart_delay_s)
+        """what each resize of an elastic job costs it (``elastic.RESIZE_RESTART_DELAY_S``)"""
         self.generation = 0
         """bumped on every change of the truth (bind, evict, departure)"""
         self.nodes: dict[str, NodeSpec] = {}
@@ -247,6 +270,8 @@ class Twin:
         self._checkpoints: dict[str, int] = {}
         """request id -> answers scheduled so far"""
         self._in_flight: set[str] = set()
+        self._jobs: dict[str, ElasticJob] = {}
+        self._job_of: dict[str, ElasticJob] = {}
         self.submit(workload)
 
     # --- construction -------------------------------------------------------------------------------
@@ -275,12 +300,25 @@ class Twin:
         for p in new:
             if p.uid in self._pods:
                 raise ValueError(f"pod uid {p.uid!r} submitted twice")
-            self._pods[p.uid] = _Pod(p, remaining_s=p.duration_s)
+            self._pods[p.uid] = _Pod(p, remaining_s=None if p.elastic else p.duration_s)
             self._counts["future"] += 1
+            if p.elastic:
+                self._join_job(p)
         if new:
             rest = self._arrivals[self._next_arrival:] + new
             rest.sort(key=lambda p: (p.arrival_s, p.uid))
             self._arrivals, self._next_arrival = rest, 0
+
+    def _join_job(self, p: SimPod) -> None:
+        """Count ``p`` among its elastic job's workers; the job's work is its workers' longest duration."""
+        key = job_key(p)
+        job = self._jobs.get(key)
+        if job is None:
+            job = self._jobs[key] = ElasticJob(key, p, self.job_rate, p.duration_s, since=self.now)
+        elif job.work_s is not None and not job.done_s:
+            job.work_s = None if p.duration_s is None else max(job.work_s, p.duration_s)
+        job.members.append(p.uid)
+        self._job_of[p.uid] = job
 
     # --- time ---------------------------------------------------------------------------------------
 
@@ -307,6 +345,9 @@ class Twin:
         if d.kind == "finish":
             rec = self._pods[d.key]
             return rec.state != "bound" or rec.epoch != d.epoch
+        if d.kind == "job":
+            job = self._jobs[d.key]
+            return job.finished or job.epoch != d.epoch
         return False
 
     def advance(self, until: float) -> list[TwinEvent]:
@@ -330,34 +371,60 @@ class Twin:
                 continue
             d = heapq.heappop(self._due)
             self.now = max(self.now, d.at)
-            event = self._fire(d)
-            if event is not None:
-                out.append(event)
+            out.extend(self._fire(d))
         self.now = until
         return out
 
-    def _fire(self, d: _Due) -> TwinEvent | None:
+    def _fire(self, d: _Due) -> list[TwinEvent]:
         if d.kind == "finish":
-            rec = self._pods[d.key]
-            binding = rec.binding
-            assert binding is not None
-            self._release(rec)
-            self._move(rec, "finished")
-            rec.remaining_s = 0.0
-            started = rec.first_started_at if rec.first_started_at is not None else binding.bound_at
-            return Finished(self.now, binding, started)
+            return [self._finish(self._pods[d.key])]
+        if d.kind == "job":
+            return self._finish_job(self._jobs[d.key])
         if d.kind == "checkpoint":
             request_id, uid = d.key.split("\0", 1)
             self._in_flight.discard(request_id)
             rec = self._pods[uid]
             answer = self._checkpoints[request_id]
             if rec.state != "bound":
-                return CheckpointAnswered(self.now, request_id, rec.pod, "failed", answer)
+                return [CheckpointAnswered(self.now, request_id, rec.pod, "failed", answer)]
             if not rec.pod.checkpointable:
-                return CheckpointAnswered(self.now, request_id, rec.pod, "unsupported", answer)
+                return [CheckpointAnswered(self.now, request_id, rec.pod, "unsupported", answer)]
+            job = self._job_of.get(uid)
+            if job is not None:
+                job.checkpointed(self.now)
             uri = f"twin://{self.cluster}/checkpoints/{rec.pod.namespace}/{rec.pod.name}/{request_id}"
-            return CheckpointAnswered(self.now, request_id, rec.pod, "completed", answer, uri)
+            return [CheckpointAnswered(self.now, request_id, rec.pod, "completed", answer, uri)]
         raise AssertionError(f"unknown event kind {d.kind}")
+
+    def _finish(self, rec: _Pod) -> Finished:
+        binding = rec.binding
+        assert binding is not None
+        self._release(rec)
+        self._move(rec, "finished")
+        rec.remaining_s = 0.0
+        started = rec.first_started_at if rec.first_started_at is not None else binding.bound_at
+        return Finished(self.now, binding, started)
+
+    def _finish_job(self, job: ElasticJob) -> list[TwinEvent]:
+        """The job's work is done: its bound workers finish, its pending ones are withdrawn, the ones
+        that have not arrived never will."""
+        job.finish(self.now)
+        out: list[TwinEvent] = []
+        for uid in job.members:
+            rec = self._pods[uid]
+            if rec.state == "bound":
+                out.append(self._finish(rec))
+            elif rec.state == "pending":
+                self._move(rec, "finished")
+                out.append(Withdrawn(self.now, rec.pod, rec.first_started_at))
+            elif rec.state == "future":
+                self._move(rec, "finished")
+        return out
+
+    def _schedule_job(self, job: ElasticJob) -> None:
+        at = job.ends_at(self.now)
+        if at is not None:
+            self._push(at, "job", job.key, job.epoch)
 
     # --- the truth ----------------------------------------------------------------------------------
 
@@ -387,6 +454,14 @@ class Twin:
 
     def pending(self) -> list[SimPod]:
         return [r.pod for r in self._pods.values() if r.state == "pending"]
+
+    def elastic_job(self, uid: str) -> ElasticJob | None:
+        """The elastic job a pod is a worker of (None: not elastic). Read it; the twin changes it."""
+        return self._job_of.get(uid)
+
+    def elastic_jobs(self) -> list[ElasticJob]:
+        """Every elastic job of the workload, in the order its first worker was submitted."""
+        return list(self._jobs.values())
 
     def counts(self) -> dict[str, int]:
         """Pods per state (kept as states change: cheap enough to ask at every tick)."""
@@ -487,6 +562,10 @@ class Twin:
             rec.first_started_at = self.now
         if rec.remaining_s is not None:
             self._push(self.now + rec.remaining_s, "finish", uid, rec.epoch)
+        job = self._job_of.get(uid)
+        if job is not None:
+            job.join(uid, self.now, checkpointable=pod.checkpointable, delay=self.restart_delay_s)
+            self._schedule_job(job)
         if self.fleet is not None:
             for s in full:
                 self.fleet.assign(s.gpu_uuid, PodLoad(name=pod.name, namespace=pod.namespace,
@@ -528,6 +607,12 @@ class Twin:
             else:
                 lost = (rec.pod.duration_s or 0.0) - rec.remaining_s + ran
                 rec.remaining_s = rec.pod.duration_s
+        job = self._job_of.get(uid)
+        if job is not None:
+            before = job.lost_s
+            job.leave(uid, self.now, checkpointed=checkpointed, delay=self.restart_delay_s)
+            lost = job.lost_s - before
+            self._schedule_job(job)
         rec.lost_work_s += lost
         self._move(rec, "pending")
         rec.attempt += 1
