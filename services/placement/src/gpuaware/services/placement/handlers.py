@@ -96,6 +96,7 @@ class PlacementService:
             typical_window=s.typical_window, typical_drift=s.typical_drift, seed=s.seed,
             max_tombstones=s.max_tombstones, preemption=s.preemption,
             preemption_cooldown_s=s.preemption_cooldown_s, max_victims=s.max_victims,
+            victim_min_run_s=s.victim_min_run_s, victim_max_requeues=s.victim_max_requeues or None,
             checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree),
             max_reservations=s.reservations, observers=(self.forecast_effect,), permits=(AdmittedAndStored(),))
         st = self.state

@@ -47,7 +47,8 @@ from gpuaware.services.placement.state import Decided, Outcome, PlacementState, 
 
 log = logging.getLogger(__name__)
 
-NOT_FOR_RECLAIM = frozenset({"gang_incomplete", "quota_exceeded", "invalid_request", "refused_by_binder"})
+NOT_FOR_RECLAIM = frozenset({"gang_incomplete", "quota_exceeded", "invalid_request", "refused_by_binder",
+                             "elastic_grow"})
 """verdicts that more capacity would not change (or that quota itself gave): no reclaim is asked for"""
 MAX_ASKS_PER_PASS = 64
 """reclaim questions per publish: a burst of parked pods does not hold the pending stream up"""

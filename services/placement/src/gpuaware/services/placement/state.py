@@ -280,7 +280,7 @@ class PlacementState:
         # unresolvable pods are parked too: as leader, the first retry pass finds them so again
         phase = Phase.HELD if gang_wait else Phase.PARKED
         self.ledger.wait(ev.pod_uid, ev.attempt, phase, ev.reason, req, ev.emitted_at, payload=ev.pod)
-        if req.gang_id and req.gang_min_members > 1:
+        if req.gang_id and (req.gang_min_members > 1 or req.elastic):
             self.planner.gangs.add(req)
 
     def apply_bound(self, ev: schemas.PodBound) -> None:
