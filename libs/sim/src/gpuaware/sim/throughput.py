@@ -111,7 +111,8 @@ class ThroughputModel:
         return p.alpha_n + p.beta_n * (replicas - 2)
 
     def step_s(self, num_nodes: int, replicas: int, local_batch: int) -> float:
-        """One synchronised step: a pass over `local_batch` samples per replica, then the all-reduce."""
+        """One synchronised step: a pass over `local_batch` samples per replica and the all-reduce,
+        overlapping as gamma says."""
         grad, sync = self.grad_s(local_batch), self.sync_s(num_nodes, replicas)
         if sync <= 0.0:
             return grad
