@@ -113,6 +113,10 @@ def demo(
                                                     help="Seconds to train the forecasting service's demand model "
                                                     "on the Helios traces when the registry has none (once per "
                                                     "--data-dir; 0: serve persistence).")] = 60.0,
+    elastic: Annotated[bool, typer.Option("--elastic/--no-elastic", help="Generator: half of the multi-GPU training "
+                                          "jobs are elastic (they run on half to all of their GPUs, shrink "
+                                          "before they stop and grow into idle GPUs); --no-elastic keeps "
+                                          "every job at its fixed width.")] = True,
 ) -> None:
     """Start the stack and the services, replay a workload on the digital twin with gpuaware and with
     stock-Kubernetes placement, and report what gpuaware buys."""
@@ -123,7 +127,8 @@ def demo(
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         _demo_command(started, duration, trace, nodes, speed, window_h, load, seed, max_pods, slo_s, out,
-                      keep_running, data_dir, nats_port, pg_port, ticks, kill_leader_at, auth, forecast_train_s)
+                      keep_running, data_dir, nats_port, pg_port, ticks, kill_leader_at, auth, forecast_train_s,
+                      elastic)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -132,7 +137,7 @@ def demo(
 def _demo_command(started: float, duration: float, trace: str, nodes: str, speed: float, window_h: float,
                   load: float, seed: int, max_pods: int, slo_s: float, out: Path, keep_running: bool,
                   data_dir: Path, nats_port: int, pg_port: int, ticks: int, kill_leader_at: float = 0.0,
-                  auth: bool = False, forecast_train_s: float = 0.0) -> None:
+                  auth: bool = False, forecast_train_s: float = 0.0, elastic: bool = True) -> None:
     if trace not in ("generator", "openb", "philly"):
         raise typer.BadParameter("--trace must be generator, openb or philly")
     if not (nodes in ("default", "openb") or nodes.isdigit()):
@@ -169,7 +174,7 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
                              default_nodes=16, load=load, seed=seed, max_pods=max_pods, slo_s=slo_s,
                              shared_data=os.environ.get("GPUAWARE_SHARED_DATA", ""),
                              kill_leader_at_s=kill_leader_at, own_nats=not stack.state.nats_external,
-                             nats_credentials=credentials, database_urls=databases)
+                             nats_credentials=credentials, database_urls=databases, elastic=elastic)
             if service_built("gpuaware.services.forecasting"):
                 from gpuaware.cli.demo_forecast import ensure_demand_model
                 from gpuaware.sim import shared_data_dir

@@ -17,24 +17,29 @@ from pathlib import Path
 from typing import Any
 
 from gpuaware.cli.demo_config import DemoConfig
-from gpuaware.cli.demo_record import RunResult
-from gpuaware.schemas import HealthState, PodBound, PodFinished, PodPreempted
+from gpuaware.cli.demo_record import RunLog, RunResult
+from gpuaware.schemas import HealthState, PodBound, PodFinished, PodPreempted, percentile
 from gpuaware.sim import (
+    JobShape,
     PodRecord,
     SimPod,
     delay_stats,
     delays_by_class,
+    fair_share_over_windows,
     jain_index,
     jct,
+    job_lives,
     queue_delays,
     slo_attainment,
     tenant_service,
+    tenant_windows,
     time_in_system,
     time_weighted_mean,
+    victim_costs,
 )
 
-__all__ = ["IN_FLIGHT_S", "analyse", "busiest_window", "compare", "health_figures", "pod_records", "rebuild_workload",
-           "virtual_clock"]
+__all__ = ["IN_FLIGHT_S", "SLOWDOWN_IS", "analyse", "busiest_window", "compare", "fair_share_hourly",
+           "health_figures", "job_shapes", "pod_records", "rebuild_workload", "victims", "virtual_clock"]
 
 SLO_CLASS = "inference"
 
@@ -65,7 +70,7 @@ def rebuild_workload(cfg: DemoConfig, *, whole_trace: bool = False) -> dict[str,
             gpus = sum(n.num_gpu for n in nodes)
             spec = spec_for_cluster(gpus, load=cfg.load, duration_s=cfg.window_s,
                                     available_models=tuple(sorted({n.gpu_model for n in nodes})),
-                                    max_pods=cfg.max_pods)
+                                    max_pods=cfg.max_pods, elastic=cfg.elastic)
             pods = generate(spec, cfg.seed)
         elif cfg.trace == "openb":
             tp = load_pods(shared / "openb" / "openb_pod_list_default.csv")
@@ -180,7 +185,9 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
         "slo": {"class": SLO_CLASS, "threshold_s": cfg.slo_s, "met": met, "decided": decided,
                 "attainment": _clean(met / decided) if decided else None},
         "fairness": {"jain": _clean(jain_index(list(service.values())) if service else math.nan),
-                     "served_share": {t: _clean(v) for t, v in service.items()}},
+                     "served_share": {t: _clean(v) for t, v in service.items()},
+                     "hourly": fair_share_hourly(records, len(run.gpus), horizon)},
+        "victims": victims(run.log, records, horizon),
         "invariants": {"over_allocations_replayed": len(ledger.violations),
                        "over_allocation_examples": [f"{v.gpu} {v.milli} milli at t={v.t - t0:.0f}s (pod {v.pod})"
                                                     for v in ledger.violations[:5]],
@@ -351,6 +358,65 @@ def health_figures(run: RunResult) -> dict[str, Any]:
     }
 
 
+SLOWDOWN_IS = ("a victim's JCT over the same job's JCT without the preemption: (first start - arrival + its work), "
+               "its run from its first start without a stop; a victim unfinished at the end counts with a lower "
+               "bound (the end - arrival + the work it has not run)")
+
+
+def job_shapes(log: RunLog) -> dict[str, JobShape]:
+    """Each gang member's job (its gang) and worker range, from the requests as first submitted; a pod
+    outside a gang is a job of its own."""
+    return {uid: JobShape(p.gang_id, p.gang_min_members, max(p.gang_min_members, p.gang_max_members))
+            for uid, p in log.pending.items() if p.gang_id}
+
+
+def victims(log: RunLog, records: Sequence[PodRecord], horizon: float) -> dict[str, Any]:
+    """What preemption and resizing cost the jobs they hit (``gpuaware.sim.victim_costs``), with the
+    resize handshakes the binder asked for (checkpoint requests with reason ``resize``, one per job and
+    instant) beside the grows and shrinks read from the pods' events."""
+    costs = victim_costs(job_lives(records, job_shapes(log), horizon), horizon)
+    for figures in (costs["all"], *costs["by_class"].values()):
+        for k in ("p50", "p95", "max"):
+            figures[k] = None if figures[k] is None else round(figures[k], 4)
+
+    def job(uid: str) -> str:
+        p = log.pending.get(uid)
+        return (p.gang_id if p is not None else None) or uid
+
+    costs["resizes"]["handshakes"] = len({(job(r.pod_uid), round(r.requested_at, 3)) for r in log.resize_requests})
+    return {**costs, "slowdown_is": SLOWDOWN_IS}
+
+
+def fair_share_hourly(records: Sequence[PodRecord], gpus: int, horizon: float) -> dict[str, Any]:
+    """Hour by hour (``gpuaware.sim.fair_share_over_windows``): Jain over the tenants with demand, and
+    the worst tenant's time-averaged share of its fair share over the contended hours."""
+    f = fair_share_over_windows(tenant_windows(records, horizon), float(gpus))
+
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 4)
+
+    return {"jain_backlogged_mean": r(f.jain_mean), "jain_backlogged_contended_mean": r(f.jain_contended_mean),
+            "hours": f.windows, "contended_hours": f.contended_windows, "tenants": f.tenants,
+            "worst_tenant": f.worst_tenant, "worst_share_of_fair_share": r(f.worst_share),
+            "share_of_fair_share": {t: r(v) for t, v in f.share_of_fair_share.items()}}
+
+
+def _victims_against(ours: RunResult, base: RunResult) -> dict[str, Any]:
+    """Victims of the gpuaware run finished in both runs: their JCT over the same job's JCT in the
+    baseline run (which never preempts; its placement differs too, so this is not preemption's cost
+    alone)."""
+    def lives(run: RunResult) -> dict[str, Any]:
+        end = run.virtual_end - run.started_at
+        return {j.job: j for j in job_lives(pod_records(run, {}), job_shapes(run.log), end)}
+
+    a, b = lives(ours), lives(base)
+    ratios = [(j.finished - j.arrival) / (b[k].finished - b[k].arrival) for k, j in a.items()
+              if j.victim and j.finished is not None and k in b and b[k].finished is not None
+              and b[k].finished > b[k].arrival]
+    return {"jobs": len(ratios), "p50": _clean(percentile(ratios, 50)) if ratios else None,
+            "p95": _clean(percentile(ratios, 95)) if ratios else None}
+
+
 def _preemption(run: RunResult) -> dict[str, Any]:
     """Planned (in decisions) and executed (binder events) preemptions, and checkpoints kept."""
     planned = run.log.planned_victims
@@ -375,4 +441,5 @@ def compare(ours: RunResult, base: RunResult, a: dict[str, Any], b: dict[str, An
         "allocation_gpuaware": ours_alloc, "allocation_baseline": base_alloc,
         "allocation_gain_pct": round(100 * (ours_alloc - base_alloc) / base_alloc, 2) if base_alloc else None,
         "gpuaware_beats_baseline": ours_alloc > base_alloc,
+        "victims_jct_over_baseline_jct": _victims_against(ours, base),
     }

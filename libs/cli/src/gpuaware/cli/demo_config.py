@@ -65,6 +65,9 @@ class DemoConfig:
     seconds into the gpuaware run (0: no drill)"""
     health: bool = True
     """gpuaware run: health-scoring scores the twin's GPUs, and faults are injected into three of them"""
+    elastic: bool = True
+    """generator: half of the multi-GPU training jobs are elastic (``gpuaware.sim.workload_gen``); False:
+    every job keeps its fixed shape"""
     nats_credentials: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
     """identity -> (user, password) when the demo's NATS requires per-service users (``--auth``): each
     service gets its own through its environment, the demo itself connects as admin. Never printed."""
@@ -191,6 +194,7 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_BINDER_FLEET": "true" if exporter_port else "false",
         "GPUAWARE_BINDER_EXPORTER_PORT": str(exporter_port),
         "GPUAWARE_BINDER_WINDOW_START_S": str(cfg.window_start_s),
+        "GPUAWARE_BINDER_ELASTIC": "true" if cfg.elastic else "false",
     }
     if cfg.shared_data:
         binder["GPUAWARE_BINDER_SHARED_DATA"] = cfg.shared_data

@@ -15,6 +15,7 @@ from rich.table import Table
 from gpuaware.cli.demo_alerts import describe_alerting
 from gpuaware.cli.demo_config import DemoConfig, RunSpec
 from gpuaware.cli.demo_record import RunLog, RunResult, SubjectCounter
+from gpuaware.cli.demo_report import price_of_fairness_rows
 
 __all__ = ["LiveView", "console", "print_report", "with_live"]
 
@@ -112,6 +113,8 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
         b["allocation"]["fractional_on_shared_gpu"])
     row("pods preempted (checkpointed first)", f"{a['preemption']['preempted']} ({a['preemption']['checkpointed']})",
         f"{b['preemption']['preempted']} ({b['preemption']['checkpointed']})")
+    for (name, x), (_, y) in zip(price_of_fairness_rows(a), price_of_fairness_rows(b), strict=True):
+        row(name, x, y)
     console.print(t)
     drill = a.get("failover")
     if drill:

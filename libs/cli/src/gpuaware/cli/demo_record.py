@@ -110,6 +110,8 @@ class RunLog:
     alerts_raised: list[AlertRaised] = field(default_factory=list)
     alerts_resolved: list[AlertResolved] = field(default_factory=list)
     drains: list[DrainRecommended] = field(default_factory=list)
+    resize_requests: list[CheckpointRequested] = field(default_factory=list)
+    """the binder's checkpoint requests for an elastic job's resize (one per worker asked to save)"""
 
     def on_health(self, ev: Any, _subject: str) -> None:
         """health-scoring's state changes and alerts of this run's cluster."""
@@ -136,6 +138,8 @@ class RunLog:
         self.recorded[subject_key(subject)] += 1
         uid = ev.pod_uid
         if isinstance(ev, CheckpointRequested | CheckpointAcknowledged):
+            if isinstance(ev, CheckpointRequested) and ev.reason == "resize":
+                self.resize_requests.append(ev)
             return  # counted (the recorder stores them); the report reads preemptions from the binder's events
         if isinstance(ev, PodPending):
             self.pending.setdefault(uid, ev)

@@ -17,7 +17,7 @@ from gpuaware.cli.demo_analysis import IN_FLIGHT_S, pod_records
 from gpuaware.cli.demo_record import RunResult
 from gpuaware.sim import SimPod
 
-__all__ = ["write_html", "write_plots", "write_pods_csv", "write_typical_pods"]
+__all__ = ["price_of_fairness_rows", "write_html", "write_plots", "write_pods_csv", "write_typical_pods"]
 
 
 def write_typical_pods(path: Path, workload: Mapping[str, SimPod]) -> bool:
@@ -182,6 +182,58 @@ def _demand_plot(plt: Any, r: dict[str, Any], acc: dict[str, Any], window_h: flo
     return fig
 
 
+def _pair(x: Any, y: Any) -> str:
+    def f(v: Any) -> str:
+        return "n/a" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
+    return f"{f(x)} / {f(y)}"
+
+
+def price_of_fairness_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """One run's fairness as a worst-off tenant feels it and what it costs the victims, as (label,
+    value) rows for the report's side-by-side tables."""
+    h = (r.get("fairness") or {}).get("hourly") or {}
+    v = r.get("victims") or {}
+    rs, va = v.get("resizes") or {}, v.get("all") or {}
+    worst = h.get("worst_share_of_fair_share")
+    return [
+        ("Jain over tenants with demand, hourly: contended hours / all hours",
+         _pair(h.get("jain_backlogged_contended_mean"), h.get("jain_backlogged_mean"))),
+        ("tenants with demand in contended hours / contended hours", _pair(h.get("tenants"), h.get("contended_hours"))),
+        ("worst tenant's share of its fair share over contended hours",
+         "n/a" if worst is None else f"{worst:.3f} ({h.get('worst_tenant')})"),
+        ("elastic resizes: grows / shrinks", _pair(rs.get("grows"), rs.get("shrinks"))),
+        ("elastic jobs resized / elastic jobs (resize handshakes)",
+         f"{_pair(rs.get('elastic_jobs_resized'), rs.get('elastic_jobs'))} ({rs.get('handshakes', 0)})"),
+        ("victims (jobs preempted or shrunk): preempted / shrunk", _pair(v.get("preempted_jobs"), v.get("shrunk_jobs"))),
+        ("victims' slowdown p50 / p95", _pair(va.get("p50"), va.get("p95"))),
+        ("preemptions per job: most / jobs preempted more than twice",
+         _pair(v.get("preemptions_per_job_max"), v.get("jobs_preempted_more_than_twice"))),
+    ]
+
+
+def _victims_html(a: Mapping[str, Any], b: Mapping[str, Any], cmp_: Mapping[str, Any]) -> str:
+    """Victims' slowdown per class, side by side, and each tenant's share of its fair share."""
+    va, vb = a.get("victims") or {}, b.get("victims") or {}
+    classes = sorted(set(va.get("by_class", {})) | set(vb.get("by_class", {})))
+    rows = [(c, *(x.get("by_class", {}).get(c, {}).get(k) for x in (va, vb)
+                  for k in ("victims", "finished", "p50", "p95", "max"))) for c in classes]
+    out = ("<h3>Victims' slowdown per class</h3><p>" + html.escape(str(va.get("slowdown_is", "")))
+           + ".</p>" + _table(["class", *(f"{lbl} {k}" for lbl in ("gpuaware", "baseline")
+                                         for k in ("victims", "finished", "p50", "p95", "max"))], rows))
+    against = cmp_.get("victims_jct_over_baseline_jct") or {}
+    if against.get("jobs"):
+        out += (f"<p>Against the baseline run (no preemption, but stock placement too): the gpuaware run's victims "
+                f"finished in both runs ({against['jobs']}) took {_fmt(against['p50'])} (p50) and "
+                f"{_fmt(against['p95'])} (p95) times their JCT there.</p>")
+    ha, hb = ((x.get("fairness") or {}).get("hourly") or {} for x in (a, b))
+    tenants = sorted(set(ha.get("share_of_fair_share", {})) | set(hb.get("share_of_fair_share", {})))
+    out += ("<h3>Share of its fair share per tenant, time-averaged over contended hours</h3>"
+            + _table(["tenant", "gpuaware", "baseline"],
+                     [(t, ha.get("share_of_fair_share", {}).get(t), hb.get("share_of_fair_share", {}).get(t))
+                      for t in tenants]))
+    return out
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in row) + "</tr>" for row in rows)
@@ -252,6 +304,8 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
             ("pods preempted (of them checkpointed first)",
              f"{a['preemption']['preempted']} ({a['preemption']['checkpointed']})",
              f"{b['preemption']['preempted']} ({b['preemption']['checkpointed']})"),
+            *((name, x, y) for (name, x), (_, y) in zip(price_of_fairness_rows(a), price_of_fairness_rows(b),
+                                                        strict=True)),
         ]
         parts.append("<h2>gpuaware vs stock Kubernetes</h2>")
         parts.append(_table(["", f"gpuaware ({a['policy']})", f"baseline ({b['policy']})"], rows))
@@ -264,6 +318,7 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
         parts.append("<h3>Queue delay per class (virtual seconds)</h3>")
         parts.append(_table(["class", "pods", "gpuaware p50", "gpuaware p99", "gpuaware waiting", "baseline p50",
                              "baseline p99", "baseline waiting"], qrows))
+        parts.append(_victims_html(a, b, report.get("comparison") or {}))
         tenants = sorted(set(a["fairness"]["served_share"]) | set(b["fairness"]["served_share"]))
         parts.append("<h3>Share of demand served per tenant</h3>")
         parts.append(_table(["tenant", "gpuaware", "baseline"],

@@ -14,7 +14,7 @@ from gpuaware.cli.demo_forecast import describe as describe_forecasting
 from gpuaware.cli.demo_record import RunResult
 from gpuaware.sim import SimPod
 
-__all__ = ["analyse_runs", "summarise"]
+__all__ = ["analyse_runs", "price_of_fairness", "summarise"]
 
 LOOP_SUBJECTS = ("binder.pod.pending.v1", "placement.pod.decided.v1", "binder.pod.bound.v1")
 """every run must carry messages on these (the scheduling loop's subjects)"""
@@ -113,6 +113,28 @@ def _service_status(report: Mapping[str, Any], results: Mapping[str, RunResult],
     return svc_status
 
 
+def _num(x: Any) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def price_of_fairness(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """The summary's second half, gpuaware then the baseline: the elastic jobs' resizes, the victims'
+    slowdown (p50 / p95 over the jobs preempted or shrunk) and the worst tenant's time-averaged share of
+    its fair share over contended hours, beside Jain over the tenants with demand."""
+    def side(r: Mapping[str, Any]) -> tuple[str, str, str]:
+        v, h = r.get("victims") or {}, (r.get("fairness") or {}).get("hourly") or {}
+        rs, va = v.get("resizes") or {}, v.get("all") or {}
+        return (f"{rs.get('grows', 0)} grows / {rs.get('shrinks', 0)} shrinks",
+                f"{_num(va.get('p50'))} / {_num(va.get('p95'))} over {va.get('victims', 0)} jobs",
+                f"{_num(h.get('worst_share_of_fair_share'))} ({h.get('worst_tenant') or 'none'}; Jain "
+                f"{_num(h.get('jain_backlogged_contended_mean'))} over {h.get('tenants', 0)} tenants, "
+                f"{h.get('contended_hours', 0)} contended hours)")
+
+    (ra, va, wa), (rb, vb, wb) = side(a), side(b)
+    return (f"Elastic resizes: gpuaware {ra}, baseline {rb}. Victims' slowdown p50 / p95: gpuaware {va}, "
+            f"baseline {vb}. Worst tenant's share of its fair share: gpuaware {wa}, baseline {wb}.")
+
+
 def summarise(cfg: DemoConfig, report: dict[str, Any], results: Mapping[str, RunResult],
               runs: dict[str, dict[str, Any]], services: Mapping[str, bool], started: float) -> None:
     """Add the verdict to ``report``: ``ok`` (every invariant holds), the outcome, the summary line,
@@ -126,12 +148,14 @@ def summarise(cfg: DemoConfig, report: dict[str, Any], results: Mapping[str, Run
     summary = (f"{a['nodes']} nodes / {a['gpus']} GPUs, {cfg.trace} workload, {a['pods']['arrived']} pods over "
                f"{cfg.window_s / 3600:.1f} virtual hours (speed {cfg.speed:.0f}x). Allocation: gpuaware "
                f"{(a['allocation']['mean'] or 0):.3f} vs baseline {(b['allocation']['mean'] or 0):.3f}"
-               + (f" ({cmp_['allocation_gain_pct']:+.1f}%)" if cmp_["allocation_gain_pct"] is not None else "") + ".")
+               + (f" ({cmp_['allocation_gain_pct']:+.1f}%)" if cmp_["allocation_gain_pct"] is not None else "") + ". "
+               + price_of_fairness(a, b))
     report.update({
         "ok": all(invariants.values()),
         "outcomes": {"gpuaware allocates more than the baseline": cmp_["gpuaware_beats_baseline"]}, "seconds": round(time.perf_counter() - started, 1), "summary": summary,
         "config": {"duration_s": cfg.duration_s, "window_s": cfg.window_s, "speed": cfg.speed, "trace": cfg.trace,
                    "nodes": cfg.nodes, "load": cfg.load, "seed": cfg.seed, "max_pods": cfg.max_pods,
+                   "elastic": cfg.elastic,
                    "slo_s": cfg.slo_s, "run_id": cfg.run_id},
         "invariants": invariants, "comparison": cmp_, "runs": runs, "services": svc_status,
         "health": ("health_scoring not built yet: no health events" if not services["health_scoring"] else {
