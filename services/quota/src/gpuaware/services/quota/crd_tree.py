@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuaware.k8s import ConfigWatch, QueueSet, custom_api, patch_queue_status, queue_source
@@ -17,9 +17,11 @@ from gpuaware.k8s import ConfigWatch, QueueSet, custom_api, patch_queue_status, 
 __all__ = ["watch_queues"]
 
 
-async def watch_queues(use_tree: Callable[[Any], None]) -> ConfigWatch:
-    """Start watching GPUQueues; ``use_tree(tree)`` gets each tree in force (None: no queue accepted)."""
+async def watch_queues(use_tree: Callable[[Any], None], tree_fields: Mapping[str, Any] | None = None) -> ConfigWatch:
+    """Start watching GPUQueues; ``use_tree(tree)`` gets each tree in force (None: no queue accepted).
+    ``tree_fields``: the tree's cluster-wide fields, from the service's settings (``QueueSet``)."""
     api = await asyncio.to_thread(custom_api)
-    watch = ConfigWatch(QueueSet(), queue_source(api), functools.partial(patch_queue_status, api), use_tree)
+    watch = ConfigWatch(QueueSet(tree_fields=tree_fields), queue_source(api), functools.partial(patch_queue_status, api),
+                        use_tree)
     watch.start()
     return watch

@@ -87,7 +87,7 @@ class QuotaService:
         if self.settings.tree_source == "crd":
             from gpuaware.services.quota.crd_tree import watch_queues
 
-            self.queues = await watch_queues(self.use_tree)
+            self.queues = await watch_queues(self.use_tree, self.settings.tree_fields())
             await self._tree_read()
         self.follower = await bus.follow(self.js, POD_EVENTS, self._on_pod, stream=BINDER.name, deliver="all",
                                          with_suffixes=True, name="quota-pods")

@@ -10,6 +10,10 @@ no limit (``open_queues``): quota then only accounts and reports, and placement 
 would without it. A tree file that does not validate stops the service at start with every reason
 (``SettingsError``); nothing half-applies.
 
+The cap on preemptions per pod is the tree's ``max_preemptions_per_pod``: a tree file says it
+itself; GPUQueue objects carry queues only, so in ``crd`` mode it is ``MAX_PREEMPTIONS_PER_POD``
+(``null`` = no cap). Each queue's lease (``min_runtime_s``) is a field of the queue in both.
+
 Sample::
 
     GPUAWARE_QUOTA_TREE=deploy/quota/queues.yaml
@@ -19,7 +23,9 @@ Sample::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
+
+from msgspec import Meta
 
 from gpuaware.quota import QueueTree, QuotaConfigError, validate
 from gpuaware.runtime import DatabaseSettings, SettingsError
@@ -47,6 +53,8 @@ class QuotaSettings(DatabaseSettings, frozen=True, kw_only=True):
     """an admitted pod counts against its queue until it is bound, at most this long"""
     pending_ttl_s: float = 300.0
     """a refused pod counts as its queue's demand (fair shares, Jain's index) this long after it asked"""
+    max_preemptions_per_pod: Annotated[int, Meta(ge=0)] | None = 2
+    """``crd`` mode: the tree's cap on preemptions per pod (a tree file says its own); ``null`` = no cap"""
 
     def __post_init__(self) -> None:
         self.require_positive("report_interval_s", "reservation_ttl_s", "pending_ttl_s")
@@ -54,6 +62,10 @@ class QuotaSettings(DatabaseSettings, frozen=True, kw_only=True):
             raise SettingsError("GPUAWARE_QUOTA_TREE names a file but GPUAWARE_QUOTA_TREE_SOURCE is crd (the tree is "
                                 "the cluster's GPUQueue objects): set one or the other")
         self.queue_tree()
+
+    def tree_fields(self) -> dict[str, object]:
+        """The tree's cluster-wide fields a GPUQueue cannot carry (``crd`` mode)."""
+        return {"max_preemptions_per_pod": self.max_preemptions_per_pod}
 
     def queue_tree(self) -> QueueTree:
         """The validated tree (``SettingsError`` with every reason when it does not validate)."""

@@ -13,6 +13,10 @@ What it keeps, and why:
   and Jain's index weigh held against what each queue asks, running plus waiting).
 * every ``bound`` is also a chargeback interval, every ``finished``/``preempted``/``bind_failed`` ends
   one (``store.py`` makes both idempotent in PostgreSQL).
+* *preemptions per pod* (the ledger's count, which the tree's ``max_preemptions_per_pod`` caps): a
+  ``preempted`` event whose pod goes back to pending (``requeued``) counts, and the count stays with
+  the pod's uid; a pod gone for good -- finished, dropped after a bind failure, preempted without a
+  re-queue (its controller makes a new pod, with a new uid) -- is forgotten.
 """
 
 from __future__ import annotations
@@ -88,9 +92,9 @@ class QuotaView:
 
     def replace_tree(self, tree: QueueTree) -> int:
         """Swap in a validated tree; running pods keep counting under their queue if it still exists
-        (the decayed usage history carries over). Returns how many pods lost their queue (they stay
+        (the decayed usage history and the preemption counts carry over). Returns how many pods lost their queue (they stay
         billed, no longer counted against a queue)."""
-        ledger = QuotaLedger(tree, usage=self.ledger.usage)
+        ledger = QuotaLedger(tree, usage=self.ledger.usage, preempted_at=self.ledger.preempted_at)
         lost = 0
         for uid, a in self.ledger.running.items():
             if a.queue in tree.specs:
@@ -183,9 +187,14 @@ class QuotaView:
         """Stop counting the pod; the interval end to store (None when it never ran)."""
         self.reserved.pop(ev.pod_uid, None)
         self.asked.pop(ev.pod_uid, None)
-        if not (isinstance(ev, PodBindFailed) and ev.transient) and not (isinstance(ev, PodPreempted) and ev.requeued):
+        comes_back = (isinstance(ev, PodBindFailed) and ev.transient) or (isinstance(ev, PodPreempted) and ev.requeued)
+        if not comes_back:
             self.pending.pop(ev.pod_uid, None)
-        self.ledger.release(ev.pod_uid, now)
+            self.ledger.finished(ev.pod_uid, now)
+        elif isinstance(ev, PodPreempted):
+            self.ledger.preempted(ev.pod_uid, ev.preempted_at)
+        else:
+            self.ledger.release(ev.pod_uid, now)
         if isinstance(ev, PodFinished):
             self.counts["finished"] += 1
             return Ended(ev.pod_uid, ev.finished_at, ev.outcome.value) if ev.node is not None else None
