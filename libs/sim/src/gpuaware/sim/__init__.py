@@ -97,6 +97,7 @@ from gpuaware.sim.traces import (
     write_pods,
 )
 from gpuaware.sim.twin import (
+    RESIZE_RESTART_DELAY_S,
     Arrived,
     Binding,
     CheckpointAnswered,
@@ -108,6 +109,7 @@ from gpuaware.sim.twin import (
     ThermalSpec,
     Twin,
     TwinEvent,
+    Withdrawn,
     XidSpec,
     decode_faults,
     default_cluster,
@@ -126,6 +128,7 @@ __all__ = [
     "CALCHAS_FILE",
     "FRAG_AT",
     "REPORT_AT",
+    "RESIZE_RESTART_DELAY_S",
     "SIGNATURES",
     "STEPFUN_FILE",
     "TITAN_FILE",
@@ -165,6 +168,7 @@ __all__ = [
     "TracePod",
     "Twin",
     "TwinEvent",
+    "Withdrawn",
     "Workload",
     "XidSpec",
     "build_workload",
