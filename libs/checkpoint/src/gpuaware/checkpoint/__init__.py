@@ -19,7 +19,18 @@ training loop asks between steps -- ``requested()`` -- and one answer -- ``ackno
 
 Why polling between steps and not a signal handler: a step must finish (or be abandoned) before the
 model's state is consistent; the loop knows when that is. ``requested()`` costs a dictionary lookup.
-``examples/train_tiny.py`` is a runnable torch loop that survives a preemption and resumes.
+``NatsCheckpoints`` receives on the asyncio loop, so a loop whose steps never await must give it a
+turn between steps (``await asyncio.sleep(0)``).
+
+A **resize** (an elastic job shrunk or grown: reason ``resize``, ``world_size`` its worker count once
+it resumes) is answered the same way -- save, acknowledge -- and then the worker exits with
+``req.exit_code`` (``RESIZE_EXIT_CODE``, not 0): torchrun's elastic agent (``--nnodes MIN:MAX``,
+``--max-restarts`` above the resizes expected) restarts a failed worker group, the group
+re-rendezvouses with the pods still there, and the workers resume from the checkpoint at the new
+world size. A worker of a data-parallel job stops at the same step as its peers (agree on
+"any rank was asked" with one collective per step), rank 0 writes, every rank loads; ``Progress``
+and ``write_atomically`` (``resume.py``) keep what it saves independent of the world size.
+``examples/train_tiny.py`` is a runnable torch loop that survives a preemption or a resize and resumes.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from typing import Any
 import msgspec
 
 from gpuaware import bus
+from gpuaware.checkpoint.resume import Progress, write_atomically
 from gpuaware.schemas import (
     CHECKPOINT_ACKNOWLEDGED,
     CHECKPOINT_REQUESTED,
@@ -43,10 +55,15 @@ from gpuaware.schemas import (
     CheckpointStatus,
 )
 
-__all__ = ["AnnotationCheckpoints", "CheckpointRequest", "NatsCheckpoints"]
+__all__ = ["RESIZE_EXIT_CODE", "AnnotationCheckpoints", "CheckpointRequest", "NatsCheckpoints", "Progress",
+           "write_atomically"]
 
 REQUESTED = bus.Channel(CHECKPOINT_REQUESTED, CheckpointRequested)
 ACKNOWLEDGED = bus.Channel(CHECKPOINT_ACKNOWLEDGED, CheckpointAcknowledged)
+
+RESIZE_EXIT_CODE = 75
+"""a worker's exit status after it saved for a resize: non-zero, so torchrun's elastic agent restarts the
+worker group at the new world size instead of reporting the job finished (75: sysexits' EX_TEMPFAIL)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +74,18 @@ class CheckpointRequest:
     reason: str
     deadline_at: float
     """Unix time after which the pod is evicted whatever it answered"""
+    world_size: int | None = None
+    """a resize: the job's worker count once it resumes; None for a preemption, drain or migration"""
+
+    @property
+    def is_resize(self) -> bool:
+        return self.reason == "resize"
+
+    @property
+    def exit_code(self) -> int:
+        """The worker's exit status once it saved and acknowledged: 0 where the pod goes away (a
+        preemption, a drain), ``RESIZE_EXIT_CODE`` for a resize (torchrun restarts it at the new size)."""
+        return RESIZE_EXIT_CODE if self.is_resize else 0
 
     def seconds_left(self, now: float | None = None) -> float:
         return self.deadline_at - (time.time() if now is None else now)
@@ -88,7 +117,7 @@ class NatsCheckpoints:
                 return  # not ours to judge: the binder dead-letters what it cannot read
             if req.pod_uid == self.pod_uid and req.cluster == self.cluster:
                 self._pending = CheckpointRequest(req.request_id, req.pod_uid, req.namespace, req.reason,
-                                                  req.requested_at + req.deadline_s)
+                                                  req.requested_at + req.deadline_s, req.world_size)
                 self.event.set()
 
         for subject in (CHECKPOINT_REQUESTED, f"{CHECKPOINT_REQUESTED}.>"):
@@ -122,7 +151,8 @@ class AnnotationCheckpoints:
 
     Mount ``metadata.annotations`` with a downwardAPI volume (the kubelet refreshes the file when the
     binder writes the handshake annotations). ``patch`` merges annotations into the pod (the pod's
-    service account needs ``patch`` on its own pod)."""
+    service account needs ``patch`` on its own pod). A ``gpuaware.io/checkpoint-world-size`` annotation
+    beside the request makes it a resize to that many workers."""
 
     def __init__(self, path: str | Path, patch: Callable[[Mapping[str, str]], None], *, pod_uid: str = "",
                  namespace: str = "") -> None:
@@ -155,7 +185,9 @@ class AnnotationCheckpoints:
         if not at or not deadline or ann.get(ASSIGNED.CHECKPOINT_DONE):
             return None
         when = datetime.fromisoformat(deadline.replace("Z", "+00:00")).timestamp()
-        return CheckpointRequest(f"annotation-{at}", self.pod_uid, self.namespace, "preemption", when)
+        world_size = _world_size(ann.get(ASSIGNED.CHECKPOINT_WORLD_SIZE))
+        return CheckpointRequest(f"annotation-{at}", self.pod_uid, self.namespace,
+                                 "preemption" if world_size is None else "resize", when, world_size)
 
     async def acknowledge(self, req: CheckpointRequest, *, status: CheckpointStatus = CheckpointStatus.COMPLETED,
                           uri: str | None = None, message: str = "") -> None:
@@ -165,3 +197,15 @@ class AnnotationCheckpoints:
         value = stamp if status is CheckpointStatus.COMPLETED else f"{status.value}: {message}"[:250]
         await asyncio.to_thread(self.patch, {ASSIGNED.CHECKPOINT_DONE: value,
                                              **({"gpuaware.io/checkpoint-uri": uri} if uri else {})})
+
+
+def _world_size(value: Any) -> int | None:
+    """The world-size annotation as a worker count; None where absent or not a positive integer (then
+    the request is answered as a plain preemption: save and leave, which loses nothing)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        return None
+    return n if n >= 1 else None
