@@ -59,6 +59,20 @@ def test_an_elastic_job_grows_shrinks_and_stops_by_its_minimum() -> None:
     assert (life.first_start, life.ran_s) == (0.0, pytest.approx(180.0))
     # w2 and w3 were never bound again, but every worker bound last finished: the job is done at 200
     assert life.finished == 200.0
+    # progress at workers / 4: 10 s at 2, 10 at 3, 10 at 4, 10 at 2, then 140 at 2 -> 5 + 7.5 + 10 + 5 + 70
+    assert life.progress_s == pytest.approx(97.5)
+    # keeping its workers: 5 + 7.5 of its 100 s of work by 20, then full speed: done at 107.5
+    assert life.alone_finish == pytest.approx(107.5)
+    assert slowdown(life, 1000.0) == pytest.approx(200 / 107.5)
+
+
+def test_an_elastic_job_never_taken_back_is_no_victim_though_it_ran_narrow() -> None:
+    # min 1, max 2: one worker from 0, the second joins at 50; 100 s of work: 25 done by 50, done at 125
+    shape = JobShape("j", 1, 2)
+    pods = [pod("w0", (0, 125), finished=125.0), pod("w1", (50, 125), finished=125.0)]
+    (life,) = job_lives(pods, {"w0": shape, "w1": shape}, horizon=1000.0)
+    assert (life.grows, life.victim, life.alone_finish) == (1, False, pytest.approx(125.0))
+    assert slowdown(life, 1000.0) == pytest.approx(1.0)
 
 
 def test_members_finishing_one_by_one_neither_shrink_nor_stop_a_job() -> None:

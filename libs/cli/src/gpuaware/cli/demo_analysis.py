@@ -358,9 +358,10 @@ def health_figures(run: RunResult) -> dict[str, Any]:
     }
 
 
-SLOWDOWN_IS = ("a victim's JCT over the same job's JCT without the preemption: (first start - arrival + its work), "
-               "its run from its first start without a stop; a victim unfinished at the end counts with a lower "
-               "bound (the end - arrival + the work it has not run)")
+SLOWDOWN_IS = ("a victim's JCT over the same job's JCT without the preemption: its run from its first start "
+               "without a stop, keeping every worker it reached (an elastic job progressing at workers / its "
+               "most workers of full speed; a fixed job: first start + its work); a victim unfinished at the "
+               "end counts with a lower bound (the end - arrival + the work it has not done)")
 
 
 def job_shapes(log: RunLog) -> dict[str, JobShape]:

@@ -11,17 +11,20 @@ one instant is one change):
 * a **grow**: members were bound while it was running.
 
 A *victim* is a job preempted or shrunk at least once. Its **slowdown** is its JCT over its JCT without
-the preemption: ``(end - arrival) / (first start - arrival + work)``, the denominator being the same
-job run without a stop from its first start, ``work`` the seconds of work it asks (its pods'
-``duration``: the job's work at full width). Everything beyond that - waiting again, work redone since
-its last checkpoint, restarts and resizes, running on fewer workers - is what the preemptions cost it.
-A victim unfinished at the horizon counts with a lower bound, as queue delays do in ``metrics``:
-``(horizon - arrival + work not yet run) / (first start - arrival + work)``, so a scheduler that never
-lets a victim finish does not look better for it.
+the preemption: ``(end - arrival) / (alone finish - arrival)``, where *alone finish* is when the same
+job would have finished had no worker of it been taken back - from its first start it keeps the most
+workers it has reached, progressing at ``workers / max_members`` of full speed (the twin's elastic
+progress; a fixed-width job: first start + work), ``work`` being the seconds of work it asks (its
+pods' ``duration``: the job's work at full width). Everything beyond that - waiting again, work redone
+since its last checkpoint, restarts and resizes, running on fewer workers after a shrink - is what the
+preemptions cost it. A victim unfinished at the horizon counts with a lower bound, as queue delays do in
+``metrics``: ``(horizon - arrival + work not yet done) / (alone finish - arrival)``, so a scheduler that
+never lets a victim finish does not look better for it.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -68,6 +71,11 @@ class JobLife:
     """when its last bound workers finished; None: not by the horizon"""
     ran_s: float
     """seconds it ran (at or above its minimum) before the horizon"""
+    progress_s: float
+    """work done before the horizon, at most (seconds at full width: its workers / ``max_members`` of each
+    second it ran; less where work was lost to a restart)"""
+    alone_finish: float | None
+    """when it would have finished without preemption (``_alone_finish``); None: never ran, or unknown work"""
     preemptions: int
     grows: int
     shrinks: int
@@ -99,47 +107,68 @@ def _life(job: str, shape: JobShape, pods: Sequence[PodRecord], horizon: float) 
                 changes.setdefault(end, []).append((-1, kind))
     bound = preemptions = grows = shrinks = 0
     first_start: float | None = None
-    running_since: float | None = None
-    ran = 0.0
     finished: float | None = None
+    steps: list[tuple[float, int]] = []  # (instant, workers bound from then on)
     for t in sorted(changes):
         kinds = {kind for _, kind in changes[t]}
         after = bound + sum(d for d, _ in changes[t])
         was, now = bound >= shape.min_members, after >= shape.min_members
         if was and not now:
             preemptions += "preempted" in kinds and "finished" not in kinds
-            ran += max(0.0, min(t, horizon) - running_since) if running_since is not None else 0.0
-            running_since = None
         elif was and now:
             shrinks += after < bound and "preempted" in kinds
             grows += after > bound
-        elif now:
-            first_start = t if first_start is None else first_start
-            running_since = t
+        elif now and first_start is None:
+            first_start = t
         bound = after
+        steps.append((t, after))
         # done when its last workers left by finishing (workers taken back before stay pending)
         finished = t if after == 0 and "finished" in kinds else None
-    if running_since is not None:
-        ran += max(0.0, horizon - running_since)
     works = [p.duration for p in pods if p.duration is not None]
+    work = max(works) if works else None
+    ran = progress = 0.0
+    for (t, n), (nxt, _) in itertools.pairwise([*steps, (horizon, 0)]):
+        if n >= shape.min_members and t < horizon:
+            span = min(nxt, horizon) - t
+            ran += span
+            progress += span * min(1.0, n / shape.max_members)
     return JobLife(
         job=job, klass=pods[0].klass, tenant=pods[0].tenant, elastic=shape.elastic,
-        arrival=min(p.arrival for p in pods), work_s=max(works) if works else None, first_start=first_start,
-        finished=finished,
-        ran_s=ran, preemptions=preemptions, grows=grows, shrinks=shrinks)
+        arrival=min(p.arrival for p in pods), work_s=work, first_start=first_start, finished=finished,
+        ran_s=ran, progress_s=progress, alone_finish=_alone_finish(steps, first_start, work, shape.max_members),
+        preemptions=preemptions, grows=grows, shrinks=shrinks)
+
+
+def _alone_finish(steps: Sequence[tuple[float, int]], first_start: float | None, work: float | None,
+                  max_members: int) -> float | None:
+    """When the job would have finished had none of its workers been taken back: from its first start
+    it keeps the most workers it has reached (grows still happen when they did), progressing at
+    workers / max_members of full speed."""
+    if first_start is None or not work:
+        return None
+    left, width, t = work, 0, first_start
+    for at, n in steps:
+        if at < first_start:
+            continue
+        rate = min(1.0, width / max_members)
+        if rate > 0 and t + left / rate <= at:
+            return t + left / rate
+        left -= rate * (at - t)
+        t, width = at, max(width, n)
+    return t + left / min(1.0, width / max_members)
 
 
 def slowdown(life: JobLife, horizon: float) -> float | None:
     """JCT / JCT without preemption (a lower bound while unfinished); None when it never ran or its
     work is unknown."""
-    if life.first_start is None or not life.work_s:
+    if life.alone_finish is None or life.first_start is None or life.work_s is None:
         return None
-    alone = life.first_start - life.arrival + life.work_s
+    alone = life.alone_finish - life.arrival
     if alone <= 0:
         return None
     if life.finished is not None:
         return (life.finished - life.arrival) / alone
-    return (max(horizon, life.first_start) - life.arrival + max(0.0, life.work_s - life.ran_s)) / alone
+    return (max(horizon, life.first_start) - life.arrival + max(0.0, life.work_s - life.progress_s)) / alone
 
 
 def _stats(xs: Sequence[float]) -> dict[str, float | None]:
