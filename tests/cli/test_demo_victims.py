@@ -16,7 +16,7 @@ from gpuaware.cli.demo_analysis import analyse, compare, job_shapes, rebuild_wor
 from gpuaware.cli.demo_config import RunSpec, service_env
 from gpuaware.cli.demo_console import console, print_report
 from gpuaware.cli.demo_record import RunLog
-from gpuaware.cli.demo_report import price_of_fairness_rows, write_html
+from gpuaware.cli.demo_report import price_of_fairness_rows, write_html, write_jobs_csv
 from gpuaware.cli.demo_summary import price_of_fairness
 from gpuaware.schemas import CheckpointRequested, PodPending
 from gpuaware.sim import JobShape
@@ -73,6 +73,19 @@ def test_the_run_figures_carry_resizes_victims_and_the_worst_tenant(tmp_path: Pa
     # 4 GPUs, a 200-s window: job wants 3 GPUs over [0, 160) and holds 2-3; solo 1 throughout: never more
     # than the cluster has, so no contended hour and no worst tenant
     assert hourly["contended_hours"] == 0 and hourly["worst_tenant"] is None and hourly["hours"] == 1
+
+
+def test_the_jobs_csv_has_a_line_per_job_with_its_resizes_and_slowdown(tmp_path: Path) -> None:
+    import csv
+
+    write_jobs_csv(tmp_path / "jobs.csv", _result("gpuaware", elastic_run()), {}, 200.0)
+    rows = {r["job"]: r for r in csv.DictReader((tmp_path / "jobs.csv").open())}
+    assert rows.keys() == {"job", "solo"}
+    job, solo = rows["job"], rows["solo"]
+    assert (job["min_workers"], job["max_workers"], job["grows"], job["shrinks"], job["preemptions"]) == (
+        "2", "3", "1", "1", "0")
+    assert (job["first_start_s"], job["finished_s"], job["slowdown"]) == ("10.0", "160.0", "1.4118")
+    assert (solo["max_workers"], solo["slowdown"], solo["finished_s"]) == ("1", "", "")
 
 
 def test_a_contended_run_names_its_worst_tenant(tmp_path: Path) -> None:

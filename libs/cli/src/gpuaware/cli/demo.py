@@ -14,7 +14,9 @@ What it does, in order (every step is real: servers, processes, messages, rows):
    same services with placement set to stock-Kubernetes behaviour (``KubeDefault``: whole GPUs,
    first fit, FIFO, no preemption);
 6. the report: invariants, allocation / fragmentation over time, queue delay per class, JCT,
-   inference SLO attainment, Jain's index per tenant, messages per subject (bus, stream, database),
+   inference SLO attainment, Jain's index per tenant, the price of fairness (elastic jobs' grows and
+   shrinks, the victims' slowdown per class, preemptions per job, the worst tenant's share of its fair
+   share over contended hours; per job in ``<out>/jobs-<run>.csv``), messages per subject (bus, stream, database),
    the faults caught (when, the GPU's states after, alerts raised and resolved, no pod placed on a
    quarantined GPU), which services took part - printed, and written to ``<out>/report.json``, PNG
    plots and a self-contained ``<out>/report.html``.
@@ -49,7 +51,13 @@ from gpuaware.cli.demo_analysis import busiest_window, rebuild_workload
 from gpuaware.cli.demo_config import DemoConfig, Interrupted, RunSpec, nats_admin, nats_login
 from gpuaware.cli.demo_console import LiveView, console, print_report, with_live
 from gpuaware.cli.demo_record import RunResult, SubjectCounter
-from gpuaware.cli.demo_report import write_html, write_plots, write_pods_csv, write_typical_pods
+from gpuaware.cli.demo_report import (
+    write_html,
+    write_jobs_csv,
+    write_plots,
+    write_pods_csv,
+    write_typical_pods,
+)
 from gpuaware.cli.demo_run import run_once
 from gpuaware.cli.demo_summary import analyse_runs, summarise
 from gpuaware.cli.options import bounded
@@ -411,6 +419,7 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
     a, b = runs["gpuaware"], runs["baseline"]
     for label, r in results.items():
         write_pods_csv(cfg.out / f"pods-{label}.csv", r, workload)
+        write_jobs_csv(cfg.out / f"jobs-{label}.csv", r, workload, cfg.window_s)
     plots = write_plots(cfg.out, [a, b], full, cfg.window_s / 3600)
     (cfg.out / "report.json").write_text(json.dumps(report, indent=2, default=str))
     write_html(cfg.out / "report.html", report, plots)

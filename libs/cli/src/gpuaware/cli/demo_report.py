@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuaware.cli.demo_alerts import describe_alerting
-from gpuaware.cli.demo_analysis import IN_FLIGHT_S, pod_records
+from gpuaware.cli.demo_analysis import IN_FLIGHT_S, job_shapes, pod_records
 from gpuaware.cli.demo_record import RunResult
-from gpuaware.sim import SimPod
+from gpuaware.sim import SimPod, job_lives, slowdown
 
-__all__ = ["price_of_fairness_rows", "write_html", "write_plots", "write_pods_csv", "write_typical_pods"]
+__all__ = ["price_of_fairness_rows", "write_html", "write_jobs_csv", "write_plots", "write_pods_csv",
+           "write_typical_pods"]
 
 
 def write_typical_pods(path: Path, workload: Mapping[str, SimPod]) -> bool:
@@ -52,6 +53,28 @@ def write_pods_csv(path: Path, run: RunResult, workload: Mapping[str, SimPod]) -
                         None if r.first_start is None else round(r.first_start, 1),
                         None if r.finished is None else round(r.finished, 1), len(r.intervals), state, reason,
                         d.node if d is not None else ""])
+
+
+def write_jobs_csv(path: Path, run: RunResult, workload: Mapping[str, SimPod], horizon: float) -> None:
+    """One line per job (a gang or a lone pod): its workers' range, when it arrived, first ran and finished,
+    how often it was preempted, grown and shrunk, and its slowdown where it was a victim
+    (``gpuaware.sim.victims``)."""
+    import csv
+
+    shapes = job_shapes(run.log)
+    ranges = {s.job: (s.min_members, s.max_members) for s in shapes.values()}
+
+    def r(x: float | None, n: int = 1) -> float | None:
+        return None if x is None else round(x, n)
+
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["job", "class", "tenant", "min_workers", "max_workers", "arrival_s", "first_start_s",
+                    "finished_s", "preemptions", "grows", "shrinks", "slowdown"])
+        for j in job_lives(pod_records(run, workload), shapes, horizon):
+            lo, hi = ranges.get(j.job, (1, 1))
+            w.writerow([j.job, j.klass, j.tenant, lo, hi, r(j.arrival), r(j.first_start), r(j.finished),
+                        j.preemptions, j.grows, j.shrinks, r(slowdown(j, horizon), 4) if j.victim else None])
 
 
 def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str, Any],
