@@ -12,6 +12,7 @@ from gpuaware.sim import (
     PodRecord,
     TenantWindow,
     fair_share_over_windows,
+    finish_time_fairness,
     job_lives,
     slowdown,
     tenant_windows,
@@ -110,6 +111,19 @@ def test_victims_distribution_per_class_and_preemptions_per_job() -> None:
     assert costs["by_class"]["inference"]["p50"] == pytest.approx(1.3)
     assert (costs["preemptions"], costs["preemptions_per_job_max"], costs["jobs_preempted_more_than_twice"]) == (5, 3, 1)
     assert costs["resizes"] == {"grows": 0, "shrinks": 0, "elastic_jobs": 0, "elastic_jobs_resized": 0}
+
+
+def test_finish_time_fairness_compares_each_job_with_its_private_slice() -> None:
+    # 8 GPUs, two tenants: a slice of 4. a's 2-GPU job fits its slice: alone 100 s, took 150 -> 1.5;
+    # b's 8-GPU job time-shares its slice: alone 100 x 8 / 4 = 200 s, took 100 -> 0.5; b's second job is
+    # still waiting at the horizon 300 (arrived 100, 100 s of work): at least 300 / 100 = 3
+    lives = job_lives([pod("a1", (50, 150), finished=150.0, tenant="a", gpus=2),
+                       pod("b1", (0, 100), finished=100.0, tenant="b", gpus=8),
+                       pod("b2", arrival=100.0, tenant="b"),
+                       pod("svc", (0, None), tenant="b", work=None)], {}, horizon=300.0)
+    f = finish_time_fairness(lives, 8, 300.0)
+    assert (f["tenants"], f["jobs"], f["unfinished"]) == (2, 3, 1)
+    assert (f["p50"], f["max"], f["above_1"]) == (pytest.approx(1.5), pytest.approx(3.0), pytest.approx(2 / 3))
 
 
 def test_a_job_shape_refuses_a_maximum_below_its_minimum() -> None:

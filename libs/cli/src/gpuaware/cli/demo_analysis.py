@@ -20,12 +20,14 @@ from gpuaware.cli.demo_config import DemoConfig
 from gpuaware.cli.demo_record import RunLog, RunResult
 from gpuaware.schemas import HealthState, PodBound, PodFinished, PodPreempted, percentile
 from gpuaware.sim import (
+    JobLife,
     JobShape,
     PodRecord,
     SimPod,
     delay_stats,
     delays_by_class,
     fair_share_over_windows,
+    finish_time_fairness,
     jain_index,
     jct,
     job_lives,
@@ -162,6 +164,7 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
     met, decided = slo_attainment(slo_pods, cfg.slo_s, horizon)
     service = tenant_service(records, horizon)
     fp, _ = run.log.workload_fingerprint()
+    lives = job_lives(records, job_shapes(run.log), horizon)
     in_window = [s for s in samples if s.t - t0 <= horizon]
     return {
         "label": run.spec.label, "policy": run.spec.policy, "cluster": run.spec.cluster,
@@ -186,8 +189,9 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
                 "attainment": _clean(met / decided) if decided else None},
         "fairness": {"jain": _clean(jain_index(list(service.values())) if service else math.nan),
                      "served_share": {t: _clean(v) for t, v in service.items()},
-                     "hourly": fair_share_hourly(records, len(run.gpus), horizon)},
-        "victims": victims(run.log, records, horizon),
+                     "hourly": fair_share_hourly(records, len(run.gpus), horizon),
+                     "finish_time": _rounded(finish_time_fairness(lives, float(len(run.gpus)), horizon))},
+        "victims": victims(run.log, lives, horizon),
         "invariants": {"over_allocations_replayed": len(ledger.violations),
                        "over_allocation_examples": [f"{v.gpu} {v.milli} milli at t={v.t - t0:.0f}s (pod {v.pod})"
                                                     for v in ledger.violations[:5]],
@@ -371,14 +375,17 @@ def job_shapes(log: RunLog) -> dict[str, JobShape]:
             for uid, p in log.pending.items() if p.gang_id}
 
 
-def victims(log: RunLog, records: Sequence[PodRecord], horizon: float) -> dict[str, Any]:
+def _rounded(figures: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}
+
+
+def victims(log: RunLog, lives: Sequence[JobLife], horizon: float) -> dict[str, Any]:
     """What preemption and resizing cost the jobs they hit (``gpuaware.sim.victim_costs``), with the
     resize handshakes the binder asked for (checkpoint requests with reason ``resize``, one per job and
     instant) beside the grows and shrinks read from the pods' events."""
-    costs = victim_costs(job_lives(records, job_shapes(log), horizon), horizon)
-    for figures in (costs["all"], *costs["by_class"].values()):
-        for k in ("p50", "p95", "max"):
-            figures[k] = None if figures[k] is None else round(figures[k], 4)
+    costs = victim_costs(lives, horizon)
+    costs["all"] = _rounded(costs["all"])
+    costs["by_class"] = {k: _rounded(v) for k, v in costs["by_class"].items()}
 
     def job(uid: str) -> str:
         p = log.pending.get(uid)

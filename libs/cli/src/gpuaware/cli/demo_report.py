@@ -215,6 +215,7 @@ def price_of_fairness_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     """One run's fairness as a worst-off tenant feels it and what it costs the victims, as (label,
     value) rows for the report's side-by-side tables."""
     h = (r.get("fairness") or {}).get("hourly") or {}
+    ft = (r.get("fairness") or {}).get("finish_time") or {}
     v = r.get("victims") or {}
     rs, va = v.get("resizes") or {}, v.get("all") or {}
     worst = h.get("worst_share_of_fair_share")
@@ -224,6 +225,8 @@ def price_of_fairness_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("tenants with demand in contended hours / contended hours", _pair(h.get("tenants"), h.get("contended_hours"))),
         ("worst tenant's share of its fair share over contended hours",
          "n/a" if worst is None else f"{worst:.3f} ({h.get('worst_tenant')})"),
+        (f"finish-time fairness rho (JCT / alone on 1/{ft.get('tenants', 'N')} of the cluster): p95 / max",
+         _pair(ft.get("p95"), ft.get("max"))),
         ("elastic resizes: grows / shrinks", _pair(rs.get("grows"), rs.get("shrinks"))),
         ("elastic jobs resized / elastic jobs (resize handshakes)",
          f"{_pair(rs.get('elastic_jobs_resized'), rs.get('elastic_jobs'))} ({rs.get('handshakes', 0)})"),

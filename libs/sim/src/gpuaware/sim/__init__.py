@@ -118,7 +118,14 @@ from gpuaware.sim.twin import (
     openb_node_list,
     to_faults,
 )
-from gpuaware.sim.victims import JobLife, JobShape, job_lives, slowdown, victim_costs
+from gpuaware.sim.victims import (
+    JobLife,
+    JobShape,
+    finish_time_fairness,
+    job_lives,
+    slowdown,
+    victim_costs,
+)
 from gpuaware.sim.workload import Workload, build_workload
 from gpuaware.sim.workload_gen import SimPod, generate, spec_for_cluster
 from gpuaware.sim.workload_traces import from_openb, load_philly
@@ -187,6 +194,7 @@ __all__ = [
     "evaluate_heterogeneity",
     "expected_means",
     "fair_share_over_windows",
+    "finish_time_fairness",
     "fit_quality_table",
     "fit_throughput_model",
     "fleet_metrics",

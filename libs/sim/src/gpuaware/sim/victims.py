@@ -20,6 +20,11 @@ since its last checkpoint, restarts and resizes, running on fewer workers after 
 preemptions cost it. A victim unfinished at the horizon counts with a lower bound, as queue delays do in
 ``metrics``: ``(horizon - arrival + work not yet done) / (alone finish - arrival)``, so a scheduler that
 never lets a victim finish does not look better for it.
+
+Finish-time fairness (Themis, NSDI'20) asks the same of every job: ``rho = JCT / JCT alone on 1/N of the
+cluster``, N the tenants of the run; alone, a job as wide as its 1/N or narrower runs its work at full
+width, a wider one time-shares its 1/N (``work x GPUs / (capacity / N)``). rho > 1: the job did worse
+than on a private 1/N slice. Unfinished jobs count with the same lower bound as victims.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 from gpuaware.schemas import percentile
 from gpuaware.sim.metrics import PodRecord
 
-__all__ = ["JobLife", "JobShape", "job_lives", "slowdown", "victim_costs"]
+__all__ = ["JobLife", "JobShape", "finish_time_fairness", "job_lives", "slowdown", "victim_costs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ class JobLife:
     klass: str
     tenant: str
     elastic: bool
+    gpus: float
+    """GPUs it asks at its widest (all its workers)"""
     arrival: float
     work_s: float | None
     """seconds of work it asks (None: unknown)"""
@@ -134,7 +141,7 @@ def _life(job: str, shape: JobShape, pods: Sequence[PodRecord], horizon: float) 
             progress += span * min(1.0, n / shape.max_members)
     return JobLife(
         job=job, klass=pods[0].klass, tenant=pods[0].tenant, elastic=shape.elastic,
-        arrival=min(p.arrival for p in pods), work_s=work, first_start=first_start, finished=finished,
+        gpus=sum(p.gpu_milli_total for p in pods) / 1000, arrival=min(p.arrival for p in pods), work_s=work, first_start=first_start, finished=finished,
         ran_s=ran, progress_s=progress, alone_finish=_alone_finish(steps, first_start, work, shape.max_members),
         preemptions=preemptions, grows=grows, shrinks=shrinks)
 
@@ -169,6 +176,35 @@ def slowdown(life: JobLife, horizon: float) -> float | None:
     if life.finished is not None:
         return (life.finished - life.arrival) / alone
     return (max(horizon, life.first_start) - life.arrival + max(0.0, life.work_s - life.progress_s)) / alone
+
+
+def _jct_at_least(life: JobLife, horizon: float) -> float | None:
+    """Its JCT, or while unfinished the least it can be (the horizon - arrival + the work not yet done)."""
+    if life.finished is not None:
+        return life.finished - life.arrival
+    if life.work_s is None or life.arrival > horizon:
+        return None
+    return horizon - life.arrival + max(0.0, life.work_s - life.progress_s)
+
+
+def finish_time_fairness(lives: Iterable[JobLife], capacity_gpus: float, horizon: float) -> dict[str, Any]:
+    """Themis' rho over the jobs with known work (see the module docstring): p50, p95, max, the share of
+    jobs above 1, and N (every tenant with a job arrived by the horizon)."""
+    arrived = [j for j in lives if j.arrival <= horizon]
+    n = len({j.tenant for j in arrived})
+    lives = [j for j in arrived if j.work_s]
+    if not lives or capacity_gpus <= 0:
+        return {"tenants": n, "jobs": 0, "unfinished": 0, "p50": None, "p95": None, "max": None,
+                "above_1": None}
+    slice_gpus = capacity_gpus / n
+    rhos = []
+    for j in lives:
+        alone = (j.work_s or 0.0) * max(1.0, j.gpus / slice_gpus)
+        jct = _jct_at_least(j, horizon)
+        if jct is not None and alone > 0:
+            rhos.append(jct / alone)
+    return {"tenants": n, "jobs": len(rhos), "unfinished": sum(1 for j in lives if j.finished is None),
+            **_stats(rhos), "above_1": sum(1 for x in rhos if x > 1) / len(rhos) if rhos else None}
 
 
 def _stats(xs: Sequence[float]) -> dict[str, float | None]:
