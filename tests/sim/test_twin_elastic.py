@@ -11,14 +11,17 @@ import math
 import pytest
 
 from gpuaware.placement import NodeSpec
+from gpuaware.sim import StepTimeParams, ThroughputModel
 from gpuaware.sim.twin import (
     RESIZE_RESTART_DELAY_S,
     Finished,
+    JobRate,
     Slice,
     Twin,
     TwinEvent,
     Withdrawn,
     linear_rate,
+    throughput_rate,
 )
 from gpuaware.sim.workload_gen import SimPod
 
@@ -41,8 +44,8 @@ def workers(job: str, count: int = 4, *, low: int = 1, high: int = 4, dur: float
                    gang_min_members=low, gang_max_members=high) for i in range(count)]
 
 
-def twin_of(*pods: SimPod, **kw: object) -> Twin:
-    twin = Twin(NODES, pods, start=T0, seed=5, fleet=False, **kw)  # type: ignore[arg-type]
+def twin_of(*pods: SimPod, job_rate: JobRate = linear_rate) -> Twin:
+    twin = Twin(NODES, pods, start=T0, seed=5, fleet=False, job_rate=job_rate)
     twin.advance(T0)
     return twin
 
@@ -172,16 +175,39 @@ def test_below_its_minimum_the_job_waits_and_a_stop_is_no_resize() -> None:
 
 
 def test_the_rate_is_injectable() -> None:
-    def sqrt_rate(pod: SimPod, n: int) -> float:
-        return math.sqrt(n / pod.gang_max_members)
+    def sqrt_rate(pod: SimPod, placement: tuple[int, ...]) -> float:
+        return math.sqrt(sum(placement) / pod.gang_max_members)
 
     twin = twin_of(*workers("job"), job_rate=sqrt_rate)
     d = Driver(twin)
     d.bind("job-0")
     d.run_out()
     assert d.ends()["job-0"] == ("finished", pytest.approx(WORK / math.sqrt(1 / 4)))
-    assert linear_rate(workers("x", 1, low=2)[0], 3) == pytest.approx(3 / 4)
-    assert linear_rate(workers("x", 1, low=2)[0], 1) == 0.0
+    assert linear_rate(workers("x", 1, low=2)[0], (2, 1)) == pytest.approx(3 / 4)
+
+
+MODEL = ThroughputModel("toy", StepTimeParams(alpha_c=0.05, beta_c=0.002, alpha_r=0.02, beta_r=0.005, alpha_n=0.2,
+                                              beta_n=0.05, gamma=1.0), max_local_batch=256)
+
+
+def test_a_throughput_model_paces_the_job_by_its_placement() -> None:
+    rate = throughput_rate(lambda pod: (MODEL, 512) if pod.gang_id == "job" else None, gpus_per_node=4)
+    pod = workers("job", 1)[0]
+    assert rate(pod, (4,)) == pytest.approx(1.0)          # full width, packed: the duration's own layout
+    assert 0 < rate(pod, (1,)) < rate(pod, (2,)) < rate(pod, (4,))
+    assert rate(pod, (1, 1)) < rate(pod, (2,))            # across nodes: the all-reduce costs more
+    other = workers("other", 1)[0]
+    assert rate(other, (2,)) == linear_rate(other, (2,))   # no model: linear
+
+    twin = twin_of(*workers("job"), job_rate=rate)
+    n1, n2 = (twin.node_gpus[n] for n in ("n1", "n2"))
+    twin.bind("job-0", "n1", [Slice(n1[0].uuid, 1000)])
+    twin.bind("job-1", "n2", [Slice(n2[0].uuid, 1000)])   # spread: (1, 1)
+    job = twin.elastic_job("job-0")
+    assert job is not None and job.placement() == (1, 1) and job.speed() == pytest.approx(rate(pod, (1, 1)))
+    twin.evict("job-1", checkpointed=True)
+    twin.bind("job-1", "n1", [Slice(n1[1].uuid, 1000)])   # packed: (2,)
+    assert job.placement() == (2,) and job.speed() == pytest.approx(rate(pod, (2,)))
 
 
 def test_a_fixed_gang_keeps_one_duration_per_pod() -> None:

@@ -24,7 +24,14 @@ from gpuaware.sim.twin.cluster import (
     openb_cluster,
     openb_node_list,
 )
-from gpuaware.sim.twin.elastic import RESIZE_RESTART_DELAY_S, ElasticJob, JobRate, job_key, linear_rate
+from gpuaware.sim.twin.elastic import (
+    RESIZE_RESTART_DELAY_S,
+    ElasticJob,
+    JobRate,
+    job_key,
+    linear_rate,
+    throughput_rate,
+)
 from gpuaware.sim.twin.faults import (
     EccSpec,
     FaultSpec,
@@ -83,5 +90,6 @@ __all__ = [
     "linear_rate",
     "openb_cluster",
     "openb_node_list",
+    "throughput_rate",
     "to_faults",
 ]

@@ -4,9 +4,10 @@ An elastic job is a gang whose ``gang_max_members`` exceeds its minimum (torchru
 ``--nnodes=MIN:MAX``): its worker pods share one job's work instead of each running its own
 duration. The job's ``work_s`` is its workers' ``duration_s``, read as the time the job needs at
 its full width (``gang_max_members`` workers: the width a trace or the generator measured it at);
-with ``n`` workers bound it progresses at ``rate(pod, n)`` of that pace - nothing below the minimum
-(the rendezvous waits for it), ``n / max`` with the default ``linear_rate``, or the measured curve
-a ``JobRate`` built from a throughput model gives.
+with ``n`` workers bound it progresses at ``rate(pod, placement)`` of that pace, ``placement`` the
+GPUs its workers hold per node - nothing below the minimum (the rendezvous waits for it), ``n / max``
+with the default ``linear_rate``, or the throughput a fitted model (``gpuaware.sim.throughput``,
+Pollux's) gives for that layout relative to full width, with ``throughput_rate``.
 
 A resize - a worker joining the running job (a *grow*) or leaving it while at least the minimum
 keeps running (a *shrink*) - restarts the job at its new world size: the workers checkpoint, form
@@ -22,27 +23,58 @@ twin (``world.py``) owns the pods, the slices and the event queue.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpuaware.sim.throughput import ThroughputModel, packed_placement
 from gpuaware.sim.workload_gen import SimPod
 
-__all__ = ["RESIZE_RESTART_DELAY_S", "ElasticJob", "JobRate", "job_key", "linear_rate"]
+__all__ = ["RESIZE_RESTART_DELAY_S", "ElasticJob", "JobRate", "job_key", "linear_rate", "throughput_rate"]
 
 RESIZE_RESTART_DELAY_S = 30.0
 """seconds an elastic job stands still after each resize: its workers stop, torchrun's rendezvous
 forms the new world and every worker loads the checkpoint taken just before the resize"""
 
-JobRate = Callable[[SimPod, int], float]
-"""how fast an elastic job progresses with ``n`` workers bound, in seconds of its ``duration_s``
-(its time at full width) per second: 1.0 at ``gang_max_members`` workers, 0 where it cannot run.
-Called with one of its workers and a count at least its minimum."""
+JobRate = Callable[[SimPod, tuple[int, ...]], float]
+"""how fast an elastic job progresses on a placement - the GPUs its bound workers hold per node,
+largest first, a worker without GPUs counted as one - in seconds of its ``duration_s`` (its time
+at full width) per second: about 1.0 at ``gang_max_members`` workers. Called with one of its
+workers, while at least its minimum is bound."""
 
 
-def linear_rate(pod: SimPod, workers: int) -> float:
-    """Linear scaling: ``n / max`` of the job's pace at full width, nothing below the minimum."""
-    least = max(1, pod.gang_min_members)
-    return workers / max(least, pod.gang_max_members) if workers >= least else 0.0
+def _gpus_per_worker(pod: SimPod) -> int:
+    return max(1, pod.num_gpu)
+
+
+def _full_width(pod: SimPod) -> int:
+    return max(1, pod.gang_min_members, pod.gang_max_members)
+
+
+def linear_rate(pod: SimPod, placement: tuple[int, ...]) -> float:
+    """Linear scaling: ``n / max`` of the job's pace at full width, wherever the workers are."""
+    workers = sum(placement) // _gpus_per_worker(pod)
+    return workers / _full_width(pod)
+
+
+def throughput_rate(model_of: Callable[[SimPod], tuple[ThroughputModel, int] | None], *,
+                    gpus_per_node: int) -> JobRate:
+    """A rate from measured throughput: ``model_of(pod)`` gives the job's application model and
+    global batch (None: ``linear_rate``); the job's pace is its throughput on the placement over
+    its throughput at full width packed onto nodes of ``gpus_per_node`` GPUs (the layout its
+    duration is read at). Spreading the same workers over more nodes is slower, as measured."""
+    if gpus_per_node < 1:
+        raise ValueError(f"gpus_per_node {gpus_per_node} must be at least 1")
+
+    def rate(pod: SimPod, placement: tuple[int, ...]) -> float:
+        found = model_of(pod)
+        if found is None:
+            return linear_rate(pod, placement)
+        model, batch = found
+        full = packed_placement(_full_width(pod) * _gpus_per_worker(pod), gpus_per_node)
+        return model.throughput(placement, batch) / model.throughput(full, batch)
+
+    return rate
 
 
 def job_key(pod: SimPod) -> str:
@@ -62,8 +94,8 @@ class ElasticJob:
     work_s: float | None
     """the job's time at full width; None: it never ends"""
     members: list[str] = field(default_factory=list)
-    running: set[str] = field(default_factory=set)
-    """workers bound now"""
+    running: dict[str, str] = field(default_factory=dict)
+    """workers bound now, and their node"""
     done_s: float = 0.0
     saved_s: float = 0.0
     """progress at the last checkpoint"""
@@ -95,8 +127,13 @@ class ElasticJob:
         """At least its minimum is bound: the job is running (or restarting)."""
         return self.workers >= self.minimum
 
+    def placement(self) -> tuple[int, ...]:
+        """GPUs the bound workers hold per node, largest first (a worker without GPUs counts one)."""
+        per_node = Counter(self.running.values())
+        return tuple(sorted((n * _gpus_per_worker(self.pod) for n in per_node.values()), reverse=True))
+
     def speed(self) -> float:
-        return self.rate(self.pod, self.workers) if self.runs() else 0.0
+        return self.rate(self.pod, self.placement()) if self.runs() else 0.0
 
     def settle(self, now: float) -> None:
         """Count the progress since the last change (nothing while restarting)."""
@@ -137,11 +174,11 @@ class ElasticJob:
             self.restart_s -= self.paused_until - now
             self.paused_until = now
 
-    def join(self, uid: str, now: float, *, checkpointable: bool, delay: float) -> bool:
-        """A worker is bound; True when that resized the running job (a grow)."""
+    def join(self, uid: str, node: str, now: float, *, checkpointable: bool, delay: float) -> bool:
+        """A worker is bound to ``node``; True when that resized the running job (a grow)."""
         self.settle(now)
         grew = self.runs()
-        self.running.add(uid)
+        self.running[uid] = node
         if grew:
             self._restart(now, checkpointed=checkpointable)
             self._pause(now, delay)
@@ -153,7 +190,7 @@ class ElasticJob:
         """A worker is evicted; True when the job keeps running at a smaller size (a shrink)."""
         self.settle(now)
         ran = self.runs()
-        self.running.discard(uid)
+        self.running.pop(uid, None)
         shrank = ran and self.runs()
         if ran:
             self._restart(now, checkpointed=checkpointed)

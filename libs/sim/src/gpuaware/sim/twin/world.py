@@ -564,7 +564,7 @@ class Twin:
             self._push(self.now + rec.remaining_s, "finish", uid, rec.epoch)
         job = self._job_of.get(uid)
         if job is not None:
-            job.join(uid, self.now, checkpointable=pod.checkpointable, delay=self.restart_delay_s)
+            job.join(uid, node, self.now, checkpointable=pod.checkpointable, delay=self.restart_delay_s)
             self._schedule_job(job)
         if self.fleet is not None:
             for s in full:
