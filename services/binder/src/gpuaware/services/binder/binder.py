@@ -19,11 +19,22 @@ A decision is applied in this order, each step idempotent:
                                                   (its deadline in world time, at least
                                                   ``checkpoint_min_wait_s`` of wall time)
         evict (progress kept if checkpointed)  -> binder.pod.preempted.v1 + binder.pod.pending.v1
+    the pod joins its elastic job while it runs -> the resize handshake (a grow)
     bind exactly the decided slices            -> binder.pod.bound.v1
         or the world refuses                   -> binder.pod.bind_failed.v1 with its reason;
                                                   transient: the pod is published pending again
 
 Victims' handshakes run concurrently; a victim already gone (finished, or moved) is skipped.
+
+A resize (torchrun-style elastic training: checkpoint, new world size, resume) is the checkpoint
+handshake with ``reason == "resize"`` and ``world_size`` = the job's worker count once it resumes,
+asked of every worker of the job bound now: before a worker of an elastic job that already runs
+(at least its minimum bound) is bound - a *grow* - and before victims are evicted from an elastic
+job whose other workers keep at least its minimum - a *shrink*, one handshake for all the job's
+victims of the decision, which are evicted checkpointed when every worker answered ``completed``
+in time. A victim whose job would fall below its minimum is an ordinary preemption. The request
+ids are ``<decision>/resize/<worker uid>``; a redelivered decision resizes nothing twice (its pod
+is bound, its victims are gone), and a republished request is stored once.
 """
 
 from __future__ import annotations
@@ -48,7 +59,7 @@ from gpuaware.schemas import (
     WorldSnapshotReply,
     WorldSnapshotRequest,
 )
-from gpuaware.services.binder.world import World, WorldRefused
+from gpuaware.services.binder.world import ElasticWorkers, World, WorldRefused
 
 __all__ = ["Binder", "BinderStats", "Outbox"]
 
@@ -76,6 +87,11 @@ class BinderStats:
     checkpoints_requested: int = 0
     checkpoints_completed: int = 0
     checkpoint_timeouts: int = 0
+    """checkpoint handshakes (before an eviction or a resize) asked, completed, unanswered in time"""
+    grows: int = 0
+    """elastic jobs resized up: a worker bound to a running job after the resize handshake"""
+    shrinks: int = 0
+    """elastic jobs resized down: workers evicted from a job that keeps running"""
     requeued: int = 0
     pending_published: int = 0
     finished: int = 0
@@ -137,8 +153,10 @@ class Binder:
             self.applied.remember(d.decision_id)
             self.stats.duplicates += 1
             return "duplicate"
+        grows = False
         if current is None and await self.world.state(d.pod_uid) == "pending":
             await self._preempt(d, heartbeat)
+            grows = await self._grow(d, heartbeat)
         try:
             bound = await self.world.bind(d)
         except WorldRefused as refused:
@@ -148,6 +166,7 @@ class Binder:
         await self.outbox.publish(bound, self._id("bound", d.decision_id))
         self.applied.remember(d.decision_id)
         self.stats.bound += 1
+        self.stats.grows += grows
         return "bound"
 
     async def _failed(self, d: PlacementDecided, refused: WorldRefused) -> None:
@@ -175,35 +194,90 @@ class Binder:
     async def _preempt(self, d: PlacementDecided, heartbeat: Heartbeat | None) -> None:
         victims = [v for v in d.preemptions if await self.world.state(v.pod_uid) == "bound"]
         self.stats.victims_gone += len(d.preemptions) - len(victims)
-        if victims:
-            await asyncio.gather(*(self._preempt_one(d, v, heartbeat) for v in victims))
+        if not victims:
+            return
+        alone: list[PlannedPreemption] = []
+        shrinks: dict[str, tuple[ElasticWorkers, list[PlannedPreemption]]] = {}
+        for v in victims:
+            job = await self.world.elastic_workers(v.pod_uid)
+            if job is None:
+                alone.append(v)
+            else:
+                shrinks.setdefault(job.job, (job, []))[1].append(v)
+        for key, (job, leaving) in list(shrinks.items()):
+            gone = {v.pod_uid for v in leaving}
+            if sum(w.pod_uid not in gone for w in job.running) < job.minimum:
+                alone += shrinks.pop(key)[1]  # the job stops: its workers are preempted as usual
+        await asyncio.gather(*(self._preempt_one(d, v, heartbeat) for v in alone),
+                             *(self._shrink(d, job, leaving, heartbeat) for job, leaving in shrinks.values()))
 
-    async def _preempt_one(self, d: PlacementDecided, v: PlannedPreemption, heartbeat: Heartbeat | None) -> None:
-        checkpointed = False
-        if v.checkpoint_first and await self.world.checkpointable(v.pod_uid):
-            checkpointed = await self._checkpoint(d, v, heartbeat)
+    async def _shrink(self, d: PlacementDecided, job: ElasticWorkers, leaving: list[PlannedPreemption],
+                      heartbeat: Heartbeat | None) -> None:
+        """Resize ``job`` down to the workers that stay, then evict the ones leaving."""
+        gone = {v.pod_uid for v in leaving}
+        grace = min((v.grace_period_s for v in leaving if v.grace_period_s > 0),
+                    default=self.checkpoint_deadline_s)
+        checkpointed = await self._resize(d, job, len(job.running) - len(gone), grace, heartbeat)
+        evicted = await asyncio.gather(*(self._preempt_one(d, v, heartbeat, checkpointed=checkpointed)
+                                         for v in leaving))
+        self.stats.shrinks += any(evicted)
+
+    async def _grow(self, d: PlacementDecided, heartbeat: Heartbeat | None) -> bool:
+        """Resize the decided pod's elastic job up before it joins, when the job already runs."""
+        job = await self.world.elastic_workers(d.pod_uid)
+        if job is None or not job.runs() or any(w.pod_uid == d.pod_uid for w in job.running):
+            return False
+        await self._resize(d, job, len(job.running) + 1, self.checkpoint_deadline_s, heartbeat)
+        return True
+
+    async def _resize(self, d: PlacementDecided, job: ElasticWorkers, world_size: int, deadline_s: float,
+                      heartbeat: Heartbeat | None) -> bool:
+        """The resize handshake with every worker of ``job`` bound now; True when all completed."""
+        now = self.world.now()
+        requests = [CheckpointRequested(
+            source=self.source, emitted_at=now, cluster=self.cluster,
+            request_id=f"{d.decision_id}/resize/{w.pod_uid}", pod_uid=w.pod_uid, pod_name=w.pod_name, namespace=w.namespace, node=w.node, reason="resize",
+            deadline_s=deadline_s, requested_at=now, decision_id=d.decision_id, world_size=world_size,
+        ) for w in job.running]
+        log.info("decision %s resizes %s from %d to %d workers", d.decision_id, job.job, len(job.running),
+                 world_size)
+        done = await asyncio.gather(*(self._handshake(r, heartbeat) for r in requests))
+        return all(done)
+
+    async def _preempt_one(self, d: PlacementDecided, v: PlannedPreemption, heartbeat: Heartbeat | None, *,
+                           checkpointed: bool | None = None) -> bool:
+        """Evict one victim (after its own checkpoint handshake unless ``checkpointed`` says how the
+        job's resize went); True when it was evicted."""
+        if checkpointed is None:
+            checkpointed = False
+            if v.checkpoint_first and await self.world.checkpointable(v.pod_uid):
+                checkpointed = await self._checkpoint(d, v, heartbeat)
         try:
             preempted, pending = await self.world.evict(v, checkpointed=checkpointed, decision=d)
         except WorldRefused as refused:
             log.info("victim %s of decision %s not evicted: %s", v.pod_uid, d.decision_id, refused)
             self.stats.victims_gone += 1
-            return
+            return False
         await self.outbox.publish(preempted, self._id("preempted", f"{v.pod_uid}/{d.decision_id}"))
         self.stats.preempted += 1
         if pending is not None:
             await self._publish_pending(pending)
             self.stats.requeued += 1
+        return True
 
     async def _checkpoint(self, d: PlacementDecided, v: PlannedPreemption, heartbeat: Heartbeat | None) -> bool:
         """Ask the victim to checkpoint and wait for its answer; True when it completed in time."""
-        request_id = f"{d.decision_id}/{v.pod_uid}"
         deadline_s = v.grace_period_s if v.grace_period_s > 0 else self.checkpoint_deadline_s
         now = self.world.now()
-        request = CheckpointRequested(
-            source=self.source, emitted_at=now, cluster=self.cluster, request_id=request_id, pod_uid=v.pod_uid,
-            pod_name=v.pod_name, namespace=v.namespace, node=v.node, reason="preemption", deadline_s=deadline_s,
-            requested_at=now, decision_id=d.decision_id,
-        )
+        return await self._handshake(CheckpointRequested(
+            source=self.source, emitted_at=now, cluster=self.cluster, request_id=f"{d.decision_id}/{v.pod_uid}",
+            pod_uid=v.pod_uid, pod_name=v.pod_name, namespace=v.namespace, node=v.node, reason="preemption",
+            deadline_s=deadline_s, requested_at=now, decision_id=d.decision_id,
+        ), heartbeat)
+
+    async def _handshake(self, request: CheckpointRequested, heartbeat: Heartbeat | None) -> bool:
+        """Publish the request, deliver it, wait for the answer; True when it completed in time."""
+        request_id, deadline_s = request.request_id, request.deadline_s
         waiter = self._waiters.get(request_id)
         if waiter is None or waiter.done():
             waiter = self._waiters[request_id] = asyncio.get_running_loop().create_future()
@@ -214,7 +288,7 @@ class Binder:
             ack = await self._wait(waiter, max(self.world.wall_seconds(deadline_s), self.checkpoint_min_wait_s),
                                    heartbeat)
         except WorldRefused as refused:
-            log.info("checkpoint of %s not requested: %s", v.pod_uid, refused)
+            log.info("checkpoint of %s not requested: %s", request.pod_uid, refused)
             return False
         finally:
             self._waiters.pop(request_id, None)

@@ -120,7 +120,7 @@ def _default_world(settings: BinderSettings, source: str) -> World:
 
 def binder_samples(binder: Binder, consumers: list[Any]) -> Iterable[Sample]:
     """The binder's Prometheus series: decisions applied, pods bound / failed / preempted / finished,
-    checkpoint handshakes, and its durable consumers' lag and dead letters."""
+    checkpoint handshakes, elastic jobs resized, and its durable consumers' lag and dead letters."""
     st = binder.stats
     for outcome, n in (("bound", st.bound), ("failed", st.bind_failed), ("duplicate", st.duplicates)):
         yield counter("gpuaware_binder_binds", "placement decisions applied, by outcome", n, outcome=outcome)
@@ -128,7 +128,11 @@ def binder_samples(binder: Binder, consumers: list[Any]) -> Iterable[Sample]:
     yield counter("gpuaware_binder_finished", "pods that finished", st.finished)
     for outcome, n in (("requested", st.checkpoints_requested), ("completed", st.checkpoints_completed),
                        ("timed_out", st.checkpoint_timeouts)):
-        yield counter("gpuaware_binder_checkpoints", "checkpoint handshakes before an eviction", n, outcome=outcome)
+        yield counter("gpuaware_binder_checkpoints", "checkpoint handshakes before an eviction or a resize", n,
+                      outcome=outcome)
+    for direction, n in (("grow", st.grows), ("shrink", st.shrinks)):
+        yield counter("gpuaware_binder_resizes", "elastic jobs resized through the checkpoint handshake", n,
+                      direction=direction)
     yield from consumer_samples(consumers)
 
 

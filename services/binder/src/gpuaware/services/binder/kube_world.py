@@ -14,7 +14,11 @@ changes into exactly-once contract events, the Binding quirk); this module runs 
 - ``evict`` uses the Eviction API: a PodDisruptionBudget that forbids it now is a transient refusal.
 - ``unschedulable`` posts placement's "why pending" explanation as a ``FailedScheduling`` Event.
 - ``request_checkpoint`` writes the handshake annotations (request time, deadline); the victim answers
-  by setting ``gpuaware.io/checkpoint-completed`` and the pod watch brings the answer back.
+  by setting ``gpuaware.io/checkpoint-completed`` and the pod watch brings the answer back. A resize
+  asks each running worker of an elastic job the same way; its new world size travels on
+  ``binder.checkpoint.requested.v1`` (the workload's agent, ``gpuaware.checkpoint``, reads it there).
+- ``elastic_workers`` finds an elastic job's bound workers among the watched pods: the pods of the
+  same gang (annotation or GPUGang) in the same namespace.
 
 With several replicas (the chart runs two) a coordination.k8s.io Lease (``gpuaware.k8s.election``)
 picks the one that reports what the watches see; every replica keeps the cache warm and applies the
@@ -59,7 +63,7 @@ from gpuaware.schemas import (
     WorldSnapshotReply,
     WorldSnapshotRequest,
 )
-from gpuaware.services.binder.world import Emit, PodStateName, WorldRefused
+from gpuaware.services.binder.world import ElasticWorkers, Emit, PodStateName, Worker, WorldRefused
 
 __all__ = ["KubeWorld"]
 
@@ -218,6 +222,22 @@ class KubeWorld:
     async def checkpointable(self, pod_uid: str) -> bool:
         p = self.mirror.pending_of_bound(pod_uid)
         return bool(p and p.checkpointable)
+
+    async def elastic_workers(self, pod_uid: str) -> ElasticWorkers | None:
+        me = self.mirror.pending_of_bound(pod_uid)
+        if me is None or me.gang_id is None or me.gang_max_members <= max(1, me.gang_min_members):
+            return None
+        running = []
+        for uid, pod in list(self.mirror.pods.items()):
+            meta = pod.get("metadata") or {}
+            if (meta.get("namespace") or "default") != me.namespace or self.mirror.state(uid) != "bound":
+                continue
+            other = self.mirror.pending_of_bound(uid)
+            b = self.mirror.bound(uid, pod)
+            if other is not None and other.gang_id == me.gang_id and b is not None:
+                running.append(Worker(uid, b.pod_name, b.namespace, b.node))
+        return ElasticWorkers(f"{me.namespace}/{me.gang_id}", max(1, me.gang_min_members),
+                              tuple(sorted(running, key=lambda w: w.pod_uid)))
 
     async def snapshot(self, request: WorldSnapshotRequest) -> WorldSnapshotReply:
         return self.mirror.snapshot(request, self.clock())

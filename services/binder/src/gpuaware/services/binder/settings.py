@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 import msgspec
 
 from gpuaware.runtime import ServiceSettings, SettingsError
-from gpuaware.sim import decode_faults
+from gpuaware.sim import RESIZE_RESTART_DELAY_S, decode_faults
 
 
 class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
@@ -60,6 +60,9 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     """length of the replayed window (traces) or of the generated arrivals (generator)"""
     load: float = 0.8
     """generator: offered GPU load as a fraction of the cluster's GPUs"""
+    elastic: bool = True
+    """generator: make the class profiles' elastic training jobs (false: every job keeps the fixed
+    shape it asks for; the other pods are the same either way)"""
     max_pods: int = 0
     """cap on the workload's pods (0 = none)"""
     seed: int = 0
@@ -76,6 +79,9 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     checkpoint_delay_min_s: float = 2.0
     """virtual seconds a simulated workload takes to checkpoint, at least"""
     checkpoint_delay_max_s: float = 20.0
+    resize_restart_delay_s: float = RESIZE_RESTART_DELAY_S
+    """virtual seconds an elastic job stands still after each resize (its workers restart at the new
+    world size from the checkpoint taken before it)"""
     fleet: bool = True
     """keep a simulated GPU fleet mirroring the bindings (for the telemetry agent)"""
     fleet_traces: Literal["auto", "synthetic"] = "synthetic"
@@ -112,6 +118,9 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
             raise SettingsError(f"GPUAWARE_BINDER_FAULTS is not a list of faults: {exc}") from None
         if self.faults.strip() and not self.fleet:
             raise SettingsError("GPUAWARE_BINDER_FAULTS needs the simulated fleet (GPUAWARE_BINDER_FLEET=true)")
+        if not 0 <= self.resize_restart_delay_s < float("inf"):
+            raise SettingsError("GPUAWARE_BINDER_RESIZE_RESTART_DELAY_S must be a finite number of seconds >= 0, "
+                                f"got {self.resize_restart_delay_s}")
         if not 0 <= self.exporter_port <= 65535:
             raise SettingsError("GPUAWARE_BINDER_EXPORTER_PORT must be 0 (off) or a TCP port, "
                                 f"got {self.exporter_port}")

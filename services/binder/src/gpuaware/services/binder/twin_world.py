@@ -13,6 +13,10 @@ De-duplication ids (``<cluster>/<kind>/<key>``) are built here from the twin's o
 republished event after a crash is the same stream message: ``pending/<uid>/<attempt>``,
 ``finished/<uid>``, ``checkpoint-ack/<request id>/<answer>``.
 
+An elastic job's workers share its work in the twin (``gpuaware.sim.twin.elastic``): they finish
+together, and a worker still pending then is withdrawn (``binder.pod.finished.v1``, outcome
+``deleted``, no node). The twin answers a resize's checkpoint requests like any other.
+
 The twin lives in the binder's process, so a killed binder would take the whole simulated cluster
 with it — unlike a real one, whose pods keep running while its binder restarts. ``restore`` gives
 the twin that property: a restarted binder replays what the killed one published (its BINDER
@@ -54,7 +58,7 @@ from gpuaware.schemas import (
     WorldSnapshotRequest,
 )
 from gpuaware.services.binder.settings import BinderSettings
-from gpuaware.services.binder.world import Emit, PodStateName, WorldRefused
+from gpuaware.services.binder.world import ElasticWorkers, Emit, PodStateName, Worker, WorldRefused
 from gpuaware.sim import (
     AcceleratedClock,
     Arrived,
@@ -66,6 +70,7 @@ from gpuaware.sim import (
     Slice,
     Twin,
     TwinEvent,
+    Withdrawn,
     decode_faults,
     default_cluster,
     from_openb,
@@ -205,9 +210,10 @@ class TwinWorld:
             namespace=pod.namespace, submitted_at=self.twin.start + pod.arrival_s, cpu_milli=pod.cpu_milli,
             memory_mib=pod.memory_mib, num_gpu=pod.num_gpu, gpu_milli=pod.gpu_milli,
             gpu_memory_mib=pod.gpu_memory_mib, gpu_types=pod.gpu_types, gang_id=pod.gang_id,
-            gang_min_members=pod.gang_min_members, topology=TopologyPreference(pod.topology), queue=pod.queue,
-            priority=pod.priority, priority_class=pod.priority_class, checkpointable=pod.checkpointable,
-            deferrable=pod.deferrable, qos=QosClass(pod.qos), expected_duration_s=pod.duration_s, attempt=attempt,
+            gang_min_members=pod.gang_min_members, gang_max_members=pod.gang_max_members,
+            topology=TopologyPreference(pod.topology), queue=pod.queue, priority=pod.priority,
+            priority_class=pod.priority_class, checkpointable=pod.checkpointable, deferrable=pod.deferrable,
+            qos=QosClass(pod.qos), expected_duration_s=pod.duration_s, attempt=attempt,
         )
 
     def _bound(self, b: Binding) -> PodBound:
@@ -229,6 +235,13 @@ class TwinWorld:
                 namespace=b.pod.namespace, outcome=PodOutcome.SUCCEEDED, finished_at=e.at, node=b.node,
                 started_at=e.started_at, exit_code=0, slices=tuple(_gpu_slice(s) for s in b.slices),
             ), f"{c}/finished/{b.pod.uid}"
+        if isinstance(e, Withdrawn):
+            p = e.pod
+            return PodFinished(
+                source=self.source, emitted_at=e.at, cluster=c, pod_uid=p.uid, pod_name=p.name,
+                namespace=p.namespace, outcome=PodOutcome.DELETED, finished_at=e.at, started_at=e.started_at,
+                message="its elastic job finished",
+            ), f"{c}/finished/{p.uid}"
         if isinstance(e, CheckpointAnswered):
             return CheckpointAcknowledged(
                 source=f"{self.source}/workload", emitted_at=e.at, cluster=c, request_id=e.request_id,
@@ -252,6 +265,18 @@ class TwinWorld:
     async def checkpointable(self, pod_uid: str) -> bool:
         pod = self.twin.pod(pod_uid)
         return pod is not None and pod.checkpointable
+
+    async def elastic_workers(self, pod_uid: str) -> ElasticWorkers | None:
+        self._sync()
+        job = self.twin.elastic_job(pod_uid)
+        if job is None or job.finished:
+            return None
+        running = []
+        for uid in sorted(job.running):
+            b = self.twin.binding(uid)
+            assert b is not None
+            running.append(Worker(uid, b.pod.name, b.pod.namespace, b.node))
+        return ElasticWorkers(job.key, job.minimum, tuple(running))
 
     async def bind(self, decision: PlacementDecided) -> PodBound:
         self._sync()
@@ -391,7 +416,7 @@ def _workload(settings: BinderSettings, nodes: tuple[NodeSpec, ...]) -> tuple[Si
         gpus = sum(n.num_gpu for n in nodes)
         spec = spec_for_cluster(gpus, load=settings.load, duration_s=settings.window_s,
                                 available_models=tuple(sorted({n.gpu_model for n in nodes})),
-                                max_pods=settings.max_pods)
+                                max_pods=settings.max_pods, elastic=settings.elastic)
         return generate(spec, settings.seed)
     if settings.workload == "openb":
         name = settings.workload_file or "default"
@@ -411,7 +436,7 @@ def build_twin(settings: BinderSettings, *, start: float) -> Twin:
     nodes = _nodes(settings)
     twin = Twin(nodes, _workload(settings, nodes), start=start, seed=settings.seed, cluster=settings.cluster,
                 checkpoint_delay_s=(settings.checkpoint_delay_min_s, settings.checkpoint_delay_max_s),
-                fleet=settings.fleet, traces=settings.fleet_traces)
+                fleet=settings.fleet, traces=settings.fleet_traces, restart_delay_s=settings.resize_restart_delay_s)
     if twin.fleet is not None and settings.faults.strip():
         twin.fleet.inject(*to_faults(decode_faults(settings.faults), start))  # the GPUs' future, planned
     return twin

@@ -9,12 +9,17 @@ answers). Every method is async because a real world answers over the network.
 A world refuses with ``WorldRefused(reason, message, transient)``: ``reason`` is a short code
 (``unknown_pod``, ``gpu_over_allocated``, ...) carried verbatim in ``binder.pod.bind_failed.v1``;
 ``transient`` says whether deciding again can help (it becomes ``PodBindFailed.transient``).
+
+For an elastic job (a gang that may run between its minimum and maximum worker count) the world
+also says which of its workers run now (``elastic_workers``), so the binder can resize it through
+the checkpoint handshake before it binds a worker more or evicts one.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gpuaware.schemas import (
@@ -29,7 +34,7 @@ from gpuaware.schemas import (
     WorldSnapshotRequest,
 )
 
-__all__ = ["Emit", "PodStateName", "World", "WorldRefused"]
+__all__ = ["ElasticWorkers", "Emit", "PodStateName", "Worker", "World", "WorldRefused"]
 
 #: publish one event the world reports, with its de-duplication id (unique per stream)
 Emit = Callable[[Event, str], Awaitable[None]]
@@ -45,6 +50,30 @@ class WorldRefused(Exception):
         self.reason = reason
         self.message = message
         self.transient = transient
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A bound worker of an elastic job: where a resize's checkpoint request goes."""
+
+    pod_uid: str
+    pod_name: str
+    namespace: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticWorkers:
+    """An elastic job as the resize handshake needs it: its minimum and the workers bound now."""
+
+    job: str
+    """``<namespace>/<gang id>``"""
+    minimum: int
+    running: tuple[Worker, ...]
+
+    def runs(self) -> bool:
+        """At least its minimum is bound: a worker joining or leaving resizes a running job."""
+        return len(self.running) >= self.minimum
 
 
 class World(Protocol):
@@ -71,6 +100,11 @@ class World(Protocol):
         ...
 
     async def checkpointable(self, pod_uid: str) -> bool: ...
+
+    async def elastic_workers(self, pod_uid: str) -> ElasticWorkers | None:
+        """The elastic job the pod is a worker of, with its workers bound now; None when the pod is
+        not a worker of an elastic job (a fixed gang, a lone pod, an unknown pod)."""
+        ...
 
     async def bind(self, decision: PlacementDecided) -> PodBound:
         """Bind exactly as decided; raises ``WorldRefused``."""
