@@ -15,8 +15,10 @@ changes into exactly-once contract events, the Binding quirk); this module runs 
 - ``unschedulable`` posts placement's "why pending" explanation as a ``FailedScheduling`` Event.
 - ``request_checkpoint`` writes the handshake annotations (request time, deadline); the victim answers
   by setting ``gpuaware.io/checkpoint-completed`` and the pod watch brings the answer back. A resize
-  asks each running worker of an elastic job the same way; its new world size travels on
-  ``binder.checkpoint.requested.v1`` (the workload's agent, ``gpuaware.checkpoint``, reads it there).
+  asks each running worker of an elastic job the same way, with ``gpuaware.io/checkpoint-world-size``
+  (the job's worker count once it resumes) beside the request; a request removes the previous
+  answer (a worker of an elastic job is asked again at each resize) and a request that is no resize
+  removes the world size.
 - ``elastic_workers`` finds an elastic job's bound workers among the watched pods: the pods of the
   same gang (annotation or GPUGang) in the same namespace.
 
@@ -40,6 +42,7 @@ from typing import Any
 
 from gpuaware import bus, k8s
 from gpuaware.k8s import (
+    ASSIGNED,
     EXTENDER_SCHEDULER_NAME,
     SCHEDULER_NAME,
     Change,
@@ -292,7 +295,10 @@ class KubeWorld:
                             slices=b.slices), None
 
     async def request_checkpoint(self, request: CheckpointRequested) -> None:
-        self.mirror.pending_checkpoints[request.pod_uid] = request.request_id
         now = self.clock()
+        annotations: dict[str, str | None] = {
+            **checkpoint_annotations(now + request.deadline_s, now), ASSIGNED.CHECKPOINT_DONE: None,
+            ASSIGNED.CHECKPOINT_WORLD_SIZE: None if request.world_size is None else str(request.world_size)}
         await asyncio.to_thread(k8s.patch_pod_annotations, self.core, request.namespace, request.pod_name,
-                                checkpoint_annotations(now + request.deadline_s, now))
+                                annotations)
+        self.mirror.pending_checkpoints[request.pod_uid] = request.request_id  # answers after this request
