@@ -8,10 +8,11 @@ from typing import Any
 
 from binder_helpers import NODES, T0, decision, sim_pod
 
-from gpuaware.schemas import Event, PlannedPreemption, PodFinished, PodPending
+from gpuaware.schemas import CheckpointRequested, Event, PlannedPreemption, PodFinished, PodPending
 from gpuaware.services.binder.twin_world import TwinWorld
 from gpuaware.sim.clock import AcceleratedClock
-from gpuaware.sim.twin import Twin
+from gpuaware.sim.twin import ElasticJob, Twin
+from gpuaware.sim.workload_gen import SimPod
 
 PODS = (sim_pod("a", at=0, dur=100), sim_pod("b", at=10, dur=1000, ckpt=True), sim_pod("c", at=20, dur=None),
         sim_pod("d", at=30, dur=60))
@@ -107,3 +108,51 @@ def test_an_event_the_replay_cannot_reproduce_is_counted_not_applied() -> None:
     counts = w.restore([bogus])
     assert counts["diverged"] == 1
     assert w.twin.state("a") == "pending"
+
+
+async def test_an_elastic_jobs_progress_and_resizes_are_restored() -> None:
+    def elastic(uid: str) -> SimPod:
+        return SimPod(uid=uid, name=uid, namespace="t", arrival_s=0.0, duration_s=300.0, cpu_milli=1000,
+                      memory_mib=2048, num_gpu=1, checkpointable=True, gang_id="e", gang_min_members=1,
+                      gang_max_members=3)
+
+    def elastic_world() -> TwinWorld:
+        twin = Twin(NODES, [elastic(f"e-{i}") for i in range(3)], start=T0, seed=1, checkpoint_delay_s=(2.0, 4.0),
+                    fleet=False)
+        return TwinWorld(twin, AcceleratedClock(speed=1.0, start=T0, wall=wall), source="binder/test",
+                         skip_idle=False)
+
+    wall = Wall()
+    before, published = elastic_world(), []
+    wall.t = 5
+    drain(before, published)
+    published.append(await before.bind(decision(before, "d-0", "e-0", "n1", [(0, 1000, 0)])))
+    wall.t = 15
+    ask = CheckpointRequested(source="binder/test", emitted_at=before.now(), cluster=before.cluster,
+                              request_id="d-1/resize/e-0", pod_uid="e-0", pod_name="e-0", namespace="t", node="n1",
+                              reason="resize", deadline_s=60.0, requested_at=before.now(), world_size=2)
+    await before.request_checkpoint(ask)
+    published.append(ask)
+    wall.t = 20
+    drain(before, published)  # the answer
+    published.append(await before.bind(decision(before, "d-1", "e-1", "n1", [(1, 1000, 0)])))   # a grow
+    wall.t = 100
+    d = decision(before, "d-2", "e-2", "n2", [(0, 1000, 0)], preemptions=(
+        PlannedPreemption(pod_uid="e-1", pod_name="e-1", namespace="t", node="n1", reason="shrink"),))
+    published += [e for e in await before.evict(d.preemptions[0], checkpointed=True, decision=d) if e is not None]
+    published.append(await before.bind(d))   # a shrink, then a grow
+    wall.t = 120
+    drain(before, published)
+
+    after = elastic_world()
+    counts = after.restore(published)
+    assert counts["diverged"] == 0
+    job, again = before.twin.elastic_job("e-0"), after.twin.elastic_job("e-0")
+    assert job is not None and again is not None
+
+    def progress(j: ElasticJob) -> tuple[object, ...]:
+        return (dict(j.running), j.grows, j.shrinks, round(j.done_s, 6), round(j.saved_s, 6), j.paused_until,
+                round(j.restart_s, 6))
+
+    assert progress(again) == progress(job) and (job.grows, job.shrinks) == (2, 1)
+    assert after.twin.next_event_at() == before.twin.next_event_at()   # the job ends at the same instant
