@@ -137,3 +137,25 @@ def test_grow_order_puts_tenants_below_their_share_first_then_the_largest_gain()
     gain = {"y-1": 5.0, "z-1": 1.0, "x-1": 9.0}
     got = grow_order(grows, width, below_share=lambda e: True, gain=lambda uid, w: gain[uid])
     assert [e.uid for e in got] == ["x-1", "y-1", "z-1"]
+
+
+def test_a_pod_of_priority_zero_takes_back_a_spare_but_stops_nobody() -> None:
+    p = planner(gpus=4, nodes=1)
+    for k in range(3):
+        bind_all(p, p.submit(f"e-{k}", 0, worker("e", k)))
+    bind_all(p, p.submit("low", 0, whole("low", 1)))
+    d = p.submit("new", 0, whole("new", 2))[0]
+    assert isinstance(d, Decided) and {v.uid for v in d.victims} == {"e-1", "e-2"}
+    assert d.preemption_reason == "shrink"
+    # with no spare left, a pod of priority 0 waits: it never stops the whole job or "low"
+    bind_all(p, [d])
+    p.ledger.release("e-1")
+    p.ledger.release("e-2")
+    assert isinstance(p.submit("other", 0, whole("other", 2))[0], Parked)
+
+
+def test_a_grow_not_worth_its_restart_is_left_out() -> None:
+    grows = [_entry("x-1", "x", 1), _entry("y-1", "y", 2)]
+    got = grow_order(grows, {"x": 1, "y": 1}, below_share=lambda e: True,
+                     gain=lambda uid, w: -1.0 if uid == "x-1" else 3.0)
+    assert [e.uid for e in got] == ["y-1"]

@@ -31,7 +31,8 @@ from gpuaware.placement.entries import HOLDING, PodEntry
 __all__ = ["GainFn", "grow_order", "holding_by_gang", "is_elastic", "spares"]
 
 GainFn = Callable[[str, int], float]
-"""(worker uid, its job's width now) -> what one more worker adds (higher first)"""
+"""(worker uid, its job's width now) -> what one more worker adds (higher first; 0 or less: not worth the
+restart a resize costs, the worker does not grow now)"""
 
 
 def is_elastic(entry: PodEntry) -> bool:
@@ -70,7 +71,8 @@ def grow_order(grows: Sequence[PodEntry], width: dict[str, int], *, below_share:
     """Waiting workers of running elastic jobs in the order they get idle GPUs: tenants at or below their
     fair share first, then the largest marginal gain (`gain`, or the narrowest job), then arrival. A
     job's k-th waiting worker is valued at the width it would add to (its width now + k - 1), so one
-    pass spreads idle GPUs across jobs as far as their gains say."""
+    pass spreads idle GPUs across jobs as far as their gains say. With `gain`, a worker whose gain is not
+    positive is left out (a resize would cost its job more than it adds)."""
     seen: dict[str, int] = {}
     keyed = []
     for e in sorted(grows, key=lambda e: e.seq):
@@ -79,6 +81,8 @@ def grow_order(grows: Sequence[PodEntry], width: dict[str, int], *, below_share:
         rank = seen[gang] = seen.get(gang, -1) + 1
         now = width.get(gang, 0) + rank
         value = gain(e.uid, now) if gain is not None else -float(now)
+        if gain is not None and value <= 0:
+            continue
         keyed.append(((not below_share(e), -value, e.seq), e))
     keyed.sort(key=lambda kv: kv[0])
     return [e for _, e in keyed]

@@ -80,8 +80,9 @@ class PostFilterPlugin(Protocol):
 class DefaultPreemption:
     """kube-scheduler's DefaultPreemption plus the cost of lost GPU work (preempt.py has the rules).
 
-    A pod of priority <= 0 never preempts; a pod is planned for at most once per `cooldown_s` of the
-    caller's clock (a pod no plan can help then costs nothing on every retry pass).
+    A pod of priority <= 0 never stops anyone, but takes back spares (elastic jobs' workers beyond their
+    minimum: a shrink) of no higher priority than its own; a pod is planned for at most once per
+    `cooldown_s` of the caller's clock (a pod no plan can help then costs nothing on every retry pass).
 
     ``{"post_filter": [{"name": "default-preemption", "args": {"max_victims": 16, "cooldown_s": 30}}]}``
     """
@@ -105,7 +106,8 @@ class DefaultPreemption:
 
     def post_filter(self, cycle: CycleState, pod: PodRequest, snap: Snapshot, scheduler: Scheduler,
                     running: Iterable[Victim], exclude: np.ndarray | None) -> PreemptionPlan | None:
-        if pod.priority <= 0:
+        running = [v for v in running if v.priority < pod.priority or (v.spare and v.priority <= pod.priority)]
+        if not running:
             return None
         if self.clock is not None and self.cooldown_s > 0:
             now = self.clock()
@@ -114,8 +116,5 @@ class DefaultPreemption:
             self._planned_at[pod.name] = now
             if len(self._planned_at) > self.max_remembered:
                 self._planned_at.pop(next(iter(self._planned_at)))
-        victims = [v for v in running if v.priority < pod.priority]
-        if not victims:
-            return None
-        return plan_preemption(pod, snap, scheduler, victims, max_victims=self.max_victims,
+        return plan_preemption(pod, snap, scheduler, running, max_victims=self.max_victims,
                                max_candidates=self.max_candidates, exclude=exclude)
