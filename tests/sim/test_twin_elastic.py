@@ -95,8 +95,8 @@ def test_four_workers_finish_the_work_faster_than_one() -> None:
     assert [ends[f"wide-{i}"] for i in range(4)] == [("finished", pytest.approx(DELAY + WORK))] * 4
     assert ends["solo-0"] == ("finished", pytest.approx(WORK / pace(1)))
     wide = twin.elastic_job("wide-0")
-    assert wide is not None and (wide.grows, wide.shrinks, wide.lost_s) == (3, 0, 0.0)
-    assert wide.restart_s == pytest.approx(DELAY)  # three joins at one instant: one restart
+    assert wide is not None and (wide.grows, wide.shrinks, wide.lost_s) == (1, 0, 0.0)  # three joins at one
+    assert wide.restart_s == pytest.approx(DELAY)                                         # instant: one restart
     assert {ends[f"solo-{i}"][0] for i in range(1, 4)} == {"withdrawn"}
     twin.check()
 
@@ -220,3 +220,16 @@ def test_a_fixed_gang_keeps_one_duration_per_pod() -> None:
     d.bind("g-1")
     d.run_out()
     assert d.ends() == {"g-0": ("finished", pytest.approx(100.0)), "g-1": ("finished", pytest.approx(200.0))}
+
+
+def test_workers_leaving_at_one_instant_are_one_shrink() -> None:
+    twin = twin_of(*workers("job"))
+    d = Driver(twin)
+    for i in range(4):
+        d.bind(f"job-{i}")
+    d.at(100)
+    twin.evict("job-3", checkpointed=True)
+    twin.evict("job-2", checkpointed=True)
+    job = twin.elastic_job("job-0")
+    assert job is not None and (job.grows, job.shrinks, job.workers) == (1, 1, 2)
+    assert job.restart_s == pytest.approx(2 * DELAY)

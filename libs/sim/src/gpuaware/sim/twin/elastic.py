@@ -12,7 +12,8 @@ Pollux's) gives for that layout relative to full width, with ``throughput_rate``
 A resize - a worker joining the running job (a *grow*) or leaving it while at least the minimum
 keeps running (a *shrink*) - restarts the job at its new world size: the workers checkpoint, form
 the new world and load the checkpoint, so the job stands still for ``RESIZE_RESTART_DELAY_S``
-and loses no work. Work is lost only where no checkpoint was taken: a shrink or a stop whose
+and loses no work. Workers joining (or leaving) at one instant are one resize, as one decision's
+victims are one shrink for the binder; a resize during another's restart starts the restart over. Work is lost only where no checkpoint was taken: a shrink or a stop whose
 eviction did not checkpoint goes back to the job's last checkpoint (a completed checkpoint answer,
 a checkpointed resize), a grow of a job whose workers cannot checkpoint starts it over.
 
@@ -106,6 +107,8 @@ class ElasticJob:
     """bumped whenever the job's end moves: an end scheduled for an older epoch is stale"""
     grows: int = 0
     shrinks: int = 0
+    last_resize: tuple[float, str] | None = None
+    """when the last resize was, and which way: a change at that instant the same way is part of it"""
     restart_s: float = 0.0
     """time spent standing still for resizes"""
     lost_s: float = 0.0
@@ -174,6 +177,12 @@ class ElasticJob:
             self.restart_s -= self.paused_until - now
             self.paused_until = now
 
+    def _count(self, now: float, way: str) -> int:
+        """1 for a new resize, 0 for another worker of the one under way at this instant."""
+        same = self.last_resize == (now, way)
+        self.last_resize = (now, way)
+        return 0 if same else 1
+
     def join(self, uid: str, node: str, now: float, *, checkpointable: bool, delay: float) -> bool:
         """A worker is bound to ``node``; True when that resized the running job (a grow)."""
         self.settle(now)
@@ -182,7 +191,7 @@ class ElasticJob:
         if grew:
             self._restart(now, checkpointed=checkpointable)
             self._pause(now, delay)
-            self.grows += 1
+            self.grows += self._count(now, "grow")
         self.epoch += 1
         return grew
 
@@ -196,7 +205,7 @@ class ElasticJob:
             self._restart(now, checkpointed=checkpointed)
             if shrank:
                 self._pause(now, delay)
-                self.shrinks += 1
+                self.shrinks += self._count(now, "shrink")
             else:
                 self._stop(now)
         self.epoch += 1
