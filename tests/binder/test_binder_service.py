@@ -1,7 +1,8 @@
 """The binder service end to end against a real nats-server and the twin: pending pods published as
 they arrive, decisions applied exactly once (duplicates, redeliveries after a restart), refusals
 reported with their reason while the loop goes on, departures at the end of the work, preemptions
-with the checkpoint handshake, and the world's truth on request."""
+with the checkpoint handshake, an elastic job's grow through the resize handshake, and the world's
+truth on request."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from gpuaware.schemas import (
     WorldSnapshotReply,
     WorldSnapshotRequest,
 )
+from gpuaware.sim.workload_gen import SimPod
 
 
 async def test_pending_pods_are_published_as_they_arrive(harness: Harness) -> None:
@@ -180,4 +182,31 @@ async def test_snapshot_returns_the_worlds_truth_in_pages(harness: Harness) -> N
     bound = {b.pod_uid: b for b in rec.of(PodBound)}
     assert {uid: (p.node, p.slices, p.decision_id) for uid, p in pods.items()} == {
         uid: (b.node, b.slices, b.decision_id) for uid, b in bound.items()}
+    await running.shutdown()
+
+
+async def test_a_grow_goes_through_the_resize_handshake_on_the_bus(harness: Harness) -> None:
+    def elastic(uid: str) -> SimPod:
+        return SimPod(uid=uid, name=uid, namespace="t", arrival_s=0.0, duration_s=None, queue="team-a",
+                      cpu_milli=1000, memory_mib=2048, num_gpu=1, checkpointable=True, gang_id="job",
+                      gang_min_members=1, gang_max_members=2)
+
+    world = twin_world(elastic("w0"), elastic("w1"))
+    running = await harness.start(world)
+    rec = harness.recorder
+    await rec.wait_for(lambda: len(rec.of(PodPending)) == 2)
+    assert {p.gang_max_members for p in rec.of(PodPending)} == {2}
+    await harness.decide(decision(world, "d-0", "w0", "n1", [(0, 1000, 15_000)]))
+    await rec.wait_for(lambda: rec.of(PodBound, "w0"))
+    await harness.decide(decision(world, "d-1", "w1", "n1", [(1, 1000, 15_000)]))
+    await rec.wait_for(lambda: rec.of(PodBound, "w1"))
+    (asked,) = rec.of(CheckpointRequested)
+    (answer,) = rec.of(CheckpointAcknowledged)
+    assert (asked.pod_uid, asked.reason, asked.world_size, asked.request_id) == ("w0", "resize", 2, "d-1/resize/w0")
+    assert answer.request_id == asked.request_id and answer.status is CheckpointStatus.COMPLETED
+    order = [type(e).__name__ for e in rec.events if getattr(e, "pod_uid", None) in ("w0", "w1")][-3:]
+    assert order == ["CheckpointRequested", "CheckpointAcknowledged", "PodBound"]   # checkpoint, then the new world
+    assert (running.binder.stats.grows, running.binder.stats.shrinks) == (1, 0)
+    job = world.twin.elastic_job("w0")
+    assert job is not None and (job.grows, job.workers) == (1, 2)
     await running.shutdown()
