@@ -13,9 +13,10 @@ A resize - a worker joining the running job (a *grow*) or leaving it while at le
 keeps running (a *shrink*) - restarts the job at its new world size: the workers checkpoint, form
 the new world and load the checkpoint, so the job stands still for ``RESIZE_RESTART_DELAY_S``
 and loses no work. Workers joining (or leaving) at one instant are one resize, as one decision's
-victims are one shrink for the binder; a resize during another's restart starts the restart over. Work is lost only where no checkpoint was taken: a shrink or a stop whose
-eviction did not checkpoint goes back to the job's last checkpoint (a completed checkpoint answer,
-a checkpointed resize), a grow of a job whose workers cannot checkpoint starts it over.
+victims are one shrink for the binder; a resize during another's restart starts the restart over.
+Work is lost only where no checkpoint was taken: a shrink or a stop whose eviction did not
+checkpoint goes back to the job's last checkpoint (a completed checkpoint answer, a checkpointed
+resize), a grow of a job whose workers cannot checkpoint starts it over.
 
 The job finishes when its work is done: every bound worker finishes at that instant, and the
 twin withdraws the workers still pending. Pure bookkeeping over the virtual time it is given; the
