@@ -154,6 +154,19 @@ def test_two_minute_demo_keeps_its_invariants(demo: DemoRun) -> None:
     assert base["preemption"] == {"planned_victims": 0, "preempted": 0, "checkpointed": 0}
     assert 0 < ours["preemption"]["preempted"] <= ours["preemption"]["planned_victims"], ours["preemption"]
 
+    # the price of fairness, side by side: elastic jobs in the workload, every preempted pod's job a victim
+    # with a slowdown (none in the baseline, which never preempts), the worst tenant's share of its fair share
+    for r in (ours, base):
+        victims, hourly = r["victims"], r["fairness"]["hourly"]
+        assert victims["resizes"]["elastic_jobs"] > 0, victims["resizes"]
+        assert hourly["tenants"] >= 2 and hourly["contended_hours"] > 0, hourly
+        assert 0.0 <= hourly["worst_share_of_fair_share"] <= 1.0, hourly
+        assert r["fairness"]["finish_time"]["jobs"] > 0, r["fairness"]["finish_time"]
+    assert base["victims"]["all"]["victims"] == 0 and base["victims"]["resizes"]["shrinks"] == 0, base["victims"]
+    assert ours["victims"]["all"]["victims"] > 0 and ours["victims"]["all"]["p50"] is not None, ours["victims"]
+    assert "Elastic resizes: gpuaware" in report["summary"] and "Worst tenant's share" in report["summary"]
+    assert (out / "jobs-gpuaware.csv").stat().st_size > 0 and (out / "jobs-baseline.csv").stat().st_size > 0
+
     # the telemetry agent measured the twin's GPUs (dcgm-exporter text from the binder) in both runs
     for r in (ours, base):
         util = r["utilisation"]

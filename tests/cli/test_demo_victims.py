@@ -72,7 +72,7 @@ def test_the_run_figures_carry_resizes_victims_and_the_worst_tenant(tmp_path: Pa
     # rho over 2 tenants on 4 GPUs (a slice of 2): the job (3 GPUs, 100 s) alone 100 x 3 / 2 = 150 s, took
     # 160; solo's work is unknown (it runs past the run), but its tenant counts
     assert fig["fairness"]["finish_time"] == {"tenants": 2, "jobs": 1, "unfinished": 0, "p50": 1.0667,
-                                              "p95": 1.0667, "max": 1.0667, "above_1": 1.0}
+                                              "p95": 1.0667, "max": 1.0667}
     hourly = fig["fairness"]["hourly"]
     # 4 GPUs, a 200-s window: job wants 3 GPUs over [0, 160) and holds 2-3; solo 1 throughout: never more
     # than the cluster has, so no contended hour and no worst tenant

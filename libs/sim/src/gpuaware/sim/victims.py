@@ -188,14 +188,13 @@ def _jct_at_least(life: JobLife, horizon: float) -> float | None:
 
 
 def finish_time_fairness(lives: Iterable[JobLife], capacity_gpus: float, horizon: float) -> dict[str, Any]:
-    """Themis' rho over the jobs with known work (see the module docstring): p50, p95, max, the share of
-    jobs above 1, and N (every tenant with a job arrived by the horizon)."""
+    """Themis' rho over the jobs with known work (see the module docstring): p50, p95, max, and N (every
+    tenant with a job arrived by the horizon)."""
     arrived = [j for j in lives if j.arrival <= horizon]
     n = len({j.tenant for j in arrived})
     lives = [j for j in arrived if j.work_s]
     if not lives or capacity_gpus <= 0:
-        return {"tenants": n, "jobs": 0, "unfinished": 0, "p50": None, "p95": None, "max": None,
-                "above_1": None}
+        return {"tenants": n, "jobs": 0, "unfinished": 0, "p50": None, "p95": None, "max": None}
     slice_gpus = capacity_gpus / n
     rhos = []
     for j in lives:
@@ -204,7 +203,7 @@ def finish_time_fairness(lives: Iterable[JobLife], capacity_gpus: float, horizon
         if jct is not None and alone > 0:
             rhos.append(jct / alone)
     return {"tenants": n, "jobs": len(rhos), "unfinished": sum(1 for j in lives if j.finished is None),
-            **_stats(rhos), "above_1": sum(1 for x in rhos if x > 1) / len(rhos) if rhos else None}
+            **_stats(rhos)}
 
 
 def _stats(xs: Sequence[float]) -> dict[str, float | None]:
