@@ -219,7 +219,9 @@ class FairShareFigures:
     jain_contended_mean: float | None
     """the same over the contended windows only"""
     windows: int
+    """windows Jain was taken over (at least two tenants with demand)"""
     contended_windows: int
+    """windows where the tenants wanted more GPUs than the cluster has"""
     tenants: int
     """tenants with demand in at least one contended window (whom the worst-tenant figure is over)"""
     worst_tenant: str | None
