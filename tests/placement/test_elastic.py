@@ -159,3 +159,13 @@ def test_a_grow_not_worth_its_restart_is_left_out() -> None:
     got = grow_order(grows, {"x": 1, "y": 1}, below_share=lambda e: True,
                      gain=lambda uid, w: -1.0 if uid == "x-1" else 3.0)
     assert [e.uid for e in got] == ["y-1"]
+
+
+def test_a_retry_with_only_grows_not_worth_it_says_nothing_is_left() -> None:
+    p = planner()
+    p.grow_gain = lambda uid, width: -1.0
+    bind_all(p, p.submit("e-0", 0, worker("e", 0)))
+    grow = p.submit("e-1", 0, worker("e", 1))
+    assert isinstance(grow[0], Parked) and grow[0].reason == "elastic_grow"
+    out, more = p.retry()
+    assert out == [] and not more  # a caller looping while `more` would spin for ever otherwise

@@ -219,9 +219,8 @@ class Planner:
                 counters=self.counters)
         if grows and not more:
             left = max(0, left - sum(isinstance(o, Decided) for o in got))
-            grown, tried = self._grow(grows, left)
+            grown, more = self._grow(grows, left)
             got += grown
-            more = tried < len(grows)
         self.counters.retried_decided += sum(isinstance(o, Decided) for o in got)
         return out + got, more
 
@@ -278,7 +277,8 @@ class Planner:
             if any(e.uid != entry.uid and not (e.request is not None and e.request.elastic)
                    for e in self.ledger.waiting([Phase.PARKED])):
                 return self._grow_waits(entry, publish=True)
-            return self._grow([entry], 1, publish={entry.uid})[0]
+            grown, _ = self._grow([entry], 1, publish={entry.uid})
+            return grown or self._grow_waits(entry, publish=True)
         if core - held == 1:
             return self._decide([entry], publish={entry.uid})[0]
         got = self._place_core(req.gang_id, arriving=entry.uid)
@@ -314,11 +314,12 @@ class Planner:
         return out
 
     def _grow(self, grows: Sequence[PodEntry], limit: int,
-              publish: set[str] | None = None) -> tuple[list[Outcome], int]:
+              publish: set[str] | None = None) -> tuple[list[Outcome], bool]:
         """Extra workers of running elastic jobs onto idle GPUs, in `grow_order`; allocate only (a grow
-        never preempts, and what finds no room waits as a grow). (outcomes, workers tried)."""
+        never preempts, and what finds no room waits as a grow). (outcomes, whether workers the order
+        kept were left untried at `limit`)."""
         if limit <= 0:
-            return [], 0
+            return [], bool(grows)
         width = {g: len(m) for g, m in holding_by_gang(self.ledger).items()}
         order = self.order
         if order is not None and order.tenant_aware:
@@ -338,7 +339,7 @@ class Planner:
                 out.append(self._commit(entry, r))
             else:
                 out += self._grow_waits(entry, publish=entry.uid in (publish or ()))
-        return out, len(results)
+        return out, len(results) < len(ordered)
 
     def _grow_waits(self, entry: PodEntry, *, publish: bool) -> list[Outcome]:
         changed = entry.phase != Phase.PARKED or entry.reason != ELASTIC_GROW
