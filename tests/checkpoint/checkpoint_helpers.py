@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import msgspec
 from nats.aio.msg import Msg
@@ -50,3 +50,24 @@ async def watching_acks(nats_url: str) -> AsyncIterator[tuple[bus.JetStream, Ack
         await nc.subscribe(f"{CHECKPOINT_ACKNOWLEDGED}.>", cb=acks.on)
         await nc.flush()
         yield js, acks
+
+
+async def publish_until(js: bus.JetStream, req: CheckpointRequested, done: Awaitable[object], *,
+                        tries: int = 5, wait_s: float = 2.0) -> None:
+    """Publish the binder's request again until ``done`` (the client saw it) completes.
+
+    The client listens on core NATS, which delivers at most once: a request published moments after
+    the client subscribed (and flushed) was now and then not delivered to it by the server, though
+    stored by JetStream and seen by other subscribers. The binder's deadline covers that in
+    production (the pod is evicted anyway); a test repeats the request instead of failing on it."""
+    waiting = asyncio.ensure_future(done)
+    try:
+        for _ in range(tries):
+            await bus.publish(js, REQUESTED.at(req.cluster, req.node), req)
+            finished, _ = await asyncio.wait({waiting}, timeout=wait_s)
+            if finished:
+                return
+        raise AssertionError(f"the client never saw request {req.request_id} ({tries} tries)")
+    finally:
+        if not waiting.done():
+            waiting.cancel()

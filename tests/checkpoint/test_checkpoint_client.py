@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from checkpoint_helpers import REQUESTED, request, watching_acks
+from checkpoint_helpers import REQUESTED, publish_until, request, watching_acks
 
 from gpuaware import bus
 from gpuaware.checkpoint import RESIZE_EXIT_CODE, AnnotationCheckpoints, NatsCheckpoints
@@ -26,8 +26,7 @@ async def test_request_received_and_acknowledged(nats_url: str) -> None:
         async with NatsCheckpoints(nats_url, cluster="c1", pod_uid="pod-a", namespace="ns") as cp:
             assert cp.requested() is None
             await bus.publish(js, REQUESTED.at("c1", "n1"), request("pod-b", "r-other"))
-            await bus.publish(js, REQUESTED.at("c1", "n1"), request("pod-a", "r1", deadline_s=30))
-            await asyncio.wait_for(cp.event.wait(), 5)
+            await publish_until(js, request("pod-a", "r1", deadline_s=30), cp.event.wait())
             req = cp.requested()
             assert req is not None and req.request_id == "r1" and 25 < req.seconds_left() <= 30
             assert (req.reason, req.world_size, req.is_resize, req.exit_code) == ("preemption", None, False, 0)
@@ -42,8 +41,7 @@ async def test_a_resize_request_carries_the_new_world_size(nats_url: str) -> Non
     """A resize is answered like a preemption, but the worker then exits non-zero so torchrun restarts it."""
     async with watching_acks(nats_url) as (js, _), \
             NatsCheckpoints(nats_url, cluster="c1", pod_uid="pod-a", namespace="ns") as cp:
-        await bus.publish(js, REQUESTED.at("c1", "n1"), request("pod-a", "r-resize", world_size=3))
-        await asyncio.wait_for(cp.event.wait(), 5)
+        await publish_until(js, request("pod-a", "r-resize", world_size=3), cp.event.wait())
         req = cp.requested()
     assert req is not None and (req.reason, req.world_size, req.is_resize) == ("resize", 3, True)
     assert req.exit_code == RESIZE_EXIT_CODE != 0
@@ -92,7 +90,7 @@ async def test_the_example_survives_preemption_and_resumes(nats_url: str, tmp_pa
         assert proc.stdout is not None
         started = json.loads(await asyncio.wait_for(proc.stdout.readline(), 120))
         assert started["event"] == "started"  # torch imported, listening for requests
-        await bus.publish(js, REQUESTED.at("c1", "n1"), request("tiny-1", "r-tiny"))
+        await publish_until(js, request("tiny-1", "r-tiny"), proc.wait(), wait_s=20)
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
         first = json.loads(out.decode().strip().splitlines()[-1])
         assert proc.returncode == 0 and first["event"] == "checkpointed" and first["resumed_at"] == 0
