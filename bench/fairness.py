@@ -80,10 +80,11 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from bench_paths import RESULTS_DIR, ROOT
@@ -106,27 +107,43 @@ from gpuaware.placement import (
     PodEntry,
     PodRequest,
 )
-from gpuaware.quota import Admission, Allocation, Demand, QuotaLedger, demand_of, validate, water_fill
+from gpuaware.quota import Admission, Allocation, Demand, QuotaLedger, demand_of, validate
 from gpuaware.schemas import percentile
 from gpuaware.services.placement.convert import PRIOR
 from gpuaware.services.placement.permit import AdmittedAndStored
 from gpuaware.services.placement.settings import PlacementSettings
-from gpuaware.sim import load_philly, shared_data_dir
+from gpuaware.sim import (
+    RESIZE_RESTART_DELAY_S,
+    TenantWindow,
+    ThroughputModel,
+    fair_share_over_windows,
+    load_philly,
+    load_throughput_models,
+    packed_placement,
+    shared_data_dir,
+)
 
 OUT = RESULTS_DIR
 GPUS = 64
-GPUS_PER_NODE = 8
+GPUS_PER_NODE = 4
 GPU_MODEL = "T4"
-"""the Pollux artifact's GPUs (the model plays no part: every pod asks whole GPUs of any model)"""
-CPU_PER_GPU_MILLI = 8000
-MEMORY_PER_GPU_MIB = 65536
-"""what a pod asks per GPU (load_philly's DGX-like 8 cores and 64 GiB)"""
-NODE_CPU_MILLI = 80_000
-NODE_MEMORY_MIB = 640 * 1024
-"""a node's CPU and memory (a DGX-1's 80 cores; its GPUs, not its CPU, run out first)"""
+"""the Pollux artifact's cluster: 16 g4dn.12xlarge nodes of 4 T4 GPUs (the model plays no part: every pod
+asks whole GPUs of any model; the throughput curves were measured there)"""
+CPU_PER_GPU_MILLI = 10_000
+MEMORY_PER_GPU_MIB = 40 * 1024
+"""what a pod asks per GPU (a quarter of the node, less the system's reserve)"""
+NODE_CPU_MILLI = 48_000
+NODE_MEMORY_MIB = 192 * 1024
+"""a node's CPU and memory (a g4dn.12xlarge: 48 vCPUs, 192 GiB; its GPUs, not its CPU, run out first)"""
 LOADS = (0.5, 1.0, 1.5, 2.0)
-POLICIES = ("fifo", "priority", "quota", "quota+backfill", "quota+turns")
-OURS = ("quota", "quota+turns")
+POLICIES = ("fifo", "priority", "quota", "quota+backfill", "quota+turns", "elastic")
+OURS = ("quota+turns", "elastic")
+ELASTIC = "elastic"
+"""``quota+turns`` with every Pollux job elastic (1..its GPUs workers); on Philly (no throughput curves)
+the same as ``quota+turns``"""
+RESIZE_S = RESIZE_RESTART_DELAY_S
+"""what one resize costs an elastic job: it stands still while its workers restart at the new world
+size (the twin's charge; its progress was checkpointed first)"""
 """the gpuaware policies the goals are judged on"""
 PREDICT_DEFAULT_S = 6 * 3600.0
 """the conservative duration a job is predicted to run before its tenant has three finished jobs"""
@@ -156,9 +173,16 @@ class Job:
     name: str
     tenant: str
     gpus: int
+    """its GPUs (fixed), or its most workers (elastic: one GPU each)"""
     submit: float
     duration: float
+    """seconds of work at `gpus` GPUs, packed"""
     priority: int = 0
+    app: str = ""
+    """the Pollux application (its throughput curve); "" on Philly"""
+    batch: int = 0
+    """its global batch (fixed across resizes, torchrun-style)"""
+    elastic: bool = False
     # replay state
     done_work: float = 0.0
     start: float | None = None
@@ -176,13 +200,46 @@ class Job:
     """its pods bound in the current attempt"""
     decisions: list[str] = field(default_factory=list)
     """the planner's decision ids that started it, one per start (a gang's first member's)"""
+    # elastic jobs
+    workers: dict[str, str] = field(default_factory=dict)
+    """its bound workers (pod uid -> node)"""
+    attempts: dict[str, int] = field(default_factory=dict)
+    """each worker's attempt"""
+    rate: float = 1.0
+    """work seconds per second at its width and placement now (1 at `gpus`, packed)"""
+    progress_t: float = 0.0
+    pause_until: float = 0.0
+    """it restarts (at a new world size) until then: no progress"""
+    changed_at: float = -1.0
+    """when its width last changed (changes at one instant are one resize)"""
+    grows: int = 0
+    shrinks: int = 0
+    lost_gpu_s: float = 0.0
+    """GPU-seconds lost to its preemptions and resizes: work redone, saves, restarts"""
+    segments: list[tuple[int, float, float]] = field(default_factory=list)
+    """(width, start, end) of each stretch it ran at one width"""
+    seg: tuple[int, float] | None = None
+
+    @property
+    def width(self) -> int:
+        """GPUs it holds now."""
+        if self.elastic:
+            return len(self.workers)
+        return self.gpus if self.bound and len(self.bound) == len(self.pods()) else 0
+
+    @property
+    def resizes(self) -> int:
+        return self.grows + self.shrinks
 
     @property
     def left(self) -> float:
         return self.duration - self.done_work
 
     def pods(self) -> list[str]:
-        """Its pods' uids: the job's name, or, wider than a node, one per node-wide share."""
+        """Its pods' uids: an elastic job's workers; else the job's name, or, wider than a node, one per
+        node-wide share."""
+        if self.elastic:
+            return [f"{self.name}#w{k}" for k in range(self.gpus)]
         n = math.ceil(self.gpus / GPUS_PER_NODE)
         return [self.name] if n == 1 else [f"{self.name}#{k}" for k in range(n)]
 
@@ -230,7 +287,8 @@ def load_pollux_jobs(folder: Path, results: Path, load: float) -> list[tuple[str
         w = f.stem
         with f.open() as h:
             jobs = [Job(f"{w}/{r['name']}", r["application"], int(r["num_replicas"]), float(r["time"]),
-                        jcts[(w, r["name"])]) for r in csv.DictReader(h)]
+                        jcts[(w, r["name"])], app=r["application"], batch=int(r["batch_size"]))
+                    for r in csv.DictReader(h)]
         out.append((w, jobs))
     return out
 
@@ -248,31 +306,35 @@ def quota_tree(tenants: Sequence[str], half_life_s: float = HALF_LIFE_S):
     return validate({"capacity": {"*": {"gpus": GPUS}}, "half_life_s": half_life_s, "queues": queues})
 
 
-def service_settings(policy: str) -> PlacementSettings:
-    """The placement service's settings a policy runs with (see the module docstring)."""
+def service_settings(policy: str, preempt: bool = True) -> PlacementSettings:
+    """The placement service's settings a policy runs with (see the module docstring); `preempt` False:
+    the same without preemption and turns (the victims' reference replay)."""
+    off: dict[str, Any] = {} if preempt else {"preemption": False, "turn_due": 0.0}
     if policy == "fifo":
-        return PlacementSettings(policy=KUBE_DEFAULT, queue_order="priority", preemption=False)
+        return PlacementSettings(policy=KUBE_DEFAULT, queue_order="priority", **{"preemption": False, **off})
     if policy == "priority":
-        return PlacementSettings(policy=KUBE_DEFAULT, queue_order="priority")
+        return PlacementSettings(policy=KUBE_DEFAULT, queue_order="priority", **off)
     if policy == "quota":
-        return PlacementSettings(queue_order="fair-share", turn_due=0.0)
+        return PlacementSettings(queue_order="fair-share", **{"turn_due": 0.0, **off})
     if policy == "quota+backfill":
-        return PlacementSettings(queue_order="fair-share", turn_due=0.0, reservations=RESERVATIONS)
-    if policy == "quota+turns":
-        return PlacementSettings(queue_order="fair-share")
+        return PlacementSettings(queue_order="fair-share", reservations=RESERVATIONS, **{"turn_due": 0.0, **off})
+    if policy in ("quota+turns", ELASTIC):
+        return PlacementSettings(queue_order="fair-share", **off)
     raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
 
 
-def service_planner(settings: PlacementSettings, clock) -> Planner:
+def service_planner(settings: PlacementSettings, clock, reclaims: bool = True) -> Planner:
     """The planner as the placement service's state builds it from its settings (no learned request mix
-    from a file; the Permit plugin that holds every decision until it is admitted and stored)."""
+    from a file; the Permit plugin that holds every decision until it is admitted and stored).
+    `reclaims` False: the fair-share pass reclaims nothing (the reference replay without preemption)."""
     return Planner(PlannerConfig(
         policy_name=settings.policy_name, policy_config=settings.policy_config, prior=PRIOR,
         typical_min_pods=settings.typical_min_pods, typical_window=settings.typical_window,
         typical_drift=settings.typical_drift, seed=settings.seed, max_tombstones=settings.max_tombstones,
         preemption=settings.preemption, preemption_cooldown_s=settings.preemption_cooldown_s,
         max_victims=settings.max_victims, max_reservations=settings.reservations,
-        permits=(AdmittedAndStored(),)), clock=clock)
+        victim_min_run_s=settings.victim_min_run_s, victim_max_requeues=settings.victim_max_requeues or None,
+        permits=(AdmittedAndStored(),), **({} if reclaims else {"max_reclaims": 0, "max_swaps": 0})), clock=clock)
 
 
 def cluster_nodes() -> list[NodeSpec]:
@@ -285,7 +347,8 @@ class QuotaService:
     admitted decision counts against its queue at once; a dry run (no node) reserves nothing; a pod
     already counted is admitted again. Pods leave it when the binder reports them gone."""
 
-    NOT_FOR_RECLAIM = frozenset({"gang_incomplete", "quota_exceeded", "invalid_request", "refused_by_binder"})
+    NOT_FOR_RECLAIM = frozenset({"gang_incomplete", "quota_exceeded", "invalid_request", "refused_by_binder",
+                                 "elastic_grow"})
     """verdicts more capacity would not change: the service asks quota for no reclaim plan for them"""
 
     def __init__(self, ledger: QuotaLedger) -> None:
@@ -302,11 +365,18 @@ class QuotaService:
                                         checkpointable=pod.checkpointable), now=now)
         return a
 
-    def gone(self, uid: str, now: float) -> None:
-        self.ledger.release(uid, now)
+    def gone(self, uid: str, now: float, why: str = "released") -> None:
+        """The pod's GPUs are free again: ``preempted`` (pending again: quota counts it against its cap),
+        ``finished`` (its count forgotten), or its reservation ``released``."""
+        if why == "preempted":
+            self.ledger.preempted(uid, now)
+        elif why == "finished":
+            self.ledger.finished(uid, now)
+        else:
+            self.ledger.release(uid, now)
 
 
-FINISH, ARRIVE, WAKE = 0, 1, 2
+FINISH, ARRIVE, WAKE, REQUEUE = 0, 1, 2, 3
 """event kinds, in the order simultaneous ones are applied: a job ending frees GPUs an arrival may take"""
 
 
@@ -317,12 +387,19 @@ class Replay:
     (a quota question due again). The replay never chooses a pod, a node or a victim: the planner and
     quota do (see the module docstring)."""
 
-    def __init__(self, jobs: list[Job], policy: str, half_life_s: float = HALF_LIFE_S) -> None:
+    def __init__(self, jobs: list[Job], policy: str, half_life_s: float = HALF_LIFE_S, *,
+                 preempt: bool = True, models: Mapping[str, ThroughputModel] | None = None) -> None:
         self.jobs = jobs
         self.policy = policy
         self.now = 0.0
-        self.settings = service_settings(policy)
-        self.planner = service_planner(self.settings, lambda: self.now)
+        self.preempt = preempt
+        """False: the reference replay -- nobody is preempted, reclaimed from or shrunk"""
+        self.models = models or {}
+        self.settings = service_settings(policy, preempt)
+        self.planner = service_planner(self.settings, lambda: self.now, reclaims=preempt)
+        if any(j.elastic for j in jobs):
+            self.planner.grow_gain = self.gain
+        self._rates: dict[tuple[str, int, tuple[int, ...]], float] = {}
         for spec in cluster_nodes():
             self.planner.view.set_node(spec, GPU_CATALOG[GPU_MODEL])
         self.planner.ensure_cluster()
@@ -367,6 +444,10 @@ class Replay:
                     self.pending[j.name] = j
                     self.submit(j)
                     self._check_churn()
+                elif kind == REQUEUE:  # an elastic job's evicted worker is pending again
+                    job = self.job_of[name]
+                    if job.end is None:
+                        self.submit_worker(job, name)
                 else:
                     self.freed = True
             passes = 0
@@ -388,8 +469,13 @@ class Replay:
                                "pods are taking GPUs back and forth")
 
     def request(self, j: Job, uid: str) -> PodRequest:
-        """The pod as the binder announces it (a gang's members share the job's name)."""
+        """The pod as the binder announces it (a gang's members share the job's name; an elastic job's
+        workers take one GPU each and run 1..`gpus` of them)."""
         members = j.pods()
+        if j.elastic:
+            return PodRequest(uid, CPU_PER_GPU_MILLI, MEMORY_PER_GPU_MIB, 1, 1000, priority=j.priority,
+                              queue=j.tenant, gang_id=j.name, gang_min_members=1, gang_max_members=j.gpus,
+                              checkpointable=True)
         gpus = GPUS_PER_NODE if uid != members[-1] else j.gpus - GPUS_PER_NODE * (len(members) - 1)
         gang = len(members) > 1
         return PodRequest(uid, CPU_PER_GPU_MILLI * gpus, MEMORY_PER_GPU_MIB * gpus, gpus, 1000,
@@ -399,10 +485,19 @@ class Replay:
 
     def submit(self, j: Job) -> None:
         """The job's pods are pending (again): the service decides each as its consumer reads it."""
+        if j.elastic:
+            for uid in j.pods():
+                self.submit_worker(j, uid)
+            return
         j.attempt += 1
         j.bound.clear()
         for uid in j.pods():
             self.handle(self.planner.submit(uid, j.attempt, self.request(j, uid)))
+
+    def submit_worker(self, j: Job, uid: str) -> None:
+        """One worker of an elastic job is pending (at its arrival, or again after an eviction)."""
+        j.attempts[uid] = j.attempts.get(uid, -1) + 1
+        self.handle(self.planner.submit(uid, j.attempts[uid], self.request(j, uid)))
 
     def retry(self) -> None:
         """Capacity was freed: the service's retry loop, passes until none is left with pods untried."""
@@ -425,13 +520,19 @@ class Replay:
             held = self.planner.waiting.get(d.entry.uid)
             victims.update((v.uid, v) for v in (held or d).victims)
             self.planner.waiting.allow(d.entry.uid)
-        stopped = [j for j in {self.job_of[v].name: self.job_of[v] for v in victims}.values() if j.name in self.running]
+        fixed = {self.job_of[v].name: self.job_of[v] for v in victims if not self.job_of[v].elastic}
+        stopped = [j for j in fixed.values() if j.name in self.running]
         for j in stopped:
             self.stop(j, finished=False)
+        workers = [v for v in victims if self.job_of[v].elastic and v in self.job_of[v].workers]
+        for uid in workers:
+            self.drop_worker(self.job_of[uid], uid)
         for d in decided:
             self.bind(d)
         for j in stopped:  # the binder re-queues each victim as its next attempt once it is gone
             self._push(self.now + REQUEUE_AFTER_S, ARRIVE, j.name)
+        for uid in workers:
+            self._push(self.now + REQUEUE_AFTER_S, REQUEUE, uid)
 
     def permit(self, outcomes: list[Decided | Parked]) -> list[Decided]:
         """The decisions to publish, as the service's quota permit leaves them: pods that found no room
@@ -447,6 +548,8 @@ class Replay:
             if uid in refused or d.entry.request is None:
                 continue
             a = self.quota.admit(d.entry.request, d.node, self.now)
+            if a.admitted and a.reclaim and not self.preempt:
+                a = Admission(False, a.queue, "no preemption in the reference replay", a.retry_after_s)
             if not a.admitted:
                 for p in self.planner.waiting.reject(uid, a.reason or "refused by quota", a.retry_after_s):
                     refused.add(p.entry.uid)
@@ -462,6 +565,8 @@ class Replay:
         """Fresh verdicts for lack of room (lone pods), and pods whose question is due: quota's dry run,
         and its reclaim plan placed by the planner. Not reclaimable yet: asked again when quota says."""
         assert self.quota is not None
+        if not self.preempt:
+            return []
         asking = [o.entry.uid for o in parked if self._wants(o)]
         asking += [uid for uid, at in self.due.items() if at <= self.now and uid not in asking]
         made: list[Decided] = []
@@ -500,26 +605,145 @@ class Replay:
         self._push(self.now + delay, WAKE, "")
 
     def bind(self, d: Decided) -> None:
-        """The binder bound the decision's pod; its job starts once every pod of it is bound."""
+        """The binder bound the decision's pod; its job starts once every pod of it is bound (an elastic
+        job with its first worker, and each further one resizes it)."""
         e = d.entry
         self.planner.ledger.bound(e.uid, e.attempt, d.node, d.gpus, e.request, d.decision_id, now=self.now,
                                   gpu_mem=d.gpu_mem)
         self.planner.world.event(self.now)
         self.log.append((self.now, e.uid, d.decision_id))
         j = self.job_of[e.uid]
+        if j.elastic:
+            self.add_worker(j, e.uid, d.node, d.decision_id)
+            return
         j.bound.add(e.uid)
         if len(j.bound) == len(j.pods()):
             self.start(j, d.decision_id)
 
-    def _gone(self, j: Job) -> None:
-        """The binder reports the job's pods gone (finished or preempted): placement and quota forget them."""
+    def _gone(self, j: Job, why: str = "finished") -> None:
+        """The binder reports the job's pods gone (``finished`` or ``preempted``): placement and quota
+        forget them."""
         for uid in j.pods():
-            self.planner.forget(uid)
-            if self.planner.ledger.release(uid):
-                self.freed = True
-            if self.quota is not None:
-                self.quota.gone(uid, self.now)
-            self.due.pop(uid, None)
+            self._pod_gone(uid, why)
+
+    def _pod_gone(self, uid: str, why: str = "finished") -> None:
+        self.planner.forget(uid)
+        if self.planner.ledger.release(uid):
+            self.freed = True
+        if self.quota is not None:
+            self.quota.gone(uid, self.now, why)
+        self.due.pop(uid, None)
+
+    # -- elastic jobs: workers join and leave, the job progresses at its measured throughput ----------------
+
+    def rate(self, j: Job, placement: Sequence[int]) -> float:
+        """Work seconds per second on `placement` (GPUs per node): its throughput over the throughput at
+        its full width, packed (its duration's pace); linear in the GPUs without a measured curve."""
+        model = self.models.get(j.app)
+        if model is None or not placement:
+            return sum(placement) / j.gpus
+        key = (j.app, j.batch, tuple(sorted(placement)))
+        got = self._rates.get(key)
+        if got is None:
+            full = model.throughput(packed_placement(j.gpus, GPUS_PER_NODE), j.batch)
+            got = self._rates[key] = model.throughput(key[2], j.batch) / full
+        return got
+
+    def gain(self, uid: str, width: int) -> float:
+        """The placement planner's grow order, as a job's agent would report it from its measured curve:
+        the pace one more worker adds, over the work the job has left (the share of what is left it
+        finishes sooner: short jobs first, as shortest-remaining-first orders them), where the seconds
+        it saves exceed the restarts it costs (its resize, and the shrink that may take the worker
+        back); 0 otherwise (not worth growing)."""
+        j = self.job_of[uid]
+        if width <= 0:
+            return math.inf
+        now = self.rate(j, packed_placement(width, GPUS_PER_NODE))
+        wider = self.rate(j, packed_placement(width + 1, GPUS_PER_NODE))
+        left = max(j.left, 1e-9)
+        if left / now - left / wider <= 2 * RESIZE_S:
+            return 0.0
+        return (wider - now) / left
+
+    def _advance(self, j: Job) -> None:
+        """Credit the work done since the last change; the time it restarted is lost, on every GPU it held."""
+        if j.workers:
+            restarting = min(self.now, j.pause_until) - j.progress_t
+            if restarting > 0:
+                j.lost_gpu_s += restarting * len(j.workers)
+            t0 = max(j.progress_t, j.pause_until)
+            if self.now > t0:
+                j.done_work = min(j.duration, j.done_work + (self.now - t0) * j.rate)
+        j.progress_t = self.now
+
+    def _resized(self, j: Job, pause: float) -> None:
+        """Its width changed: the stretch at the old width ends, it restarts for `pause` (a change at the
+        same instant as the last joins the restart under way), and its completion is due anew at its new
+        pace."""
+        if j.seg is not None and j.seg[1] < self.now:
+            j.segments.append((j.seg[0], j.seg[1], self.now))
+        j.seg = (len(j.workers), self.now) if j.workers else None
+        j.version += 1
+        if j.changed_at != self.now:
+            j.pause_until = self.now + pause
+        j.changed_at = self.now
+        if not j.workers:
+            return
+        counts: dict[str, int] = {}
+        for node in j.workers.values():
+            counts[node] = counts.get(node, 0) + 1
+        j.rate = self.rate(j, list(counts.values()))
+        self._push(j.pause_until + j.left / j.rate, FINISH, j.name, j.version)
+
+    def add_worker(self, j: Job, uid: str, node: str, decision: str) -> None:
+        self._advance(j)
+        first = not j.workers
+        j.workers[uid] = node
+        if first:  # it starts (again): a restart after a stop, nothing the first time
+            j.decisions.append(decision)
+            if j.start is None:
+                j.start = self.now
+            if j.preempted_at is not None:
+                j.requeued_s += self.now - j.preempted_at
+                j.preempted_at = None
+            self.pending.pop(j.name, None)
+            self.running[j.name] = j
+            self._resized(j, RESTART_S if j.preemptions else 0.0)
+        else:
+            j.grows += j.changed_at != self.now
+            self._resized(j, RESIZE_S)
+
+    def drop_worker(self, j: Job, uid: str) -> None:
+        """A worker evicted: the job shrinks (checkpoint, restart at the new size) or, its last, stops
+        (its save's seconds are lost)."""
+        self._advance(j)
+        del j.workers[uid]
+        self._pod_gone(uid, "preempted")
+        if j.workers:
+            j.shrinks += j.changed_at != self.now
+            self._resized(j, RESIZE_S)
+            return
+        lost = min(j.done_work, CHECKPOINT_SAVE_S * j.rate)
+        j.done_work -= lost
+        j.lost_s += CHECKPOINT_SAVE_S
+        j.lost_gpu_s += CHECKPOINT_SAVE_S  # its last worker's save
+        j.preemptions += 1
+        j.preempted_at = self.now
+        del self.running[j.name]
+        self.pending[j.name] = j
+        self._resized(j, 0.0)
+
+    def finish_elastic(self, j: Job) -> None:
+        """Its work is done: its workers finish, the pending ones are withdrawn."""
+        self._advance(j)
+        j.done_work = j.duration
+        j.workers.clear()
+        self._resized(j, 0.0)
+        del self.running[j.name]
+        j.end = self.now
+        self.finished_s.setdefault(j.tenant, []).append(j.duration)
+        for uid in j.pods():
+            self._pod_gone(uid)
 
     # -- the jobs' books --------------------------------------------------------------------------------
 
@@ -538,6 +762,10 @@ class Replay:
         self._push(self.now + restart + j.left, FINISH, j.name, j.version)
 
     def finish(self, j: Job) -> None:
+        if j.elastic:
+            self.finish_elastic(j)
+            return
+        j.segments.append((j.gpus, j.run_start, self.now))
         self.stop(j, finished=True)
         self._gone(j)
 
@@ -546,23 +774,26 @@ class Replay:
         if finished:
             if j.preemptions:  # the last resume's restart: a preempted run's is counted below
                 j.lost_s += RESTART_S
+                j.lost_gpu_s += RESTART_S * j.gpus
             j.done_work = j.duration
             j.end = self.now
             self.finished_s.setdefault(j.tenant, []).append(j.duration)
             return
         restart = RESTART_S if j.preemptions else 0.0
+        j.segments.append((j.gpus, j.run_start, self.now))
         ran = max(0.0, self.now - j.run_start - restart)
         if self.quota is not None:  # gpuaware: the binder asks for a checkpoint before it preempts
             kept = max(0.0, ran - CHECKPOINT_SAVE_S)
         else:  # stock preemption: the work since the last periodic checkpoint is lost
             kept = math.floor(ran / CHECKPOINT_EVERY_S) * CHECKPOINT_EVERY_S
         j.lost_s += ran - kept + min(restart, self.now - j.run_start)
+        j.lost_gpu_s += (ran - kept + min(restart, self.now - j.run_start)) * j.gpus
         j.done_work += kept
         j.preemptions += 1
         j.version += 1
         j.preempted_at = self.now
         self.pending[j.name] = j
-        self._gone(j)
+        self._gone(j, "preempted")
 
     def predict(self, j: Job) -> float:
         """The job's run time as an online predictor would say: the median of its tenant's finished
@@ -586,7 +817,7 @@ class Windows:
         held = np.zeros(len(self.tenants))
         asked = np.zeros(len(self.tenants))
         for j in running:
-            held[self.index[j.tenant]] += j.gpus
+            held[self.index[j.tenant]] += j.width if j.elastic else j.gpus
             asked[self.index[j.tenant]] += j.gpus
         for j in pending:
             asked[self.index[j.tenant]] += j.gpus
@@ -597,39 +828,44 @@ class Windows:
             self.asked.setdefault(h, np.zeros(len(self.tenants)))[:] += asked * (edge - t0)
             t0, h = edge, h + 1
 
-    def jain(self) -> dict[str, float | int | None]:
-        from gpuaware.quota import jain_index, normalised_shares
-        every, contended = [], []
-        for h, asked in sorted(self.asked.items()):
-            demand = {t: asked[i] / 3600 for i, t in enumerate(self.tenants) if asked[i] > 0}
-            if len(demand) < 2:
-                continue
-            ent = water_fill(GPUS, demand, {})
-            got = {t: self.held[h][self.index[t]] / 3600 for t in demand}
-            v = jain_index(normalised_shares(got, ent))
-            every.append(v)
-            if sum(demand.values()) > GPUS:
-                contended.append(v)
-        return {"mean": _r(np.mean(every)) if every else None, "windows": len(every),
-                "mean_contended": _r(np.mean(contended)) if contended else None, "contended_windows": len(contended),
-                "min": _r(np.min(every)) if every else None}
+    def fair_share(self) -> dict[str, Any]:
+        """Jain over tenants with demand (every hour with two or more, and the contended hours) and the
+        worst tenant's time-averaged share of its fair share over contended hours
+        (`gpuaware.sim.fair_share_over_windows`, what the demo reports too)."""
+        windows = [TenantWindow(h * 3600.0, (h + 1) * 3600.0,
+                                {t: float(self.held[h][i]) for i, t in enumerate(self.tenants)},
+                                {t: float(a[i]) for i, t in enumerate(self.tenants)})
+                   for h, a in sorted(self.asked.items())]
+        f = fair_share_over_windows(windows, GPUS)
+        return {"mean": None if f.jain_mean is None else _r(f.jain_mean), "windows": f.windows,
+                "mean_contended": None if f.jain_contended_mean is None else _r(f.jain_contended_mean),
+                "contended_windows": f.contended_windows, "tenants": f.tenants, "worst_tenant": f.worst_tenant,
+                "worst_share_of_fair_share": None if f.worst_share is None else _r(f.worst_share)}
 
 
 def _r(x: float, n: int = 4) -> float:
     return round(float(x), n)
 
 
-def metrics(jobs: list[Job], windows: Windows, fifo_jct: dict[str, float] | None) -> dict:
+def metrics(jobs: list[Job], windows: Windows, fifo_jct: dict[str, float] | None,
+            ref_jct: dict[str, float] | None = None, models: Mapping[str, ThroughputModel] | None = None) -> dict:
     jct = np.array([j.end - j.submit for j in jobs])  # type: ignore[operator]  # finished jobs have start and end
     high = np.array([j.start - j.submit for j in jobs if j.priority > 0])  # type: ignore[operator]  # finished jobs have start and end
     preempted = [j for j in jobs if j.preemptions and j.priority == 0]
+    delivered = sum(w * (b - a) for j in jobs for w, a, b in j.segments)
     out = {
         "jobs": len(jobs),
         "avg_jct_h": _r(jct.mean() / 3600, 3),
         "p99_jct_h": _r(percentile(jct, 99) / 3600, 3),
         "makespan_h": _r((max(j.end for j in jobs) - min(j.submit for j in jobs)) / 3600, 3),  # type: ignore[type-var]  # finished jobs have start and end
         "high_class_p99_queue_delay_s": _r(percentile(high, 99), 1) if high.size else None,
-        "jain": windows.jain(),
+        "jain": windows.fair_share(),
+        "finish_time_fairness": finish_time_fairness(jobs, len(windows.tenants), models or {}),
+        "victims": victims(jobs, slowdowns(jobs, ref_jct)),
+        "gpu_hours_delivered": _r(delivered / 3600, 2),
+        "gpu_hours_lost_to_preemption": _r(sum(j.lost_gpu_s for j in jobs) / 3600, 2),
+        "gpu_hours_lost_pct_of_delivered": _r(100 * sum(j.lost_gpu_s for j in jobs) / max(delivered, 1e-9), 3),
+        "resizes": int(sum(j.resizes for j in jobs)),
         "preemptions": int(sum(j.preemptions for j in jobs)),
         "preempted_low_jobs": len(preempted),
         "lost_work_pct_of_preempted_duration": _r(100 * sum(j.lost_s for j in preempted)
@@ -645,6 +881,47 @@ def metrics(jobs: list[Job], windows: Windows, fifo_jct: dict[str, float] | None
     return out
 
 
+def slowdowns(jobs: list[Job], ref_jct: dict[str, float] | None) -> dict[str, float]:
+    """Per job preempted or shrunk: its JCT over its JCT in the reference replay (the same workload and
+    policy, nobody preempted, reclaimed from or shrunk)."""
+    if ref_jct is None:
+        return {}
+    return {j.name: (j.end - j.submit) / max(ref_jct[j.name], 1e-9) for j in jobs  # type: ignore[operator]  # finished jobs have start and end
+            if j.preemptions or j.shrinks}
+
+
+def victims(jobs: list[Job], slow: dict[str, float]) -> dict[str, Any]:
+    """Victims' cost as a distribution: slowdown (`slowdowns`) p50 / p95 / max per class, preemptions
+    (stops) per job, shrinks."""
+    out: dict[str, Any] = {"most_preemptions_per_job": max((j.preemptions for j in jobs), default=0),
+                           "jobs_preempted_more_than_twice": sum(j.preemptions > 2 for j in jobs),
+                           "jobs_shrunk": sum(j.shrinks > 0 for j in jobs)}
+    for name, klass in (("low", 0), ("high", 1)):
+        xs = [v for j in jobs if j.priority == klass and (v := slow.get(j.name)) is not None]
+        out[f"{name}_class"] = ({"jobs": len(xs), "slowdown_p50": _r(percentile(xs, 50), 3),
+                                 "slowdown_p95": _r(percentile(xs, 95), 3), "slowdown_max": _r(max(xs), 3)}
+                                if xs else {"jobs": 0})
+    return out
+
+
+def finish_time_fairness(jobs: list[Job], tenants: int, models: Mapping[str, ThroughputModel]) -> dict[str, Any]:
+    """Themis' rho per job: its JCT over its run time alone on 1/N of the cluster (N tenants; at
+    min(its GPUs, 64 / N) GPUs packed, at its measured throughput there; a fixed job wider than that
+    slices time): max and p95."""
+    share = max(1, GPUS // max(1, tenants))
+    rho = []
+    for j in jobs:
+        width = min(j.gpus, share)
+        model = models.get(j.app)
+        if model is not None:
+            pace = (model.throughput(packed_placement(width, GPUS_PER_NODE), j.batch)
+                    / model.throughput(packed_placement(j.gpus, GPUS_PER_NODE), j.batch))
+        else:
+            pace = width / j.gpus
+        rho.append((j.end - j.submit) / max(j.duration / pace, 1e-9))  # type: ignore[operator]  # finished jobs have start and end
+    return {"tenants": tenants, "share_gpus": share, "rho_max": _r(max(rho), 3), "rho_p95": _r(percentile(rho, 95), 3)}
+
+
 def increases(preempted: list[Job], fifo_jct: dict[str, float] | None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Per preempted job: what preemption itself added (work redone, restarts, waiting again, over the
     JCT without them), and its JCT against the same job's under FIFO - 1. None where there is nothing."""
@@ -657,46 +934,72 @@ def increases(preempted: list[Job], fifo_jct: dict[str, float] | None) -> tuple[
     return cost, ratio
 
 
-def replay(jobs: list[Job], policy: str, half_life_s: float = HALF_LIFE_S) -> tuple[list[Job], Windows]:
-    """Fresh copies of `jobs` replayed under `policy`: the jobs as they ran, and the hourly windows."""
-    fresh = [Job(j.name, j.tenant, j.gpus, j.submit, j.duration, j.priority) for j in jobs]
-    world = Replay(fresh, policy, half_life_s)
+def replay(jobs: list[Job], policy: str, half_life_s: float = HALF_LIFE_S, *, preempt: bool = True,
+           models: Mapping[str, ThroughputModel] | None = None) -> tuple[list[Job], Windows]:
+    """Fresh copies of `jobs` replayed under `policy` (the ``elastic`` policy makes jobs with a
+    throughput curve elastic): the jobs as they ran, and the hourly windows."""
+    elastic = policy == ELASTIC and bool(models)
+    fresh = [Job(j.name, j.tenant, j.gpus, j.submit, j.duration, j.priority, j.app, j.batch,
+                 elastic and j.app in (models or {})) for j in jobs]
+    world = Replay(fresh, policy, half_life_s, preempt=preempt, models=models)
     return world.run(), world.windows
 
 
-def write_csv(path: Path, jobs: list[Job]) -> None:
+def write_csv(path: Path, jobs: list[Job], slow: dict[str, float]) -> Path:
+    """One row per job (``gpus``: its largest width) and beside it the segments CSV (one row per stretch
+    a job ran at one width: the GPU-hours each tenant held can be recomputed from it). Returns the
+    segments CSV's path."""
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["job", "tenant", "gpus", "submit", "start", "end", "preemptions"])
+        w.writerow(["job", "tenant", "gpus", "submit", "start", "end", "preemptions", "resizes", "slowdown"])
         for j in sorted(jobs, key=lambda j: (j.submit, j.name)):
-            w.writerow([j.name, j.tenant, j.gpus, round(j.submit, 1), round(j.start, 1), round(j.end, 1),  # type: ignore[arg-type]  # finished jobs have start and end
-                        j.preemptions])
+            widest = max((seg[0] for seg in j.segments), default=j.gpus)
+            w.writerow([j.name, j.tenant, widest, round(j.submit, 1), round(j.start, 1), round(j.end, 1),  # type: ignore[arg-type]  # finished jobs have start and end
+                        j.preemptions, j.resizes, "" if j.name not in slow else round(slow[j.name], 4)])
+    segments = path.with_name(path.stem + "-segments.csv")
+    with segments.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["job", "tenant", "gpus", "start", "end"])
+        for j in sorted(jobs, key=lambda j: (j.submit, j.name)):
+            for width, a, b in j.segments:
+                if b > a:
+                    w.writerow([j.name, j.tenant, width, round(a, 1), round(b, 1)])
+    return segments
 
 
 def run_source(source: str, workloads: list[tuple[str, list[Job]]], load: float, seed: int,
-               half_life_s: float = HALF_LIFE_S, out_dir: Path = OUT, done: Callable[[], None] = lambda: None) -> dict:
+               half_life_s: float = HALF_LIFE_S, out_dir: Path = OUT, done: Callable[[], None] = lambda: None,
+               models: Mapping[str, ThroughputModel] | None = None) -> dict:
     """Every policy over every workload of one load; metrics averaged over workloads. `done` is called
     after each replay (the progress bar)."""
     per_policy: dict[str, list[dict]] = {p: [] for p in POLICIES}
     rows: dict[str, list[Job]] = {p: [] for p in POLICIES}
+    slow: dict[str, dict[str, float]] = {p: {} for p in POLICIES}
     every_fifo_jct: dict[str, float] = {}
     for k, (_, jobs) in enumerate(workloads):
         assign_classes(jobs, seed + k)
         fifo_jct = None
         for p in POLICIES:
-            finished, windows = replay(jobs, p, half_life_s)
-            m = metrics(finished, windows, fifo_jct)
+            ref = None
+            if p in OURS:  # the same workload and policy without preemption: the victims' reference
+                unpreempted, _ = replay(jobs, p, half_life_s, preempt=False, models=models)
+                ref = {j.name: j.end - j.submit for j in unpreempted}  # type: ignore[operator]  # finished jobs have start and end
+            finished, windows = replay(jobs, p, half_life_s, models=models)
+            m = metrics(finished, windows, fifo_jct, ref, models)
             if p == "fifo":
                 fifo_jct = {j.name: j.end - j.submit for j in finished}  # type: ignore[operator]  # finished jobs have start and end
                 every_fifo_jct.update(fifo_jct)
             per_policy[p].append(m)
             rows[p] += finished
+            slow[p].update(slowdowns(finished, ref))
             done()
     out = {}
     for p in POLICIES:
         path = out_dir / f"fairness-{source}-{p}-{load:.1f}x.csv"
-        write_csv(path, rows[p])
-        out[p] = {**_mean_metrics(per_policy[p]), "csv": _shown(path)}
+        segments = write_csv(path, rows[p], slow[p])
+        out[p] = {**_mean_metrics(per_policy[p]), "csv": _shown(path), "segments_csv": _shown(segments)}
+        # victims pooled over every workload of the load (a workload at 0.5x has a few)
+        out[p]["victims_pooled"] = victims(rows[p], slow[p])
         # the same increases over every preempted job of every workload (a workload at 0.5x has a few)
         preempted = [j for j in rows[p] if j.preemptions and j.priority == 0]
         cost, ratio = increases(preempted, every_fifo_jct)
@@ -753,6 +1056,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]{philly} not found[/red]: set GPUAWARE_SHARED_DATA to the shared/data folder")
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    models = load_throughput_models(shared / "pollux" / "traces")
     loads = sorted(set(args.loads))
     t0 = time.perf_counter()
     report: dict = {"sources": {"philly": {}, "pollux": {}}}
@@ -771,7 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
             folder = shared / "pollux" / ("workloads" if load == 1.0 else f"workloads-{load:.1f}")
             workloads = load_pollux_jobs(folder, shared / "pollux" / "results-jobload", load)[:args.workloads]
             report["sources"]["pollux"][f"{load:.1f}x"] = run_source(
-                "pollux", workloads, load, args.seed, args.half_life_s, args.out.parent, step)
+                "pollux", workloads, load, args.seed, args.half_life_s, args.out.parent, step, models)
             console.print(f"load {load:.1f}x done ({time.perf_counter() - t0:.0f} s)")
     report["published"] = {
         "tiresias_tj": {f"{k:.1f}x": {"avg_jct_h": v[0], "makespan_h": v[1]} for k, v in TIRESIAS.items()},
@@ -856,8 +1160,17 @@ def _goals(report: dict) -> dict:
                 inc = (q.get("preempted_low_jct_increase_vs_fifo_pct") or {}).get("median")
                 own = (q.get("preempted_low_jct_increase_from_preemption_pct") or {}).get("median")
                 jc = q["jain"]["mean_contended"]
+                worst = q["jain"].get("worst_share_of_fair_share")
+                low = q["victims_pooled"]["low_class"]
+                pub = TIRESIAS.get(float(load.rstrip("x")))
                 by[p] = {
                     "jain_contended_ge_0.95": None if jc is None else jc >= 0.95,
+                    "worst_tenant_ge_0.8_of_fair_share": None if worst is None else worst >= 0.8,
+                    "victims_low_p50_slowdown_le_1.10": None if not low["jobs"] else low["slowdown_p50"] <= 1.10,
+                    "victims_low_p95_slowdown_le_1.50": None if not low["jobs"] else low["slowdown_p95"] <= 1.50,
+                    "no_job_preempted_more_than_twice": q["victims_pooled"]["jobs_preempted_more_than_twice"] == 0,
+                    "gpu_hours_lost_le_2pct": q["gpu_hours_lost_pct_of_delivered"] <= 2.0,
+                    "avg_jct_below_tiresias": None if src != "pollux" or pub is None else q["avg_jct_h"] < pub[0],
                     "high_p99_delay_50pct_below_fifo": None if not fd else qd <= 0.5 * fd,
                     "preempted_low_jct_increase_vs_fifo_le_10pct": None if inc is None else inc <= 10.0,
                     "preempted_low_jct_increase_from_preemption_le_10pct": None if own is None else own <= 10.0,
@@ -868,18 +1181,22 @@ def _goals(report: dict) -> dict:
 def show(console: Console, report: dict) -> None:
     for src, loads in report["sources"].items():
         t = Table(title=f"fairness: {src} on {GPUS} GPUs")
-        for c in ("load", "policy", "Jain (contended)", "Jain (all)", "high p99 delay s", "avg JCT h",
-                  "makespan h", "preemptions", "preempted low JCT +% (median)"):
+        for c in ("load", "policy", "Jain (contended)", "worst tenant", "high p99 delay s", "avg JCT h",
+                  "makespan h", "stops", "resizes", "victims p50/p95", "lost GPU-h %"):
             t.add_column(c)
         for load, r in loads.items():
             for p in POLICIES:
                 m = r[p]
-                inc = (m.get("preempted_low_jct_increase_vs_fifo_pct") or {}).get("median")
-                t.add_row(load, p, str(m["jain"]["mean_contended"]), str(m["jain"]["mean"]),
+                low = m["victims_pooled"]["low_class"]
+                t.add_row(load, p, str(m["jain"]["mean_contended"]), str(m["jain"].get("worst_share_of_fair_share")),
                           str(m["high_class_p99_queue_delay_s"]), str(m["avg_jct_h"]), str(m["makespan_h"]),
-                          str(m["preemptions"]), "-" if inc is None else str(inc))
-            pub = report["published"]["tiresias_tj"][load]
-            t.add_row(load, "Tiresias+TJ (published)", "", "", "", str(pub["avg_jct_h"]), str(pub["makespan_h"]), "", "")
+                          str(m["preemptions"]), str(m["resizes"]),
+                          f"{low['slowdown_p50']}/{low['slowdown_p95']}" if low["jobs"] else "-",
+                          str(m["gpu_hours_lost_pct_of_delivered"]))
+            for name in ("tiresias_tj", "pollux"):
+                pub = report["published"][name][load]
+                t.add_row(load, f"{name} (published)", "", "", "", str(pub["avg_jct_h"]), str(pub["makespan_h"]),
+                          "", "", "", "")
         console.print(t)
 
 

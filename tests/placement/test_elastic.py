@@ -169,3 +169,25 @@ def test_a_retry_with_only_grows_not_worth_it_says_nothing_is_left() -> None:
     assert isinstance(grow[0], Parked) and grow[0].reason == "elastic_grow"
     out, more = p.retry()
     assert out == [] and not more  # a caller looping while `more` would spin for ever otherwise
+
+
+def test_a_grow_below_its_share_takes_a_spare_from_a_tenant_above_its_share() -> None:
+    p = planner(order="fair-share")
+    for k in range(4):
+        bind_all(p, p.submit(f"eb-{k}", 0, worker("eb", k, queue="b")))
+    core = p.submit("ea-0", 0, worker("ea", 0, queue="a"))[0]
+    assert isinstance(core, Decided) and core.preemption_reason == "shrink"  # a's core takes a spare
+    bind_all(p, [core])
+    p.ledger.release(core.victims[0].uid)
+    before = spares(p.ledger)
+    swap = p.submit("ea-1", 0, worker("ea", 1, queue="a"))[0]
+    # a (1 running, 2 wanted) is owed 2 of 4 GPUs and b keeps its share of 2 without one spare: a swap
+    assert isinstance(swap, Decided) and {v.uid for v in swap.victims} <= before
+    assert all(v.uid.startswith("eb-") for v in swap.victims)
+    bind_all(p, [swap])
+    for v in swap.victims:
+        p.ledger.release(v.uid)
+    # a third worker of a: a (2 running, 3 wanted) is owed 2 of 4 (b wants 4): it waits, nothing swapped
+    assert isinstance(p.submit("ea-2", 0, worker("ea", 2, queue="a"))[0], Parked)
+    out, _ = p.retry()
+    assert not any(isinstance(o, Decided) for o in out)

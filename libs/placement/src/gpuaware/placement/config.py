@@ -44,5 +44,8 @@ class PlannerConfig:
     """shown the score cache's decisions, whatever the profile (the service's forecast-effect counter)"""
     max_reclaims: int = 4
     """fair-share (the profile's ``queue_sort``): reclaims planned per retry pass at most"""
+    max_swaps: int = 16
+    """elastic jobs: grows of tenants below their share that take a spare of a tenant above its share,
+    per retry pass at most (elastic.py; 0: none)"""
     max_reservations: int = 0
     """fair-share: nodes held for starved tenants' wide pods at once (actions/backfill.py); none by default"""

@@ -35,7 +35,7 @@ import numpy as np
 
 from gpuaware.placement.actions import Backfill, fair_share_pass, reclaim
 from gpuaware.placement.config import PlannerConfig
-from gpuaware.placement.elastic import GainFn, grow_order, holding_by_gang
+from gpuaware.placement.elastic import GainFn, grow_order, holding_by_gang, spares
 from gpuaware.placement.explain import PodExplanation
 from gpuaware.placement.extensions import DefaultPreemption
 from gpuaware.placement.frag import TypicalPods
@@ -61,6 +61,10 @@ from gpuaware.placement.world_clock import WorldClock
 
 log = logging.getLogger(__name__)
 
+
+def _gpus_of(entry: PodEntry) -> float:
+    req = entry.request
+    return 0.0 if req is None else req.num_gpu * req.gpu_milli / 1000
 __all__ = ["Counters", "Decided", "Outcome", "Parked", "Planner", "PlannerConfig", "decision_id"]
 
 
@@ -236,7 +240,8 @@ class Planner:
         room on any one node: it stays parked."""
         entry = self.ledger.pods.get(uid)
         if (entry is None or entry.request is None or entry.phase not in RETRIED or uid in self.waiting
-                or (entry.request.gang_id and entry.request.gang_min_members > 1) or not self.ensure_cluster()):
+                or (entry.request.gang_id and entry.request.gang_min_members > 1 and not entry.request.elastic)
+                or not self.ensure_cluster()):
             return None
         session = self.session()
         fits = session.allocate(entry.request)
@@ -332,14 +337,47 @@ class Planner:
         results = session.run([e.request for e in ordered if e.request is not None], limit=limit)
         by_uid = {e.uid: e for e in ordered}
         out: list[Outcome] = []
+        unplaced: list[PodEntry] = []
         for r in results:
             entry = by_uid[r.pod.name]
             if isinstance(r, Placed):
                 self.counters.elastic_grows += 1
                 out.append(self._commit(entry, r))
             else:
+                unplaced.append(entry)
+        taken = self._grow_by_swap(unplaced, limit - sum(isinstance(o, Decided) for o in out))
+        out += taken.values()
+        for entry in unplaced:
+            if entry.uid not in taken:
                 out += self._grow_waits(entry, publish=entry.uid in (publish or ()))
         return out, len(results) < len(ordered)
+
+    def _grow_by_swap(self, grows: Sequence[PodEntry], limit: int) -> dict[str, Decided]:
+        """Goodput-aware shares: a grow of a tenant below its fair share that found no idle GPU takes a
+        spare of a tenant that stays at or above its share without it (a swap of elastic workers: each
+        side pays a resize, so only across the share line, never within it). At most `max_reclaims`
+        per pass (`max_swaps`), the shares recomputed after each."""
+        order = self.order
+        if not grows or order is None or not order.tenant_aware or limit <= 0:
+            return {}
+        got: dict[str, Decided] = {}
+        for entry in grows:
+            if len(got) >= min(limit, self.config.max_swaps):
+                break
+            demand = order.demand(self.ledger)
+            tenant = queue_of(entry)
+            if demand.attained(tenant) >= 1.0 - 1e-9:
+                continue
+            spare = spares(self.ledger)
+            donors = [e.uid for e in self.ledger if e.uid in spare and queue_of(e) != tenant
+                      and demand.running.get(queue_of(e), 0.0) - _gpus_of(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
+            if not donors:
+                continue
+            d = self.reclaim(entry.uid, donors)
+            if d is not None:
+                self.counters.elastic_grows += 1
+                got[entry.uid] = d
+        return got
 
     def _grow_waits(self, entry: PodEntry, *, publish: bool) -> list[Outcome]:
         changed = entry.phase != Phase.PARKED or entry.reason != ELASTIC_GROW
