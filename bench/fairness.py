@@ -700,14 +700,7 @@ class Replay:
         first = not j.workers
         j.workers[uid] = node
         if first:  # it starts (again): a restart after a stop, nothing the first time
-            j.decisions.append(decision)
-            if j.start is None:
-                j.start = self.now
-            if j.preempted_at is not None:
-                j.requeued_s += self.now - j.preempted_at
-                j.preempted_at = None
-            self.pending.pop(j.name, None)
-            self.running[j.name] = j
+            self._runs(j, decision)
             self._resized(j, RESTART_S if j.preemptions else 0.0)
         else:
             j.grows += j.changed_at != self.now
@@ -747,17 +740,21 @@ class Replay:
 
     # -- the jobs' books --------------------------------------------------------------------------------
 
-    def start(self, j: Job, decision: str) -> None:
-        j.version += 1
+    def _runs(self, j: Job, decision: str) -> None:
+        """The job runs from now (its first start, or again after a stop)."""
         j.decisions.append(decision)
         if j.start is None:
             j.start = self.now
         if j.preempted_at is not None:
             j.requeued_s += self.now - j.preempted_at
             j.preempted_at = None
-        j.run_start = self.now
         self.pending.pop(j.name, None)
         self.running[j.name] = j
+
+    def start(self, j: Job, decision: str) -> None:
+        j.version += 1
+        self._runs(j, decision)
+        j.run_start = self.now
         restart = RESTART_S if j.preemptions else 0.0
         self._push(self.now + restart + j.left, FINISH, j.name, j.version)
 

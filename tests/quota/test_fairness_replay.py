@@ -19,10 +19,11 @@ BENCH = Path(fairness.__file__).parent
 
 
 def workload(b_priority: int = 1) -> list[fairness.Job]:
-    """64 GPUs in 8 nodes of 8: tenant a borrows all of them with eight one-node 4-h jobs; ten minutes
-    later tenant b, inside its guarantee (32), asks for one node for an hour."""
-    jobs = [fairness.Job(f"a{i}", "a", 8, 0.0, 4 * 3600.0) for i in range(8)]
-    jobs.append(fairness.Job("b0", "b", 8, 600.0, 3600.0, priority=b_priority))
+    """64 GPUs in 16 nodes of 4: tenant a borrows all of them with sixteen one-node 4-h jobs; ten
+    minutes later tenant b, inside its guarantee (32), asks for one node for an hour."""
+    n = fairness.GPUS_PER_NODE
+    jobs = [fairness.Job(f"a{i}", "a", n, 0.0, 4 * 3600.0) for i in range(fairness.GPUS // n)]
+    jobs.append(fairness.Job("b0", "b", n, 600.0, 3600.0, priority=b_priority))
     return jobs
 
 
@@ -85,7 +86,7 @@ def test_quota_reclaims_for_a_queue_inside_its_guarantee_where_priority_cannot()
 
 
 def test_a_job_wider_than_a_node_is_a_gang_placed_all_at_once() -> None:
-    jobs = [fairness.Job("wide", "a", 20, 0.0, 3600.0), fairness.Job("one", "b", 1, 0.0, 3600.0)]
+    jobs = [fairness.Job("wide", "a", 10, 0.0, 3600.0), fairness.Job("one", "b", 1, 0.0, 3600.0)]
     world = run(jobs, "quota+turns")
     wide = world.by_name["wide"]
     assert wide.pods() == ["wide#0", "wide#1", "wide#2"] and wide.start == 0.0 and wide.end == 3600.0
@@ -106,3 +107,27 @@ def test_the_bench_has_no_scheduling_loop_of_its_own() -> None:
     assert "Sim" not in classes
     source = (BENCH / "fairness.py").read_text()
     assert "order_key" not in source and "self.free -=" not in source  # no GPU pool of its own
+
+
+def test_an_elastic_job_shrinks_for_a_newcomer_and_keeps_its_work() -> None:
+    """Tenant a's elastic job takes all 64 GPUs (one-GPU workers, linear pace without a measured curve);
+    tenant b's one-node job arrives: a shrinks (no stop), b starts at once, and a's work is done once."""
+    a = fairness.Job("a", "a", fairness.GPUS, 0.0, 3600.0, elastic=True)
+    b = fairness.Job("b", "b", fairness.GPUS_PER_NODE, 600.0, 1800.0)
+    world = run([a, b], "elastic")
+    assert b.start == 600.0 and b.preemptions == 0
+    assert a.preemptions == 0 and a.shrinks >= 1 and a.end is not None
+    # its work, at its pace on each stretch, adds up to its duration (64 GPUs = pace 1) ...
+    work = sum(w / fairness.GPUS * (end - start) for w, start, end in a.segments)
+    restarts = a.resizes * fairness.RESIZE_S
+    assert work == pytest.approx(a.duration, rel=0.02 + restarts / a.duration)
+    # ... and the GPU-hours it held are its segments' (what the segments CSV lets anyone recompute)
+    held = sum(w * (end - start) for w, start, end in a.segments)
+    assert held <= fairness.GPUS * (a.end - a.start) + 1e-6
+    assert a.lost_gpu_s > 0  # its restarts at a new world size cost GPU time
+
+
+def test_the_reference_replay_preempts_nobody() -> None:
+    jobs, _ = fairness.replay(workload(), "quota+turns", preempt=False)
+    assert not any(j.preemptions for j in jobs)
+    assert next(j for j in jobs if j.name == "b0").start == 4 * 3600.0  # b waits: nothing is taken back
