@@ -1,8 +1,8 @@
 """Fairness benchmark: stock Kubernetes' queue (FIFO, priority) and gpuaware's fair share side by side,
 every decision made by the placement service's planner and admitted by quota's ledger.
 
-What it replays, on one 64-GPU cluster (the Pollux artifact's size: 8 nodes of 8 GPUs, DGX-1-like: 80
-cores, 640 GiB), at 0.5 / 1.0 / 1.5 / 2.0x load:
+What it replays, on one 64-GPU cluster (the Pollux artifact's: 16 nodes of 4 T4 GPUs, g4dn.12xlarge:
+48 vCPUs, 192 GiB), at 0.5 / 1.0 / 1.5 / 2.0x load:
   * **philly**: real jobs of ``pollux/traces/philly.csv`` (loaded with ``gpuaware.sim.load_philly``:
     GPUs, recorded duration, virtual cluster = tenant). The trace is a cluster of thousands of GPUs,
     so ``160 x load`` jobs are drawn (seeded) from one week (2017-10-02 .. 09) and their submissions
@@ -17,7 +17,14 @@ cores, 640 GiB), at 0.5 / 1.0 / 1.5 / 2.0x load:
     is the *shortest* JCT any of the three published policies got for it at that load
     (``results-jobload``) -- a proxy, an upper bound on its isolated run time.
 A job is one pod, or, wider than a node, a gang of whole-node pods and one pod for the rest (placed
-all or none, as the placement service places gangs). Classes: Philly and Pollux carry no priorities;
+all or none, as the placement service places gangs). Under the ``elastic`` policy a Pollux job is an
+elastic job instead (torchrun-style, a gang with ``gang_max_members``): its GPUs as one-GPU worker
+pods, running with 1 .. all of them (the placement service's grows and shrinks); its global batch stays
+fixed, so its pace on a placement is Pollux's measured throughput there (``gpuaware.sim.throughput``,
+fitted on ``traces/<app>/``) over its throughput at its full width packed (its duration's pace), and
+every resize stands it still for the twin's restart delay (``RESIZE_RESTART_DELAY_S``; changes at one
+instant are one resize). The planner grows it by the gain its agent would report: the pace one more
+worker adds over the work it has left, where the seconds saved exceed two restarts. Classes: Philly and Pollux carry no priorities;
 a seeded 20 % of jobs are the high class (production, priority 1), the rest low (research, priority
 0). Every job is checkpointable with a checkpoint every 15 minutes and pays 60 s to restart after a
 preemption. What a preemption loses depends on who preempts: stock preemption (``priority``) loses
@@ -51,19 +58,25 @@ jobs once it has three, 6 h before (no oracle).
   * ``quota+turns``: the service's fair-share defaults, turn-taking included (a tenant kept below its
     share for a while takes a turn from tenants at or above theirs) -- what ``make demo`` runs.
 
-Reported per source, load and policy: Jain's index over tenants (equal weights) in hourly windows
-(min(1, GPU-hours held / water-filled entitlement given the window's demand), mean over windows with
-at least two tenants asking, and over the windows where demand exceeded the cluster), p99 queue
-delay of the high class (goal: >= 50 % below FIFO's, the no-preemption baseline), the JCT increase
-of preempted low-class jobs two ways -- against the same job under FIFO (reordering included), and
-what preemption itself added (work redone, restarts, waiting again; over the JCT without them) --,
-average JCT and makespan, with the published Tiresias/Pollux figures beside
-(``PUBLISHED_NUMBERS.md``). Every figure of Pollux is the mean over its 8 workloads; the goals are
-judged on those means (for the JCT increases, the mean of each workload's median). The increases are
-also given as one median over every preempted job of the 8 workloads
-(``preempted_low_jct_increase_pooled``): at 0.5x a workload has a few preempted jobs, so its own
-median is noisy. One CSV per source, policy and load (row per job: job, tenant, gpus, submit, start,
-end, preemptions) beside bench/results/fairness.json.
+Reported per source, load and policy (``gpuaware.sim.fair_share_over_windows`` for the tenants'
+figures, what the demo reports too): Jain's index over the tenants with demand (the tenant count
+given) in hourly windows (min(1, GPU-hours held / water-filled entitlement given the window's demand),
+mean over windows with at least two tenants asking, and over the windows where demand exceeded the
+cluster), and the worst tenant's time-averaged share of its fair share over the contended hours;
+finish-time fairness (Themis' rho = JCT / run time alone on 1/N of the cluster: max, p95); p99 queue
+delay of the high class (goal: >= 50 % below FIFO's, the no-preemption baseline); the victims' cost
+as a distribution -- per job preempted (stopped) or shrunk, its slowdown = JCT / its JCT in a replay
+of the same workload and policy without preemption (no PostFilter, no reclaim, no turns, no swaps),
+p50 / p95 / max per class, pooled over the load's workloads (``victims_pooled``) --, the most
+preemptions of one job and how many were preempted more than twice, GPU-hours lost (work redone,
+saves, restarts and resizes, on every GPU the job held) against GPU-hours delivered; the JCT
+increase of preempted low-class jobs two ways as before (against FIFO's, and what preemption itself
+added); average JCT and makespan with the published Tiresias/Pollux figures beside
+(``PUBLISHED_NUMBERS.md``). Every figure of Pollux is the mean over its 8 workloads except the
+pooled victims. One CSV per source, policy and load (row per job: job, tenant, gpus -- its largest
+width --, submit, start, end, preemptions, resizes, slowdown) and beside it a segments CSV (job,
+tenant, gpus, start, end: one row per stretch a job ran at one width), next to
+bench/results/fairness.json.
 Also: the admission decision's latency (QuotaLedger.admit, what quota.admit runs) with 1,000 /
 10,000 / 50,000 running pods.
 

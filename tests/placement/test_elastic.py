@@ -191,3 +191,17 @@ def test_a_grow_below_its_share_takes_a_spare_from_a_tenant_above_its_share() ->
     assert isinstance(p.submit("ea-2", 0, worker("ea", 2, queue="a"))[0], Parked)
     out, _ = p.retry()
     assert not any(isinstance(o, Decided) for o in out)
+
+
+def test_the_requeue_cap_counts_an_elastic_jobs_stops_whichever_worker_was_last() -> None:
+    p = planner(gpus=1, victim_max_requeues=2)
+    for k in range(3):  # each stop finds another worker of the job running (attempt 0 each time)
+        bind_all(p, p.submit(f"e-{k}", 0, worker("e", k, hi=3)))
+        out = p.submit(f"hi{k}", 0, whole(f"hi{k}", 1, priority=10))[0]
+        if k < 2:
+            assert isinstance(out, Decided) and [v.uid for v in out.victims] == [f"e-{k}"]
+            p.ledger.release(f"e-{k}")
+            p.ledger.release(f"hi{k}")
+        else:  # stopped twice: the job is stopped no more, though this worker was never re-queued
+            assert isinstance(out, Parked)
+    assert p.stops == {"e": 2}

@@ -83,6 +83,8 @@ class Planner:
         """decisions held at Permit (their statements open): `waiting.allow(uid)` / `.reject(uid, ...)`"""
         self.world = WorldClock(clock)
         self.backfill = Backfill()
+        self.stops: dict[str, int] = {}
+        """elastic job (gang id) -> times every worker of it was evicted (this instance's decisions)"""
         self.grow_gain: GainFn | None = None
         """what one more worker adds to an elastic job (its measured throughput curve), when the host
         knows; None: the narrowest job grows first (elastic.py)"""
@@ -134,7 +136,7 @@ class Planner:
         cfg = self.config
         return Session(self.ledger.cluster, self.framework, actions, exclude=self._excluded,
                        running=lambda: running_victims(self.ledger, self.clock(), min_run_s=cfg.victim_min_run_s,
-                                                       max_requeues=cfg.victim_max_requeues))
+                                                       max_requeues=cfg.victim_max_requeues, stops=self.stops))
 
     # -- deciding ----------------------------------------------------------------------------------------
 
@@ -433,6 +435,7 @@ class Planner:
         entry = d.entry
         if d.victims:
             self.ledger.evict_for(d.decision_id, [v.uid for v in d.victims])
+            self._count_stops(d.victims)
         self.ledger.decide(entry.uid, entry.attempt, d.decision_id, d.node, d.gpus, entry.request, self.clock(),
                            gpu_mem=d.gpu_mem)
 
@@ -456,6 +459,16 @@ class Planner:
             return None
         return self.ledger.cluster.node_mask(nodes)
 
+    def _count_stops(self, victims: Sequence[PodEntry]) -> None:
+        """An elastic job whose every worker a decision evicts was stopped (not shrunk): counted per job,
+        since its workers come back as new attempts in any order (the re-queue cap reads the count)."""
+        gangs = {v.request.gang_id for v in victims if v.request is not None and v.request.elastic}
+        if not gangs:
+            return
+        running = holding_by_gang(self.ledger)
+        for gang in gangs - set(running):
+            self.stops[gang] = self.stops.get(gang, 0) + 1
+
     def forget(self, uid: str) -> None:
         """The pod left: drop what was kept about it outside the ledger."""
         self.refused.pop(uid, None)
@@ -467,3 +480,5 @@ class Planner:
         entry = self.ledger.pods.get(uid)
         if entry is not None and entry.request is not None and entry.request.gang_id:
             self.gangs.remove_member(uid, entry.request.gang_id)
+            if entry.request.gang_id not in self.gangs.gangs:
+                self.stops.pop(entry.request.gang_id, None)

@@ -32,7 +32,7 @@ for pods that found no node, so it is off the hot path of ordinary decisions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -196,15 +196,16 @@ def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, runni
     return PreemptionPlan(pod.name, node, snap.node_names[node], gpus, tuple(evict), len(candidates))
 
 
-def running_victims(ledger: Ledger, now: float, *, min_run_s: float = 0.0,
-                    max_requeues: int | None = None) -> list[Victim]:
+def running_victims(ledger: Ledger, now: float, *, min_run_s: float = 0.0, max_requeues: int | None = None,
+                    stops: Mapping[str, int] | None = None) -> list[Victim]:
     """The ledger's bound pods that still hold GPUs in its cluster, as a plan may evict them (a pod
     already evicting, or evicted by a statement still open, is none).
 
     Two protections for the jobs a preemption stops, neither for spares (a shrink stops nothing): a pod
     bound less than `min_run_s` ago is none (a lease: it runs a while before anyone takes it back), and
     one already re-queued `max_requeues` times is none (a cap on how often one job is stopped; the
-    pod's attempt counts its re-queues)."""
+    pod's attempt counts its re-queues, and for an elastic job's worker `stops` counts its job's, whose
+    workers come back in any order)."""
     allocations = ledger.cluster.allocations if ledger.cluster is not None else {}
     spare = spares(ledger)
     out = []
@@ -215,7 +216,8 @@ def running_victims(ledger: Ledger, now: float, *, min_run_s: float = 0.0,
         if a is None:
             continue
         is_spare = e.uid in spare
-        if not is_spare and (now - e.since < min_run_s or (max_requeues is not None and e.attempt >= max_requeues)):
+        requeued = (stops or {}).get(e.request.gang_id, 0) if e.request.elastic else e.attempt
+        if not is_spare and (now - e.since < min_run_s or (max_requeues is not None and requeued >= max_requeues)):
             continue
         out.append(Victim(e.uid, a.node, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, e.request.priority,
                           e.request.checkpointable, max(1.0, now - e.since),
