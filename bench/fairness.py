@@ -12,10 +12,11 @@ What it replays, on one 64-GPU cluster (the Pollux artifact's: 16 nodes of 4 T4 
     by the trace's multi-day jobs (up to 600 h), not by scheduling. The contended Philly cases are
     1.5x/2.0x.
   * **pollux**: the artifact's workloads (``workloads-0.5``, ``workloads``, ``-1.5``, ``-2.0``; 8 each):
-    submit time and GPUs (``num_replicas``) as given; tenant = application. The artifact has no
-    fixed-GPU durations (its simulator derives progress from throughput curves), so a job's duration
-    is the *shortest* JCT any of the three published policies got for it at that load
-    (``results-jobload``) -- a proxy, an upper bound on its isolated run time.
+    submit time, GPUs (``num_replicas``) and global batch as given; tenant = application. A job's
+    duration is its work under the throughput model, as the artifact's simulator derives it for a job
+    of fixed GPUs and batch (Tiresias+TunedJobs): the iterations its application needs to reach its
+    target at its batch size (``traces/<app>/validation-<batch>.csv``) at its iteration time on its
+    GPUs packed (``gpuaware.sim.throughput``, fitted on ``placements.csv`` / ``scalability.csv``).
 A job is one pod, or, wider than a node, a gang of whole-node pods and one pod for the rest (placed
 all or none, as the placement service places gangs). Under the ``elastic`` policy a Pollux job is an
 elastic job instead (torchrun-style, a gang with ``gang_max_members``): its GPUs as one-GPU worker
@@ -130,6 +131,7 @@ from gpuaware.sim import (
     TenantWindow,
     ThroughputModel,
     fair_share_over_windows,
+    iterations_to_target,
     load_philly,
     load_throughput_models,
     packed_placement,
@@ -154,6 +156,9 @@ OURS = ("quota+turns", "elastic")
 ELASTIC = "elastic"
 """``quota+turns`` with every Pollux job elastic (1..its GPUs workers); on Philly (no throughput curves)
 the same as ``quota+turns``"""
+GROW_WORTH_RESTARTS = 4
+"""a grow is worth it when the seconds it saves its job exceed this many restarts (its resize, the shrink
+that may take the worker back, and the ones its neighbours pay)"""
 RESIZE_S = RESIZE_RESTART_DELAY_S
 """what one resize costs an elastic job: it stands still while its workers restart at the new world
 size (the twin's charge; its progress was checkpointed first)"""
@@ -287,7 +292,13 @@ def _first_submit(path: Path) -> str:
         return min(r["timestamp"] for r in rows if r["timestamp"])
 
 
-def load_pollux_jobs(folder: Path, results: Path, load: float) -> list[tuple[str, list[Job]]]:
+def load_pollux_jobs(folder: Path, results: Path, load: float,
+                     models: Mapping[str, ThroughputModel] | None = None,
+                     traces: Path | None = None) -> list[tuple[str, list[Job]]]:
+    """The artifact's workloads of one load. With `models` (and their `traces`), a job's duration is its
+    work under the throughput model: the iterations its application needs to reach the target at its
+    batch size (``validation-<batch>.csv``) at its measured iteration time on its GPUs packed; without,
+    the shortest published JCT (a proxy that holds the published runs' waiting too)."""
     key = f"{load:.1f}"
     jcts = {}
     for policy in ("pollux", "optimus", "tiresias"):
@@ -302,6 +313,10 @@ def load_pollux_jobs(folder: Path, results: Path, load: float) -> list[tuple[str
             jobs = [Job(f"{w}/{r['name']}", r["application"], int(r["num_replicas"]), float(r["time"]),
                         jcts[(w, r["name"])], app=r["application"], batch=int(r["batch_size"]))
                     for r in csv.DictReader(h)]
+        if models is not None and traces is not None:
+            for j in jobs:
+                iters = iterations_to_target(traces / j.app, j.batch)
+                j.duration = iters * models[j.app].iteration_s(packed_placement(j.gpus, GPUS_PER_NODE), j.batch)
         out.append((w, jobs))
     return out
 
@@ -666,15 +681,14 @@ class Replay:
         """The placement planner's grow order, as a job's agent would report it from its measured curve:
         the pace one more worker adds, over the work the job has left (the share of what is left it
         finishes sooner: short jobs first, as shortest-remaining-first orders them), where the seconds
-        it saves exceed the restarts it costs (its resize, and the shrink that may take the worker
-        back); 0 otherwise (not worth growing)."""
+        it saves exceed `GROW_WORTH_RESTARTS` restarts; 0 otherwise (not worth growing)."""
         j = self.job_of[uid]
         if width <= 0:
             return math.inf
         now = self.rate(j, packed_placement(width, GPUS_PER_NODE))
         wider = self.rate(j, packed_placement(width + 1, GPUS_PER_NODE))
         left = max(j.left, 1e-9)
-        if left / now - left / wider <= 2 * RESIZE_S:
+        if left / now - left / wider <= GROW_WORTH_RESTARTS * RESIZE_S:
             return 0.0
         return (wider - now) / left
 
@@ -1083,7 +1097,8 @@ def main(argv: list[str] | None = None) -> int:
             report["sources"]["philly"][f"{load:.1f}x"] = r
             bar.update(task, description=f"pollux {load:.1f}x")
             folder = shared / "pollux" / ("workloads" if load == 1.0 else f"workloads-{load:.1f}")
-            workloads = load_pollux_jobs(folder, shared / "pollux" / "results-jobload", load)[:args.workloads]
+            workloads = load_pollux_jobs(folder, shared / "pollux" / "results-jobload", load, models,
+                                         shared / "pollux" / "traces")[:args.workloads]
             report["sources"]["pollux"][f"{load:.1f}x"] = run_source(
                 "pollux", workloads, load, args.seed, args.half_life_s, args.out.parent, step, models)
             console.print(f"load {load:.1f}x done ({time.perf_counter() - t0:.0f} s)")

@@ -205,3 +205,15 @@ def test_the_requeue_cap_counts_an_elastic_jobs_stops_whichever_worker_was_last(
         else:  # stopped twice: the job is stopped no more, though this worker was never re-queued
             assert isinstance(out, Parked)
     assert p.stops == {"e": 2}
+
+
+def test_a_shrink_takes_the_spare_of_the_narrowest_job() -> None:
+    p = planner(gpus=4, nodes=2)
+    for k in range(4):  # n0: one job at width 4
+        bind_all(p, p.submit(f"w-{k}", 0, worker("w", k)))
+    for k in range(2):  # n1: two jobs at width 2
+        bind_all(p, p.submit(f"x-{k}", 0, worker("x", k)))
+        bind_all(p, p.submit(f"y-{k}", 0, worker("y", k)))
+    d = p.submit("new", 0, whole("new", 1))[0]
+    # every spare is free to take; the narrow jobs' restart two workers, the wide one's four
+    assert isinstance(d, Decided) and [v.uid for v in d.victims] in (["x-1"], ["y-1"])

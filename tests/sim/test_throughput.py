@@ -20,6 +20,7 @@ from gpuaware.sim import (
     load_throughput_models,
     packed_placement,
     read_measurements,
+    iterations_to_target,
     shared_data_dir,
 )
 
@@ -243,3 +244,13 @@ def test_a_batch_beyond_the_measured_local_batch_accumulates(pollux: dict[str, T
     assert model.iteration_s((1,), 1000) == pytest.approx(5 * model.grad_s(200))
     # local 401 on each of 4 GPUs: 3 passes of 134
     assert model.iteration_s((4,), 1604) == pytest.approx(2 * model.grad_s(134) + model.step_s(1, 4, 134))
+
+
+def test_a_jobs_work_is_its_iterations_to_target_from_the_validation_trace(tmp_path) -> None:
+    (tmp_path / "validation-64.csv").write_text("progress,iteration,metric\n10.0,5,0.5\n20.0,12,0.7\n")
+    assert iterations_to_target(tmp_path, 64) == 12
+    with pytest.raises(TraceError, match=r"no validation trace for batch 128 \(traced: \[64\]\)"):
+        iterations_to_target(tmp_path, 128)
+    (tmp_path / "validation-32.csv").write_text("progress,iteration\n10.0,five\n")
+    with pytest.raises(TraceError, match="iteration='five' is not an integer"):
+        iterations_to_target(tmp_path, 32)

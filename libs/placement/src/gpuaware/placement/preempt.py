@@ -17,9 +17,10 @@ The rules follow kube-scheduler's DefaultPreemption, with one addition for GPU w
    remains is a minimal set on that node (no victim can be dropped from it).
 4. Among candidates the plan with the lowest cost wins, compared in this order: whether it stops a
    job (a victim that is not a spare: a plan that only shrinks comes first), then the highest victim
-   priority, then **work lost** (GPU-seconds of progress of victims that cannot
-   checkpoint; a checkpointable victim resumes where it stopped and loses nothing), then the sum
-   of victim priorities, then the number of victims, then the node index (deterministic).
+   priority, then **work lost** (GPU-seconds of progress of victims that cannot checkpoint; a
+   checkpointable victim resumes where it stopped and loses nothing), then the workers its shrinks
+   restart at a new world size (spares of the narrowest jobs first), then the sum of victim
+   priorities, then the number of victims, then the node index (deterministic).
 5. The pod's GPUs on the chosen node are picked among those the plan frees or finds free, GPU memory
    included (a victim gives back the memory it holds, so a plan for a sharing pod that needs memory
    evicts enough to free it): a sharing pod takes the tightest GPU that fits, a whole-GPU pod the first free ones (inside one NVLink
@@ -38,7 +39,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gpuaware.placement.cluster import QUARANTINED, Snapshot
-from gpuaware.placement.elastic import spares
+from gpuaware.placement.elastic import holding_by_gang, spares
 from gpuaware.placement.framework import CycleState, Scheduler, rows_view, usable_gpus
 from gpuaware.placement.ledger import Ledger, Phase
 from gpuaware.placement.model import MILLI, PodRequest
@@ -66,6 +67,8 @@ class Victim:
     """GPU memory it holds on each of its GPUs, MiB (`Allocation.gpu_mem`)"""
     spare: bool = False
     """a worker of an elastic job beyond its minimum: evicting it shrinks the job instead of stopping it"""
+    restarts: int = 0
+    """a spare: the workers of its job that restart at the new world size when it leaves (its job's width)"""
 
     @property
     def lost_gpu_s(self) -> float:
@@ -86,7 +89,7 @@ class PreemptionPlan:
     """how many nodes could have held the pod with their victims gone"""
 
     @property
-    def cost(self) -> tuple[int, int, float, int, int]:
+    def cost(self) -> tuple[int, int, float, int, int, int]:
         return _cost(self.victims)
 
     @property
@@ -95,9 +98,10 @@ class PreemptionPlan:
         return all(v.spare for v in self.victims)
 
 
-def _cost(victims: Sequence[Victim]) -> tuple[int, int, float, int, int]:
+def _cost(victims: Sequence[Victim]) -> tuple[int, int, float, int, int, int]:
     return (int(any(not v.spare for v in victims)), max(v.priority for v in victims),
-            round(sum(v.lost_gpu_s for v in victims), 3), sum(v.priority for v in victims), len(victims))
+            round(sum(v.lost_gpu_s for v in victims), 3), sum(v.restarts for v in victims),
+            sum(v.priority for v in victims), len(victims))
 
 
 def _give_back(snap: Snapshot, rows: np.ndarray, victims: Iterable[Victim], pos: dict[int, int]) -> Snapshot:
@@ -173,10 +177,10 @@ def plan_preemption(pod: PodRequest, snap: Snapshot, scheduler: Scheduler, runni
     candidates = [int(rows[i]) for i in ok]
     # the nodes whose victims matter least first, so the candidate cap drops the worst ones
     candidates.sort(key=lambda n: (max(v.priority for v in by_node[n]), n))
-    best: tuple[tuple[int, int, float, int, int, int], int, list[Victim]] | None = None
+    best: tuple[tuple[int, int, float, int, int, int, int], int, list[Victim]] | None = None
     for node in candidates[:max_candidates]:
         # reprieve whole jobs before spares, then the most important (then the most work to lose) first
-        order = sorted(by_node[node], key=lambda v: (v.spare, -v.priority, -v.lost_gpu_s, v.uid))
+        order = sorted(by_node[node], key=lambda v: (v.spare, -v.priority, -v.lost_gpu_s, -v.restarts, v.uid))
         evict = list(order)
         for v in order:
             trial = [x for x in evict if x is not v]
@@ -208,6 +212,7 @@ def running_victims(ledger: Ledger, now: float, *, min_run_s: float = 0.0, max_r
     workers come back in any order)."""
     allocations = ledger.cluster.allocations if ledger.cluster is not None else {}
     spare = spares(ledger)
+    width = {g: len(m) for g, m in holding_by_gang(ledger).items()} if spare else {}
     out = []
     for e in ledger:
         if e.phase != Phase.BOUND or e.evicting or e.request is None:
@@ -222,5 +227,6 @@ def running_victims(ledger: Ledger, now: float, *, min_run_s: float = 0.0, max_r
         out.append(Victim(e.uid, a.node, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, e.request.priority,
                           e.request.checkpointable, max(1.0, now - e.since),
                           bool(e.request.gang_id) and e.request.gang_min_members > 1 and not is_spare,
-                          gpu_mem=a.gpu_mem, spare=is_spare))
+                          gpu_mem=a.gpu_mem, spare=is_spare,
+                          restarts=width.get(e.request.gang_id, 0) if is_spare else 0))
     return out

@@ -284,6 +284,29 @@ def read_measurements(app_dir: Path | str) -> list[ThroughputMeasurement]:
     return rows
 
 
+VALIDATION_COLUMNS = ("progress", "iteration")
+
+
+def iterations_to_target(app_dir: Path | str, global_batch: int) -> int:
+    """The iterations an application's job at `global_batch` needs to reach its target: the last row of
+    `app_dir`/validation-<batch>.csv (Pollux's statistical-efficiency traces, one per measured batch
+    size: the validation metric and the progress after each iteration). A job's work under the
+    throughput model is these iterations at its measured iteration time (`ThroughputModel.iteration_s`),
+    whatever GPUs it runs on. Raises TraceError for a batch size without a trace, or a malformed one."""
+    path = Path(app_dir) / f"validation-{global_batch}.csv"
+    if not path.is_file():
+        have = sorted(int(f.stem.split("-", 1)[1]) for f in Path(app_dir).glob("validation-*.csv")
+                      if f.stem.split("-", 1)[1].isdigit())
+        raise TraceError(path, None, f"no validation trace for batch {global_batch} (traced: {have})")
+    _, lines = _open_rows(path, VALIDATION_COLUMNS)
+    last = None
+    for line, row in lines:
+        last = _count(path, line, row, "iteration")
+    if last is None or last < 1:
+        raise TraceError(path, None, "no iterations")
+    return last
+
+
 def _measurement(path: Path, line: int, row: dict[str, str], source: str, num_nodes: int,
                  replicas: int) -> ThroughputMeasurement:
     step = _seconds(path, line, row, "step_time")
