@@ -357,20 +357,22 @@ class Planner:
     def _grow_by_swap(self, grows: Sequence[PodEntry], limit: int) -> dict[str, Decided]:
         """Goodput-aware shares: a grow of a tenant below its fair share that found no idle GPU takes a
         spare of a tenant that stays at or above its share without it (a swap of elastic workers: each
-        side pays a resize, so only across the share line, never within it). At most `max_reclaims`
-        per pass (`max_swaps`), the shares recomputed after each."""
+        side pays a resize, so only across the share line, never within it). At most `max_swaps` per
+        pass, the shares recomputed after each."""
         order = self.order
         if not grows or order is None or not order.tenant_aware or limit <= 0:
             return {}
         got: dict[str, Decided] = {}
+        demand = order.demand(self.ledger)
+        spare: set[str] | None = None
         for entry in grows:
             if len(got) >= min(limit, self.config.max_swaps):
                 break
-            demand = order.demand(self.ledger)
             tenant = queue_of(entry)
             if demand.attained(tenant) >= 1.0 - 1e-9:
                 continue
-            spare = spares(self.ledger)
+            if spare is None:
+                spare = spares(self.ledger)
             donors = [e.uid for e in self.ledger if e.uid in spare and queue_of(e) != tenant
                       and demand.running.get(queue_of(e), 0.0) - _gpus_of(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
             if not donors:
@@ -379,6 +381,7 @@ class Planner:
             if d is not None:
                 self.counters.elastic_grows += 1
                 got[entry.uid] = d
+                demand, spare = order.demand(self.ledger), None
         return got
 
     def _grow_waits(self, entry: PodEntry, *, publish: bool) -> list[Outcome]:
