@@ -334,6 +334,12 @@ def quota_tree(tenants: Sequence[str], half_life_s: float = HALF_LIFE_S):
     return validate({"capacity": {"*": {"gpus": GPUS}}, "half_life_s": half_life_s, "queues": queues})
 
 
+def with_quota(policy: str) -> bool:
+    """gpuaware's policies run with a quota service admitting every decision (and the binder's
+    checkpoint handshake before a preemption); stock Kubernetes' without."""
+    return policy.startswith("quota") or policy == ELASTIC
+
+
 def service_settings(policy: str, preempt: bool = True) -> PlacementSettings:
     """The placement service's settings a policy runs with (see the module docstring); `preempt` False:
     the same without preemption and turns (the victims' reference replay)."""
@@ -432,7 +438,7 @@ class Replay:
             self.planner.view.set_node(spec, GPU_CATALOG[GPU_MODEL])
         self.planner.ensure_cluster()
         tenants = sorted({j.tenant for j in jobs})
-        self.quota = QuotaService(QuotaLedger(quota_tree(tenants, half_life_s))) if policy.startswith("quota") else None
+        self.quota = QuotaService(QuotaLedger(quota_tree(tenants, half_life_s))) if with_quota(policy) else None
         self.by_name = {j.name: j for j in jobs}
         self.job_of = {uid: j for j in jobs for uid in j.pods()}
         self.running: dict[str, Job] = {}
@@ -1143,7 +1149,7 @@ def _placement_settings(policy: str) -> dict:
     queue order's arguments the service derives from them."""
     s = service_settings(policy)
     return {"policy": s.policy_name, "queue_order": s.queue_order, "preemption": s.preemption,
-            "reservations": s.reservations, "queue_sort": s.queue_sort, "quota": policy.startswith("quota")}
+            "reservations": s.reservations, "queue_sort": s.queue_sort, "quota": with_quota(policy)}
 
 
 def admission_latency(running: int, seed: int) -> dict:

@@ -110,20 +110,19 @@ def test_the_bench_has_no_scheduling_loop_of_its_own() -> None:
 
 
 def test_an_elastic_job_shrinks_for_a_newcomer_and_keeps_its_work() -> None:
-    """Tenant a's elastic job takes all 64 GPUs (one-GPU workers, linear pace without a measured curve);
-    tenant b's one-node job arrives: a shrinks (no stop), b starts at once, and a's work is done once."""
+    """Tenant a's elastic job (one-GPU workers, linear pace without a measured curve) runs on what quota
+    lets it borrow; tenant b's eight one-node jobs arrive and take their guarantee: a shrinks (no stop),
+    every b job starts at once, a grows back when they end, and a's work is done once."""
     a = fairness.Job("a", "a", fairness.GPUS, 0.0, 3600.0, elastic=True)
-    b = fairness.Job("b", "b", fairness.GPUS_PER_NODE, 600.0, 1800.0)
-    world = run([a, b], "elastic")
-    assert b.start == 600.0 and b.preemptions == 0
-    assert a.preemptions == 0 and a.shrinks >= 1 and a.end is not None
-    # its work, at its pace on each stretch, adds up to its duration (64 GPUs = pace 1) ...
+    bs = [fairness.Job(f"b{i}", "b", fairness.GPUS_PER_NODE, 600.0, 1800.0) for i in range(8)]
+    run([a, *bs], "elastic")
+    assert all(b.start == 600.0 and b.preemptions == 0 for b in bs)
+    assert a.preemptions == 0 and a.shrinks >= 1 and a.grows >= 1 and a.end is not None
+    # its work, at its pace on each stretch less the restarts, adds up to its duration (64 GPUs = pace 1)
     work = sum(w / fairness.GPUS * (end - start) for w, start, end in a.segments)
-    restarts = a.resizes * fairness.RESIZE_S
-    assert work == pytest.approx(a.duration, rel=0.02 + restarts / a.duration)
-    # ... and the GPU-hours it held are its segments' (what the segments CSV lets anyone recompute)
-    held = sum(w * (end - start) for w, start, end in a.segments)
-    assert held <= fairness.GPUS * (a.end - a.start) + 1e-6
+    assert work - a.resizes * fairness.RESIZE_S <= a.duration <= work
+    # the GPU-hours it held are its segments' (what the segments CSV lets anyone recompute)
+    assert sum(w * (end - start) for w, start, end in a.segments) <= fairness.GPUS * (a.end - a.start)
     assert a.lost_gpu_s > 0  # its restarts at a new world size cost GPU time
 
 
@@ -131,3 +130,9 @@ def test_the_reference_replay_preempts_nobody() -> None:
     jobs, _ = fairness.replay(workload(), "quota+turns", preempt=False)
     assert not any(j.preemptions for j in jobs)
     assert next(j for j in jobs if j.name == "b0").start == 4 * 3600.0  # b waits: nothing is taken back
+
+
+@pytest.mark.parametrize("policy", [p for p in fairness.POLICIES if p not in ("fifo", "priority")])
+def test_every_gpuaware_policy_runs_with_the_quota_service(policy: str) -> None:
+    assert fairness.Replay(workload(), policy).quota is not None
+    assert fairness.Replay(workload(), "priority").quota is None
