@@ -25,17 +25,18 @@ fixed, so its pace on a placement is Pollux's measured throughput there (``gpuaw
 fitted on ``traces/<app>/``) over its throughput at its full width packed (its duration's pace), and
 every resize stands it still for the twin's restart delay (``RESIZE_RESTART_DELAY_S``; changes at one
 instant are one resize). The planner grows it by the gain its agent would report: the pace one more
-worker adds over the work it has left, where the seconds saved exceed two restarts. Classes: Philly and Pollux carry no priorities;
-a seeded 20 % of jobs are the high class (production, priority 1), the rest low (research, priority
-0). Every job is checkpointable with a checkpoint every 15 minutes and pays 60 s to restart after a
-preemption. What a preemption loses depends on who preempts: stock preemption (``priority``) loses
-the work since the last periodic checkpoint; gpuaware (``quota*``) has the binder ask the victim for
-a checkpoint first (the checkpoint handshake), so it loses only the 30 s the save takes.
+worker adds over the work it has left, where the seconds saved exceed ``GROW_WORTH_RESTARTS`` restarts.
+Classes: Philly and Pollux carry no priorities; a seeded 20 % of jobs are the high class (production,
+priority 1), the rest low (research, priority 0). Every job is checkpointable with a checkpoint every
+15 minutes and pays 60 s to restart after a preemption. What a preemption loses depends on who
+preempts: stock preemption (``priority``) loses the work since the last periodic checkpoint; gpuaware
+(``quota*``, ``elastic``) has the binder ask the victim for a checkpoint first (the checkpoint
+handshake), so it loses only the 30 s the save takes.
 
 How it decides: the production path, on a virtual clock. Each policy is a configuration of the
 placement service (`PlacementSettings`, turned into a `gpuaware.placement.Planner` exactly as the
 service's state builds it: the profile, the queue order, preemption, reservations, the Permit plugin
-that holds every decision), and for ``quota*`` a quota service (quota's `QuotaLedger`, one leaf queue
+that holds every decision), and for ``quota*`` and ``elastic`` a quota service (quota's `QuotaLedger`, one leaf queue
 per tenant under one root, equal weights, guaranteed floor(64 / tenants) GPUs). The replay is the
 world around them and nothing more: it advances time, submits each pending pod (`Planner.submit`,
 as the service's pending consumer does), asks quota about each decision held at Permit and about
