@@ -95,12 +95,21 @@ class Observed:
     decided: set[str] = field(default_factory=set)
     bound: set[str] = field(default_factory=set)
     unschedulable: set[str] = field(default_factory=set)
+    grows: set[str] = field(default_factory=set)
+    """an elastic job's extra workers whose latest verdict is ``elastic_grow`` (waiting for idle GPUs)"""
+    withdrawn: set[str] = field(default_factory=set)
+    """an elastic job's workers withdrawn unplaced when their job finished"""
     raised: dict[str, tuple[str, str]] = field(default_factory=dict)
     """fingerprint -> (rule, node) of the alerts raised on the bus"""
     resolved: set[str] = field(default_factory=set)
     messages: dict[str, int] = field(default_factory=dict)
     """messages per subject (the cluster's suffix left out)"""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def expected(self) -> set[str]:
+        """The pods that must be decided, bound and recorded: every pod that arrived, but an elastic
+        job's extra workers withdrawn unplaced or still waiting for idle GPUs (a grow takes nobody's)."""
+        return set(self.pending) - (self.withdrawn - self.bound) - (self.grows - self.decided)
 
 
 @dataclass
@@ -327,6 +336,12 @@ class Harness:
                                  ("placement.pod.unschedulable.", obs.unschedulable)):
                 if subject.startswith(prefix) and uid:
                     seen.add(uid)
+            if subject.startswith("placement.pod.unschedulable.") and uid:
+                (obs.grows.add if body.get("reason") == "elastic_grow" else obs.grows.discard)(uid)
+            if subject.startswith("placement.pod.decided.") and uid:
+                obs.grows.discard(uid)
+            if subject.startswith("binder.pod.finished.") and uid and not body.get("node"):
+                obs.withdrawn.add(uid)
             if subject.startswith("alerts.") and ".raised." in subject and body.get("fingerprint"):
                 obs.raised[body["fingerprint"]] = (str(body.get("rule", "")), str(body.get("node", "")))
             if subject.startswith("alerts.") and ".resolved." in subject and body.get("fingerprint"):
@@ -544,7 +559,7 @@ async def _watch(h: Harness) -> None:
     panels: list[dict[str, Any]] = []
     while True:
         obs.changed.clear()
-        arrived = set(obs.pending)
+        arrived = obs.expected()
         done_loop = bool(arrived) and arrived <= obs.decided and arrived <= obs.bound
         if recorder:
             with contextlib.suppress(Exception):
@@ -569,8 +584,8 @@ async def _watch(h: Harness) -> None:
             break
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(obs.changed.wait(), 1.0)
-    arrived = set(obs.pending)
-    s.pods = {"arrived": len(arrived), "decided": len(arrived & obs.decided), "bound": len(arrived & obs.bound),
+    arrived = obs.expected()
+    s.pods = {"arrived": len(arrived), "elastic_workers_not_placed": len(set(obs.pending) - arrived), "decided": len(arrived & obs.decided), "bound": len(arrived & obs.bound),
               "recorded": len(arrived & recorded), "with_unschedulable_verdicts": len(obs.unschedulable)}
     s.alert = alerts.summary()
     s.panels = panels

@@ -17,10 +17,10 @@ from gpuaware.sim import (
     TraceError,
     fit_quality_table,
     fit_throughput_model,
+    iterations_to_target,
     load_throughput_models,
     packed_placement,
     read_measurements,
-    iterations_to_target,
     shared_data_dir,
 )
 
