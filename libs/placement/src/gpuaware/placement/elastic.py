@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from gpuaware.placement.entries import HOLDING, PodEntry
 
-__all__ = ["GainFn", "grow_order", "holding_by_gang", "is_elastic", "spares"]
+__all__ = ["GainFn", "grow_order", "holding_by_gang", "is_elastic", "spares", "spares_of"]
 
 GainFn = Callable[[str, int], float]
 """(worker uid, its job's width now) -> what one more worker adds (higher first; 0 or less: not worth the
@@ -58,8 +58,13 @@ def holding_by_gang(entries: Iterable[PodEntry]) -> dict[str, list[PodEntry]]:
 
 def spares(entries: Iterable[PodEntry]) -> set[str]:
     """The running workers beyond their gang's minimum, newest first taken: a shrink evicts these."""
+    return spares_of(holding_by_gang(entries))
+
+
+def spares_of(holding: dict[str, list[PodEntry]]) -> set[str]:
+    """`spares` of gangs already grouped by `holding_by_gang`."""
     out: set[str] = set()
-    for members in holding_by_gang(entries).values():
+    for members in holding.values():
         extra = len(members) - _core(members[0])
         if extra > 0:
             out.update(e.uid for e in members[-extra:])

@@ -53,7 +53,7 @@ from gpuaware.placement.outcomes import (
     decision_id,
 )
 from gpuaware.placement.preempt import running_victims
-from gpuaware.placement.queue_order import QueueSort, Reservation, queue_of
+from gpuaware.placement.queue_order import QueueSort, Reservation, gpus_of, queue_of
 from gpuaware.placement.session import ACTIONS, Framework, Placed, Session, Waiting
 from gpuaware.placement.verdicts import park
 from gpuaware.placement.view import PlacementView
@@ -61,10 +61,6 @@ from gpuaware.placement.world_clock import WorldClock
 
 log = logging.getLogger(__name__)
 
-
-def _gpus_of(entry: PodEntry) -> float:
-    req = entry.request
-    return 0.0 if req is None else req.num_gpu * req.gpu_milli / 1000
 __all__ = ["Counters", "Decided", "Outcome", "Parked", "Planner", "PlannerConfig", "decision_id"]
 
 
@@ -184,9 +180,10 @@ class Planner:
         gangs: list[str] = []
         cores: dict[str, list[PodEntry]] = {}
         grows: list[PodEntry] = []
+        retried = self.ledger.waiting([Phase.PARKED, Phase.QUEUED])
         holding = holding_by_gang(self.ledger) if any(
-            e.request is not None and e.request.elastic for e in self.ledger.waiting([Phase.PARKED, Phase.QUEUED])) else {}
-        for entry in self.ledger.waiting([Phase.PARKED, Phase.QUEUED]):
+            e.request is not None and e.request.elastic for e in retried) else {}
+        for entry in retried:
             req = entry.request
             if req is None or entry.uid in self.waiting:
                 continue
@@ -374,7 +371,7 @@ class Planner:
             if spare is None:
                 spare = spares(self.ledger)
             donors = [e.uid for e in self.ledger if e.uid in spare and queue_of(e) != tenant
-                      and demand.running.get(queue_of(e), 0.0) - _gpus_of(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
+                      and demand.running.get(queue_of(e), 0.0) - gpus_of(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
             if not donors:
                 continue
             d = self.reclaim(entry.uid, donors)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gpuaware.placement.cluster import QUARANTINED, Snapshot
-from gpuaware.placement.elastic import holding_by_gang, spares
+from gpuaware.placement.elastic import holding_by_gang, spares_of
 from gpuaware.placement.framework import CycleState, Scheduler, rows_view, usable_gpus
 from gpuaware.placement.ledger import Ledger, Phase
 from gpuaware.placement.model import MILLI, PodRequest
@@ -211,8 +211,9 @@ def running_victims(ledger: Ledger, now: float, *, min_run_s: float = 0.0, max_r
     pod's attempt counts its re-queues, and for an elastic job's worker `stops` counts its job's, whose
     workers come back in any order)."""
     allocations = ledger.cluster.allocations if ledger.cluster is not None else {}
-    spare = spares(ledger)
-    width = {g: len(m) for g, m in holding_by_gang(ledger).items()} if spare else {}
+    holding = holding_by_gang(ledger)  # one walk for both: which workers are spares, and their jobs' widths
+    spare = spares_of(holding)
+    width = {g: len(m) for g, m in holding.items()}
     out = []
     for e in ledger:
         if e.phase != Phase.BOUND or e.evicting or e.request is None:

@@ -66,7 +66,8 @@ CAPPED_STARVED = 0.75
 """a capped tenant is starved below this fraction of ``starved_below`` (see ``FairShareOrder.starved``)"""
 
 
-def _gpus(entry: PodEntry) -> float:
+def gpus_of(entry: PodEntry) -> float:
+    """The GPUs a pod holds or asks, in whole GPUs (a share counts its fraction)."""
     req = entry.request
     return 0.0 if req is None else req.total_gpu_milli / MILLI
 
@@ -95,7 +96,7 @@ class TenantDemand:
             into = running if e.phase in HOLDING and not e.evicting else waiting if e.phase in WAITING else None
             if into is not None:
                 t = queue_of(e)
-                into[t] = into.get(t, 0.0) + _gpus(e)
+                into[t] = into.get(t, 0.0) + gpus_of(e)
         demand = {t: running.get(t, 0.0) + waiting.get(t, 0.0) for t in {*running, *waiting}}
         share = water_fill(capacity, {t: d for t, d in demand.items() if d > 0}, {})
         return cls(running, waiting, share)
@@ -310,7 +311,7 @@ class FairShareOrder:
         candidates = sorted((e for e in evictable if demand.capped(queue_of(e))),
                             key=lambda e: (-demand.attained(queue_of(e)), -e.since))
         fair = [e.uid for e in candidates
-                if demand.running.get(queue_of(e), 0.0) - _gpus(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
+                if demand.running.get(queue_of(e), 0.0) - gpus_of(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
         if not self.due_turn(tenant, demand):
             return fair
         # a turn: pods of tenants at or above their share not owed a turn, past the lease, even if their
