@@ -39,6 +39,7 @@ from rich.table import Table
 from gpuaware import bus, tsdb
 from gpuaware.cli.chaos import SCENARIOS, ChaosError, ChaosRunner, ChaosStep, parse_chaos
 from gpuaware.cli.demo_analysis import analyse, rebuild_workload
+from gpuaware.cli.demo_bus import wait_for
 from gpuaware.cli.demo_config import DemoConfig, RunSpec
 from gpuaware.cli.demo_record import RunResult, SubjectCounter
 from gpuaware.cli.demo_run import run_once
@@ -225,11 +226,11 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                                      counter=SubjectCounter(), procs=procs, progress=lambda *_a: None,
                                      chaos=runner)
                 say("checking the invariants")
-                await asyncio.sleep(2.0)  # the collector's last batches reach PostgreSQL
+                js = nc.jetstream()
                 collector = _finder(procs)("telemetry-collector")
                 if collector is not None:
+                    await _collector_drained(js, collector, say)
                     await asyncio.to_thread(collector.stop, 15.0)
-                js = nc.jetstream()
                 tel = await _patiently(lambda: _telemetry(js, pool, run))
                 replicas = {name: await _patiently(functools.partial(_replicas, js, name))
                             for name in (BINDER.name, PLACEMENT.name, TELEMETRY.name)}
@@ -241,6 +242,34 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                            figures=figures, chaos=run.chaos)
     finally:
         await pool.close()
+
+
+COLLECTOR_DURABLE = "telemetry-collector"
+"""the collector's durable consumer on the TELEMETRY stream (its settings' default)"""
+
+COLLECTOR_DRAIN_S = 120.0
+"""how long the drill waits for the collector to store what the stream holds: a batch delivered to a
+collector the drill killed comes back only after the consumer's ack wait (30 s), and a busy machine
+writes slower"""
+
+
+async def collector_drained(js: bus.JetStream) -> bool | None:
+    """True once the collector's durable has nothing left to deliver and nothing delivered but not yet
+    acknowledged: it acknowledges a batch only after its COPY committed, so then every sample the stream
+    holds is in PostgreSQL. None while not yet (``wait_for``'s "no answer")."""
+    info = await js.consumer_info(TELEMETRY.name, COLLECTOR_DURABLE)
+    return None if info.num_pending or info.num_ack_pending else True
+
+
+async def _collector_drained(js: bus.JetStream, collector: ServiceProcess, say: Callable[[str], None]) -> None:
+    """Wait for the collector to store every sample on the bus before the drill compares the two. A
+    collector that never catches up is not an error here: the telemetry invariant then reports what is
+    missing."""
+    try:
+        await wait_for(lambda: collector_drained(js), timeout=COLLECTOR_DRAIN_S,
+                       what="the telemetry collector to store every sample", procs=[collector], interval=0.5)
+    except (TimeoutError, RuntimeError) as exc:
+        say(f"the collector did not catch up: {exc}")
 
 
 async def _telemetry(js: bus.JetStream, pool: Any, run: RunResult) -> dict[str, Any]:
