@@ -25,7 +25,8 @@ fixed, so its pace on a placement is Pollux's measured throughput there (``gpuaw
 fitted on ``traces/<app>/``) over its throughput at its full width packed (its duration's pace), and
 every resize stands it still for the twin's restart delay (``RESIZE_RESTART_DELAY_S``; changes at one
 instant are one resize). The planner grows it by the gain its agent would report: the pace one more
-worker adds over the work it has left, where the seconds saved exceed ``GROW_WORTH_RESTARTS`` restarts.
+worker adds over the work it has left, where the seconds saved exceed ``GROW_WORTH_RESTARTS`` restarts
+(a grow at an instant the job starts or resizes anyway joins that restart: then any added pace counts).
 Classes: Philly and Pollux carry no priorities; a seeded 20 % of jobs are the high class (production,
 priority 1), the rest low (research, priority 0). Every job is checkpointable with a checkpoint every
 15 minutes and pays 60 s to restart after a preemption. What a preemption loses depends on who
@@ -70,8 +71,10 @@ delay of the high class (goal: >= 50 % below FIFO's, the no-preemption baseline)
 as a distribution -- per job preempted (stopped) or shrunk, its slowdown = JCT / its JCT in a replay
 of the same workload and policy without preemption (no PostFilter, no reclaim, no turns, no swaps),
 p50 / p95 / max per class, pooled over the load's workloads (``victims_pooled``) --, the most
-preemptions of one job and how many were preempted more than twice, GPU-hours lost (work redone,
-saves, restarts and resizes, on every GPU the job held) against GPU-hours delivered; the JCT
+preemptions of one job and how many were preempted more than twice, GPU-hours lost to preemption
+(work redone, saves, the restarts after stops and shrinks and those of grows onto GPUs a swap took, on
+every GPU the job held) against GPU-hours delivered, and beside it the GPU-hours grows onto idle GPUs
+cost (a job's own restart to run faster, not a preemption's); the JCT
 increase of preempted low-class jobs two ways as before (against FIFO's, and what preemption itself
 added); average JCT and makespan with the published Tiresias/Pollux figures beside
 (``PUBLISHED_NUMBERS.md``). Every figure of Pollux is the mean over its 8 workloads except the
@@ -234,6 +237,11 @@ class Job:
     grows: int = 0
     shrinks: int = 0
     lost_gpu_s: float = 0.0
+    grow_gpu_s: float = 0.0
+    """GPU-seconds its grows' restarts cost: a resize it made to run faster on idle GPUs, not a
+    preemption's cost (a shrink's or a stop's restart is in `lost_gpu_s`)"""
+    pause_grows: bool = False
+    """its restart under way is a grow's"""
     """GPU-seconds lost to its preemptions and resizes: work redone, saves, restarts"""
     segments: list[tuple[int, float, float]] = field(default_factory=list)
     """(width, start, end) of each stretch it ran at one width"""
@@ -369,6 +377,7 @@ def service_planner(settings: PlacementSettings, clock, reclaims: bool = True) -
         preemption=settings.preemption, preemption_cooldown_s=settings.preemption_cooldown_s,
         max_victims=settings.max_victims, max_reservations=settings.reservations,
         victim_min_run_s=settings.victim_min_run_s, victim_max_requeues=settings.victim_max_requeues or None,
+        resize_hold_s=settings.resize_hold_s,
         permits=(AdmittedAndStored(),), **({} if reclaims else {"max_reclaims": 0, "max_swaps": 0})), clock=clock)
 
 
@@ -649,7 +658,7 @@ class Replay:
         self.log.append((self.now, e.uid, d.decision_id))
         j = self.job_of[e.uid]
         if j.elastic:
-            self.add_worker(j, e.uid, d.node, d.decision_id)
+            self.add_worker(j, e.uid, d.node, d.decision_id, onto_idle=not d.victims)
             return
         j.bound.add(e.uid)
         if len(j.bound) == len(j.pods()):
@@ -695,7 +704,10 @@ class Replay:
         now = self.rate(j, packed_placement(width, GPUS_PER_NODE))
         wider = self.rate(j, packed_placement(width + 1, GPUS_PER_NODE))
         left = max(j.left, 1e-9)
-        if left / now - left / wider <= GROW_WORTH_RESTARTS * RESIZE_S:
+        if wider <= now:
+            return 0.0
+        joins_a_restart = j.changed_at == self.now  # it starts or resizes at this instant already: free
+        if not joins_a_restart and left / now - left / wider <= GROW_WORTH_RESTARTS * RESIZE_S:
             return 0.0
         return (wider - now) / left
 
@@ -704,13 +716,16 @@ class Replay:
         if j.workers:
             restarting = min(self.now, j.pause_until) - j.progress_t
             if restarting > 0:
-                j.lost_gpu_s += restarting * len(j.workers)
+                if j.pause_grows:
+                    j.grow_gpu_s += restarting * len(j.workers)
+                else:
+                    j.lost_gpu_s += restarting * len(j.workers)
             t0 = max(j.progress_t, j.pause_until)
             if self.now > t0:
                 j.done_work = min(j.duration, j.done_work + (self.now - t0) * j.rate)
         j.progress_t = self.now
 
-    def _resized(self, j: Job, pause: float) -> None:
+    def _resized(self, j: Job, pause: float, grow: bool = False) -> None:
         """Its width changed: the stretch at the old width ends, it restarts for `pause` (a change at the
         same instant as the last joins the restart under way), and its completion is due anew at its new
         pace."""
@@ -720,6 +735,7 @@ class Replay:
         j.version += 1
         if j.changed_at != self.now:
             j.pause_until = self.now + pause
+            j.pause_grows = grow
         j.changed_at = self.now
         if not j.workers:
             return
@@ -729,7 +745,9 @@ class Replay:
         j.rate = self.rate(j, list(counts.values()))
         self._push(j.pause_until + j.left / j.rate, FINISH, j.name, j.version)
 
-    def add_worker(self, j: Job, uid: str, node: str, decision: str) -> None:
+    def add_worker(self, j: Job, uid: str, node: str, decision: str, onto_idle: bool = True) -> None:
+        """A worker bound: the job starts, or grows (onto idle GPUs, or onto a spare a swap took from
+        another job: then its restart is a cost of that preemption)."""
         self._advance(j)
         first = not j.workers
         j.workers[uid] = node
@@ -738,7 +756,7 @@ class Replay:
             self._resized(j, RESTART_S if j.preemptions else 0.0)
         else:
             j.grows += j.changed_at != self.now
-            self._resized(j, RESIZE_S)
+            self._resized(j, RESIZE_S, grow=onto_idle)
 
     def drop_worker(self, j: Job, uid: str) -> None:
         """A worker evicted: the job shrinks (checkpoint, restart at the new size) or, its last, stops
@@ -896,6 +914,8 @@ def metrics(jobs: list[Job], windows: Windows, fifo_jct: dict[str, float] | None
         "gpu_hours_delivered": _r(delivered / 3600, 2),
         "gpu_hours_lost_to_preemption": _r(sum(j.lost_gpu_s for j in jobs) / 3600, 2),
         "gpu_hours_lost_pct_of_delivered": _r(100 * sum(j.lost_gpu_s for j in jobs) / max(delivered, 1e-9), 3),
+        "gpu_hours_growing": _r(sum(j.grow_gpu_s for j in jobs) / 3600, 2),
+        "gpu_hours_growing_pct_of_delivered": _r(100 * sum(j.grow_gpu_s for j in jobs) / max(delivered, 1e-9), 3),
         "resizes": int(sum(j.resizes for j in jobs)),
         "preemptions": int(sum(j.preemptions for j in jobs)),
         "preempted_low_jobs": len(preempted),
@@ -1214,7 +1234,7 @@ def show(console: Console, report: dict) -> None:
     for src, loads in report["sources"].items():
         t = Table(title=f"fairness: {src} on {GPUS} GPUs")
         for c in ("load", "policy", "Jain (contended)", "worst tenant", "high p99 delay s", "avg JCT h",
-                  "makespan h", "stops", "resizes", "victims p50/p95", "lost GPU-h %"):
+                  "makespan h", "stops", "resizes", "victims p50/p95", "lost GPU-h %", "growing GPU-h %"):
             t.add_column(c)
         for load, r in loads.items():
             for p in POLICIES:
@@ -1224,11 +1244,11 @@ def show(console: Console, report: dict) -> None:
                           str(m["high_class_p99_queue_delay_s"]), str(m["avg_jct_h"]), str(m["makespan_h"]),
                           str(m["preemptions"]), str(m["resizes"]),
                           f"{low['slowdown_p50']}/{low['slowdown_p95']}" if low["jobs"] else "-",
-                          str(m["gpu_hours_lost_pct_of_delivered"]))
+                          str(m["gpu_hours_lost_pct_of_delivered"]), str(m.get("gpu_hours_growing_pct_of_delivered")))
             for name in ("tiresias_tj", "pollux"):
                 pub = report["published"][name][load]
                 t.add_row(load, f"{name} (published)", "", "", "", str(pub["avg_jct_h"]), str(pub["makespan_h"]),
-                          "", "", "", "")
+                          "", "", "", "", "")
         console.print(t)
 
 

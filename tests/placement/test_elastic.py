@@ -175,6 +175,7 @@ def test_a_grow_below_its_share_takes_a_spare_from_a_tenant_above_its_share() ->
     p = planner(order="fair-share")
     for k in range(4):
         bind_all(p, p.submit(f"eb-{k}", 0, worker("eb", k, queue="b")))
+    NOW[0] += p.config.resize_hold_s  # b's grows are not fresh any more
     core = p.submit("ea-0", 0, worker("ea", 0, queue="a"))[0]
     assert isinstance(core, Decided) and core.preemption_reason == "shrink"  # a's core takes a spare
     bind_all(p, [core])
@@ -191,6 +192,49 @@ def test_a_grow_below_its_share_takes_a_spare_from_a_tenant_above_its_share() ->
     assert isinstance(p.submit("ea-2", 0, worker("ea", 2, queue="a"))[0], Parked)
     out, _ = p.retry()
     assert not any(isinstance(o, Decided) for o in out)
+
+
+def test_a_grow_of_a_tenant_below_its_share_goes_before_a_pod_of_a_tenant_at_its_share() -> None:
+    p = planner(order="fair-share")
+    for k in range(3):
+        bind_all(p, p.submit(f"b{k}", 0, whole(f"b{k}", 1)))
+    bind_all(p, p.submit("ea-0", 0, worker("ea", 0, queue="a")))
+    assert isinstance(p.submit("ea-1", 0, worker("ea", 1, queue="a"))[0], Parked)
+    assert isinstance(p.submit("b3", 0, whole("b3", 1))[0], Parked)
+    p.ledger.release("b2")  # b holds 2 of its share of 2, a 1 of 2: the idle GPU is a's
+    decided = [o for o in p.retry()[0] if isinstance(o, Decided)]
+    assert [o.entry.uid for o in decided] == ["ea-1"]
+
+
+def test_a_spare_a_grow_just_gave_is_no_swaps_donor_until_the_resize_hold_passes() -> None:
+    p = planner(order="fair-share", max_reclaims=0)  # only a swap could take b's spare
+    for k in range(3):
+        bind_all(p, p.submit(f"eb-{k}", 0, worker("eb", k, queue="b")))
+    bind_all(p, p.submit("ea-0", 0, worker("ea", 0, queue="a")))  # the last idle GPU
+    # a (1 running, 2 wanted) is owed 2 of 4; b holds 3, its spares grown a moment ago: a's grow waits
+    assert isinstance(p.submit("ea-1", 0, worker("ea", 1, queue="a"))[0], Parked)
+    NOW[0] += p.config.resize_hold_s / 2
+    assert not any(isinstance(o, Decided) for o in p.retry()[0])
+    NOW[0] += p.config.resize_hold_s / 2
+    swapped = [o for o in p.retry()[0] if isinstance(o, Decided)]
+    assert [o.entry.uid for o in swapped] == ["ea-1"] and swapped[0].victims[0].uid == "eb-2"
+
+
+def test_a_job_shrunk_moments_ago_does_not_grow_back_until_the_resize_hold_passes() -> None:
+    p = planner(gpus=4)
+    for k in range(4):
+        bind_all(p, p.submit(f"e-{k}", 0, worker("e", k)))
+    hi = p.submit("hi", 0, whole("hi", 1, priority=10))[0]
+    assert isinstance(hi, Decided) and [v.uid for v in hi.victims] == ["e-3"]
+    bind_all(p, [hi])
+    p.ledger.release("e-3")
+    p.submit("e-3", 1, worker("e", 3))  # the shrunk worker waits again as a grow
+    NOW[0] += 60.0
+    p.ledger.release("hi")  # its GPU is idle again within the hold: e stays at 3
+    assert not any(isinstance(o, Decided) for o in p.retry()[0])
+    NOW[0] += p.config.resize_hold_s
+    grown = [o for o in p.retry()[0] if isinstance(o, Decided)]
+    assert [o.entry.uid for o in grown] == ["e-3"]
 
 
 def test_the_requeue_cap_counts_an_elastic_jobs_stops_whichever_worker_was_last() -> None:

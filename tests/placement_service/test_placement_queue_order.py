@@ -22,6 +22,9 @@ def test_the_service_refuses_an_unknown_order_and_out_of_range_knobs():
     assert PlacementSettings().reservations == 0  # none held unless asked for (see the setting)
     assert PlacementSettings().turn_due == 0.1  # fair-share takes turns unless told not to (0)
     assert PlacementSettings(turn_due=0.0).turn_due == 0.0
+    for bad in ({"victim_min_run_s": -1.0}, {"victim_max_requeues": -1}, {"resize_hold_s": -1.0}):
+        with pytest.raises(SettingsError, match="_VICTIM_MAX_REQUEUES and _RESIZE_HOLD_S must be >= 0"):
+            PlacementSettings(**bad)
 
 
 def test_the_order_settings_become_the_profiles_queue_sort_unless_it_names_one():

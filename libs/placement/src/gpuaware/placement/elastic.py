@@ -6,8 +6,11 @@ of such a gang differently:
 
 * the **core** -- ``gang_min_members`` workers -- is placed all or none, like any gang (one worker for
   a minimum of 1: then a lone pod, which may preempt and reclaim like one);
-* every worker beyond the core is a **grow**: tried only after every other waiting pod of a retry pass,
-  never by preempting or reclaiming, so it runs on GPUs nobody else could use now;
+* every worker beyond the core is a **grow**: never placed by preempting or reclaiming (only a swap: a
+  grow of a tenant below its share may take a spare of a tenant that keeps its share), and tried after
+  the other waiting pods of a retry pass -- except those of tenants at or above their fair share, which
+  a grow of a tenant below its share goes before (a GPU goes to the tenant owed it rather than to
+  another job of a tenant that has its share);
 * a running worker beyond the core is a **spare**: the first a preemption, a reclaim or a turn takes
   (a **shrink**: the job keeps running on its core, paying a restart at its new world size rather
   than a stop), and it is exempt from the preemption cap and the lease that protect stopped jobs.
@@ -15,6 +18,10 @@ of such a gang differently:
 Which running workers are spares is computed, not remembered: of a gang's workers holding GPUs, the
 newest beyond the minimum (so a shrink undoes the latest grow first). Which waiting worker is a grow
 likewise: its gang already holds its minimum.
+
+The planner holds a job still after a move (`resize_hold_s`): a job shrunk moments ago does not grow
+back, and a worker a grow gave moments ago is not swapped away -- either reversal would cost two
+restarts and undo the move before it.
 
 The grow order (`grow_order`): GPUs go where they are worth most -- by default the narrowest job
 first (a concave speedup gives its next worker the largest gain); a host that knows each job's

@@ -35,7 +35,7 @@ import numpy as np
 
 from gpuaware.placement.actions import Backfill, fair_share_pass, reclaim
 from gpuaware.placement.config import PlannerConfig
-from gpuaware.placement.elastic import GainFn, grow_order, holding_by_gang, spares
+from gpuaware.placement.elastic import GainFn, grow_order, holding_by_gang, is_elastic, spares
 from gpuaware.placement.explain import PodExplanation
 from gpuaware.placement.extensions import DefaultPreemption
 from gpuaware.placement.frag import TypicalPods
@@ -81,6 +81,9 @@ class Planner:
         self.backfill = Backfill()
         self.stops: dict[str, int] = {}
         """elastic job (gang id) -> times every worker of it was evicted (this instance's decisions)"""
+        self.grown_at: dict[str, float] = {}
+        self.shrunk_at: dict[str, float] = {}
+        """elastic job (gang id) -> when this instance's decisions last grew / shrank it (the resize hold)"""
         self.grow_gain: GainFn | None = None
         """what one more worker adds to an elastic job (its measured throughput curve), when the host
         knows; None: the narrowest job grows first (elastic.py)"""
@@ -215,11 +218,16 @@ class Planner:
             more = tried < len(singles)
         else:
             cfg = self.config
+            owed: list[PodEntry] = []
+            if grows:  # grows of tenants below their share go before pods of tenants at or above theirs
+                demand = order.demand(self.ledger)
+                owed = [e for e in grows if demand.attained(queue_of(e)) < 1.0 - 1e-9]
+                grows = [e for e in grows if demand.attained(queue_of(e)) >= 1.0 - 1e-9]
             got, more = fair_share_pass(
                 order, singles, left, ledger=self.ledger, specs=self.specs, now=self.world.now,
                 decide=lambda entries, n: self._decide(entries, publish=set(), limit=n), reclaim=self.reclaim,
                 backfill=self.backfill, max_reclaims=cfg.max_reclaims, max_reservations=cfg.max_reservations,
-                counters=self.counters)
+                counters=self.counters, grow_owed=(lambda n: self._grow(owed, n)) if owed else None)
         if grows and not more:
             left = max(0, left - sum(isinstance(o, Decided) for o in got))
             grown, more = self._grow(grows, left)
@@ -331,7 +339,8 @@ class Planner:
             below = lambda e: demand.attained(queue_of(e)) <= 1.0 + 1e-9  # noqa: E731  # one predicate
         else:
             below = lambda e: True  # noqa: E731  # no tenants: nobody is above a share
-        ordered = grow_order(grows, width, below_share=below, gain=self.grow_gain)
+        ordered = grow_order([e for e in grows if not self._held(e, self.shrunk_at)], width, below_share=below,
+                             gain=self.grow_gain)
         session = self.session(actions=("allocate",))
         results = session.run([e.request for e in ordered if e.request is not None], limit=limit)
         by_uid = {e.uid: e for e in ordered}
@@ -342,6 +351,7 @@ class Planner:
             if isinstance(r, Placed):
                 self.counters.elastic_grows += 1
                 out.append(self._commit(entry, r))
+                self._mark(entry, self.grown_at)
             else:
                 unplaced.append(entry)
         taken = self._grow_by_swap(unplaced, limit - sum(isinstance(o, Decided) for o in out))
@@ -371,15 +381,27 @@ class Planner:
             if spare is None:
                 spare = spares(self.ledger)
             donors = [e.uid for e in self.ledger if e.uid in spare and queue_of(e) != tenant
-                      and demand.running.get(queue_of(e), 0.0) - gpus_of(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9]
+                      and demand.running.get(queue_of(e), 0.0) - gpus_of(e) >= demand.share.get(queue_of(e), 0.0) - 1e-9
+                      and not self._held(e, self.grown_at)]
             if not donors:
                 continue
             d = self.reclaim(entry.uid, donors)
             if d is not None:
                 self.counters.elastic_grows += 1
                 got[entry.uid] = d
+                self._mark(entry, self.grown_at)
                 demand, spare = order.demand(self.ledger), None
         return got
+
+    def _held(self, entry: PodEntry, since: dict[str, float]) -> bool:
+        """Whether `entry`'s elastic job moved the other way (`since`: `shrunk_at` for a grow,
+        `grown_at` for a swap's donor) less than `resize_hold_s` ago."""
+        at = since.get(entry.request.gang_id) if entry.request is not None else None
+        return at is not None and self.clock() - at < self.config.resize_hold_s
+
+    def _mark(self, entry: PodEntry, at: dict[str, float]) -> None:
+        if entry.request is not None and entry.request.gang_id:
+            at[entry.request.gang_id] = self.clock()
 
     def _grow_waits(self, entry: PodEntry, *, publish: bool) -> list[Outcome]:
         changed = entry.phase != Phase.PARKED or entry.reason != ELASTIC_GROW
@@ -436,6 +458,9 @@ class Planner:
         if d.victims:
             self.ledger.evict_for(d.decision_id, [v.uid for v in d.victims])
             self._count_stops(d.victims)
+            for v in d.victims:
+                if is_elastic(v):
+                    self._mark(v, self.shrunk_at)
         self.ledger.decide(entry.uid, entry.attempt, d.decision_id, d.node, d.gpus, entry.request, self.clock(),
                            gpu_mem=d.gpu_mem)
 
@@ -481,4 +506,5 @@ class Planner:
         if entry is not None and entry.request is not None and entry.request.gang_id:
             self.gangs.remove_member(uid, entry.request.gang_id)
             if entry.request.gang_id not in self.gangs.gangs:
-                self.stops.pop(entry.request.gang_id, None)
+                for kept in (self.stops, self.grown_at, self.shrunk_at):
+                    kept.pop(entry.request.gang_id, None)

@@ -117,6 +117,10 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     victim_max_requeues: int = 2
     """a pod already re-queued this many times (preempted, or refused by the binder) is stopped no more:
     a cap on how often one job pays a stop (0: no cap; spares exempt)"""
+    resize_hold_s: float = 300.0
+    """an elastic job shrunk less than this long ago does not grow back, and a worker a grow gave less
+    than this long ago is not swapped away to another tenant (either reversal costs two restarts and
+    undoes the move before it; 0: no hold)"""
     queue_order: str = "priority"
     """The order parked pods get freed capacity in: ``priority`` (then arrival; kube-scheduler's
     PrioritySort) or ``fair-share`` (starved tenants first and they may reclaim from tenants above
@@ -179,8 +183,9 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
         if self.queue_order not in orders:
             raise SettingsError(f"GPUAWARE_PLACEMENT_QUEUE_ORDER must be one of {', '.join(orders)}, "
                                 f"not {self.queue_order!r}")
-        if self.victim_min_run_s < 0 or self.victim_max_requeues < 0:
-            raise SettingsError("GPUAWARE_PLACEMENT_VICTIM_MIN_RUN_S and _VICTIM_MAX_REQUEUES must be >= 0")
+        if self.victim_min_run_s < 0 or self.victim_max_requeues < 0 or self.resize_hold_s < 0:
+            raise SettingsError("GPUAWARE_PLACEMENT_VICTIM_MIN_RUN_S, _VICTIM_MAX_REQUEUES and _RESIZE_HOLD_S "
+                                "must be >= 0")
         if not 0 < self.starved_below <= 1 or self.reclaim_min_runtime_s < 0 or self.duration_default_s <= 0 \
                 or self.duration_timeout_s <= 0 or self.reservations < 0 or self.turn_due < 0 or self.turn_lease_s < 0:
             raise SettingsError("GPUAWARE_PLACEMENT_STARVED_BELOW must be in (0, 1], _RECLAIM_MIN_RUNTIME_S >= 0, "
