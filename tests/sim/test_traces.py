@@ -39,7 +39,7 @@ def test_minimal_pod_columns_are_enough(tmp_path: Path) -> None:
     "rows, line, message",
     [
         (["p1,1000,10,1,500,,LS,Running,0,1,0", "p2,1000,10,1"], 3, "expected 11 fields, got 4"),
-        (["p1,1000,10,1,500,,LS,Running,0,1,0", "p2,abc,10,1,500,,LS,Running,0,1,0"], 3, "cpu_milli='abc' is not a number"),
+        (["p1,1000,10,1,500,,LS,Running,0,1,0", "p2,abc,10,1,500,,LS,Running,0,1,0"], 3, "cpu_milli='abc' is not an integer"),
         (["p1,-1000,10,1,500,,LS,Running,0,1,0"], 2, "cpu_milli='-1000' is negative"),
         (["p1,1000,10,1,500,H200|T4,LS,Running,0,1,0"], 2, "unknown GPU type"),
         (["p1,1000,10,1,1500,,LS,Running,0,1,0"], 2, "above 1000"),

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from gpuaware.sim.traces import TraceError, _open_rows
+from gpuaware.sim.traces import TraceError, _open_rows, int_field
 
 PLACEMENTS_FILE = "placements.csv"
 SCALABILITY_FILE = "scalability.csv"
@@ -273,8 +273,8 @@ def read_measurements(app_dir: Path | str) -> list[ThroughputMeasurement]:
     path = app_dir / SCALABILITY_FILE
     _, lines = _open_rows(path, SCALABILITY_COLUMNS)
     for line, row in lines:
-        num_nodes = _count(path, line, row, "num_nodes")
-        replicas = _count(path, line, row, "num_replicas")
+        num_nodes = int_field(path, line, row, "num_nodes", least=1)
+        replicas = int_field(path, line, row, "num_replicas", least=1)
         if replicas < num_nodes:
             raise TraceError(path, line, f"num_replicas={replicas} is fewer than num_nodes={num_nodes}")
         rows.append(_measurement(path, line, row, "scalability", num_nodes, replicas))
@@ -301,7 +301,7 @@ def iterations_to_target(app_dir: Path | str, global_batch: int) -> int:
     _, lines = _open_rows(path, VALIDATION_COLUMNS)
     last = None
     for line, row in lines:
-        last = _count(path, line, row, "iteration")
+        last = int_field(path, line, row, "iteration", least=1)
     if last is None or last < 1:
         raise TraceError(path, None, "no iterations")
     return last
@@ -316,18 +316,7 @@ def _measurement(path: Path, line: int, row: dict[str, str], source: str, num_no
     if sync >= step:
         raise TraceError(path, line, f"sync_time={row['sync_time']!r} is not less than step_time="
                                      f"{row['step_time']!r} (a step's time includes its sync)")
-    return ThroughputMeasurement(source, num_nodes, replicas, _count(path, line, row, "local_bsz"), step, sync)
-
-
-def _count(path: Path, line: int, row: dict[str, str], column: str) -> int:
-    text = row[column]
-    try:
-        value = int(text)
-    except ValueError:
-        raise TraceError(path, line, f"{column}={text!r} is not an integer") from None
-    if value < 1:
-        raise TraceError(path, line, f"{column}={text!r} must be at least 1")
-    return value
+    return ThroughputMeasurement(source, num_nodes, replicas, int_field(path, line, row, "local_bsz", least=1), step, sync)
 
 
 def _seconds(path: Path, line: int, row: dict[str, str], column: str) -> float:

@@ -96,16 +96,19 @@ def _open_rows(path: Path, required: Iterable[str]) -> tuple[list[str], Iterable
     return header, rows()
 
 
-def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
+def int_field(path: Path, line: int, row: dict[str, str], column: str, *, least: int = 0) -> int:
+    """`row[column]` as a whole number of at least `least` ("4" or "4.0"), else a `TraceError` naming
+    the file, the line and the value."""
     text = row[column]
     try:
         value = float(text)
     except ValueError:
-        raise TraceError(path, line, f"{column}={text!r} is not a number") from None
+        raise TraceError(path, line, f"{column}={text!r} is not an integer") from None
     if not math.isfinite(value) or value != int(value):
         raise TraceError(path, line, f"{column}={text!r} is not an integer")
-    if value < 0:
-        raise TraceError(path, line, f"{column}={text!r} is negative")
+    if value < least:
+        raise TraceError(path, line, f"{column}={text!r} is negative" if least == 0
+                         else f"{column}={text!r} must be at least {least}")
     return int(value)
 
 
@@ -136,12 +139,12 @@ def load_nodes(path: Path | str, known_models: Iterable[str] | None = None) -> l
         if name in seen:
             raise TraceError(path, line, f"duplicate node {name!r}")
         seen.add(name)
-        gpus = _int(path, line, row, "gpu")
+        gpus = int_field(path, line, row, "gpu")
         model = row["model"] if row["model"] not in ("nan", "NaN") else ""
         if gpus > 0 and model not in known:
             raise TraceError(path, line, f"unknown GPU type {model!r}; known: {', '.join(sorted(known))}")
         try:
-            nodes.append(NodeSpec(name, _int(path, line, row, "cpu_milli"), _int(path, line, row, "memory_mib"),
+            nodes.append(NodeSpec(name, int_field(path, line, row, "cpu_milli"), int_field(path, line, row, "memory_mib"),
                                   gpus, model if gpus > 0 else ""))
         except RequestError as exc:
             raise TraceError(path, line, str(exc)) from None
@@ -163,8 +166,8 @@ def load_pods(path: Path | str, known_models: Iterable[str] | None = None) -> li
         if name in seen:
             raise TraceError(path, line, f"duplicate pod {name!r}")
         seen.add(name)
-        num_gpu = _int(path, line, row, "num_gpu")
-        gpu_milli = _int(path, line, row, "gpu_milli")
+        num_gpu = int_field(path, line, row, "num_gpu")
+        gpu_milli = int_field(path, line, row, "gpu_milli")
         if gpu_milli > MILLI:
             raise TraceError(path, line, f"gpu_milli={gpu_milli} is above {MILLI} (one whole GPU)")
         types: tuple[str, ...] = ()
@@ -176,8 +179,8 @@ def load_pods(path: Path | str, known_models: Iterable[str] | None = None) -> li
         try:
             request = PodRequest(
                 name=name,
-                cpu_milli=_int(path, line, row, "cpu_milli"),
-                memory_mib=_int(path, line, row, "memory_mib"),
+                cpu_milli=int_field(path, line, row, "cpu_milli"),
+                memory_mib=int_field(path, line, row, "memory_mib"),
                 num_gpu=num_gpu,
                 gpu_milli=gpu_milli,
                 gpu_types=types if num_gpu > 0 else (),
