@@ -48,8 +48,8 @@ class PlannerConfig:
     """elastic jobs: grows of tenants below their share that take a spare of a tenant above its share,
     per retry pass at most (elastic.py; 0: none)"""
     resize_hold_s: float = 300.0
-    """elastic jobs: a job shrunk less than this long ago does not grow, and a spare a grow gave less than
-    this long ago is no swap's donor (either reversal costs both restarts and undoes the move it follows;
-    a waiting pod's preemption or reclaim may still take the spare). 0: no hold"""
+    """elastic jobs: a job shrunk less than this long ago does not grow, and a job grown less than this
+    long ago gives no spare to a swap (either reversal costs both restarts and undoes the move it
+    follows; a waiting pod's preemption or reclaim may still take the spare). 0: no hold"""
     max_reservations: int = 0
     """fair-share: nodes held for starved tenants' wide pods at once (actions/backfill.py); none by default"""

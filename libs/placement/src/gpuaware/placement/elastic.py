@@ -20,8 +20,8 @@ newest beyond the minimum (so a shrink undoes the latest grow first). Which wait
 likewise: its gang already holds its minimum.
 
 The planner holds a job still after a move (`resize_hold_s`): a job shrunk moments ago does not grow
-back, and a worker a grow gave moments ago is not swapped away -- either reversal would cost two
-restarts and undo the move before it.
+back, and a job grown moments ago gives no spare to a swap -- either reversal would cost two restarts
+and undo the move before it.
 
 The grow order (`grow_order`): GPUs go where they are worth most -- by default the narrowest job
 first (a concave speedup gives its next worker the largest gain); a host that knows each job's

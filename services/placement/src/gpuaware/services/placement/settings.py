@@ -118,9 +118,9 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     """a pod already re-queued this many times (preempted, or refused by the binder) is stopped no more:
     a cap on how often one job pays a stop (0: no cap; spares exempt)"""
     resize_hold_s: float = 300.0
-    """an elastic job shrunk less than this long ago does not grow back, and a worker a grow gave less
-    than this long ago is not swapped away to another tenant (either reversal costs two restarts and
-    undoes the move before it; 0: no hold)"""
+    """an elastic job shrunk less than this long ago does not grow back, and one grown less than this
+    long ago gives no worker to another tenant's swap (either reversal costs two restarts and undoes the
+    move before it; 0: no hold)"""
     queue_order: str = "priority"
     """The order parked pods get freed capacity in: ``priority`` (then arrival; kube-scheduler's
     PrioritySort) or ``fair-share`` (starved tenants first and they may reclaim from tenants above
