@@ -115,6 +115,7 @@ def test_ledger_catches_over_allocation_of_compute_and_memory() -> None:
     ledger.bind(3.0, "p3", [("g0", 0, 8_000)], asked_milli=0)      # memory 8000 + 4000 + 8000 > 16000
     assert [(v.t, v.milli, v.memory_mib, v.pod) for v in ledger.violations] == [
         (2.0, 1100, 12_000, "p2"), (3.0, 1100, 20_000, "p3")]
+    assert [v.holders for v in ledger.violations] == [("p1", "p2"), ("p1", "p2", "p3")]  # whose release was missed
 
 
 def test_ledger_records_unknown_gpus_without_failing() -> None:

@@ -193,8 +193,8 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
                      "finish_time": _rounded(finish_time_fairness(lives, float(len(run.gpus)), horizon))},
         "victims": victims(run.log, lives, horizon),
         "invariants": {"over_allocations_replayed": len(ledger.violations),
-                       "over_allocation_examples": [f"{v.gpu} {v.milli} milli at t={v.t - t0:.0f}s (pod {v.pod})"
-                                                    for v in ledger.violations[:5]],
+                       "over_allocation_examples": [f"{v.gpu} {v.milli} milli at t={v.t - t0:.0f}s (pod {v.pod}; "
+                                                    f"held by {', '.join(v.holders)})" for v in ledger.violations[:5]],
                        "over_allocations_in_world_snapshot": len(run.snapshot_violations),
                        "world_snapshot_pods": run.snapshot_pods, "unknown_gpus": len(ledger.unknown_gpus),
                        "double_bound": len(run.log.double_bound), "double_bound_examples": run.log.double_bound[:5]},

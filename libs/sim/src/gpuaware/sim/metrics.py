@@ -306,6 +306,8 @@ class Violation:
     milli: int
     memory_mib: int
     pod: str
+    holders: tuple[str, ...] = ()
+    """every pod the replay has on the GPU then, ``pod`` last (which release it never saw)"""
 
 
 @dataclass
@@ -344,7 +346,8 @@ class GpuLedger:
             self.mem[uuid] += mem
             cap_mem = self.gpus.get(uuid, 0)
             if self.used[uuid] > MILLI or (cap_mem and self.mem[uuid] > cap_mem):
-                self.violations.append(Violation(t, uuid, self.used[uuid], self.mem[uuid], pod))
+                holders = tuple(p for p, (held, _) in self._holds.items() if any(s[0] == uuid for s in held))
+                self.violations.append(Violation(t, uuid, self.used[uuid], self.mem[uuid], pod, (*holders, pod)))
         asked = asked_milli * len(slices)
         self._holds[pod] = (tuple(slices), asked)
         self._asked += asked
