@@ -2,6 +2,7 @@
 
 import socket
 from pathlib import Path
+from typing import ClassVar
 
 import psycopg
 import pytest
@@ -183,3 +184,34 @@ def test_database_login_passwords_are_kept_private_then_forgotten_by_down(stack_
         assert stack_down(data) == ["nats"]
     assert stack.state.postgres_external and not (data / "postgres-logins.json").exists()
     assert database_passwords(data) != first
+
+
+class _SamePortTwice:
+    """A socket whose kernel hands out 5000, 5000, then 5001 (what two calls before either port is
+    bound can get)."""
+
+    ports: ClassVar[list[int]] = []
+
+    def __init__(self, *_args: object) -> None:
+        pass
+
+    def __enter__(self) -> "_SamePortTwice":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        pass
+
+    def bind(self, _address: object) -> None:
+        pass
+
+    def getsockname(self) -> tuple[str, int]:
+        return "127.0.0.1", self.ports.pop(0)
+
+
+def test_free_port_never_hands_the_same_port_out_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuaware.devstack import ports
+
+    monkeypatch.setattr(_SamePortTwice, "ports", [5000, 5000, 5001])
+    monkeypatch.setattr(ports.socket, "socket", _SamePortTwice)
+    monkeypatch.setattr(ports, "_handed_out", ports.deque(maxlen=ports.RECENT_PORTS))
+    assert [ports.free_port(), ports.free_port()] == [5000, 5001]  # a server's client and monitoring ports

@@ -2,15 +2,29 @@
 
 import socket
 import time
+from collections import deque
 
 from gpuaware.devstack.errors import StackError
 
+RECENT_PORTS = 256
+"""how many ports `free_port` handed out lately are never handed out again (per process)"""
+
+_handed_out: deque[int] = deque(maxlen=RECENT_PORTS)
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on right now (the kernel picks it), and none this process was handed
+    lately: two calls before either port is bound (a server's client and monitoring ports) could
+    otherwise get the same one back, and the server then fails to start."""
+    port = 0
+    for _ in range(64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _handed_out:
+            break
+    _handed_out.append(port)
+    return port
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
