@@ -237,12 +237,13 @@ class Job:
     grows: int = 0
     shrinks: int = 0
     lost_gpu_s: float = 0.0
+    """GPU-seconds lost to its preemptions: work redone, saves, the restarts of stops, of shrinks and of
+    grows onto a spare a swap took"""
     grow_gpu_s: float = 0.0
-    """GPU-seconds its grows' restarts cost: a resize it made to run faster on idle GPUs, not a
-    preemption's cost (a shrink's or a stop's restart is in `lost_gpu_s`)"""
+    """GPU-seconds its grows onto idle GPUs cost in restarts: a resize it made to run faster, not a
+    preemption's cost"""
     pause_grows: bool = False
-    """its restart under way is a grow's"""
-    """GPU-seconds lost to its preemptions and resizes: work redone, saves, restarts"""
+    """its restart under way is a grow's onto idle GPUs"""
     segments: list[tuple[int, float, float]] = field(default_factory=list)
     """(width, start, end) of each stretch it ran at one width"""
     seg: tuple[int, float] | None = None
