@@ -216,22 +216,16 @@ class Planner:
         if order is None or not order.tenant_aware:
             got, tried = self._decide(singles, publish=set(), limit=left)
             more = tried < len(singles)
-        else:
+            if grows and not more:
+                grown, more = self._grow(grows, max(0, left - sum(isinstance(o, Decided) for o in got)))
+                got += grown
+        else:  # the pass tries grows too: those of tenants below their share before others' pods
             cfg = self.config
-            owed: list[PodEntry] = []
-            if grows:  # grows of tenants below their share go before pods of tenants at or above theirs
-                demand = order.demand(self.ledger)
-                owed = [e for e in grows if demand.attained(queue_of(e)) < 1.0 - 1e-9]
-                grows = [e for e in grows if demand.attained(queue_of(e)) >= 1.0 - 1e-9]
             got, more = fair_share_pass(
                 order, singles, left, ledger=self.ledger, specs=self.specs, now=self.world.now,
                 decide=lambda entries, n: self._decide(entries, publish=set(), limit=n), reclaim=self.reclaim,
                 backfill=self.backfill, max_reclaims=cfg.max_reclaims, max_reservations=cfg.max_reservations,
-                counters=self.counters, grow_owed=(lambda n: self._grow(owed, n)) if owed else None)
-        if grows and not more:
-            left = max(0, left - sum(isinstance(o, Decided) for o in got))
-            grown, more = self._grow(grows, left)
-            got += grown
+                counters=self.counters, grows=grows, grow=self._grow)
         self.counters.retried_decided += sum(isinstance(o, Decided) for o in got)
         return out + got, more
 

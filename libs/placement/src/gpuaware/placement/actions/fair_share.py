@@ -7,10 +7,10 @@ queued lone pods (gangs are placed before it):
 2. starved tenants' pods are tried first, most starved first;
 3. those that found no room reclaim (reclaim.py), and backfill holds nodes for the wide ones left
    waiting (backfill.py); nodes held earlier stay held through this step;
-4. everyone else, shortest predicted runtime first, a held node only for pods that end in time:
-   tenants below their share first; then, when the host passes `grow_owed`, the grows of elastic jobs
-   of tenants below their share (a GPU goes to the tenant owed it before a tenant at or above its
-   share starts another job); then the tenants at or above their share.
+4. everyone else, shortest predicted runtime first, a held node only for pods that end in time; when
+   the host passes `grows` (elastic jobs' waiting workers beyond their minimum), the grows of tenants
+   below their share go before the pods of tenants at or above theirs (a GPU goes to the tenant owed it
+   before a tenant that has its share starts another job), the other grows last.
 
 The pass stops at `limit` decisions; the pods not reached wait for the next pass.
 """
@@ -31,16 +31,19 @@ __all__ = ["fair_share_pass"]
 Decide = Callable[[Sequence[PodEntry], int], tuple[list[Outcome], int]]
 """one session over the pods, at most the given number of decisions: (outcomes, pods tried)"""
 
-Grow = Callable[[int], tuple[list[Outcome], bool]]
-"""a step of the pass (the host's grows of elastic jobs, or a session over some pods), at most the given
-number of decisions: (outcomes, whether some were left untried)"""
+Grow = Callable[[Sequence[PodEntry], int], tuple[list[Outcome], bool]]
+"""the host's grows of elastic jobs for these waiting workers, at most the given number of decisions:
+(outcomes, whether some were left untried)"""
+
+Step = Callable[[int], tuple[list[Outcome], bool]]
+"""a step of the pass, at most the given number of decisions: (outcomes, whether some were left untried)"""
 
 
 def fair_share_pass(order: QueueSort, singles: list[PodEntry], limit: int, *, ledger: Ledger,
                     specs: dict[str, NodeSpec], now: Callable[[], float], decide: Decide,
                     reclaim: Callable[[str, list[str]], Decided | None], backfill: Backfill,
                     max_reclaims: int, max_reservations: int, counters: Counters,
-                    grow_owed: Grow | None = None) -> tuple[list[Outcome], bool]:
+                    grows: Sequence[PodEntry] = (), grow: Grow | None = None) -> tuple[list[Outcome], bool]:
     """The pass (see the module docstring); (outcomes, whether pods were left untried). `now` is the
     world's clock (`Planner.world_now`), read where each step needs it."""
     demand = order.demand(ledger)
@@ -58,13 +61,18 @@ def fair_share_pass(order: QueueSort, singles: list[PodEntry], limit: int, *, le
     left = max(0, limit - sum(isinstance(o, Decided) for o in got))
     if tried < len(starved):
         return got, True
-    steps: list[Grow] = []
-    if grow_owed is None:
-        steps.append(_deciding(decide, rest))
+    def owed(e: PodEntry) -> bool:
+        return demand.attained(queue_of(e)) < 1.0 - 1e-9
+
+    owed_grows = [e for e in grows if owed(e)] if grow is not None else []
+    steps: list[Step] = []
+    if owed_grows:
+        steps += [_deciding(decide, [e for e in rest if owed(e)]), _growing(grow, owed_grows),
+                  _deciding(decide, [e for e in rest if not owed(e)])]
     else:
-        below = [e for e in rest if demand.attained(queue_of(e)) < 1.0 - 1e-9]
-        steps += [_deciding(decide, below), grow_owed,
-                  _deciding(decide, [e for e in rest if demand.attained(queue_of(e)) >= 1.0 - 1e-9])]
+        steps.append(_deciding(decide, rest))
+    if grow is not None:
+        steps.append(_growing(grow, [e for e in grows if not owed(e)]))
     for step in steps:
         later, more = step(left)
         got += later
@@ -74,11 +82,20 @@ def fair_share_pass(order: QueueSort, singles: list[PodEntry], limit: int, *, le
     return got, False
 
 
-def _deciding(decide: Decide, entries: list[PodEntry]) -> Grow:
+def _deciding(decide: Decide, entries: list[PodEntry]) -> Step:
     """`decide` over `entries` as one step of the pass: (outcomes, whether some were left untried)."""
     def step(limit: int) -> tuple[list[Outcome], bool]:
         if not entries:
             return [], False
         out, tried = decide(entries, limit)
         return out, tried < len(entries)
+    return step
+
+
+def _growing(grow: Grow | None, entries: list[PodEntry]) -> Step:
+    """`grow` over `entries` as one step of the pass."""
+    def step(limit: int) -> tuple[list[Outcome], bool]:
+        if grow is None or not entries:
+            return [], False
+        return grow(entries, limit)
     return step

@@ -97,7 +97,8 @@ class PlacementService:
             max_tombstones=s.max_tombstones, preemption=s.preemption,
             preemption_cooldown_s=s.preemption_cooldown_s, max_victims=s.max_victims,
             victim_min_run_s=s.victim_min_run_s, victim_max_requeues=s.victim_max_requeues or None,
-            resize_hold_s=s.resize_hold_s, checkpoint_grace_s=s.checkpoint_grace_s, extra_filters=partition_filters(s.quota_tree),
+            resize_hold_s=s.resize_hold_s, checkpoint_grace_s=s.checkpoint_grace_s,
+            extra_filters=partition_filters(s.quota_tree),
             max_reservations=s.reservations, observers=(self.forecast_effect,), permits=(AdmittedAndStored(),))
         st = self.state
         self._appliers: dict[type[Any], tuple[Callable[[Any], bool | None], bool]] = {
