@@ -585,7 +585,8 @@ async def _watch(h: Harness) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(obs.changed.wait(), 1.0)
     arrived = obs.expected()
-    s.pods = {"arrived": len(arrived), "elastic_workers_not_placed": len(set(obs.pending) - arrived), "decided": len(arrived & obs.decided), "bound": len(arrived & obs.bound),
+    s.pods = {"arrived": len(arrived), "elastic_workers_not_placed": len(set(obs.pending) - arrived),
+              "decided": len(arrived & obs.decided), "bound": len(arrived & obs.bound),
               "recorded": len(arrived & recorded), "with_unschedulable_verdicts": len(obs.unschedulable)}
     s.alert = alerts.summary()
     s.panels = panels
