@@ -216,6 +216,7 @@ async def test_kube_world_watches_binds_evicts(kube: Any) -> None:
     _Api.answers.pop("eviction")
     pre, again = await world.evict(plan, checkpointed=False, decision=_decision("a", "gpu-node-07", (plan,)))
     assert pre.pod_uid == "v" and again is None and [s.gpu_uuid for s in pre.slices] == ["gpu-node-07/gpu3"]
+    assert list(world.mirror.job_preemptions.values()) == [1]  # counted against v's Job (once: it succeeded)
 
     await world.request_checkpoint(CheckpointRequested(
         source="b", emitted_at=0.0, cluster="c", request_id="req-1", pod_uid="v", pod_name="p-v",
@@ -223,6 +224,28 @@ async def test_kube_world_watches_binds_evicts(kube: Any) -> None:
     path, patch = _Api.patches[0]
     assert path == "/api/v1/namespaces/ml-team-a/pods/p-v"
     assert patch["metadata"]["annotations"][ASSIGNED.CHECKPOINT_DEADLINE] == "1970-01-01T00:17:10Z"  # 1030 s
+
+
+def test_a_replacement_pod_is_announced_with_its_jobs_preemptions() -> None:
+    """An evicted pod's controller makes a new pod (new uid, attempt 0); the mirror counts evictions per
+    controller and announces the replacement with its job's count. Bare pods have no job to count."""
+    m = KubeMirror(cluster="c", source="t", max_jobs=2)
+    for uid in ("first", "second"):
+        m.on_pod(Change("added", _pod(uid, nodeName="gpu-node-07")), now=1.0)
+        assert m.preempted(uid) == (1 if uid == "first" else 2)
+    out = m.on_pod(Change("added", _pod("third")), now=2.0)
+    assert [e.job_preemptions for e, _ in out] == [2]
+    bare = _pod("bare", nodeName="gpu-node-07")
+    bare["metadata"].pop("ownerReferences")
+    m.on_pod(Change("added", bare), now=3.0)
+    assert m.preempted("bare") == 0
+    for k in range(3):  # three other jobs preempted: the first job's count is the oldest, dropped
+        other = _pod(f"o{k}", nodeName="gpu-node-07")
+        other["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": f"j{k}",
+                                                 "uid": f"job-{k}", "controller": True}]
+        m.on_pod(Change("added", other), now=4.0)
+        m.preempted(f"o{k}")
+    assert len(m.job_preemptions) == 2 and "b0e2d4c6-1a3f-4e5d-8c7b-9a0f1e2d3c4b" not in m.job_preemptions
 
 
 def test_finished_event_of_a_deleted_bound_pod() -> None:

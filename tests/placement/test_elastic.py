@@ -3,6 +3,8 @@ taken back first (a shrink), and the lease / re-queue cap that protect stopped j
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuaware.placement.builtin import REGISTRY
 from gpuaware.placement.elastic import grow_order, spares
 from gpuaware.placement.ledger import Phase, PodEntry
@@ -123,6 +125,16 @@ def test_the_lease_and_the_requeue_cap_protect_whole_jobs_but_not_spares() -> No
     NOW[0] += 601
     uids = {v.uid for v in running_victims(p.ledger, NOW[0], min_run_s=600.0, max_requeues=2)}
     assert uids == {"fresh", "e-0", "e-1"}
+
+
+def test_the_requeue_cap_counts_a_replacement_pods_job() -> None:
+    """A controller's new pod for an evicted one starts at attempt 0; its job's preemptions still count."""
+    p = planner(victim_max_requeues=2)
+    replacement = dataclasses.replace(whole("again", 1), job_preemptions=2)
+    bind_all(p, p.submit("again", 0, replacement))
+    bind_all(p, p.submit("other", 0, whole("other", 1)))
+    assert {v.uid for v in running_victims(p.ledger, NOW[0], max_requeues=2)} == {"other"}
+    assert {v.uid for v in running_victims(p.ledger, NOW[0], max_requeues=3)} == {"again", "other"}
 
 
 def _entry(uid: str, job: str, seq: int, queue: str = "a") -> PodEntry:

@@ -3,6 +3,7 @@ the pod's re-queue, caps quota's reclaim plans, and is forgotten once the pod is
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from gpuaware.quota import validate
@@ -79,6 +80,20 @@ def test_the_count_is_forgotten_when_the_pod_is_gone_for_good(view):
     assert view.ledger.preemptions("d") == 0
     view.gone(preempted("c", 310, requeued=False), 310)      # evicted for good: its controller makes a new pod
     assert view.ledger.preemptions("c") == 0
+
+
+def test_a_replacement_pod_brings_its_jobs_count_and_is_capped(view):
+    """A controller's replacement for an evicted pod has a new uid; the binder's count per job rides in
+    ``job_preemptions``, and quota's plans read it as the new pod's own."""
+    view.gone(preempted("d", 110, requeued=False), 110)     # evicted: its Job makes "d2"
+    t = 120.0
+    pod = msgspec.structs.replace(pending("d2", "busy", t), job_preemptions=1)
+    assert view.admit(AdmitRequest(source="placement/0", emitted_at=t, pod=pod), t).admitted
+    view.bound(PodBound(source="binder/0", emitted_at=t, pod_uid="d2", pod_name="d2", namespace="ns", node="n1",
+                        slices=(GpuSlice(gpu_uuid="GPU-d2", gpu_index=0, gpu_milli=1000, memory_mib=0),),
+                        bound_at=t, queue="busy"), t)
+    assert view.ledger.running["d2"].preemptions == 1
+    assert would_reclaim(view, 200) == ["c"]                 # d2 is the newest, but its job hit the cap (1)
 
 
 def test_a_new_tree_keeps_the_counts(view):

@@ -94,6 +94,10 @@ class PodPending(Event, frozen=True, kw_only=True, tag=POD_PENDING):
     """a hint (trace replay, user estimate) for backfill and deferral; None = unknown"""
     attempt: NonNegInt = 0
     """how many times the pod was re-queued (bind failure, preemption, unschedulable retry)"""
+    job_preemptions: NonNegInt = 0
+    """how many times the pod's job was preempted before this pod existed: a Job's (JobSet's,
+    PyTorchJob's) replacement for an evicted pod has a new uid and attempt 0, and inherits its job's
+    count here, so a cap on preemptions per job holds across replacements"""
 
     def __post_init__(self) -> None:
         if self.num_gpu >= 1 and self.gpu_milli == 0 and self.mig_profile is None:

@@ -9,6 +9,11 @@ De-duplication ids follow the twin's: ``<cluster>/pending/<uid>/<attempt>``, ``<
 ``<cluster>/checkpoint-ack/<request id>/<status>``, so a re-announcement after a restart (the first
 LIST sees every pending pod again) is stored once by the stream.
 
+A controller replaces a pod it lost to a preemption with a new one (new uid, attempt 0); the mirror
+counts preemptions per controller (``preempted``) and announces the replacement with its job's count
+(``PodPending.job_preemptions``), so placement's and quota's caps on preemptions hold per job. The
+count lives as long as the binder's process and for the ``max_jobs`` most recently preempted jobs.
+
 A pod whose request cannot be translated (a bad annotation) is announced as nothing: it is reported
 in ``refused`` (uid -> reason) for the shell to post a Warning Event on the pod, and is retried when
 the pod changes.
@@ -30,6 +35,7 @@ from gpuaware.k8s.translate import (
     EXTENDER_SCHEDULER_NAME,
     POD_GROUP_LABEL,
     TranslationError,
+    controller_uid,
     pod_pending,
 )
 from gpuaware.k8s.watch import Change
@@ -83,6 +89,10 @@ class KubeMirror:
     """gangs named by pods that have no GPUGang (annotations alone describe them)"""
     pending_checkpoints: dict[str, str] = field(default_factory=dict)
     """pod uid -> checkpoint request id we are waiting on"""
+    job_preemptions: dict[str, int] = field(default_factory=dict)
+    """controller uid -> pods of it preempted so far (least recently preempted first)"""
+    max_jobs: int = 65_536
+    """the most controllers ``job_preemptions`` remembers (memory stays bounded in a long-lived binder)"""
 
     # -- nodes --------------------------------------------------------------------------------------
 
@@ -139,10 +149,12 @@ class KubeMirror:
         pod = self.pods.get(uid)
         if pod is None or (pod.get("spec") or {}).get("nodeName"):
             return None
+        job = controller_uid(pod)
         try:
             ev = pod_pending(pod, source=self.source, cluster=self.cluster, emitted_at=now,
                              claims=self._claims_of(pod), attempt=self.attempts.get(uid, 0),
-                             gangs=self._in_ns(self.gangs, pod))
+                             gangs=self._in_ns(self.gangs, pod),
+                             job_preemptions=self.job_preemptions.get(job, 0) if job else 0)
         except TranslationError as exc:
             self.refused[uid] = str(exc)
             return None
@@ -181,6 +193,19 @@ class KubeMirror:
             if name and f"{ns}/{name}" not in self.claims:
                 out.append((ns, name, "resourceClaimTemplateName" in ref))
         return out
+
+    def preempted(self, uid: str) -> int:
+        """Pod ``uid`` was evicted by a preemption: count it against its controller (none for a bare
+        pod). Returns the controller's count (0 without one)."""
+        pod = self.pods.get(uid)
+        job = controller_uid(pod) if pod is not None else None
+        if job is None:
+            return 0
+        n = self.job_preemptions.pop(job, 0) + 1
+        self.job_preemptions[job] = n  # re-inserted: most recently preempted last
+        while len(self.job_preemptions) > self.max_jobs:
+            del self.job_preemptions[next(iter(self.job_preemptions))]
+        return n
 
     def requeue(self, uid: str, now: float) -> PodPending | None:
         if self.state(uid) != "pending":

@@ -47,6 +47,7 @@ __all__ = [
     "GPU",
     "SCHEDULER_NAME",
     "TranslationError",
+    "controller_uid",
     "gpu_resources",
     "pod_pending",
     "quantity",
@@ -227,20 +228,34 @@ def _dra(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) -> tup
     return gpus, mig
 
 
+def controller_uid(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the object that controls the pod (its ``ownerReferences`` entry with ``controller:
+    true``: a Job, a JobSet's Job, a PyTorchJob, a ReplicaSet), or None for a bare pod. A controller
+    replaces a pod it lost with a new one under a new uid; this is what the two have in common."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    if not isinstance(refs, list | tuple):
+        return None
+    for ref in refs:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid"):
+            return str(ref["uid"])
+    return None
+
+
 def pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str = "default", emitted_at: float = 0.0,
                 claims: Mapping[str, Mapping[str, Any]] | None = None, attempt: int = 0,
-                gangs: Mapping[str, Mapping[str, Any]] | None = None) -> PodPending:
+                gangs: Mapping[str, Mapping[str, Any]] | None = None, job_preemptions: int = 0) -> PodPending:
     """The pending-pod event for a Pod (API JSON). ``gangs``: GPUGang specs by name (the pod's
     namespace), whose ``minMember`` / ``maxMember`` / ``queue`` / ``topology`` apply where the pod's
-    annotations are silent. Raises ``TranslationError`` naming what is wrong."""
+    annotations are silent; ``job_preemptions``: how often the pod's controller lost a pod to a
+    preemption before (the binder counts them). Raises ``TranslationError`` naming what is wrong."""
     with malformed_as_translation_error("pod object"):
         return _pod_pending(pod, source=source, cluster=cluster, emitted_at=emitted_at, claims=claims,
-                            attempt=attempt, gangs=gangs)
+                            attempt=attempt, gangs=gangs, job_preemptions=job_preemptions)
 
 
 def _pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str, emitted_at: float,
                  claims: Mapping[str, Mapping[str, Any]] | None, attempt: int,
-                 gangs: Mapping[str, Mapping[str, Any]] | None) -> PodPending:
+                 gangs: Mapping[str, Mapping[str, Any]] | None, job_preemptions: int) -> PodPending:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     ann: Mapping[str, str] = meta.get("annotations") or {}
@@ -330,6 +345,7 @@ def _pod_pending(pod: Mapping[str, Any], *, source: str, cluster: str, emitted_a
             checkpointable=_bool(ann, ANNOTATION.CHECKPOINTABLE), deferrable=_bool(ann, ANNOTATION.DEFERRABLE),
             qos=_QOS.get(qos, QosClass.BEST_EFFORT) if qos else _qos_of(spec),
             expected_duration_s=float(duration) if duration is not None else None, attempt=attempt,
+            job_preemptions=job_preemptions,
         ), PodPending)
     except (msgspec.ValidationError, ValueError) as exc:
         if isinstance(exc, TranslationError):

@@ -113,6 +113,9 @@ class PodRequest:
     topology: str = ""  # "" | "nvlink" (all GPUs on one NVLink island) | "numa" (one NUMA node)
     job_type: str = ""  # workload class for heterogeneity-aware scoring (e.g. "ResNet-50 (batch size 64)")
     checkpointable: bool = False  # it can save its state and resume: evicting it loses no work
+    job_preemptions: int = 0
+    """times the pod's job was preempted before this pod existed (a controller's replacement pod has a
+    new uid and attempt 0): the cap on preemptions per job counts these as well"""
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -209,7 +209,8 @@ def running_victims(ledger: Ledger, now: float, *, min_run_s: float = 0.0, max_r
     bound less than `min_run_s` ago is none (a lease: it runs a while before anyone takes it back), and
     one already re-queued `max_requeues` times is none (a cap on how often one job is stopped; the
     pod's attempt counts its re-queues, and for an elastic job's worker `stops` counts its job's, whose
-    workers come back in any order)."""
+    workers come back in any order; a controller's replacement pod brings its job's count along,
+    `PodRequest.job_preemptions`)."""
     allocations = ledger.cluster.allocations if ledger.cluster is not None else {}
     holding = holding_by_gang(ledger)  # one walk for both: which workers are spares, and their jobs' widths
     spare = spares_of(holding)
@@ -222,7 +223,8 @@ def running_victims(ledger: Ledger, now: float, *, min_run_s: float = 0.0, max_r
         if a is None:
             continue
         is_spare = e.uid in spare
-        requeued = (stops or {}).get(e.request.gang_id, 0) if e.request.elastic else e.attempt
+        requeued = max((stops or {}).get(e.request.gang_id, 0) if e.request.elastic else e.attempt,
+                       e.request.job_preemptions)
         if not is_spare and (now - e.since < min_run_s or (max_requeues is not None and requeued >= max_requeues)):
             continue
         out.append(Victim(e.uid, a.node, a.gpus, a.gpu_milli, a.cpu_milli, a.memory_mib, e.request.priority,

@@ -58,8 +58,9 @@ class Allocation:
     name: str = ""
     namespace: str = ""
     preemptions: int = 0
-    """times the pod was preempted before this run (``QuotaLedger.bind`` fills it in from the ledger's
-    count): the tree's ``max_preemptions_per_pod`` stops quota's plans naming it again"""
+    """times the pod (or, for a controller's replacement pod, its job) was preempted before this run
+    (``QuotaLedger.bind`` raises it to the ledger's count): the tree's ``max_preemptions_per_pod``
+    stops quota's plans naming it again"""
 
     def progress_at_risk(self, now: float) -> float:
         """Seconds of work lost if stopped now: since the last checkpoint (or since start)."""

@@ -285,6 +285,7 @@ class KubeWorld:
             raise WorldRefused("unknown_pod", msg, transient=False)
         if outcome != k8s.EvictOutcome.EVICTED:
             raise WorldRefused("eviction_failed", msg, transient=True)
+        self.mirror.preempted(victim.pod_uid)  # its controller's replacement brings the count along
         await self._event(victim.namespace, victim.pod_name, victim.pod_uid, "Preempted",
                           f"evicted for {decision.namespace}/{decision.pod_name} ({victim.reason})", "Warning")
         now = self.clock()

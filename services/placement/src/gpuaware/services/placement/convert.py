@@ -168,7 +168,8 @@ def pod_request(p: PodPending, models: Mapping[str, GpuModel] | None = None,
         min_gpu_memory_mib=p.capabilities.min_memory_mib, qos=p.qos.value, priority=p.priority, queue=p.queue,
         gang_id=p.gang_id or "", gang_min_members=p.gang_min_members if p.gang_id else 0,
         gang_max_members=p.gang_max_members if p.gang_id else 0,
-        topology=_TOPOLOGY.get(p.topology, ""), checkpointable=p.checkpointable)
+        topology=_TOPOLOGY.get(p.topology, ""), checkpointable=p.checkpointable,
+        job_preemptions=p.job_preemptions)
 
 
 def slices(pod: PodRequest, gpus: tuple[GpuInfo, ...], slots: Iterable[int], mig_profile: str | None) -> tuple[GpuSlice, ...]:

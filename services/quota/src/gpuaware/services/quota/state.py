@@ -16,7 +16,9 @@ What it keeps, and why:
 * *preemptions per pod* (the ledger's count, which the tree's ``max_preemptions_per_pod`` caps): a
   ``preempted`` event whose pod goes back to pending (``requeued``) counts, and the count stays with
   the pod's uid; a pod gone for good -- finished, dropped after a bind failure, preempted without a
-  re-queue (its controller makes a new pod, with a new uid) -- is forgotten.
+  re-queue -- is forgotten. A controller's replacement for a preempted pod (a new uid) brings its
+  job's count in ``PodPending.job_preemptions`` (the binder's Kubernetes world counts evictions per
+  controller), and its allocation starts from that.
 """
 
 from __future__ import annotations
@@ -142,7 +144,8 @@ class QuotaView:
             self.reserved[pod.pod_uid] = now + self.reservation_ttl_s
             self.ledger.bind(Allocation(pod.pod_uid, a.queue, d, started_at=now, node=req.node,
                                         priority=pod.priority, checkpointable=pod.checkpointable,
-                                        name=pod.pod_name, namespace=pod.namespace), now=now)
+                                        name=pod.pod_name, namespace=pod.namespace,
+                                        preemptions=pod.job_preemptions), now=now)
         return self._reply(pod, True, a.queue, a.reason, would_reclaim=victims)
 
     def _reply(self, pod: PodPending, admitted: bool, queue: str, reason: str, **kw: object) -> AdmitReply:
@@ -177,7 +180,8 @@ class QuotaView:
                 self.ledger.bind(Allocation(ev.pod_uid, leaf, d, started_at=ev.bound_at, node=ev.node,
                                             priority=pod.priority if pod else 0,
                                             checkpointable=pod.checkpointable if pod else False,
-                                            name=ev.pod_name, namespace=ev.namespace), now=now)
+                                            name=ev.pod_name, namespace=ev.namespace,
+                                            preemptions=pod.job_preemptions if pod else 0), now=now)
         self.counts["bound"] += 1
         queue = leaf or ev.queue
         tenant = self.tree.tenant.get(queue, queue)
