@@ -58,8 +58,8 @@ async def publish_until(js: bus.JetStream, req: CheckpointRequested, done: Await
 
     The client listens on core NATS, which delivers at most once: a request published moments after
     the client subscribed (and flushed) was now and then not delivered to it by the server, though
-    stored by JetStream and seen by other subscribers. The binder's deadline covers that in
-    production (the pod is evicted anyway); a test repeats the request instead of failing on it."""
+    stored by JetStream and seen by other subscribers. The binder repeats its request until answered
+    for that reason; a test standing in for the binder does the same."""
     waiting = asyncio.ensure_future(done)
     try:
         for _ in range(tries):

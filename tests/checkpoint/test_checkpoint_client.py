@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from checkpoint_helpers import REQUESTED, publish_until, request, watching_acks
+from nats.aio.msg import Msg
 
 from gpuaware import bus
 from gpuaware.checkpoint import RESIZE_EXIT_CODE, AnnotationCheckpoints, NatsCheckpoints
@@ -35,6 +36,45 @@ async def test_request_received_and_acknowledged(nats_url: str) -> None:
         await asyncio.wait_for(acks.arrived.wait(), 5)
     assert [(a.request_id, a.pod_uid, a.status, a.checkpoint_uri) for a in acks.received] == [
         ("r1", "pod-a", CheckpointStatus.COMPLETED, "file:///ckpt/pod-a.pt")]
+
+
+async def test_a_repeat_under_the_same_message_id_still_reaches_core_subscribers(nats_url: str) -> None:
+    """What the binder's repeat relies on: JetStream stores a message id once, and core subscribers
+    (the checkpoint client) receive every copy."""
+    twice = asyncio.Event()
+    seen: list[bytes] = []
+
+    async def on(msg: Msg) -> None:
+        seen.append(msg.data)
+        if len(seen) == 2:
+            twice.set()
+
+    async with watching_acks(nats_url) as (js, _acks):
+        listener = await bus.connect([nats_url], name="core-listener")
+        try:
+            await listener.subscribe(REQUESTED.at("c1", "n1").subject, cb=on)
+            await listener.flush()
+            req = request("pod-a", "r-twice")
+            acks = [await bus.publish(js, REQUESTED.at("c1", "n1"), req, msg_id="ckpt/r-twice") for _ in range(2)]
+            await asyncio.wait_for(twice.wait(), 10)
+        finally:
+            await bus.close(listener)
+    assert [a.duplicate for a in acks] == [False, True] and seen[0] == seen[1]
+
+
+async def test_a_repeat_of_an_answered_request_is_not_a_new_request(nats_url: str) -> None:
+    async with watching_acks(nats_url) as (_js, acks):
+        async with NatsCheckpoints(nats_url, cluster="c1", pod_uid="pod-a", namespace="ns") as cp:
+            req = request("pod-a", "r1")
+            assert cp.offer(req) and cp.event.is_set()
+            assert not cp.offer(request("pod-b", "r9"))          # another pod's
+            open_req = cp.requested()
+            assert open_req is not None
+            await cp.acknowledge(open_req)
+            assert not cp.offer(req)                             # the binder's repeat, crossing the answer
+            assert cp.requested() is None and not cp.event.is_set()
+            assert cp.offer(request("pod-a", "r2"))              # a new request still is
+        await asyncio.wait_for(acks.arrived.wait(), 5)
 
 
 async def test_a_resize_request_carries_the_new_world_size(nats_url: str) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -101,6 +102,9 @@ class NatsCheckpoints:
         self.namespace = namespace
         self.source = source or f"checkpoint-client/{pod_uid}"
         self._pending: CheckpointRequest | None = None
+        self._answered: deque[str] = deque(maxlen=64)
+        """the request ids this client acknowledged: the binder repeats a request until it hears an
+        answer, and a repeat that crosses the answer is not a new request"""
         self._nc: Any = None
         self._subs: list[Any] = []
         self.event = asyncio.Event()
@@ -115,10 +119,7 @@ class NatsCheckpoints:
                 req = decoder.decode(msg.data)
             except msgspec.DecodeError:
                 return  # not ours to judge: the binder dead-letters what it cannot read
-            if req.pod_uid == self.pod_uid and req.cluster == self.cluster:
-                self._pending = CheckpointRequest(req.request_id, req.pod_uid, req.namespace, req.reason,
-                                                  req.requested_at + req.deadline_s, req.world_size)
-                self.event.set()
+            self.offer(req)
 
         for subject in (CHECKPOINT_REQUESTED, f"{CHECKPOINT_REQUESTED}.>"):
             self._subs.append(await self._nc.subscribe(subject, cb=on))
@@ -130,20 +131,33 @@ class NatsCheckpoints:
             await s.unsubscribe()
         await bus.close(self._nc)
 
+    def offer(self, req: CheckpointRequested) -> bool:
+        """Take a request as the subscription receives it: True when it is this pod's and new (the
+        binder repeats a request until answered; a repeat of one already answered is not new)."""
+        if req.pod_uid != self.pod_uid or req.cluster != self.cluster or req.request_id in self._answered:
+            return False
+        self._pending = CheckpointRequest(req.request_id, req.pod_uid, req.namespace, req.reason,
+                                          req.requested_at + req.deadline_s, req.world_size)
+        self.event.set()
+        return True
+
     def requested(self) -> CheckpointRequest | None:
         """The open request, if one arrived (cheap: call it between steps)."""
         return self._pending
 
     async def acknowledge(self, req: CheckpointRequest, *, status: CheckpointStatus = CheckpointStatus.COMPLETED,
                           uri: str | None = None, message: str = "") -> None:
-        """Answer the binder (stored by JetStream, de-duplicated on the request id)."""
+        """Answer the binder (stored by JetStream, de-duplicated on the request id); a repeat of the
+        request that crosses the answer is ignored."""
         now = time.time()
         ack = CheckpointAcknowledged(source=self.source, emitted_at=now, cluster=self.cluster,
                                      request_id=req.request_id, pod_uid=req.pod_uid, namespace=req.namespace,
                                      status=status, acknowledged_at=now, checkpoint_uri=uri, message=message)
+        self._answered.append(req.request_id)
         await bus.publish(self._nc.jetstream(), ACKNOWLEDGED, ack, msg_id=f"ack-{req.request_id}")
-        self._pending = None
-        self.event.clear()
+        if self._pending is not None and self._pending.request_id == req.request_id:
+            self._pending = None
+            self.event.clear()
 
 
 class AnnotationCheckpoints:

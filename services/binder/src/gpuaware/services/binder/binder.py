@@ -17,7 +17,8 @@ A decision is applied in this order, each step idempotent:
     each planned victim still bound where planned:
         checkpoint_first and checkpointable    -> binder.checkpoint.requested.v1, wait for the answer
                                                   (its deadline in world time, at least
-                                                  ``checkpoint_min_wait_s`` of wall time)
+                                                  ``checkpoint_min_wait_s`` of wall time; the
+                                                  request repeated until answered, ``_wait``)
         evict (progress kept if checkpointed)  -> binder.pod.preempted.v1 + binder.pod.pending.v1
     the pod joins its elastic job while it runs -> the resize handshake (a grow)
     bind exactly the decided slices            -> binder.pod.bound.v1
@@ -281,12 +282,17 @@ class Binder:
         waiter = self._waiters.get(request_id)
         if waiter is None or waiter.done():
             waiter = self._waiters[request_id] = asyncio.get_running_loop().create_future()
+        msg_id = self._id("checkpoint-request", request_id)
+
+        async def resend() -> None:
+            await self.outbox.publish(request, msg_id)
+
         try:
-            await self.outbox.publish(request, self._id("checkpoint-request", request_id))
+            await self.outbox.publish(request, msg_id)
             await self.world.request_checkpoint(request)
             self.stats.checkpoints_requested += 1
             ack = await self._wait(waiter, max(self.world.wall_seconds(deadline_s), self.checkpoint_min_wait_s),
-                                   heartbeat)
+                                   heartbeat, resend)
         except WorldRefused as refused:
             log.info("checkpoint of %s not requested: %s", request.pod_uid, refused)
             return False
@@ -302,16 +308,31 @@ class Binder:
 
     @staticmethod
     async def _wait(waiter: asyncio.Future[CheckpointAcknowledged], wall_s: float,
-                    heartbeat: Heartbeat | None) -> CheckpointAcknowledged | None:
-        """Wait up to ``wall_s``, telling the server every few seconds the decision is in progress."""
+                    heartbeat: Heartbeat | None,
+                    resend: Callable[[], Awaitable[None]] | None = None) -> CheckpointAcknowledged | None:
+        """Wait up to ``wall_s``, telling the server the decision is in progress and sending the request
+        again after 0.5, 1, 2, 4 s and then every 5 s while no answer came.
+
+        Why again: the workload listens on core NATS, which delivers at most once, and now and then
+        a request published moments after the client subscribed does not reach it; without a repeat
+        the pod would be evicted at the deadline with its work since the last checkpoint lost. The
+        repeat carries the same message id (the stream stores it once; core subscribers see it
+        again), and the client ignores a request it already answered."""
         loop = asyncio.get_running_loop()
         until = loop.time() + wall_s
+        tick = 0.5
         while True:
             left = until - loop.time()
             if left <= 0:
                 return None
             try:
-                return await asyncio.wait_for(asyncio.shield(waiter), min(left, 5.0))
+                return await asyncio.wait_for(asyncio.shield(waiter), min(left, tick))
             except TimeoutError:
+                tick = min(2 * tick, 5.0)
                 if heartbeat is not None:
                     await heartbeat()
+                if resend is not None and not waiter.done() and until > loop.time():
+                    try:
+                        await resend()
+                    except Exception as exc:  # a repeat is best effort: the first copy is stored
+                        log.warning("checkpoint request not sent again: %s", exc)
