@@ -5,6 +5,7 @@ variant; and the example torch loop checkpoints when asked, exits, and resumes f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -55,11 +56,18 @@ async def test_a_repeat_under_the_same_message_id_still_reaches_core_subscribers
             await listener.subscribe(REQUESTED.at("c1", "n1").subject, cb=on)
             await listener.flush()
             req = request("pod-a", "r-twice")
-            acks = [await bus.publish(js, REQUESTED.at("c1", "n1"), req, msg_id="ckpt/r-twice") for _ in range(2)]
-            await asyncio.wait_for(twice.wait(), 10)
+            acks = []
+            for _ in range(10):  # a copy moments after subscribing may itself be missed: that is the point
+                acks.append(await bus.publish(js, REQUESTED.at("c1", "n1"), req, msg_id="ckpt/r-twice"))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(twice.wait(), 1.0)
+                if twice.is_set():
+                    break
         finally:
             await bus.close(listener)
-    assert [a.duplicate for a in acks] == [False, True] and seen[0] == seen[1]
+    # stored once, every later publish a duplicate; two copies arrived, so a duplicate did
+    assert [a.duplicate for a in acks] == [False] + [True] * (len(acks) - 1) and len(seen) >= 2
+    assert seen[0] == seen[1]
 
 
 async def test_a_repeat_of_an_answered_request_is_not_a_new_request(nats_url: str) -> None:
