@@ -6,8 +6,12 @@ What it runs (gpuaware.forecast.experiment: the same prepare / fit / run as `gpu
      persistence at 10 min checked against the independently computed 10.33.
   2. Every Helios VC in shared/data, the last 7 days held out (the day before them validates): one
      global LSTM trained on every VC's training range; every model, horizon and series reported.
-  3. The acceptance comparison: LSTM RMSE against the best baseline at 30 and 60 min, pooled over
-     series (and the per-series geometric mean of ratios beside it), and per series where it wins.
+  3. The served forecast (per series and horizon the model the validation range and the folds before
+     it pick -- baselines, the ridge on lags and calendar, the LSTM -- or the mean of the two best):
+     its RMSE against each series' best baseline at every horizon (10 minutes to 12 hours), its gain
+     at 6 and 12 h pooled over the GPU-demand series of 20 GPUs or more on average, and the coverage
+     of its p10 / p90 band (calibrated on each series' recent errors) per horizon. Beside it, the
+     LSTM against the best baseline at 30 and 60 min, pooled and per series.
   4. Streaming inference: 10,000 series stepped through runtime.Streams (onnxruntime, the Helios
      model, 2 x 64) once per update: p50/p99 of the onnxruntime call alone and of the whole step
      (features, fallback checks, the call), after a warm-up.
@@ -51,7 +55,9 @@ from gpuaware.schemas import percentile
 from gpuaware.sim import shared_data_dir
 
 RESULTS = RESULTS_DIR / "forecast.json"
-HORIZONS = [10, 30, 60]
+HORIZONS = [10, 30, 60, 180, 360, 720]
+LONG = (360, 720)
+MIN_MEAN_DEMAND = 20.0
 PHILLY_PERSISTENCE_10 = 10.33
 console = Console()
 
@@ -83,7 +89,14 @@ def section(name: str, paths: list[Path], fmt: str, iters: int, seconds: float, 
     for h, c in comparison.items():
         console.print(f"  @{h} min: LSTM {c['lstm_rmse']:.3f} vs {c['best_baseline']} {c['best_baseline_rmse']:.3f} "
                       f"({c['improvement_pct']:+.1f} %)")
+    served = served_figures(ev, prepared)
+    for h in HORIZONS:
+        c = served["coverage"][str(h)]
+        console.print(f"  served @{h} min: worst ratio to a series' best baseline "
+                      f"{max(r[str(h)] for r in served['ratio_to_best_baseline'].values()):.3f}, "
+                      f"coverage p90 {c['p90']:.3f} p10-p90 {c['p10_p90']:.3f}")
     return {
+        "served": served,
         "files": [_rel(p) for p in paths],
         "splits": {p.series.name: p.split.describe(p.series) for p in prepared},
         "training": {"iters": result.iters, "seconds": round(result.seconds, 1), "best_valid_pinball": result.best_valid_loss,
@@ -96,6 +109,72 @@ def section(name: str, paths: list[Path], fmt: str, iters: int, seconds: float, 
         "lstm_vs_best_baseline": comparison,
         "per_series": {r.name: {"metrics": r.metrics(), "notes": r.notes} for r in ev.results},
         "_model": model,
+    }
+
+
+def served_figures(ev, prepared) -> dict:
+    """The served forecast per series and horizon: what served it, its RMSE over the series' best
+    baseline, the pooled RMSEs of the busy series (mean demand >= MIN_MEAN_DEMAND), band coverage
+    (pooled counts, and per series)."""
+    ratio, pooled, cov_series = {}, {}, {}
+    counts = {str(h): {"n": 0, "p90": 0, "p10_p90": 0} for h in HORIZONS}
+    busy = [r for r, p in zip(ev.results, prepared, strict=True) if np.nanmean(p.series.values) >= MIN_MEAN_DEMAND]
+    for r in ev.results:
+        m = r.metrics()
+        ratio[r.name] = {str(h): m["served"]["rmse_at"][str(h)] / m[ev.best_baseline(h, r)]["rmse_at"][str(h)]
+                         for h in HORIZONS}
+        cov_series[r.name] = {"p90": m["served"]["coverage_p90_at"], "p10_p90": m["served"]["coverage_p10_p90_at"]}
+        for h in HORIZONS:
+            b = r.bands["served"][h]
+            ok = np.isfinite(r.actual) & np.isfinite(b.p10) & np.isfinite(b.p90)
+            a = r.actual[ok]
+            counts[str(h)]["n"] += int(ok.sum())
+            counts[str(h)]["p90"] += int((a <= b.p90[ok]).sum())
+            counts[str(h)]["p10_p90"] += int(((a >= b.p10[ok]) & (a <= b.p90[ok])).sum())
+    for h in HORIZONS:
+        se_served = se_best = n = 0.0
+        for r in busy:
+            ok = np.isfinite(r.actual)
+            best = r.forecasts[ev.best_baseline(h, r)][h]
+            se_served += float(np.nansum((r.actual[ok] - r.forecasts["served"][h][ok]) ** 2))
+            se_best += float(np.nansum((r.actual[ok] - best[ok]) ** 2))
+            n += float(ok.sum())
+        pooled[str(h)] = {"served_rmse": (se_served / n) ** 0.5 if n else None,
+                          "best_baselines_rmse": (se_best / n) ** 0.5 if n else None,
+                          "improvement_pct": 100.0 * (1 - (se_served / se_best) ** 0.5) if se_best else None}
+    return {"models": {r.name: {str(h): m for h, m in r.served.items()} for r in ev.results},
+            "why": {r.name: r.why_served() for r in ev.results},
+            "ratio_to_best_baseline": ratio,
+            "busy_series": [r.name for r in busy], "busy_pooled": pooled,
+            "coverage_counts": counts,
+            "coverage": {h: {"p90": c["p90"] / c["n"] if c["n"] else None,
+                             "p10_p90": c["p10_p90"] / c["n"] if c["n"] else None} for h, c in counts.items()},
+            "coverage_per_series": cov_series}
+
+
+def acceptance_of_served(sections: dict) -> dict:
+    """The acceptance of the served forecast over every section's series (coverage pooled by counts)."""
+    ratios = {f"{sec}/{name}": r for sec, d in sections.items() for name, r in d["served"]["ratio_to_best_baseline"].items()}
+    counts = {str(h): {k: sum(d["served"]["coverage_counts"][str(h)][k] for d in sections.values())
+                       for k in ("n", "p90", "p10_p90")} for h in HORIZONS}
+    coverage = {h: {"p90": c["p90"] / c["n"], "p10_p90": c["p10_p90"] / c["n"]} for h, c in counts.items() if c["n"]}
+    per_series_p90 = {f"{sec}/{name}": v["p90"] for sec, d in sections.items()
+                      for name, v in d["served"]["coverage_per_series"].items()}
+    gains = {f"{sec}": {str(h): d["served"]["busy_pooled"][str(h)]["improvement_pct"] for h in LONG}
+             for sec, d in sections.items() if d["served"]["busy_series"]}
+    return {
+        "served_rmse_le_1.02x_best_baseline_every_series_and_horizon": all(v <= 1.02 for r in ratios.values()
+                                                                           for v in r.values()),
+        "worst_ratio_to_best_baseline": max(v for r in ratios.values() for v in r.values()),
+        "gain_at_6h_12h_pct_busy_gpu_series": gains.get("helios"),
+        "gain_at_6h_12h_ge_10pct_busy_gpu_series": bool(gains.get("helios")) and all(
+            g is not None and g >= 10.0 for g in gains["helios"].values()),
+        "gain_at_6h_12h_pct_busy_series_with_philly_nodes": gains.get("philly"),
+        "coverage_pooled": coverage,
+        "p90_coverage_in_0.85_0.95": all(0.85 <= c["p90"] <= 0.95 for c in coverage.values()),
+        "p10_p90_coverage_in_0.72_0.88": all(0.72 <= c["p10_p90"] <= 0.88 for c in coverage.values()),
+        "no_series_p90_coverage_below_0.75": all(v is None or v >= 0.75 for r in per_series_p90.values()
+                                                 for v in r.values()),
     }
 
 
@@ -184,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if jobs.is_file():
         report["duration"] = {"file": _rel(jobs), **evaluate_philly(jobs)}
     report["acceptance"] = {
+        "served": acceptance_of_served({"philly": ph, "helios": he}),
         "philly_persistence_10min_is_10.33": ph["persistence_10min_check"]["agrees"],
         "lstm_beats_best_baseline_by_10pct": {sec: {h: report[sec]["lstm_vs_best_baseline"][h]["meets_10pct"]
                                                     for h in ("30", "60")} for sec in ("philly", "helios")},

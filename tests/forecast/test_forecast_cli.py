@@ -35,7 +35,7 @@ def helios_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def model_file(helios_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("model") / "m.onnx"
     res = runner.invoke(app, ["forecast", "train", "--series", str(helios_file), "--format", "helios",
-                              "--test-days", "2", "--iters", "20", "--out", str(out)])
+                              "--test-days", "2", "--horizons", "10,30,60", "--iters", "20", "--out", str(out)])
     assert res.exit_code == 0, res.output
     return out
 
@@ -47,15 +47,27 @@ def test_evaluate_with_a_model_writes_the_summary_contract(helios_file: Path, mo
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["series"] == ["vcTest"]
-    assert set(summary["models"]) == {"persistence", "seasonal_naive_1d", "ewma", "ets", "lstm"}
+    assert set(summary["models"]) == {"persistence", "seasonal_naive_1d", "ewma", "ets", "ridge", "lstm", "served"}
     for m in summary["models"].values():
-        assert set(m) == {"rmse_at", "smape_at"}
+        assert set(m) == {"rmse_at", "smape_at", "coverage_at"}
         assert set(m["rmse_at"]) == set(m["smape_at"]) == {"10", "30", "60"}
         assert all(np.isfinite(v) for v in m["rmse_at"].values())
+        assert set(m["coverage_at"]) == {"p90", "p10_p90"}
+        assert all(0.0 <= v <= 1.0 for c in m["coverage_at"].values() for v in c.values())
+    # the served forecast names what served each horizon, and is that model's (or two models' mean)
+    served = summary["served"]["vcTest"]
+    assert set(served) == {"10", "30", "60"}
+    for h, name in served.items():
+        parts = name.split("+")
+        assert set(parts) <= set(summary["models"]) - {"served"}
+        if len(parts) == 1:
+            assert summary["models"]["served"]["rmse_at"][h] == summary["models"][name]["rmse_at"][h]
     # the daily wave: yesterday's value is a far better 60-min forecast than persistence
     assert summary["models"]["seasonal_naive_1d"]["rmse_at"]["60"] < summary["models"]["persistence"]["rmse_at"]["60"]
     detail = json.loads((tmp_path / "detail.json").read_text())
     assert any("duplicate" in n for n in detail["series"][0]["notes"])
+    why = detail["series"][0]["served"]["60"]
+    assert why["model"] == served["60"] and set(why["validation_rmse"]) == set(summary["models"]) - {"served"}
     assert (tmp_path / "vcTest.png").stat().st_size > 1000
 
 
@@ -95,6 +107,7 @@ def test_model_latest_reads_the_registry(helios_file: Path, model_file: Path, tm
     asyncio.run(tsdb.migrate(fresh_database_url))
     monkeypatch.setenv("DATABASE_URL", fresh_database_url)
     args = ["forecast", "evaluate", "--series", str(helios_file), "--format", "helios", "--test-days", "2",
+            "--horizons", "10,30,60",
             "--model", "latest", "--out", str(tmp_path)]
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and "registry is empty" in res.output

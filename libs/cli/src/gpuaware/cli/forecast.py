@@ -1,10 +1,13 @@
 """`gpuaware forecast`: evaluate and train the demand forecasters on trace files.
 
 `evaluate` holds out the test range (the published Philly split, or the last `--test-days`), runs
-every baseline (persistence, seasonal naive, EWMA, ETS) and the LSTM side by side at each horizon
-and writes DIR/summary.json (the contract other tools read: {"series": [...], "models": {NAME:
-{"rmse_at": {...}, "smape_at": {...}}}}), DIR/detail.json (per series, the splits, the fallbacks) and,
-with `--plot`, one forecast-vs-actual PNG per series. Without `--model` it first trains on the
+every baseline (persistence, seasonal naive, EWMA, ETS), the ridge on lags and calendar, the LSTM and
+the served forecast (per series and horizon the model validation picks, or the mean of two it cannot
+tell apart) side by side at each horizon (10 minutes to 12 hours by default), each with a p10 / p90
+band calibrated on its recent errors, and writes DIR/summary.json (the contract other tools read:
+{"series": [...], "models": {NAME: {"rmse_at": {...}, "smape_at": {...}, "coverage_at": {"p90": {...},
+"p10_p90": {...}}}}, "served": {SERIES: {H: MODEL}}}), DIR/detail.json (per series, the splits, the
+fallbacks, why each served model was chosen) and, with `--plot`, one forecast-vs-actual PNG per series. Without `--model` it first trains on the
 series' training ranges only (validation picks the checkpoint) and keeps the model as DIR/model.onnx;
 with `--model PATH` it serves that file; `--model latest` reads the newest model of the registry
 (DATABASE_URL). The LSTM's figures are what the service would publish: the ONNX graph stepped once per
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
-from rich.console import Console
+from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -55,6 +58,7 @@ TestDays = Annotated[float | None, typer.Option("--test-days", help="hold out th
                                                 "Philly defaults to its published split)")]
 Split = Annotated[str | None, typer.Option("--split", help="'philly': train Oct, validate Nov, test Dec 1-14")]
 Horizons = Annotated[str, typer.Option("--horizons", help="minutes ahead, comma-separated")]
+DEFAULT_HORIZONS = "10,30,60,180,360,720"
 Iters = Annotated[int, typer.Option("--iters", help="training iterations at most")]
 Seconds = Annotated[float, typer.Option("--max-seconds", help="training time at most")]
 
@@ -130,12 +134,15 @@ def _plot(out: Path, prepared: list[Prepared], ev, horizons: list[int]) -> list[
         fig, axes = plt.subplots(len(horizons), 1, figsize=(12, 2.6 * len(horizons)), sharex=True, squeeze=False)
         t = (p.series.times[res.test[0]:res.test[1]] - p.series.times[res.test[0]]) / 3600.0
         for ax, h in zip(axes[:, 0], horizons, strict=True):
+            served = res.bands["served"][h]
+            ax.fill_between(t, served.p10, served.p90, color="tab:blue", alpha=0.2, lw=0, label="served p10-p90")
             ax.plot(t, res.actual, color="black", lw=0.8, label="actual")
-            for name, color in (("persistence", "tab:gray"), ("ewma", "tab:green"), ("lstm", "tab:red")):
+            for name, color in (("persistence", "tab:gray"), ("lstm", "tab:red"), ("served", "tab:blue")):
                 if name in res.forecasts:
-                    ax.plot(t, res.forecasts[name][h], lw=0.7, color=color, label=name)
+                    ax.plot(t, res.forecasts[name][h], lw=0.7, color=color,
+                            label=f"served ({res.served[h]})" if name == "served" else name)
             ax.set_ylabel(f"+{h} min")
-        axes[0, 0].legend(loc="upper right", fontsize=8)
+            ax.legend(loc="upper right", fontsize=7)
         axes[-1, 0].set_xlabel("hours into the test range")
         fig.suptitle(f"{p.series.name}: forecast vs actual")
         path = out / f"{p.series.name}.png"
@@ -145,14 +152,43 @@ def _plot(out: Path, prepared: list[Prepared], ev, horizons: list[int]) -> list[
     return paths
 
 
+def _minutes(h: int) -> str:
+    return f"{h // 60} h" if h % 60 == 0 and h >= 180 else f"{h} min"
+
+
+def _tables(summary: dict, hs: list[int], test_range: str, n_series: int) -> Group:
+    """RMSE per model and horizon (the served forecast last), and the served forecast's band coverage."""
+    rmse = Table(title=f"RMSE, {n_series} series, test ranges only ({test_range}{' ...' if n_series > 1 else ''})")
+    rmse.add_column("model")
+    for h in hs:
+        rmse.add_column(_minutes(h), justify="right")
+    for name, m in summary["models"].items():
+        rmse.add_row(name, *[f"{m['rmse_at'][str(h)]:.3f}" for h in hs])
+    cov = Table(title="served forecast: share of actuals <= p90 / within p10-p90 (goal about 0.90 / 0.80)")
+    cov.add_column("")
+    for h in hs:
+        cov.add_column(_minutes(h), justify="right")
+    at = summary["models"]["served"]["coverage_at"]
+
+    def share(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
+    cov.add_row("p90", *[share(at["p90"].get(str(h))) for h in hs])
+    cov.add_row("p10-p90", *[share(at["p10_p90"].get(str(h))) for h in hs])
+    for series, by_h in summary["served"].items():
+        cov.add_row(f"{series}: served", *[by_h[str(h)] for h in hs])
+    return Group(rmse, cov)
+
+
 @app.command()
 def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("forecast-eval"),
-             test_days: TestDays = None, split: Split = None, horizons: Horizons = "10,30,60",
+             test_days: TestDays = None, split: Split = None, horizons: Horizons = DEFAULT_HORIZONS,
              model: Annotated[str | None, typer.Option("--model", help="'latest' (the registry) or an ONNX file; "
                                                        "absent: train on the training range")] = None,
              plot: Annotated[bool, typer.Option("--plot", help="write forecast-vs-actual PNGs")] = False,
              iters: Iters = 1500, max_seconds: Seconds = 240.0) -> None:
-    """Baselines and the LSTM side by side on held-out data; writes DIR/summary.json."""
+    """Baselines, the ridge, the LSTM and the served forecast (with p10 / p90 bands) side by side on
+    held-out data; writes DIR/summary.json."""
     from gpuaware.forecast import SeriesError, StreamingModel, run
 
     hs = parse_horizons(horizons)
@@ -174,17 +210,10 @@ def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--
     detail = {"model": model_name, "model_meta": served.meta, "horizons_min": hs,
               "relative_rmse_lstm": ev.relative_rmse("lstm"),
               "series": [{"name": p.series.name, "split": p.split.describe(p.series), "notes": list(p.series.notes),
-                          "metrics": r.metrics()} for p, r in zip(prepared, ev.results, strict=True)]}
+                          "metrics": r.metrics(), "served": r.why_served()}
+                         for p, r in zip(prepared, ev.results, strict=True)]}
     (out / "detail.json").write_text(json.dumps(detail, indent=2) + "\n")
-    table = Table(title=f"{len(prepared)} series, test ranges only ({prepared[0].split.describe(prepared[0].series)['test']}"
-                        f"{' ...' if len(prepared) > 1 else ''})")
-    table.add_column("model")
-    for h in hs:
-        table.add_column(f"RMSE @{h}", justify="right")
-        table.add_column(f"sMAPE @{h}", justify="right")
-    for name, m in summary["models"].items():
-        table.add_row(name, *[x for h in hs for x in (f"{m['rmse_at'][str(h)]:.3f}", f"{m['smape_at'][str(h)]:.2f}%")])
-    console.print(table)
+    console.print(_tables(summary, hs, prepared[0].split.describe(prepared[0].series)["test"], len(prepared)))
     if plot:
         _plot(out, prepared, ev, hs)
     console.print(f"wrote {out / 'summary.json'}, detail.json{' and PNGs' if plot else ''}")
@@ -192,7 +221,7 @@ def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--
 
 @app.command()
 def train(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--out", help="MODEL.onnx to write")],
-          test_days: TestDays = None, split: Split = None, horizons: Horizons = "10,30,60",
+          test_days: TestDays = None, split: Split = None, horizons: Horizons = DEFAULT_HORIZONS,
           iters: Iters = 1500, max_seconds: Seconds = 240.0) -> None:
     """Train the LSTM on the training ranges and write the streaming ONNX model."""
     hs = parse_horizons(horizons)

@@ -10,9 +10,11 @@
     streams = runtime.Streams(m, n_series); streams.step(values, t)  # one batched onnxruntime step
 
 Modules: ``series`` (regular grid, gaps), ``datasets`` (Helios, Philly, GenTD26,
-splits), ``baselines`` (persistence, seasonal naive, EWMA, ETS), ``features`` (the model's inputs,
-one implementation for training and serving), ``model`` (torch LSTM, training, ONNX export),
-``runtime`` (onnxruntime streaming), ``accuracy`` (RMSE, sMAPE), ``evaluate`` (rolling origins).
+splits), ``baselines`` (persistence, seasonal naive, EWMA, ETS), ``ridge`` (lags and calendar, for
+hours ahead), ``selection`` (which forecast to serve per series and horizon), ``calibration`` (p10 /
+p90 bands from recent errors, coverage), ``features`` (the model's inputs, one implementation for
+training and serving), ``model`` (torch LSTM, training, ONNX export), ``runtime`` (onnxruntime
+streaming), ``accuracy`` (RMSE, sMAPE), ``evaluate`` (rolling origins, the served forecast, bands).
 This is the only package that imports torch and onnxruntime (tests/lint/import_layers.py).
 """
 
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from gpuaware.forecast.accuracy import rmse, smape
 from gpuaware.forecast.baselines import BASELINES
+from gpuaware.forecast.calibration import Band, band, coverage
 from gpuaware.forecast.demand import DemandBook, DemandRow
 from gpuaware.forecast.duration import DurationPredictor, Fingerprint, evaluate_philly, fingerprint
 from gpuaware.forecast.registry import (
@@ -30,6 +33,8 @@ from gpuaware.forecast.registry import (
     publish_async,
     store_points_async,
 )
+from gpuaware.forecast.ridge import ridge
+from gpuaware.forecast.selection import choose, combine
 from gpuaware.forecast.series import Series, SeriesError, regularise
 
 if TYPE_CHECKING:
@@ -55,6 +60,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "BASELINES",
+    "Band",
     "DemandBook",
     "DemandRow",
     "Drift",
@@ -68,7 +74,11 @@ __all__ = [
     "Server",
     "StreamingModel",
     "Streams",
+    "band",
+    "choose",
+    "combine",
     "config_for",
+    "coverage",
     "evaluate_philly",
     "fingerprint",
     "fit",
@@ -77,6 +87,7 @@ __all__ = [
     "prepare",
     "publish_async",
     "regularise",
+    "ridge",
     "rmse",
     "run",
     "smape",

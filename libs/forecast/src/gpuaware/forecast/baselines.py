@@ -9,8 +9,8 @@ origin ``lo + k - h``. Only the past of each origin is used; gaps are held (last
   is flat between job arrivals.
 * ``seasonal_naive``: the value one day before the target (``h <= period`` so it is known at the
   origin).
-* ``ewma``: exponentially weighted mean of the past; ``alpha`` picked on the validation range from
-  a fixed grid (pandas' ``ewm`` skips NaNs).
+* ``ewma``: exponentially weighted mean of the past; ``alpha`` picked per horizon on the validation
+  range from a fixed grid (pandas' ``ewm`` skips NaNs).
 * ``ets``: Holt's damped-trend exponential smoothing, statsmodels' state-space form
   (``statsmodels.tsa.statespace.exponential_smoothing``), fitted by maximum likelihood on the
   training range, then run (parameters fixed, no refit) through the validation and test ranges; the
@@ -75,18 +75,21 @@ def _ewma_level(s: Series, alpha: float) -> np.ndarray:
 
 
 def ewma(s: Series, lo: int, hi: int, horizons: list[int], fit_end: int = 0) -> Forecasts:
-    """``alpha`` with the lowest squared error over [fit_end, lo) at the longest horizon (the first
-    tried wins ties); with no such range, 0.3."""
-    alpha = 0.3
-    if 0 < fit_end < lo:
-        target = s.values[fit_end:lo]
-        best = np.inf
-        for a in EWMA_ALPHAS:
-            pred = _at_origins(_ewma_level(s, a), fit_end, lo, [max(horizons)])[max(horizons)]
-            err = np.nanmean((pred - target) ** 2)
-            if err < best:
-                best, alpha = err, a
-    return _at_origins(_ewma_level(s, alpha), lo, hi, horizons)
+    """Per horizon, the ``alpha`` with the lowest squared error over [fit_end, lo) at that horizon (the
+    first tried wins ties); with no such range, 0.3."""
+    levels = {a: _ewma_level(s, a) for a in EWMA_ALPHAS}
+    out = {}
+    for h in horizons:
+        alpha = 0.3
+        if 0 < fit_end < lo:
+            target = s.values[fit_end:lo]
+            best = np.inf
+            for a in EWMA_ALPHAS:
+                err = np.nanmean((_at_origins(levels[a], fit_end, lo, [h])[h] - target) ** 2)
+                if err < best:
+                    best, alpha = err, a
+        out[h] = _at_origins(levels.get(alpha, _ewma_level(s, alpha)), lo, hi, [h])[h]
+    return out
 
 
 def ets(s: Series, lo: int, hi: int, horizons: list[int], fit_end: int = 0, max_fit: int = 20_160) -> Forecasts:

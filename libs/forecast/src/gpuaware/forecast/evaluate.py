@@ -10,20 +10,48 @@ Aggregation over series: RMSE pools the squared errors of every target of every 
 the RMSE of "a forecast, any series"), sMAPE averages every term. ``relative_rmse`` is the other
 view: each series' RMSE divided by the best baseline's on that series, geometric mean over series,
 so a large VC does not decide alone.
+
+Besides the models it is given, every evaluation runs ``served``: per series and horizon the forecast
+``selection.choose`` picks from each model's RMSE on the validation range (each model fitted before
+it, as for the test range): persistence where nothing beats it, a clear winner alone, else the mean
+of the two best. Every model's forecasts carry a p10 / p90 band calibrated on its own recent errors
+(``calibration``), validation errors first; coverage is reported beside RMSE.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from gpuaware.forecast.accuracy import rmse, smape
 from gpuaware.forecast.baselines import BASELINES
+from gpuaware.forecast.calibration import Band, band, coverage
+from gpuaware.forecast.ridge import ridge
+from gpuaware.forecast.selection import choose, combine
 from gpuaware.forecast.series import Series
 
-__all__ = ["Evaluation", "SeriesResult", "evaluate"]
+__all__ = ["CANDIDATES", "SERVED", "Evaluation", "SeriesResult", "evaluate"]
+
+CANDIDATES = {**BASELINES, "ridge": ridge}
+"""every model an evaluation runs without being asked: the baselines and the ridge on lags and calendar"""
+NOT_SERVED = frozenset({"seasonal_naive_1d"})
+"""reported, never served: the ridge already weighs the value a day before the target, and yesterday's
+value alone, near-tied with the ridge on validation, was 36 % worse three hours ahead on two Helios VCs
+once averaged in"""
+SERVED = "served"
+"""the name of the per-series, per-horizon choice among the models (see the module docstring)"""
+SELECTION_FOLDS = 4
+"""the served forecast is chosen on the validation range and up to three ranges of its length before it
+(each model fitted before each); a model that cannot be refitted (a trained LSTM) is judged on the
+validation range alone. One day of validation let a random walk's spurious daily pattern pass for a
+clear winner 6 hours ahead"""
+BAND_WINDOW_S = 3 * 86_400.0
+"""how far back a band's errors reach: three days of targets (one day left the 12-hour bands too
+narrow: a day holds two independent 12-hour errors; seven days widened the short horizons' bands past
+their 80 %; bench/results/forecast.md)"""
 
 
 @dataclasses.dataclass
@@ -34,12 +62,28 @@ class SeriesResult:
     """model -> horizon minutes -> forecasts aligned with ``actual``"""
     actual: np.ndarray
     notes: list[str] = dataclasses.field(default_factory=list)
+    bands: dict[str, dict[int, Band]] = dataclasses.field(default_factory=dict)
+    """model -> horizon minutes -> its p10 / p90 band over the test targets"""
+    validation_rmse: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
+    """model -> horizon minutes -> RMSE on the validation range (what ``served`` chose by)"""
+    served: dict[int, str] = dataclasses.field(default_factory=dict)
+    """horizon minutes -> the model served (``a+b``: the mean of two)"""
 
-    def metrics(self) -> dict[str, dict[str, dict[str, float]]]:
-        return {m: {"rmse_at": {str(h): rmse(self.actual, f) for h, f in by_h.items()},
-                    "smape_at": {str(h): smape(self.actual, f) for h, f in by_h.items()},
-                    "n_at": {str(h): int((np.isfinite(self.actual) & np.isfinite(f)).sum()) for h, f in by_h.items()}}
-                for m, by_h in self.forecasts.items()}
+    def metrics(self) -> dict[str, dict[str, dict[str, float | None]]]:
+        out: dict[str, dict[str, dict[str, float | None]]] = {}
+        for m, by_h in self.forecasts.items():
+            cov = {h: coverage(self.actual, self.bands[m][h]) for h in by_h if h in self.bands.get(m, {})}
+            out[m] = {"rmse_at": {str(h): rmse(self.actual, f) for h, f in by_h.items()},
+                      "smape_at": {str(h): smape(self.actual, f) for h, f in by_h.items()},
+                      "n_at": {str(h): int((np.isfinite(self.actual) & np.isfinite(f)).sum()) for h, f in by_h.items()},
+                      "coverage_p90_at": {str(h): c["p90"] for h, c in cov.items()},
+                      "coverage_p10_p90_at": {str(h): c["p10_p90"] for h, c in cov.items()}}
+        return out
+
+    def why_served(self) -> dict[str, dict[str, object]]:
+        """Per horizon: the model served and the validation RMSEs it was chosen by."""
+        return {str(h): {"model": m, "validation_rmse": {k: v[h] for k, v in self.validation_rmse.items()}}
+                for h, m in self.served.items()}
 
 
 @dataclasses.dataclass
@@ -51,16 +95,25 @@ class Evaluation:
     def models(self) -> list[str]:
         return list(self.results[0].forecasts) if self.results else []
 
-    def aggregate(self) -> dict[str, dict[str, dict[str, float]]]:
-        out = {}
+    def aggregate(self) -> dict[str, dict[str, Any]]:
+        """Per model: RMSE and sMAPE pooled over every series' targets, and the bands' coverage."""
+        out: dict[str, dict[str, Any]] = {}
+        actual = np.concatenate([res.actual for res in self.results]) if self.results else np.array([])
         for m in self.models:
-            r, s = {}, {}
+            r: dict[str, float] = {}
+            s: dict[str, float] = {}
+            p90: dict[str, float | None] = {}
+            p10_p90: dict[str, float | None] = {}
             for h in self.horizons_min:
-                actual = np.concatenate([res.actual for res in self.results])
                 forecast = np.concatenate([res.forecasts[m][h] for res in self.results])
                 r[str(h)] = rmse(actual, forecast)
                 s[str(h)] = smape(actual, forecast)
-            out[m] = {"rmse_at": r, "smape_at": s}
+                if all(m in res.bands for res in self.results):
+                    pooled = Band(np.concatenate([res.bands[m][h].p10 for res in self.results]),
+                                  np.concatenate([res.bands[m][h].p90 for res in self.results]))
+                    c = coverage(actual, pooled)
+                    p90[str(h)], p10_p90[str(h)] = c["p90"], c["p10_p90"]
+            out[m] = {"rmse_at": r, "smape_at": s, "coverage_at": {"p90": p90, "p10_p90": p10_p90}}
         return out
 
     def best_baseline(self, h: int, per_series: SeriesResult | None = None) -> str:
@@ -84,8 +137,10 @@ class Evaluation:
         return out
 
     def summary(self) -> dict:
-        """The CLI's summary.json shape: {"series": [...], "models": {NAME: {"rmse_at", "smape_at"}}}."""
-        return {"series": [r.name for r in self.results], "models": self.aggregate()}
+        """The CLI's summary.json shape: {"series": [...], "models": {NAME: {"rmse_at", "smape_at",
+        "coverage_at": {"p90": {H: f}, "p10_p90": {H: f}}}}, "served": {SERIES: {H: MODEL}}}."""
+        return {"series": [r.name for r in self.results], "models": self.aggregate(),
+                "served": {r.name: {str(h): m for h, m in r.served.items()} for r in self.results}}
 
 
 Predictor = Callable[[Series, int, int, list[int], int], dict[int, np.ndarray]]
@@ -99,14 +154,43 @@ def evaluate(series: Sequence[tuple[Series, int, int, int]], horizons_min: Seque
     the baselines are always included. Baselines fit on the training range and may use validation to
     pick a parameter (EWMA's alpha); they see the test range only as the past of later origins.
     """
-    every = {**BASELINES, **(models or {})}
+    every = {**CANDIDATES, **(models or {})}
     results = []
     for s, train_end, valid_end, test_end in series:
         steps = [s.steps(h) for h in horizons_min]
         res = SeriesResult(s.name, (valid_end, test_end), {}, s.values[valid_end:test_end].copy(), list(s.notes))
+        # the validation range is forecast as the test range is: fitted before it, parameters picked on
+        # as long a range just before it
+        inner = max(1, train_end - (valid_end - train_end))
+        valid_actual = s.values[train_end:valid_end]
+        window = max(1, round(BAND_WINDOW_S / s.step_s))
+        valid: dict[str, dict[int, np.ndarray]] = {}
+        errors: dict[str, dict[int, list[np.ndarray]]] = {}
+        length = valid_end - train_end
+        earlier = [k for k in range(SELECTION_FOLDS - 1, 0, -1) if train_end - (k + 1) * length >= length]
         for name, fn in every.items():
             preds = fn(s, valid_end, test_end, steps, train_end)
             res.forecasts[name] = {h: preds[st] for h, st in zip(horizons_min, steps, strict=True)}
+            vpreds = fn(s, train_end, valid_end, steps, inner) if length > 0 else {}
+            valid[name] = {h: vpreds.get(st, np.full(length, np.nan)) for h, st in zip(horizons_min, steps, strict=True)}
+            res.validation_rmse[name] = {h: rmse(valid_actual, valid[name][h]) for h in horizons_min}
+            errors[name] = {h: [] for h in horizons_min}
+            for k in earlier:  # folds before the validation range: refittable models only (see SELECTION_FOLDS)
+                f_lo, f_hi = train_end - k * length, valid_end - k * length
+                fold = fn(s, f_lo, f_hi, steps, f_lo - length) if name in CANDIDATES else {}
+                for h, st in zip(horizons_min, steps, strict=True):
+                    errors[name][h].append(s.values[f_lo:f_hi] - fold[st] if st in fold else np.full(length, np.nan))
+            for h in horizons_min:
+                errors[name][h].append(valid_actual - valid[name][h])
+        for h, st in zip(horizons_min, steps, strict=True):
+            res.served[h] = choose({m: np.concatenate(e[h]) for m, e in errors.items() if m not in NOT_SERVED}, st)
+        res.forecasts[SERVED] = {h: combine(res.served[h], {m: f[h] for m, f in res.forecasts.items()})
+                                 for h in horizons_min}
+        valid[SERVED] = {h: combine(res.served[h], {m: f[h] for m, f in valid.items()}) for h in horizons_min}
+        both = np.concatenate([valid_actual, res.actual])
+        for name, by_h in res.forecasts.items():
+            res.bands[name] = {h: band(both, np.concatenate([valid[name][h], f]), st, window, before=len(valid_actual))
+                               for (h, f), st in zip(by_h.items(), steps, strict=True)}
         results.append(res)
     return Evaluation(results, list(horizons_min))
 
