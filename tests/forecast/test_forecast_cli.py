@@ -68,6 +68,7 @@ def test_evaluate_with_a_model_writes_the_summary_contract(helios_file: Path, mo
     assert any("duplicate" in n for n in detail["series"][0]["notes"])
     why = detail["series"][0]["served"]["60"]
     assert why["model"] == served["60"] and set(why["validation_rmse"]) == set(summary["models"]) - {"served"}
+    assert set(why["selection_rmse"]) == set(why["validation_rmse"])
     assert (tmp_path / "vcTest.png").stat().st_size > 1000
 
 

@@ -11,10 +11,10 @@ the RMSE of "a forecast, any series"), sMAPE averages every term. ``relative_rms
 view: each series' RMSE divided by the best baseline's on that series, geometric mean over series,
 so a large VC does not decide alone.
 
-Besides the models it is given, every evaluation runs ``served``: per series and horizon the forecast
-``selection.choose`` picks from each model's RMSE on the validation range (each model fitted before
-it, as for the test range): persistence where nothing beats it, a clear winner alone, else the mean
-of the two best. Every model's forecasts carry a p10 / p90 band calibrated on its own recent errors
+Besides the models it is given, every evaluation runs the ridge and ``served``: per series and horizon
+the forecast ``selection.choose`` picks from each model's errors on the validation range and the
+ranges of its length before it (``SELECTION_FOLDS``; each model fitted before each, as for the test
+range): persistence where nothing beats it, a clear winner alone, else the mean of the two best. Every model's forecasts carry a p10 / p90 band calibrated on its own recent errors
 (``calibration``), validation errors first; coverage is reported beside RMSE.
 """
 
@@ -65,7 +65,9 @@ class SeriesResult:
     bands: dict[str, dict[int, Band]] = dataclasses.field(default_factory=dict)
     """model -> horizon minutes -> its p10 / p90 band over the test targets"""
     validation_rmse: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
-    """model -> horizon minutes -> RMSE on the validation range (what ``served`` chose by)"""
+    """model -> horizon minutes -> RMSE on the validation range"""
+    selection_rmse: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
+    """model -> horizon minutes -> RMSE over every range ``served`` was chosen on (validation and folds)"""
     served: dict[int, str] = dataclasses.field(default_factory=dict)
     """horizon minutes -> the model served (``a+b``: the mean of two)"""
 
@@ -81,8 +83,13 @@ class SeriesResult:
         return out
 
     def why_served(self) -> dict[str, dict[str, object]]:
-        """Per horizon: the model served and the validation RMSEs it was chosen by."""
-        return {str(h): {"model": m, "validation_rmse": {k: v[h] for k, v in self.validation_rmse.items()}}
+        """Per horizon: the model served, the RMSEs over the ranges it was chosen on, and on the
+        validation range alone."""
+        def finite(v: float) -> float | None:  # strict JSON: a model without errors to judge has none
+            return v if np.isfinite(v) else None
+
+        return {str(h): {"model": m, "selection_rmse": {k: finite(v[h]) for k, v in self.selection_rmse.items()},
+                         "validation_rmse": {k: finite(v[h]) for k, v in self.validation_rmse.items()}}
                 for h, m in self.served.items()}
 
 
@@ -151,8 +158,9 @@ def evaluate(series: Sequence[tuple[Series, int, int, int]], horizons_min: Seque
     """``series``: (series, train_end, valid_end, test_end); the test range is [valid_end, test_end).
 
     ``models`` maps a name to ``f(series, lo, hi, horizons_steps, fit_end) -> {h_steps: forecasts}``;
-    the baselines are always included. Baselines fit on the training range and may use validation to
-    pick a parameter (EWMA's alpha); they see the test range only as the past of later origins.
+    the baselines and the ridge are always included, and ``served`` is added. Baselines fit on the
+    training range and may use validation to pick a parameter (EWMA's alpha); they see the test range
+    only as the past of later origins.
     """
     every = {**CANDIDATES, **(models or {})}
     results = []
@@ -182,8 +190,10 @@ def evaluate(series: Sequence[tuple[Series, int, int, int]], horizons_min: Seque
                     errors[name][h].append(s.values[f_lo:f_hi] - fold[st] if st in fold else np.full(length, np.nan))
             for h in horizons_min:
                 errors[name][h].append(valid_actual - valid[name][h])
+        pooled = {m: {h: np.concatenate(e[h]) for h in horizons_min} for m, e in errors.items()}
+        res.selection_rmse = {m: {h: rmse(p[h], np.zeros_like(p[h])) for h in horizons_min} for m, p in pooled.items()}
         for h, st in zip(horizons_min, steps, strict=True):
-            res.served[h] = choose({m: np.concatenate(e[h]) for m, e in errors.items() if m not in NOT_SERVED}, st)
+            res.served[h] = choose({m: p[h] for m, p in pooled.items() if m not in NOT_SERVED}, st)
         res.forecasts[SERVED] = {h: combine(res.served[h], {m: f[h] for m, f in res.forecasts.items()})
                                  for h in horizons_min}
         valid[SERVED] = {h: combine(res.served[h], {m: f[h] for m, f in valid.items()}) for h in horizons_min}
