@@ -46,6 +46,7 @@ from gpuaware.forecast import (
     StreamingModel,
     Streams,
     config_for,
+    coverage_counts,
     evaluate_philly,
     fit,
     prepare,
@@ -125,12 +126,8 @@ def served_figures(ev, prepared) -> dict:
                          for h in HORIZONS}
         cov_series[r.name] = {"p90": m["served"]["coverage_p90_at"], "p10_p90": m["served"]["coverage_p10_p90_at"]}
         for h in HORIZONS:
-            b = r.bands["served"][h]
-            ok = np.isfinite(r.actual) & np.isfinite(b.p10) & np.isfinite(b.p90)
-            a = r.actual[ok]
-            counts[str(h)]["n"] += int(ok.sum())
-            counts[str(h)]["p90"] += int((a <= b.p90[ok]).sum())
-            counts[str(h)]["p10_p90"] += int(((a >= b.p10[ok]) & (a <= b.p90[ok])).sum())
+            for k, v in coverage_counts(r.actual, r.bands["served"][h]).items():
+                counts[str(h)][k] += v
     for h in HORIZONS:
         se_served = se_best = n = 0.0
         for r in busy:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from gpuaware.forecast.accuracy import rmse, smape
 from gpuaware.forecast.baselines import BASELINES
-from gpuaware.forecast.calibration import Band, band, coverage
+from gpuaware.forecast.calibration import Band, band, coverage, coverage_counts
 from gpuaware.forecast.demand import DemandBook, DemandRow
 from gpuaware.forecast.duration import DurationPredictor, Fingerprint, evaluate_philly, fingerprint
 from gpuaware.forecast.registry import (
@@ -79,6 +79,7 @@ __all__ = [
     "combine",
     "config_for",
     "coverage",
+    "coverage_counts",
     "evaluate_philly",
     "fingerprint",
     "fit",

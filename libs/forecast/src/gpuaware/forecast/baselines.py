@@ -88,7 +88,7 @@ def ewma(s: Series, lo: int, hi: int, horizons: list[int], fit_end: int = 0) -> 
                 err = np.nanmean((_at_origins(levels[a], fit_end, lo, [h])[h] - target) ** 2)
                 if err < best:
                     best, alpha = err, a
-        out[h] = _at_origins(levels.get(alpha, _ewma_level(s, alpha)), lo, hi, [h])[h]
+        out[h] = _at_origins(levels[alpha], lo, hi, [h])[h]  # 0.3, the default, is on the grid
     return out
 
 

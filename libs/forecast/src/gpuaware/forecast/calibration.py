@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["QUANTILES", "Band", "band", "coverage"]
+__all__ = ["QUANTILES", "Band", "band", "coverage", "coverage_counts"]
 
 QUANTILES = (0.1, 0.9)
 
@@ -56,12 +56,19 @@ def band(actual: np.ndarray, forecast: np.ndarray, h: int, window: int, *, befor
     return Band(np.minimum(p10, point), np.maximum(p90, point))
 
 
+def coverage_counts(actual: np.ndarray, b: Band) -> dict[str, int]:
+    """How many observed targets have a band (``n``), and how many of them lie at or under p90 and
+    within [p10, p90]: counts add up across series, shares do not."""
+    ok = np.isfinite(actual) & np.isfinite(b.p10) & np.isfinite(b.p90)
+    a = actual[ok]
+    return {"n": int(ok.sum()), "p90": int((a <= b.p90[ok]).sum()),
+            "p10_p90": int(((a >= b.p10[ok]) & (a <= b.p90[ok])).sum())}
+
+
 def coverage(actual: np.ndarray, b: Band) -> dict[str, float | None]:
     """Share of observed targets with a band that lie at or under p90, and within [p10, p90]; None
     where no target counts."""
-    ok = np.isfinite(actual) & np.isfinite(b.p10) & np.isfinite(b.p90)
-    if not ok.any():
+    c = coverage_counts(actual, b)
+    if not c["n"]:
         return {"p90": None, "p10_p90": None}
-    a = actual[ok]
-    return {"p90": float(np.mean(a <= b.p90[ok])),
-            "p10_p90": float(np.mean((a >= b.p10[ok]) & (a <= b.p90[ok])))}
+    return {"p90": c["p90"] / c["n"], "p10_p90": c["p10_p90"] / c["n"]}
