@@ -26,6 +26,9 @@ A decision is applied in this order, each step idempotent:
                                                   transient: the pod is published pending again
 
 Victims' handshakes run concurrently; a victim already gone (finished, or moved) is skipped.
+Each step changes the world before the stream hears of it, so an event whose publish failed stays
+owed (``_publish``) and goes out first once NATS answers again: the decision's retry skips a victim
+it already evicted and would otherwise never announce that eviction or the victim's new attempt.
 
 A resize (torchrun-style elastic training: checkpoint, new world size, resume) is the checkpoint
 handshake with ``reason == "resize"`` and ``world_size`` = the job's worker count once it resumes,
@@ -114,9 +117,32 @@ class Binder:
         self.applied = Deduper(dedupe_capacity)
         self.stats = BinderStats()
         self._waiters: dict[str, asyncio.Future[CheckpointAcknowledged]] = {}
+        self._owed: dict[str, Event] = {}
+        """what the world already did but the stream has not stored (a publish failed), by message id"""
+        self._owed_lock = asyncio.Lock()
 
     def _id(self, kind: str, key: str) -> str:
         return f"{self.cluster}/{kind}/{key}"
+
+    async def _publish(self, event: Event, msg_id: str) -> None:
+        """Publish what a decision did to the world, after anything an earlier failure left owed.
+
+        The world changes first and the stream is told after, so a failed publish (NATS down) leaves
+        a change only this process knows of. A decision's retry cannot redo it - a victim evicted is
+        no longer bound, so the retry skips it - so the event stays owed, in order, until a publish
+        goes through; the retry (or the next decision) raises until then."""
+        self._owe(event, msg_id)
+        await self._settle()
+
+    def _owe(self, event: Event, msg_id: str) -> None:
+        self._owed.setdefault(msg_id, event)
+
+    async def _settle(self) -> None:
+        async with self._owed_lock:
+            while self._owed:
+                owed_id, owed = next(iter(self._owed.items()))
+                await self.outbox.publish(owed, owed_id)
+                del self._owed[owed_id]
 
     # --- what the world reports ---------------------------------------------------------------------
 
@@ -150,7 +176,7 @@ class Binder:
             return "duplicate"
         current = await self.world.bound(d.pod_uid)
         if current is not None and current.decision_id == d.decision_id:
-            await self.outbox.publish(current, self._id("bound", d.decision_id))
+            await self._publish(current, self._id("bound", d.decision_id))
             self.applied.remember(d.decision_id)
             self.stats.duplicates += 1
             return "duplicate"
@@ -164,7 +190,7 @@ class Binder:
             await self._failed(d, refused)
             self.applied.remember(d.decision_id)
             return "failed"
-        await self.outbox.publish(bound, self._id("bound", d.decision_id))
+        await self._publish(bound, self._id("bound", d.decision_id))
         self.applied.remember(d.decision_id)
         self.stats.bound += 1
         self.stats.grows += grows
@@ -178,7 +204,7 @@ class Binder:
             transient=refused.transient, failed_at=now, attempt=d.attempt,
         )
         log.info("decision %s for %s/%s refused: %s", d.decision_id, d.namespace, d.pod_name, refused)
-        await self.outbox.publish(failed, self._id("bind_failed", d.decision_id))
+        await self._publish(failed, self._id("bind_failed", d.decision_id))
         self.stats.bind_failed += 1
         if refused.transient and self.requeue_on_bind_failure:
             pending = await self.world.requeue(d.pod_uid)
@@ -186,8 +212,11 @@ class Binder:
                 await self._publish_pending(pending)
                 self.stats.requeued += 1
 
+    def _pending_id(self, pending: PodPending) -> str:
+        return self._id("pending", f"{pending.pod_uid}/{pending.attempt}")
+
     async def _publish_pending(self, pending: PodPending) -> None:
-        await self.outbox.publish(pending, self._id("pending", f"{pending.pod_uid}/{pending.attempt}"))
+        await self._publish(pending, self._pending_id(pending))
         self.stats.pending_published += 1
 
     # --- preemptions --------------------------------------------------------------------------------
@@ -259,11 +288,14 @@ class Binder:
             log.info("victim %s of decision %s not evicted: %s", v.pod_uid, d.decision_id, refused)
             self.stats.victims_gone += 1
             return False
-        await self.outbox.publish(preempted, self._id("preempted", f"{v.pod_uid}/{d.decision_id}"))
-        self.stats.preempted += 1
+        # both owed before either is sent: the retry of a decision skips a victim already evicted
+        self._owe(preempted, self._id("preempted", f"{v.pod_uid}/{d.decision_id}"))
         if pending is not None:
-            await self._publish_pending(pending)
-            self.stats.requeued += 1
+            self._owe(pending, self._pending_id(pending))
+        self.stats.preempted += 1
+        self.stats.requeued += pending is not None
+        self.stats.pending_published += pending is not None
+        await self._settle()
         return True
 
     async def _checkpoint(self, d: PlacementDecided, v: PlannedPreemption, heartbeat: Heartbeat | None) -> bool:
