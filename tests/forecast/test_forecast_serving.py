@@ -42,7 +42,8 @@ def test_a_biased_model_drifts_to_persistence_raises_once_and_events_say_so() ->
     assert len(raised) == 1 and raised[0].raised and raised[0].model_rmse > raised[0].baseline_rmse
     res, _ = steps[-1]
     assert all(r.startswith("model worse than persistence on recent data") for r in res.reasons)
-    assert np.allclose(res.values[:, :, :], res.held[:, None, None])  # persistence served
+    assert np.allclose(res.values[:, :, 0], res.held[:, None])  # persistence served: its p50 ...
+    assert (res.values[:, :, 1] > res.values[:, :, 0]).all()  # ... under a p90 from its own recent errors
     events = server.events(res, "c", T0 + 60 * 200, ["n1"], 0.0, "test")
     assert {(e.model, e.model_version[:41]) for e in events} == {("persistence", "baseline: model worse than persistence on")}
 
@@ -91,3 +92,15 @@ def test_each_gpu_model_gets_a_series_the_mean_of_its_gpus_across_nodes() -> Non
     (event,) = [e for e in server.events(res, "c", T0 + 300, ["n1", "n2"], 0.0, "test")
                 if e.__class__.__name__ == "DemandPredicted"]
     assert {s.labels.get("gpu_model") for s in event.series} == {None, "A100"}
+
+
+def test_a_series_where_the_model_is_worse_is_served_persistence_by_name_without_the_pooled_alarm() -> None:
+    rng = np.random.default_rng(0)
+    server = Server(_model(bias=3.0), "biased@1", drift_halflife=50, drift_min_points=10**9, choice_min_points=30)
+    steps = _run(server, range(200), rng)
+    assert not [d for _, ds in steps for d in ds]  # the pooled drift condition never had its points
+    res, _ = steps[-1]
+    assert all(r.startswith("model worse than persistence on this series' recent data") for r in res.reasons)
+    assert np.allclose(res.values[:, :, 0], res.held[:, None])
+    events = server.events(res, "c", T0 + 60 * 200, ["n1"], 0.0, "test")
+    assert {e.model for e in events} == {"persistence"}

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from gpuaware.forecast.accuracy import rmse, smape
 from gpuaware.forecast.baselines import BASELINES
-from gpuaware.forecast.calibration import Band, band, coverage, coverage_counts
+from gpuaware.forecast.calibration import Band, Bands, band, coverage, coverage_counts
 from gpuaware.forecast.demand import DemandBook, DemandRow
 from gpuaware.forecast.duration import DurationPredictor, Fingerprint, evaluate_philly, fingerprint
 from gpuaware.forecast.registry import (
@@ -34,7 +34,7 @@ from gpuaware.forecast.registry import (
     store_points_async,
 )
 from gpuaware.forecast.ridge import ridge
-from gpuaware.forecast.selection import choose, combine
+from gpuaware.forecast.selection import Choice, choose, combine
 from gpuaware.forecast.series import Series, SeriesError, regularise
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "BASELINES",
     "Band",
+    "Bands",
+    "Choice",
     "DemandBook",
     "DemandRow",
     "Drift",

@@ -17,12 +17,13 @@ and p90.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["QUANTILES", "Band", "band", "coverage", "coverage_counts"]
+__all__ = ["QUANTILES", "Band", "Bands", "band", "coverage", "coverage_counts"]
 
 QUANTILES = (0.1, 0.9)
 
@@ -72,3 +73,73 @@ def coverage(actual: np.ndarray, b: Band) -> dict[str, float | None]:
     if not c["n"]:
         return {"p90": None, "p10_p90": None}
     return {"p90": c["p90"] / c["n"], "p10_p90": c["p10_p90"] / c["n"]}
+
+
+class Bands:
+    """``band`` as a service runs it: every series' last ``window`` errors per horizon, as they become
+    known, and the quantiles a step publishes put around its point forecast.
+
+    ``add(j, errors)`` takes one target's errors (actual minus the p50 that was published for it, one
+    per series; NaN where unknown) at horizon index ``j``; ``apply`` replaces every quantile but the
+    median by the median plus that quantile of the series' recent errors, once a series has
+    ``min_errors`` of them at that horizon (until then the forecaster's own quantiles stand). Memory:
+    ``window`` floats per series and horizon. The error quantiles are recomputed every ``every`` steps
+    (a sort of the window per series): a band follows the regime, not each minute."""
+
+    def __init__(self, horizons: int, window: int = 1440, min_errors: int = 30, every: int = 10) -> None:
+        if window < 1 or min_errors < 1 or every < 1:
+            raise ValueError("window, min_errors and every must be at least 1")
+        self.window, self.min_errors, self.every = window, min_errors, every
+        self.errors = [np.full((0, window), np.nan) for _ in range(horizons)]
+        self.at = [0] * horizons
+        self._offsets: dict[float, list[np.ndarray]] = {}
+        self._age = every
+
+    def _grow(self, j: int, n: int) -> np.ndarray:
+        e = self.errors[j]
+        if len(e) < n:
+            e = self.errors[j] = np.vstack([e, np.full((n - len(e), self.window), np.nan)])
+        return e
+
+    def add(self, j: int, errors: np.ndarray) -> None:
+        e = self._grow(j, len(errors))
+        e[:, self.at[j]] = np.nan
+        e[:len(errors), self.at[j]] = errors
+        self.at[j] = (self.at[j] + 1) % self.window
+
+    def known(self, j: int) -> np.ndarray:
+        """Errors each series has at horizon index ``j``."""
+        return np.isfinite(self.errors[j]).sum(axis=1)
+
+    def _offset(self, q: float, n: int) -> list[np.ndarray]:
+        out = []
+        for e in self.errors:
+            off = np.full(n, np.nan)
+            rows = e[:n]
+            enough = np.isfinite(rows).sum(axis=1) >= self.min_errors
+            if enough.any():
+                off[:len(rows)][enough] = np.nanquantile(rows[enough], q, axis=1)
+            out.append(off)
+        return out
+
+    def apply(self, values: np.ndarray, quantiles: Sequence[float]) -> np.ndarray:
+        """``values`` (n, H, Q) with the median among ``quantiles`` -> calibrated copy (each quantile
+        below the median at most the median, above it at least)."""
+        if 0.5 not in quantiles:
+            return values
+        n = values.shape[0]
+        self._age += 1
+        if self._age >= self.every or any(len(o[0]) < n for o in self._offsets.values()):
+            self._offsets = {q: self._offset(q, n) for q in quantiles if q != 0.5}
+            self._age = 0
+        out = values.copy()
+        median = values[:, :, list(quantiles).index(0.5)]
+        for k, q in enumerate(quantiles):
+            if q == 0.5:
+                continue
+            for j, off in enumerate(self._offsets[q]):
+                o = off[:n]
+                ok = np.isfinite(o)
+                bound = median[ok, j] + o[ok]
+                out[ok, j, k] = np.minimum(bound, median[ok, j]) if q < 0.5 else np.maximum(bound, median[ok, j])
+        return out

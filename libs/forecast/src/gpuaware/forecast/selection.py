@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["NEAR", "PERSISTENCE", "Z", "better", "choose", "combine", "parts"]
+__all__ = ["NEAR", "PERSISTENCE", "Z", "Choice", "better", "choose", "combine", "parts"]
 
 Z = 2.0
 """how many standard errors a clear winner's lower loss must stand (one-sided, about 98 %)"""
@@ -76,3 +76,53 @@ def parts(name: str) -> list[str]:
 def combine(name: str, forecasts: Mapping[str, np.ndarray]) -> np.ndarray:
     """The served forecast named ``name`` from the forecasts of its parts."""
     return np.mean([forecasts[m] for m in parts(name)], axis=0)
+
+
+class Choice:
+    """The model or persistence, per series and horizon, as a service runs: exponentially weighted
+    squared errors of each (half-life ``halflife`` scored targets), the model set aside where its
+    recent RMSE exceeds persistence's once ``min_points`` targets were scored there. The online form of
+    rule 1 above for a model that cannot be refitted on a service's recent data (the LSTM): a series
+    where the model does worse than the last value is served the last value."""
+
+    def __init__(self, horizons: int, halflife: float = 240.0, min_points: int = 60) -> None:
+        self.decay = 0.5 ** (1.0 / halflife)
+        self.min_points = min_points
+        self.sq = np.zeros((0, horizons, 2))
+        """(series, horizon, [model, persistence]) weighted sums of squared errors"""
+        self.weight = np.zeros((0, horizons))
+        self.points = np.zeros((0, horizons), dtype=np.int64)
+
+    def _grow(self, n: int) -> None:
+        if len(self.weight) < n:
+            extra = n - len(self.weight)
+            h = self.weight.shape[1]
+            self.sq = np.concatenate([self.sq, np.zeros((extra, h, 2))])
+            self.weight = np.concatenate([self.weight, np.zeros((extra, h))])
+            self.points = np.concatenate([self.points, np.zeros((extra, h), dtype=np.int64)])
+
+    def add(self, j: int, model_errors: np.ndarray, persistence_errors: np.ndarray) -> None:
+        """One target's errors at horizon index ``j`` (NaN: not scored, e.g. the model did not serve)."""
+        n = len(model_errors)
+        self._grow(n)
+        ok = np.isfinite(model_errors) & np.isfinite(persistence_errors)
+        rows = np.flatnonzero(ok)
+        if not len(rows):
+            return
+        self.sq[rows, j] = self.sq[rows, j] * self.decay + np.stack(
+            [model_errors[rows] ** 2, persistence_errors[rows] ** 2], axis=1)
+        self.weight[rows, j] = self.weight[rows, j] * self.decay + 1.0
+        self.points[rows, j] += 1
+
+    def rmse(self, i: int, j: int) -> tuple[float, float]:
+        """Recent RMSE of (the model, persistence) of series ``i`` at horizon index ``j``."""
+        if i >= len(self.weight) or self.weight[i, j] == 0:
+            return float("nan"), float("nan")
+        m, b = np.sqrt(self.sq[i, j] / self.weight[i, j])
+        return float(m), float(b)
+
+    def worse(self, n: int) -> np.ndarray:
+        """(n, H) True where the model's recent RMSE exceeds persistence's with enough points."""
+        self._grow(n)
+        enough = self.points[:n] >= self.min_points
+        return enough & (self.sq[:n, :, 0] > self.sq[:n, :, 1])

@@ -23,6 +23,17 @@ alert); when the model's RMSE is back at or under persistence's, it serves again
 resolves. Persistence is the baseline compared with here (the one every stream has for free; at
 minute resolution it is the strongest of the four on the traces, see bench/results/forecast.json).
 
+Per series and horizon, the same comparison chooses (``selection.Choice``): where a series' recent
+errors say the model does worse than persistence at a horizon, that series is served persistence
+there (the whole series: the baseline, with its reason; some horizons only: the model's version
+names them), while the pooled condition has not tripped.
+
+Bands: whatever is served (the model, persistence, a mix), every quantile but the median is the
+median plus that quantile of the series' own recent errors at that horizon (``calibration.Bands``:
+the errors of the p50s published for targets now known, a day of them by default), once a series has
+enough of them. A model's fitted quantiles describe the months it was trained on and persistence has
+none; a consumer keeping head-room needs a p90 that is a p90 now.
+
 Time: a step is ``step_s`` of the series' own time (a minute). ``time_scale`` says how many seconds of it
 pass per second of the clock ``issued_at`` is on: 1 for real GPUs; the speed of a digital twin whose
 GPUs live a day in a minute of its telemetry's clock. The published path and the stored horizons are
@@ -42,8 +53,10 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from gpuaware.forecast.calibration import Bands
 from gpuaware.forecast.demand import TOTAL
 from gpuaware.forecast.runtime import StepResult, StreamingModel, Streams
+from gpuaware.forecast.selection import Choice
 from gpuaware.schemas import DemandPredicted, DemandSeries, GpuForecast, GpuUtilPredicted
 
 __all__ = ["Drift", "Point", "Server", "demand_key", "series_name"]
@@ -112,9 +125,12 @@ class Server:
     def __init__(self, model: StreamingModel | None, model_label: str, *, step_s: float = 60.0,
                  horizons_min: tuple[int, ...] = (10, 30, 60), quantiles: tuple[float, ...] = (0.5, 0.9),
                  unusable: str | None = None, drift_halflife: float = 240.0, drift_min_points: int = 200,
-                 drift_margin: float = 0.0, time_scale: float = 1.0):
+                 drift_margin: float = 0.0, time_scale: float = 1.0, band_window: int = 1440,
+                 band_min_errors: int = 30, band_every: int = 10, choice_min_points: int = 60):
         """``model_label`` names the registry entry (``name@version``); ``unusable`` is why there is no
-        model (the reason every fallback row then carries)."""
+        model (the reason every fallback row then carries). ``band_*``: the quantiles' calibration on each
+        series' recent errors (``Bands``); ``choice_min_points``: errors a series needs at a horizon before
+        the model's and persistence's recent RMSE choose between them there."""
         self.model_label = model_label
         self.unusable = unusable
         self.step_s = step_s
@@ -136,6 +152,13 @@ class Server:
         self.drifting = False
         self._changes: list[Drift] = []
         self._issued: OrderedDict[float, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        """origin -> (the model's p50 at every horizon (n, H), persistence's (n,), rows the model served)"""
+        self.bands = Bands(len(self.streams.horizons), band_window, band_min_errors, band_every)
+        self._persistence_at: dict[int, tuple[float, ...]] = {}
+        """rows the model serves at some horizons only: the horizons (minutes) persistence serves"""
+        self.choice = Choice(len(self.streams.horizons), drift_halflife, choice_min_points)
+        self._served: OrderedDict[float, np.ndarray] = OrderedDict()
+        """origin -> the p50 published at every horizon (n, H): what the bands are calibrated on"""
         self.index: dict[tuple[str, str, str], int] = {}
         """(kind "gpu" | "node" | "model" | "demand", node / GPU model / cluster, gpu uuid / queue or "") -> row"""
         self.last_window: float | None = None
@@ -158,6 +181,9 @@ class Server:
         for key in sorted(other.index, key=other.index.__getitem__):
             self._row(key)
         self.last_window = other.last_window
+        if len(other.streams.horizons) == len(self.streams.horizons):
+            self.bands = other.bands  # the served forecast's recent errors: its band does not start over
+            self._served = other._served
 
     def step(self, window_start: float, gpus: Iterable[tuple[str, str, float]],
              models: Mapping[str, str] | None = None) -> StepResult:
@@ -180,21 +206,60 @@ class Server:
             row[i] = v
         self.last_window = window_start
         result = self.streams.step(row, window_start)
-        if result.raw is None or result.held is None:
-            return result
-        self._score(window_start, row)
         q = self.streams.quantiles.index(0.5) if 0.5 in self.streams.quantiles else 0
-        trusted = np.array([r is None for r in result.reasons], dtype=bool)
-        self._issued[window_start] = (result.raw[:, -1, q].copy(), result.held.copy(), trusted)
-        horizon = self.streams.horizons[-1]
-        while self._issued and next(iter(self._issued)) < window_start - horizon * self.step_s:
-            self._issued.popitem(last=False)
+        oldest = window_start - self.streams.horizons[-1] * self.step_s
+        self._calibrate(window_start, row)
+        if result.raw is not None and result.held is not None:
+            self._score(window_start, row)
+            trusted = np.array([r is None for r in result.reasons], dtype=bool)
+            self._issued[window_start] = (result.raw[:, :, q].copy(), result.held.copy(), trusted)
+            while self._issued and next(iter(self._issued)) < oldest:
+                self._issued.popitem(last=False)
+            result = self._chosen(result)
+        calibrated = self.bands.apply(result.values, self.streams.quantiles)
+        self._served[window_start] = calibrated[:, :, q].copy()
+        while self._served and next(iter(self._served)) < oldest:
+            self._served.popitem(last=False)
+        return dataclasses.replace(result, values=calibrated)
+
+    def _chosen(self, result: StepResult) -> StepResult:
+        """Persistence wherever it does better: everywhere while the pooled drift condition holds, else per
+        series and horizon where the model's recent RMSE there exceeds persistence's (``Choice``)."""
+        assert result.held is not None
+        n, horizons, nq = result.values.shape
+        persistence = np.repeat(result.held[:, None, None], horizons, 1).repeat(nq, 2)
         if self.drifting:
             why = (f"model worse than persistence on recent data (RMSE {self.rmse()[0]:.3g} vs {self.rmse()[1]:.3g} "
                    f"at {self.horizons_s[-1] / 60:g} min)")
-            persistence = np.repeat(result.held[:, None, None], result.values.shape[1], 1).repeat(result.values.shape[2], 2)
-            result = dataclasses.replace(result, values=persistence, reasons=[r if r is not None else why for r in result.reasons])
-        return result
+            return dataclasses.replace(result, values=persistence,
+                                       reasons=[r if r is not None else why for r in result.reasons])
+        worse = self.choice.worse(n)
+        trusted = np.array([r is None for r in result.reasons], dtype=bool)
+        self._persistence_at = {int(i): tuple(self.horizons_s[j] / 60 for j in np.flatnonzero(worse[i]))
+                                for i in np.flatnonzero(trusted & worse.any(axis=1) & ~worse.all(axis=1))}
+        if not (worse & trusted[:, None]).any():
+            return result
+        values = np.where(worse[:, :, None] & trusted[:, None, None], persistence, result.values)
+        reasons = list(result.reasons)
+        for i in np.flatnonzero(trusted & worse.all(axis=1)):
+            m, b = self.choice.rmse(int(i), -1)
+            reasons[i] = (f"model worse than persistence on this series' recent data (RMSE {m:.3g} vs {b:.3g} at "
+                          f"{self.horizons_s[-1] / 60:g} min)")
+        return dataclasses.replace(result, values=values, reasons=reasons)
+
+    def _calibrate(self, window_start: float, actual: np.ndarray) -> None:
+        """Score every forecast whose target is this window: the served p50 for the bands, the model's and
+        persistence's p50 for the choice between them."""
+        for j, h in enumerate(self.streams.horizons):
+            origin = window_start - h * self.step_s
+            served = self._served.get(origin)
+            if served is not None:
+                self.bands.add(j, actual[:len(served)] - served[:, j])
+            issued = self._issued.get(origin)
+            if issued is not None:
+                model, held, trusted = issued
+                a = actual[:len(held)]
+                self.choice.add(j, np.where(trusted, model[:, j] - a, np.nan), held - a)
 
     def rmse(self) -> tuple[float, float]:
         """Recent RMSE of (the model, persistence) at the longest horizon (NaN before any error)."""
@@ -209,14 +274,15 @@ class Server:
         if issued is None:
             return
         model, held, trusted = issued
-        n = len(model)
+        last = model[:, -1]
+        n = len(last)
         a = actual[:n]
         ok = trusted & np.isfinite(a)
         if not ok.any():
             return
         k = int(ok.sum())
         decay = self.drift_decay ** k
-        self.sq = self.sq * decay + np.array([np.sum((model[ok] - a[ok]) ** 2), np.sum((held[ok] - a[ok]) ** 2)])
+        self.sq = self.sq * decay + np.array([np.sum((last[ok] - a[ok]) ** 2), np.sum((held[ok] - a[ok]) ** 2)])
         self.weight = self.weight * decay + k
         self.scored += k
         if self.scored < self.drift_min_points:
@@ -238,8 +304,11 @@ class Server:
         any GPU of that model did."""
         return key[1] in (self.window_models if key[0] == "model" else nodes)
 
-    def _who(self, reason: str | None) -> tuple[str, str]:
+    def _who(self, reason: str | None, row: int = -1) -> tuple[str, str]:
         if reason is None:
+            at = self._persistence_at.get(row)
+            if at:
+                return "lstm", f"{self.model_label}; persistence at {', '.join(f'{h:g}' for h in at)} min"[:253]
             return "lstm", self.model_label
         why = self.unusable if (self.model is None and self.unusable) else reason
         return BASELINE, f"baseline: {why}"[:253]
@@ -265,7 +334,7 @@ class Server:
         for (kind, node, gpu), i in self.index.items():
             if not self._reported((kind, node, gpu), nodes):
                 continue
-            model, version = self._who(result.reasons[i])
+            model, version = self._who(result.reasons[i], i)
             path = self._path(result.values[i])
             if kind == "gpu":
                 gpu_groups.setdefault((node, model, version), []).append(
@@ -291,7 +360,7 @@ class Server:
         for (kind, node, gpu), i in self.index.items():
             if not self._reported((kind, node, gpu), nodes):
                 continue
-            model, version = self._who(result.reasons[i])
+            model, version = self._who(result.reasons[i], i)
             name = series_name((kind, node, gpu))
             for j, h in enumerate(self.horizons_s):
                 v = result.values[i, j]
@@ -309,7 +378,7 @@ class Server:
             if kind != "demand" or of != cluster:
                 continue
             labels = {"cluster": cluster} if queue == TOTAL_KEY else {"cluster": cluster, "queue": queue}
-            groups.setdefault(self._who(result.reasons[i]), []).append(
+            groups.setdefault(self._who(result.reasons[i], i), []).append(
                 DemandSeries(metric="gpus_requested", labels=labels, values=self._path(result.values[i])))
         common = self._common(issued_at, emitted_at, source)
         return [DemandPredicted(cluster=cluster, model=model, model_version=version, series=tuple(series), **common)
