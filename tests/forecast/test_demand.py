@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaware.forecast.demand import TOTAL, DemandBook
+from gpuaware.forecast.demand import TOTAL, DemandBook, class_key
 from gpuaware.schemas import PodPending
 
 
@@ -32,6 +32,17 @@ def test_repeats_and_requeues_are_counted_once() -> None:
     book.left("a", 4.5)  # a repeat of the finish
     book.pending("a", "q", 2.0, 5.0)  # a stale redelivery of the first pending, after the finish
     assert book.queues == {TOTAL: 0.0, "q": 0.0}
+
+
+def test_a_pod_counts_in_its_groups_too_once_and_until_it_leaves() -> None:
+    latency = class_key("latency-sensitive")
+    book = DemandBook()
+    book.pending("inf", "team-a", 0.5, 0.0, (latency,))
+    book.pending("inf", "team-a", 0.5, 1.0, (latency,))  # redelivered
+    book.pending("train", "team-a", 4.0, 2.0)
+    assert book.queues == {TOTAL: 4.5, "team-a": 4.5, latency: 0.5}  # the group is not added to the total
+    book.left("inf", 3.0)
+    assert book.queues == {TOTAL: 4.0, "team-a": 4.0, latency: 0.0}
 
 
 def test_unknown_pods_leaving_change_nothing() -> None:

@@ -83,10 +83,12 @@ class Recorder(ClusterClient):
                            DEMAND_PREDICTED: (DemandPredicted, self.demand)})
         return self
 
-    async def pending(self, uid: str, queue: str, gpus: int, minute: float, *, name: str = "") -> None:
+    async def pending(self, uid: str, queue: str, gpus: int, minute: float, *, name: str = "",
+                      priority_class: str = "") -> None:
         await bus.publish(self.js, PENDING, PodPending(  # the base subject, as the binder publishes
             source="binder/test", emitted_at=time.time(), cluster=self.cluster, pod_uid=uid, pod_name=name or uid,
-            namespace="default", submitted_at=T0 + 60 * minute, num_gpu=gpus, queue=queue))
+            namespace="default", submitted_at=T0 + 60 * minute, num_gpu=gpus, queue=queue,
+            priority_class=priority_class))
 
     async def finished(self, uid: str, minute: float, *, started: float | None = None, name: str = "") -> None:
         await bus.publish(self.js, FINISHED, PodFinished(
@@ -94,12 +96,13 @@ class Recorder(ClusterClient):
             namespace="default", outcome=PodOutcome.SUCCEEDED, finished_at=T0 + 60 * minute,
             started_at=None if started is None else T0 + 60 * started))
 
-    def demand_of(self, queue: str | None) -> list[tuple[float, str, float]]:
-        """(issued_at, model, p50 at the first step) of every demand forecast for ``queue`` (None: total)."""
+    def demand_of(self, queue: str | None, klass: str | None = None) -> list[tuple[float, str, float]]:
+        """(issued_at, model, p50 at the first step) of every demand forecast for ``queue`` (None: total,
+        or the group of classes ``klass``)."""
         out = []
         for ev in self.demand:
             for s in ev.series:
-                if s.metric == "gpus_requested" and s.labels.get("queue") == queue:
+                if s.metric == "gpus_requested" and s.labels.get("queue") == queue and s.labels.get("class") == klass:
                     out.append((ev.issued_at, ev.model, s.values[0][0]))
         return sorted(out)
 

@@ -146,7 +146,7 @@ async def test_demand_per_queue_from_pod_events(nats_proc, fresh_database_url: s
         await rec.pending("a", "team-a", 4, 0.0)
         await rec.pending("b", "team-b", 2, 0.5)
         await rec.finished("a", 2.2)  # closes minutes 0 and 1 (a, b counted), then a leaves
-        await rec.pending("c", "team-b", 1, 3.1)  # closes minute 2 (b only)
+        await rec.pending("c", "team-b", 1, 3.1, priority_class="interactive")  # closes minute 2 (b only)
         await rec.pending("d", "team-b", 1, 11.5)  # closes minutes 3..10 (b and c)
         await eventually(lambda: len(rec.demand_of(None)) >= 11, what="eleven minutes of demand forecasts")
         total, team_a, team_b = rec.demand_of(None), rec.demand_of("team-a"), rec.demand_of("team-b")
@@ -154,9 +154,11 @@ async def test_demand_per_queue_from_pod_events(nats_proc, fresh_database_url: s
         assert [(t - T0, v) for t, _, v in total[:4]] == [(60.0, 6.0), (120.0, 6.0), (180.0, 2.0), (240.0, 3.0)]
         assert [v for _, _, v in team_a[:4]] == [4.0, 4.0, 0.0, 0.0]
         assert [v for _, _, v in team_b[:4]] == [2.0, 2.0, 2.0, 3.0]
+        # c is latency-sensitive: its own series from the minute it arrived, in neither queue's twice
+        assert [(t - T0, v) for t, _, v in rec.demand_of(None, "latency-sensitive")[:2]] == [(240.0, 1.0), (300.0, 1.0)]
         assert {m for _, m, _ in total} == {"persistence"}
         stats = svc.stats()
-        assert stats.demand_minutes == 11 and stats.demand_series == 3
+        assert stats.demand_minutes == 11 and stats.demand_series == 4
         assert stats.demand_unusable == "no 'demand' model in the registry"
     with psycopg.connect(fresh_database_url) as conn:
         rows = conn.execute("SELECT series, count(*) FROM forecast_points WHERE series LIKE 'demand/%%' "
@@ -164,7 +166,8 @@ async def test_demand_per_queue_from_pod_events(nats_proc, fresh_database_url: s
         # the 10-minute forecast issued at minute 0's end (6 GPUs held) against the demand 10 minutes later
         point = conn.execute("SELECT p50, actual FROM forecast_points WHERE series = %s AND horizon_s = 600 AND "
                              "issued_at = to_timestamp(%s)", (f"demand/{cluster}/*", T0 + 60.0)).fetchone()
-    assert rows == [(f"demand/{cluster}/*", 33), (f"demand/{cluster}/team-a", 33), (f"demand/{cluster}/team-b", 33)]
+    assert rows == [(f"demand/{cluster}/*", 33), (f"demand/{cluster}/class:latency-sensitive", 24),
+                    (f"demand/{cluster}/team-a", 33), (f"demand/{cluster}/team-b", 33)]
     assert point == (6.0, 3.0)
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "DEMAND_PREDICTED",
     "FORECAST_DURATION",
     "GPU_UTIL_PREDICTED",
+    "LATENCY_SENSITIVE",
     "DemandPredicted",
     "DemandSeries",
     "DurationReply",
@@ -47,6 +48,9 @@ __all__ = [
 DEMAND_PREDICTED = "forecast.demand.predicted.v1"
 GPU_UTIL_PREDICTED = "forecast.gpu.predicted.v1"
 FORECAST_DURATION = "forecasting.duration"
+LATENCY_SENSITIVE = "latency-sensitive"
+"""``DemandSeries.labels["class"]`` of the demand of the pods someone waits for (the forecasting service's
+latency-sensitive priority classes): the series placement keeps head-room for"""
 
 Quantile = Annotated[float, Meta(gt=0, lt=1)]
 Values = tuple[tuple[float, ...], ...]

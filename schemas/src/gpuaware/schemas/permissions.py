@@ -266,8 +266,8 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                            subscribe=_dedupe([_inbox(identity), *_micro(identity, OPERATIONAL_ENDPOINTS[identity])]),
                            allow_responses=True)
     if identity == PLACEMENT_ID:
-        followed = [NODE_INVENTORY, GPU_ROLLED_UP, GPU_STATE_CHANGED, GPU_SCORED, GPU_UTIL_PREDICTED, POD_BOUND,
-                    POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, PLACEMENT_DECIDED, POD_UNSCHEDULABLE]
+        followed = [NODE_INVENTORY, GPU_ROLLED_UP, GPU_STATE_CHANGED, GPU_SCORED, GPU_UTIL_PREDICTED, DEMAND_PREDICTED,
+                    POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, PLACEMENT_DECIDED, POD_UNSCHEDULABLE]
         consumed = [s for f in [*followed, POD_PENDING] for s in _event(f)]
         pub = [*_event(PLACEMENT_DECIDED), *_event(POD_UNSCHEDULABLE), *_event(PLACEMENT_EXPLAINED),
                QUOTA_ADMIT, WORLD_SNAPSHOT, FORECAST_DURATION, *_js_base(),

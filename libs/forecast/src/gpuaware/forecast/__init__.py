@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from gpuaware.forecast.accuracy import rmse, smape
 from gpuaware.forecast.baselines import BASELINES
 from gpuaware.forecast.calibration import Band, Bands, band, coverage, coverage_counts
-from gpuaware.forecast.demand import DemandBook, DemandRow
+from gpuaware.forecast.demand import CLASS_PREFIX, LATENCY_SENSITIVE, DemandBook, DemandRow, class_key
 from gpuaware.forecast.duration import DurationPredictor, Fingerprint, evaluate_philly, fingerprint
 from gpuaware.forecast.registry import (
     RegistryEntry,
@@ -60,6 +60,8 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "BASELINES",
+    "CLASS_PREFIX",
+    "LATENCY_SENSITIVE",
     "Band",
     "Bands",
     "Choice",
@@ -78,6 +80,7 @@ __all__ = [
     "Streams",
     "band",
     "choose",
+    "class_key",
     "combine",
     "config_for",
     "coverage",

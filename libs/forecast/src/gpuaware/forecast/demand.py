@@ -9,6 +9,10 @@ pod). Times are
 the events' own (``submitted_at``, ``bound_at``, ``finished_at``, ``preempted_at``, ``failed_at``),
 so a digital twin's accelerated clock gives virtual minutes and a real cluster wall-clock ones.
 
+A pod may count under groups besides its queue (``pending(..., groups=...)``): the service keeps the
+latency-sensitive classes' demand this way (``class_key``), the series placement keeps head-room
+for. Group keys start with ``class:``, which no queue name (a DNS label) can.
+
 ``DemandBook.advance(t)`` closes every minute that ended by ``t`` and returns one row per closed
 minute: the demand of every queue known so far and the cluster's total. Between events demand is a
 known constant, not a gap, so a quiet hour yields sixty equal minutes; a jump longer than
@@ -22,10 +26,18 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["TOTAL", "DemandBook", "DemandRow"]
+from gpuaware.schemas import LATENCY_SENSITIVE
+
+__all__ = ["CLASS_PREFIX", "LATENCY_SENSITIVE", "TOTAL", "DemandBook", "DemandRow", "class_key"]
 
 TOTAL = ""
 """the queue key of the cluster's total"""
+CLASS_PREFIX = "class:"
+"""the key of a group of pods counted besides their queues (``class:latency-sensitive``)"""
+
+
+def class_key(name: str) -> str:
+    return f"{CLASS_PREFIX}{name}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +52,7 @@ class DemandRow:
 class _Pod:
     queue: str
     gpus: float
+    groups: tuple[str, ...] = ()
 
 
 class DemandBook:
@@ -57,15 +70,16 @@ class DemandBook:
 
     # -- events -------------------------------------------------------------------------------------
 
-    def pending(self, uid: str, queue: str, gpus: float, t: float) -> list[DemandRow]:
+    def pending(self, uid: str, queue: str, gpus: float, t: float, groups: tuple[str, ...] = ()) -> list[DemandRow]:
+        """The pod asks for ``gpus`` from ``t`` on, counted in ``queue``, the total and each of ``groups``."""
         rows = self.advance(t)
         if gpus <= 0 or uid in self.gone:
             return rows
         old = self.pods.get(uid)
         if old is not None:  # a repeat, or a requeued attempt: counted once
-            self._add(old.queue, -old.gpus)
-        self.pods[uid] = _Pod(queue, gpus)
-        self._add(queue, gpus)
+            self._add(old, -1.0)
+        pod = self.pods[uid] = _Pod(queue, gpus, groups)
+        self._add(pod, 1.0)
         return rows
 
     def left(self, uid: str, t: float, *, requeued: bool = False) -> list[DemandRow]:
@@ -75,17 +89,18 @@ class DemandBook:
             return rows
         pod = self.pods.pop(uid, None)
         if pod is not None:
-            self._add(pod.queue, -pod.gpus)
+            self._add(pod, -1.0)
             self.gone.add(uid)
             if len(self.gone) > 4 * max(1024, len(self.pods)):  # only repeats need it; they come soon
                 self.gone.clear()
         return rows
 
-    def _add(self, queue: str, gpus: float) -> None:
-        self.queues[queue] = max(0.0, self.queues.get(queue, 0.0) + gpus)
-        self.queues[TOTAL] = max(0.0, self.queues[TOTAL] + gpus)
-        if abs(self.queues[queue]) < 1e-9:
-            self.queues[queue] = 0.0
+    def _add(self, pod: _Pod, sign: float) -> None:
+        for key in (pod.queue, *pod.groups):
+            self.queues[key] = max(0.0, self.queues.get(key, 0.0) + sign * pod.gpus)
+            if abs(self.queues[key]) < 1e-9:
+                self.queues[key] = 0.0
+        self.queues[TOTAL] = max(0.0, self.queues[TOTAL] + sign * pod.gpus)
 
     # -- minutes ------------------------------------------------------------------------------------
 

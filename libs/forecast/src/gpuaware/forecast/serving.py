@@ -54,7 +54,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from gpuaware.forecast.calibration import Bands
-from gpuaware.forecast.demand import TOTAL
+from gpuaware.forecast.demand import CLASS_PREFIX, TOTAL
 from gpuaware.forecast.runtime import StepResult, StreamingModel, Streams
 from gpuaware.forecast.selection import Choice
 from gpuaware.schemas import DemandPredicted, DemandSeries, GpuForecast, GpuUtilPredicted
@@ -371,13 +371,19 @@ class Server:
 
     def demand_events(self, result: StepResult, cluster: str, issued_at: float, emitted_at: float,
                       source: str) -> list[DemandPredicted]:
-        """One ``DemandPredicted`` per (model, version) with a series per queue (``labels`` ``queue``) and
-        the cluster's total (no ``queue`` label), metric ``gpus_requested`` (running + pending)."""
+        """One ``DemandPredicted`` per (model, version) with a series per queue (``labels`` ``queue``), per
+        group of classes (``labels`` ``class``, e.g. ``latency-sensitive``) and the cluster's total (neither
+        label), metric ``gpus_requested`` (running + pending)."""
         groups: dict[tuple[str, str], list[DemandSeries]] = {}
         for (kind, of, queue), i in self.index.items():
             if kind != "demand" or of != cluster:
                 continue
-            labels = {"cluster": cluster} if queue == TOTAL_KEY else {"cluster": cluster, "queue": queue}
+            if queue == TOTAL_KEY:
+                labels = {"cluster": cluster}
+            elif queue.startswith(CLASS_PREFIX):
+                labels = {"cluster": cluster, "class": queue.removeprefix(CLASS_PREFIX)}
+            else:
+                labels = {"cluster": cluster, "queue": queue}
             groups.setdefault(self._who(result.reasons[i], i), []).append(
                 DemandSeries(metric="gpus_requested", labels=labels, values=self._path(result.values[i])))
         common = self._common(issued_at, emitted_at, source)

@@ -36,6 +36,7 @@ from gpuaware.placement.framework import (
     WholeGpuOnly,
 )
 from gpuaware.placement.gang import Gang
+from gpuaware.placement.headroom import ForecastHeadroom
 from gpuaware.placement.ledger import HOLDING, Ledger, Phase, PodEntry
 from gpuaware.placement.model import (
     GPU_CATALOG,
@@ -93,6 +94,7 @@ __all__ = [
     "Decided",
     "Decision",
     "FairShareOrder",
+    "ForecastHeadroom",
     "FilterPlugin",
     "FragModel",
     "FragState",

@@ -116,6 +116,10 @@ class PodRequest:
     job_preemptions: int = 0
     """times the pod's job was preempted before this pod existed (a controller's replacement pod has a
     new uid and attempt 0): the cap on preemptions per job counts these as well"""
+    priority_class: str = ""
+    """its PriorityClass name: the forecast head-room tells latency-sensitive classes by it"""
+    deferrable: bool = False
+    """it may start later than it could (a batch job's own word): the forecast head-room may hold it back"""
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -42,6 +42,8 @@ def park(entry: PodEntry, status: Status, *, publish: bool, refused: bool, ledge
         override = REFUSED_BY_BINDER if refused else None
     elif status.plugin == "gang":
         override = INSUFFICIENT_GPU
+    elif status.code == Code.DENIED:
+        override = status.reason  # a Permit plugin said why (the nodes alone would have fit it)
     if not publish and entry.phase in (Phase.PARKED, Phase.UNRESOLVABLE) \
             and (entry.phase == Phase.UNRESOLVABLE) == unresolvable and override in (None, entry.reason):
         return []  # a retry that changed nothing: no explanation computed, nothing published

@@ -59,6 +59,7 @@ SAMPLE_GRACE_S = 0.5
 """scaled time: how long (telemetry seconds) a window of samples stays open after it ends for the
 rest of an agent's scrape round to arrive"""
 UTIL, DEMAND = "util", "demand"
+LATENCY = forecast.class_key(forecast.LATENCY_SENSITIVE)
 POD_EVENTS = (bus.event_channel(PodPending), bus.event_channel(PodFinished),
               bus.event_channel(PodPreempted), bus.event_channel(PodBindFailed))
 
@@ -82,6 +83,7 @@ class ForecastService:
                         DEMAND: Server(None, "", unusable=f"no {settings.demand_model_name!r} model in the registry")}
         self.versions: dict[str, int | None] = {UTIL: None, DEMAND: None}
         self.book = DemandBook(step_s=60.0)
+        self.latency_classes = settings.latency_class_set()
         self.durations = DurationPredictor()
         self.jobs: dict[str, Fingerprint] = {}
         """pods seen pending and not gone yet: their fingerprint, learnt from when they finish"""
@@ -281,7 +283,8 @@ class ForecastService:
             return
         book = self.book
         if isinstance(ev, PodPending):
-            rows = book.pending(ev.pod_uid, ev.queue, ev.gpu_milli_total / 1000.0, ev.submitted_at)
+            groups = (LATENCY,) if ev.priority_class in self.latency_classes else ()
+            rows = book.pending(ev.pod_uid, ev.queue, ev.gpu_milli_total / 1000.0, ev.submitted_at, groups)
             self.jobs[ev.pod_uid] = job_fingerprint(ev.pod_name, ev.queue, "", ev.num_gpu)
         elif isinstance(ev, PodFinished):
             rows = book.left(ev.pod_uid, ev.finished_at)

@@ -7,6 +7,7 @@ Sample::
     GPUAWARE_FORECASTING_DEMAND_MODEL_NAME=demand  # demand per queue (trained on Helios VCs' demand)
     GPUAWARE_FORECASTING_RELOAD_S=30            # how often the registry is asked for a newer version
     GPUAWARE_FORECASTING_TIME_SCALE=1           # a digital twin's speed (its GPUs' seconds per second)
+    GPUAWARE_FORECASTING_LATENCY_CLASSES=inference-critical,interactive  # their demand: one more series
 
 Why ``time_scale``: a step of the per-GPU series is a minute of the GPUs' own time. Real GPUs live on
 their telemetry's clock, and the collector's one-minute rollups are those minutes. A digital twin
@@ -50,6 +51,12 @@ class ForecastingSettings(DatabaseSettings, frozen=True, kw_only=True):
     """the model is worse when its recent RMSE exceeds persistence's by this fraction"""
     time_scale: float = 1.0
     """seconds of the GPUs' own time per second of their telemetry's clock (1: real GPUs; a twin's speed)"""
+    latency_classes: str = "inference-critical,interactive"
+    """comma-separated priority classes whose pods someone waits for: their demand is forecast as one more
+    series (``labels`` ``{"class": "latency-sensitive"}``), the one placement keeps head-room for"""
+
+    def latency_class_set(self) -> frozenset[str]:
+        return frozenset(c.strip() for c in self.latency_classes.split(",") if c.strip())
 
     def __post_init__(self) -> None:
         self.require_positive("reload_s", "flush_s", "db_timeout_s", "time_scale")

@@ -169,7 +169,7 @@ def pod_request(p: PodPending, models: Mapping[str, GpuModel] | None = None,
         gang_id=p.gang_id or "", gang_min_members=p.gang_min_members if p.gang_id else 0,
         gang_max_members=p.gang_max_members if p.gang_id else 0,
         topology=_TOPOLOGY.get(p.topology, ""), checkpointable=p.checkpointable,
-        job_preemptions=p.job_preemptions)
+        job_preemptions=p.job_preemptions, priority_class=p.priority_class, deferrable=p.deferrable)
 
 
 def slices(pod: PodRequest, gpus: tuple[GpuInfo, ...], slots: Iterable[int], mig_profile: str | None) -> tuple[GpuSlice, ...]:

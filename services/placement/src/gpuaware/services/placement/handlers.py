@@ -3,7 +3,7 @@
     every instance                              the leader only (one per cluster, NATS KV lease)
     follow telemetry.node.inventory.v1[.>]      consume binder.pod.pending.v1 (durable, batches)
     follow health.gpu.state_changed.v1[.>]        -> decide -> publish decisions (pipelined, then
-    follow forecast.gpu.predicted.v1[.>]             ack the batch once the stream stored them)
+    follow forecast.{gpu,demand}.predicted.v1[.>] ack the batch once the stream stored them)
     follow binder.pod.{bound,bind_failed,       retry parked pods when capacity is freed
            preempted,finished}.v1[.>]
     follow placement.pod.{decided,unschedulable}.v1[.>]   (what the leader, or a previous one, did)
@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuaware import bus
-from gpuaware.placement import SignalEffect, warm_up
+from gpuaware.placement import ForecastHeadroom, SignalEffect, warm_up
 from gpuaware.runtime import ServiceContext
 from gpuaware.schemas import (
     ALERTS,
@@ -46,6 +46,7 @@ from gpuaware.services.placement.channels import (
     BIND_FAILED,
     BOUND,
     DECIDED,
+    DEMAND_FORECASTS,
     FINISHED,
     FORECASTS,
     HEALTH,
@@ -90,6 +91,9 @@ class PlacementService:
         typical = convert.typical_from_file(s.typical_pods_file) if s.typical_pods_file else None
         self.forecast_effect = SignalEffect("forecast")
         """how often the forecasts decided a placement (exported as gpuaware_placement_forecast_*)"""
+        self.headroom = (ForecastHeadroom(s.latency_class_set, s.headroom_horizon_s) if s.forecast_headroom
+                         else None)
+        """the latency-sensitive classes' forecast demand kept free (None: switched off)"""
         self.state = PlacementState(
             cluster_name=s.cluster, source=self.source, policy_name=s.policy_name, policy_config=s.policy_config,
             typical=typical, learn_typical=typical is None, typical_min_pods=s.typical_min_pods,
@@ -99,13 +103,16 @@ class PlacementService:
             victim_min_run_s=s.victim_min_run_s, victim_max_requeues=s.victim_max_requeues or None,
             resize_hold_s=s.resize_hold_s, checkpoint_grace_s=s.checkpoint_grace_s,
             extra_filters=partition_filters(s.quota_tree),
-            max_reservations=s.reservations, observers=(self.forecast_effect,), permits=(AdmittedAndStored(),))
+            max_reservations=s.reservations, observers=(self.forecast_effect,),
+            permits=(*((self.headroom,) if self.headroom is not None else ()), AdmittedAndStored()))
         st = self.state
         self._appliers: dict[type[Any], tuple[Callable[[Any], bool | None], bool]] = {
             channel.type: (apply, frees) for channel, apply, frees in (
                 (INVENTORY, st.apply_inventory, True), (HEALTH, st.apply_health, True),
                 (SCORED, st.apply_scored, False), (ROLLUPS, st.apply_rollup, False),
-                (FORECASTS, st.apply_forecast, False), (BOUND, st.apply_bound, False),
+                (FORECASTS, st.apply_forecast, False),
+                (DEMAND_FORECASTS, lambda ev: st.apply_demand_forecast(ev, self.headroom), True),
+                (BOUND, st.apply_bound, False),
                 (BIND_FAILED, st.apply_bind_failed, True), (PREEMPTED, st.apply_preempted, True),
                 (FINISHED, st.apply_finished, True), (DECIDED, st.apply_decided, False),
                 (UNSCHEDULABLE, st.apply_unschedulable, False))}
@@ -161,8 +168,8 @@ class PlacementService:
             # thermal and power: the latest one-minute rollup of each node, then each new one
             await bus.follow(self.js, [ROLLUPS], self._on_event, stream=TELEMETRY.name,
                              deliver="last_per_subject", with_suffixes=True, name="placement-rollups"),
-            await bus.follow(self.js, [FORECASTS], self._on_event, stream=FORECAST.name, deliver="new",
-                             with_suffixes=True, name="placement-forecast"),
+            await bus.follow(self.js, [FORECASTS, DEMAND_FORECASTS], self._on_event, stream=FORECAST.name,
+                             deliver="new", with_suffixes=True, name="placement-forecast"),
             await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED], self._on_event, stream=BINDER.name,
                              with_suffixes=True, name="placement-binder"),
             await bus.follow(self.js, [DECIDED, UNSCHEDULABLE], self._on_event, stream=PLACEMENT.name,

@@ -141,6 +141,14 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     reservations: int = 0
     """fair-share: nodes held at once for starved tenants' pods wider than one GPU, others backfilling
     them only with pods predicted to end first (EASY). Off by default."""
+    forecast_headroom: bool = True
+    """keep free the latency-sensitive classes' forecast demand (the p90's peak over ``headroom_horizon_s``
+    less what they hold), holding back deferrable or checkpointable pods only (``ForecastHeadroom``)"""
+    headroom_horizon_s: float = 1800.0
+    """how far ahead (the pod events' own time) the head-room looks"""
+    latency_classes: str = "inference-critical,interactive"
+    """comma-separated priority classes never held back, whose demand the head-room is kept for (the
+    forecasting service's setting of the same name must match)"""
     duration_timeout_s: float = 1.0
     checkpoint_grace_s: float = 60.0
     """how long (world time) a victim that can checkpoint is given to do so before it is evicted"""
@@ -183,6 +191,8 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
         if self.queue_order not in orders:
             raise SettingsError(f"GPUAWARE_PLACEMENT_QUEUE_ORDER must be one of {', '.join(orders)}, "
                                 f"not {self.queue_order!r}")
+        if self.headroom_horizon_s <= 0:
+            raise SettingsError("GPUAWARE_PLACEMENT_HEADROOM_HORIZON_S must be > 0")
         if self.victim_min_run_s < 0 or self.victim_max_requeues < 0 or self.resize_hold_s < 0:
             raise SettingsError("GPUAWARE_PLACEMENT_VICTIM_MIN_RUN_S, _VICTIM_MAX_REQUEUES and _RESIZE_HOLD_S "
                                 "must be >= 0")
@@ -217,6 +227,10 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
         if self.queue_sort is not None:
             config.setdefault("queue_sort", self.queue_sort)
         return config
+
+    @property
+    def latency_class_set(self) -> frozenset[str]:
+        return frozenset(c.strip() for c in self.latency_classes.split(",") if c.strip())
 
     @property
     def durable(self) -> str:

@@ -41,6 +41,7 @@ from gpuaware.placement import (
     PodRequest,
     RequestError,
     TypicalPods,
+    ForecastHeadroom,
     decision_id,
 )
 from gpuaware.placement import Decided as Placed
@@ -206,6 +207,22 @@ class PlacementState:
             if slot is not None and g.values[q]:
                 changed |= self.ledger.set_gpu_forecast(ev.node, slot, max(g.values[q]) / 100.0, ev.issued_at)
         return changed
+
+    def apply_demand_forecast(self, ev: schemas.DemandPredicted, headroom: ForecastHeadroom | None) -> bool:
+        """The latency-sensitive classes' demand forecast: ``headroom`` keeps free its p90 (the quantile
+        nearest 0.9) peak over its horizon less what those classes hold now. True when the room shrank
+        (pods it held back may fit now)."""
+        if ev.cluster != self.cluster_name or headroom is None:
+            return False
+        series = next((s for s in ev.series if s.metric == "gpus_requested"
+                       and s.labels.get("class") == schemas.LATENCY_SENSITIVE), None)
+        if series is None or not ev.quantiles:
+            return False
+        q = min(range(len(ev.quantiles)), key=lambda i: abs(ev.quantiles[i] - 0.9))
+        # demand forecasts run on the pod events' own clock (a twin's virtual one): the horizon is on it
+        within = [v for k, v in enumerate(series.values[q]) if ev.start + k * ev.step_s <= ev.issued_at + headroom.horizon_s]
+        peak = max(within or series.values[q][:1] or [0.0])
+        return headroom.update(peak, headroom.held_by_classes(self.ledger))
 
     def apply_scored(self, ev: schemas.GpuScored) -> bool:
         """A GPU's health score (0..100) for the health score plugin (its state comes separately)."""
