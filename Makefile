@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv tools demo test test-chart-run test-faults fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-extender bench-fairness bench-soak clean up down
+.PHONY: venv tools demo test test-chart-run test-faults fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-energy bench-extender bench-fairness bench-soak clean up down
 
 venv: $(STAMP)
 
@@ -75,6 +75,9 @@ bench-health: $(STAMP)
 
 bench-forecast: $(STAMP)
 	$(PY) bench/forecast.py
+
+bench-energy: $(STAMP)
+	$(PY) bench/energy.py
 
 bench-fairness: $(STAMP)
 	$(PY) bench/fairness.py
