@@ -11,8 +11,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from gpuaware.cli.demo_analysis import analyse, compare, pod_records
-from gpuaware.cli.demo_config import VIRTUAL_EPOCH, DemoConfig, RunSpec, service_env
+from gpuaware.cli.demo_analysis import analyse, compare, forecast_ab, pod_records
+from gpuaware.cli.demo_config import NO_FORECASTS, VIRTUAL_EPOCH, DemoConfig, RunSpec, service_env
 from gpuaware.cli.demo_record import RunLog, RunResult, subject_key
 from gpuaware.cli.demo_report import write_html, write_plots
 from gpuaware.cli.processes import ProcessGroup, listed_process, service_built, service_command
@@ -241,8 +241,42 @@ def test_service_env_isolates_each_run_by_cluster(tmp_path: Path) -> None:
     assert env["placement"]["GPUAWARE_PLACEMENT_PREEMPTION"] == "false"  # stock Kubernetes: no preemption
     # the recorder stores this run's cluster only, through its own durables (deleted with the run's)
     assert env["recorder"]["GPUAWARE_RECORDER_CLUSTER"] == "demo-x-baseline"
+    assert env["placement"]["GPUAWARE_PLACEMENT_FORECAST_HEADROOM"] == "false"
     ours = service_env(_cfg(tmp_path), RunSpec("gpuaware", "GpuAware", "demo-x-gpuaware"), "nats://n", "pg://d")
     assert ours["placement"]["GPUAWARE_PLACEMENT_PREEMPTION"] == "true"
+    assert ours["placement"]["GPUAWARE_PLACEMENT_FORECAST_HEADROOM"] == "true"
+
+
+def test_the_forecast_ab_run_is_gpuaware_without_its_forecasts(tmp_path: Path) -> None:
+    from gpuaware.cli.demo import run_specs
+
+    cfg = dataclasses.replace(_cfg(tmp_path), forecast_ab=True)
+    specs = run_specs(cfg)
+    assert [s.label for s in specs] == ["gpuaware", "baseline", NO_FORECASTS]
+    assert [s.label for s in run_specs(dataclasses.replace(cfg, forecast_ab=False))] == ["gpuaware", "baseline"]
+    ours, ab = service_env(cfg, specs[0], "nats://n", "pg://d"), service_env(cfg, specs[2], "nats://n", "pg://d")
+    assert specs[2].policy == specs[0].policy and specs[2].ours and not specs[2].forecasts
+    for key in ("GPUAWARE_PLACEMENT_PREEMPTION", "GPUAWARE_PLACEMENT_QUEUE_ORDER", "GPUAWARE_PLACEMENT_SEED"):
+        assert ab["placement"][key] == ours["placement"][key], key  # the same gpuaware ...
+    assert ab["binder"]["GPUAWARE_BINDER_SEED"] == ours["binder"]["GPUAWARE_BINDER_SEED"]  # ... the same workload
+    assert ab["placement"]["GPUAWARE_PLACEMENT_FORECAST_HEADROOM"] == "false"  # ... without the forecasts
+    assert ab["placement"]["GPUAWARE_PLACEMENT_CLUSTER"] == f"{cfg.run_id}-{NO_FORECASTS}"
+
+
+def _ab_figures(p99: float | None, allocation: float) -> dict:
+    return {"queue_delay_s": {"latency_sensitive": {"n": 40.0, "p50": 1.0, "p99": p99, "mean": 2.0}},
+            "allocation": {"mean": allocation}}
+
+
+def test_forecast_ab_judges_the_p99_ratio_and_the_allocation_together() -> None:
+    met = forecast_ab(_ab_figures(60.0, 0.80), _ab_figures(100.0, 0.81))
+    assert met["p99_ratio"] == 0.6 and met["allocation_pp"] == -1.0 and met["met"] is True
+    costly = forecast_ab(_ab_figures(60.0, 0.75), _ab_figures(100.0, 0.81))  # 6 pp of allocation given up
+    assert costly["allocation_pp"] == -6.0 and costly["met"] is False
+    slow = forecast_ab(_ab_figures(90.0, 0.81), _ab_figures(100.0, 0.81))
+    assert slow["p99_ratio"] == 0.9 and slow["met"] is False
+    unknown = forecast_ab(_ab_figures(None, 0.81), _ab_figures(100.0, 0.81))
+    assert unknown["p99_ratio"] is None and unknown["met"] is None
 
 
 def test_each_service_gets_only_its_own_database_login(tmp_path: Path) -> None:
@@ -296,24 +330,26 @@ def test_the_demo_reads_placements_forecast_counters_from_their_metrics_and_says
     from prometheus_client import generate_latest
 
     from gpuaware.cli.demo_forecast import effect_line, placement_forecast_effect
-    from gpuaware.placement import SignalEffect
+    from gpuaware.placement import ForecastHeadroom, SignalEffect
     from gpuaware.runtime.metrics import ServiceMetrics
     from gpuaware.services.placement.metrics import placement_samples
 
-    def text(scored: int, changed: int, gpu_changed: int) -> str:
+    def text(scored: int, changed: int, gpu_changed: int, held_back: int = 0) -> str:
         summary = {"pods": {"pending": 1}, "gpu_milli_used": 0, "gpu_milli_total": 8000,
                    "counters": {"decided": scored, "unschedulable": 0, "victims_planned": 0, "fair_reclaims": 0}}
         effect = SignalEffect("forecast", scored=scored, changed=changed, gpu_changed=gpu_changed)
+        headroom = ForecastHeadroom(frozenset({"interactive"}))
+        headroom.held_back = held_back
         service = SimpleNamespace(leading=True, state=SimpleNamespace(summary=lambda: summary),
-                                  durations=SimpleNamespace(answered=0), forecast_effect=effect)
+                                  durations=SimpleNamespace(answered=0), forecast_effect=effect, headroom=headroom)
         metrics = ServiceMetrics("placement", "test", "c", "p1")
         metrics.source(lambda: placement_samples(service))
         return generate_latest(metrics.registry).decode()
 
-    effect = placement_forecast_effect([text(300, 4, 11), text(155, 1, 7)])
-    assert effect == {"scored": 455, "changed": 5, "gpu_changed": 18, "instances": 2}
+    effect = placement_forecast_effect([text(300, 4, 11, 6), text(155, 1, 7, 3)])
+    assert effect == {"scored": 455, "changed": 5, "gpu_changed": 18, "headroom_held_back": 9, "instances": 2}
     line = effect_line(effect, {})
-    assert "455 decisions" in line and "node of 5" in line and "GPUs of 18" in line
+    assert "455 decisions" in line and "node of 5" in line and "GPUs of 18" in line and "held back 9" in line
     none = placement_forecast_effect([text(0, 0, 0)])
     assert "no decision was made while per-GPU forecasts existed (0 utilisation windows" in effect_line(
         none, {"windows": 0})

@@ -28,7 +28,7 @@ def test_persistence_on_a_noisy_series_gets_a_p90_that_covers_about_ninety_perce
     horizon = 30  # minutes: index 1 of (10, 30, 60)
     hits = between = n = 0
     for k in range(3000, 6000 - horizon):
-        p10, p50, p90 = issued[k][1][1]
+        p10, _p50, p90 = issued[k][1][1]
         actual = values[k + horizon]
         hits += actual <= p90
         between += p10 <= actual <= p90
@@ -63,7 +63,7 @@ def test_the_error_window_forgets_an_old_regime() -> None:
 
 def test_choice_sets_the_model_aside_only_where_it_is_worse_with_enough_points() -> None:
     choice = Choice(horizons=2, halflife=50, min_points=10)
-    for k in range(9):
+    for _ in range(9):
         # series 0: the model errs by 3, persistence by 1 at both horizons; series 1: the reverse
         choice.add(0, np.array([3.0, 1.0]), np.array([1.0, 3.0]))
         choice.add(1, np.array([3.0, np.nan]), np.array([1.0, 3.0]))  # series 1 not scored at horizon 1

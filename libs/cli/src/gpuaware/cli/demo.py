@@ -47,8 +47,8 @@ import typer
 from rich.table import Table
 
 from gpuaware import bus, tsdb
-from gpuaware.cli.demo_analysis import busiest_window, rebuild_workload
-from gpuaware.cli.demo_config import DemoConfig, Interrupted, RunSpec, nats_admin, nats_login
+from gpuaware.cli.demo_analysis import busiest_window, forecast_ab, rebuild_workload
+from gpuaware.cli.demo_config import NO_FORECASTS, DemoConfig, Interrupted, RunSpec, nats_admin, nats_login
 from gpuaware.cli.demo_console import LiveView, console, print_report, with_live
 from gpuaware.cli.demo_record import RunResult, SubjectCounter
 from gpuaware.cli.demo_report import (
@@ -125,6 +125,9 @@ def demo(
                                           "jobs are elastic (they run on half to all of their GPUs, shrink "
                                           "before they stop and grow into idle GPUs); --no-elastic keeps "
                                           "every job at its fixed width.")] = True,
+    forecast_ab: Annotated[bool, typer.Option("--forecast-ab/--no-forecast-ab", help="Replay the workload a third "
+                                              "time: gpuaware without its forecasts (same seed and faults), and "
+                                              "report what the forecasts changed.")] = True,
 ) -> None:
     """Start the stack and the services, replay a workload on the digital twin with gpuaware and with
     stock-Kubernetes placement, and report what gpuaware buys."""
@@ -136,7 +139,7 @@ def demo(
     try:
         _demo_command(started, duration, trace, nodes, speed, window_h, load, seed, max_pods, slo_s, out,
                       keep_running, data_dir, nats_port, pg_port, ticks, kill_leader_at, auth, forecast_train_s,
-                      elastic)
+                      elastic, forecast_ab)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -145,7 +148,8 @@ def demo(
 def _demo_command(started: float, duration: float, trace: str, nodes: str, speed: float, window_h: float,
                   load: float, seed: int, max_pods: int, slo_s: float, out: Path, keep_running: bool,
                   data_dir: Path, nats_port: int, pg_port: int, ticks: int, kill_leader_at: float = 0.0,
-                  auth: bool = False, forecast_train_s: float = 0.0, elastic: bool = True) -> None:
+                  auth: bool = False, forecast_train_s: float = 0.0, elastic: bool = True,
+                  forecast_ab: bool = False) -> None:
     if trace not in ("generator", "openb", "philly"):
         raise typer.BadParameter("--trace must be generator, openb or philly")
     if not (nodes in ("default", "openb") or nodes.isdigit()):
@@ -156,7 +160,7 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
     try:
         with console.status("starting NATS (JetStream) and PostgreSQL"):
             stack = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth,
-                             auth_clusters=[f"{run_id}-gpuaware", f"{run_id}-baseline"])
+                             auth_clusters=[f"{run_id}-{label}" for label in ("gpuaware", "baseline", NO_FORECASTS)])
             credentials = _demo_credentials(stack, data_dir)
             # the chart's provisioning, run as the chart runs it: streams as admin, migrations and each
             # service's login role as the owner; every service then logs in as its own role
@@ -182,7 +186,8 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
                              default_nodes=16, load=load, seed=seed, max_pods=max_pods, slo_s=slo_s,
                              shared_data=os.environ.get("GPUAWARE_SHARED_DATA", ""),
                              kill_leader_at_s=kill_leader_at, own_nats=not stack.state.nats_external,
-                             nats_credentials=credentials, database_urls=databases, elastic=elastic)
+                             nats_credentials=credentials, database_urls=databases, elastic=elastic,
+                             forecast_ab=forecast_ab and service_built("gpuaware.services.forecasting"))
             if service_built("gpuaware.services.forecasting"):
                 from gpuaware.cli.demo_forecast import ensure_demand_model
                 from gpuaware.sim import shared_data_dir
@@ -359,6 +364,15 @@ async def _demo(cfg: DemoConfig, nats_url: str, database_url: str, started: floa
                 await keeper
 
 
+def run_specs(cfg: DemoConfig) -> list[RunSpec]:
+    """gpuaware, stock Kubernetes, and (the forecast A/B) gpuaware again without its forecasts."""
+    specs = [RunSpec("gpuaware", DEFAULT_PROFILE, f"{cfg.run_id}-gpuaware"),
+             RunSpec("baseline", KUBE_DEFAULT, f"{cfg.run_id}-baseline")]
+    if cfg.forecast_ab:
+        specs.append(RunSpec(NO_FORECASTS, DEFAULT_PROFILE, f"{cfg.run_id}-{NO_FORECASTS}", forecasts=False))
+    return specs
+
+
 async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started: float) -> bool:
     services = built_services()
     missing = [s for s in ("placement", "binder") if not services[s]]
@@ -389,8 +403,7 @@ async def _demo_runs(cfg: DemoConfig, nats_url: str, database_url: str, started:
                     telemetry = await _start_telemetry(cfg, procs, nats_url, database_url)
                     report["telemetry"] = telemetry
                     view = LiveView(cfg, counter)
-                    for spec in (RunSpec("gpuaware", DEFAULT_PROFILE, f"{cfg.run_id}-gpuaware"),
-                                 RunSpec("baseline", KUBE_DEFAULT, f"{cfg.run_id}-baseline")):
+                    for spec in run_specs(cfg):
                         console.rule(f"run: {spec.label} — placement policy {spec.policy}, cluster {spec.cluster}")
                         results[spec.label] = await with_live(view, functools.partial(
                             run_once, cfg, spec, nc=nc, nats_url=nats_url, database_url=database_url, pool=pool,
@@ -416,6 +429,10 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
     workload = rebuild_workload(cfg)
     runs, full = analyse_runs(cfg, results, workload, report.get("telemetry", {}))
     summarise(cfg, report, results, runs, services, started)
+    if NO_FORECASTS in runs:
+        report["forecast_ab"] = forecast_ab(runs["gpuaware"], runs[NO_FORECASTS])
+        effect = (results["gpuaware"].forecast or {}).get("placement") or {}
+        report["forecast_ab"]["held_back_by_headroom"] = effect.get("headroom_held_back")
     a, b = runs["gpuaware"], runs["baseline"]
     for label, r in results.items():
         write_pods_csv(cfg.out / f"pods-{label}.csv", r, workload)

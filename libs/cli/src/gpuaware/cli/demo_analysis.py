@@ -40,10 +40,26 @@ from gpuaware.sim import (
     victim_costs,
 )
 
-__all__ = ["IN_FLIGHT_S", "SLOWDOWN_IS", "analyse", "busiest_window", "compare", "fair_share_hourly",
-           "health_figures", "job_shapes", "pod_records", "rebuild_workload", "victims", "virtual_clock"]
+__all__ = [
+    "IN_FLIGHT_S",
+    "LATENCY_SENSITIVE_CLASSES",
+    "SLOWDOWN_IS",
+    "analyse",
+    "busiest_window",
+    "compare",
+    "fair_share_hourly",
+    "forecast_ab",
+    "health_figures",
+    "job_shapes",
+    "pod_records",
+    "rebuild_workload",
+    "victims",
+    "virtual_clock",
+]
 
 SLO_CLASS = "inference"
+LATENCY_SENSITIVE_CLASSES = ("inference", "interactive")
+"""the workload classes someone waits for (the priority classes placement's forecast head-room serves)"""
 
 
 def rebuild_workload(cfg: DemoConfig, *, whole_trace: bool = False) -> dict[str, SimPod]:
@@ -180,6 +196,8 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
                        "peak": _clean(max((s.allocated for s in in_window), default=0.0)),
                        "fractional_bound": fractional, "fractional_on_shared_gpu": shared},
         "queue_delay_s": {"all": {k: _clean(v) for k, v in delay_stats(delays).items()},
+                          "latency_sensitive": {k: _clean(v) for k, v in delay_stats(queue_delays(
+                              [r for r in records if r.klass in LATENCY_SENSITIVE_CLASSES], horizon)).items()},
                           "by_class": {c: {k: _clean(v) for k, v in st.items()}
                                        for c, st in delays_by_class(records, horizon).items()}},
         "jct_s": {**{k: _clean(v) for k, v in delay_stats(jcts).items()}, "finished": len(jcts),
@@ -451,3 +469,31 @@ def compare(ours: RunResult, base: RunResult, a: dict[str, Any], b: dict[str, An
         "gpuaware_beats_baseline": ours_alloc > base_alloc,
         "victims_jct_over_baseline_jct": _victims_against(ours, base),
     }
+
+
+FORECAST_AB_DELAY_GOAL = 0.8
+"""with forecasts, the latency-sensitive classes' p99 queue delay at most this share of the one without"""
+FORECAST_AB_ALLOCATION_PP = 2.0
+"""... at an allocation within this many percentage points"""
+
+
+def forecast_ab(with_: Mapping[str, Any], without: Mapping[str, Any]) -> dict[str, Any]:
+    """gpuaware's run against the same run without its forecasts (``analyse``'s figures of each): the
+    latency-sensitive classes' p99 queue delay, the allocation, and whether each goal was met (None
+    where a figure is missing)."""
+    def figures(a: Mapping[str, Any]) -> dict[str, Any]:
+        ls = a["queue_delay_s"]["latency_sensitive"]
+        return {"latency_sensitive_p99_s": ls.get("p99"), "latency_sensitive_pods": ls.get("n"),
+                "allocation_mean": a["allocation"]["mean"]}
+
+    on, off = figures(with_), figures(without)
+    p_on, p_off = on["latency_sensitive_p99_s"], off["latency_sensitive_p99_s"]
+    ratio = p_on / p_off if p_on is not None and p_off else None
+    a_on, a_off = on["allocation_mean"], off["allocation_mean"]
+    pp = (a_on - a_off) * 100.0 if a_on is not None and a_off is not None else None
+    return {"with_forecasts": on, "without_forecasts": off,
+            "p99_ratio": None if ratio is None else round(ratio, 3),
+            "allocation_pp": None if pp is None else round(pp, 2),
+            "goals": {"p99_ratio_at_most": FORECAST_AB_DELAY_GOAL, "allocation_pp_within": FORECAST_AB_ALLOCATION_PP},
+            "met": None if ratio is None or pp is None
+            else ratio <= FORECAST_AB_DELAY_GOAL and abs(pp) <= FORECAST_AB_ALLOCATION_PP}

@@ -22,7 +22,7 @@ from gpuaware.schemas import (
 )
 from gpuaware.sim import EccSpec, FaultSpec, ThermalSpec, XidSpec, encode_faults
 
-__all__ = ["SOURCE", "VIRTUAL_EPOCH", "DemoConfig", "FaultPlan", "Interrupted", "RunSpec", "demo_nodes",
+__all__ = ["NO_FORECASTS", "SOURCE", "VIRTUAL_EPOCH", "DemoConfig", "FaultPlan", "Interrupted", "RunSpec", "demo_nodes",
            "nats_admin", "nats_login", "plan_faults", "service_env"]
 
 SOURCE = "gpuaware-demo"
@@ -65,6 +65,9 @@ class DemoConfig:
     seconds into the gpuaware run (0: no drill)"""
     health: bool = True
     """gpuaware run: health-scoring scores the twin's GPUs, and faults are injected into three of them"""
+    forecast_ab: bool = False
+    """run gpuaware a second time without its forecasts (same workload, seed and faults): the A/B the
+    report compares"""
     elastic: bool = True
     """generator: half of the multi-GPU training jobs are elastic (``gpuaware.sim.workload_gen``); False:
     every job keeps its fixed shape"""
@@ -91,12 +94,23 @@ class DemoConfig:
         return int(self.nodes) if self.nodes.isdigit() else self.default_nodes
 
 
+NO_FORECASTS = "no-forecasts"
+"""the label of the A/B run: gpuaware as in its own run, without the forecasting service"""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     label: str
-    """``gpuaware`` or ``baseline``"""
+    """``gpuaware``, ``baseline`` or ``no-forecasts`` (``NO_FORECASTS``)"""
     policy: str
     cluster: str
+    forecasts: bool = True
+    """the forecasting service runs and placement acts on its forecasts (the A/B run: False)"""
+
+    @property
+    def ours(self) -> bool:
+        """gpuaware's services decide (every run but stock Kubernetes' baseline)"""
+        return self.label != "baseline"
 
 
 @dataclass(frozen=True)
@@ -215,12 +229,14 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_PLACEMENT_SEED": str(cfg.seed), "GPUAWARE_PLACEMENT_WORLD_RETRY_S": "0.25",
         "GPUAWARE_PLACEMENT_LEASE_POLL_S": "0.1",
         # stock Kubernetes as the baseline runs it: no preemption (gpuaware preempts by priority)
-        "GPUAWARE_PLACEMENT_PREEMPTION": "false" if spec.label == "baseline" else "true",
+        "GPUAWARE_PLACEMENT_PREEMPTION": "true" if spec.ours else "false",
+        # the latency-sensitive classes' forecast demand kept free (nothing to act on without forecasts)
+        "GPUAWARE_PLACEMENT_FORECAST_HEADROOM": "true" if spec.ours and spec.forecasts else "false",
         # stock Kubernetes retries by priority then arrival; gpuaware by fair share, then shortest
         # predicted runtime (the forecasting service's predictor), a starved tenant reclaiming what
         # others run above their share once it ran 10 minutes (the world's, here the twin's, time),
         # and a tenant kept below its share taking turns (the service's default, `gpuaware.quota.turns`)
-        "GPUAWARE_PLACEMENT_QUEUE_ORDER": "priority" if spec.label == "baseline" else "fair-share",
+        "GPUAWARE_PLACEMENT_QUEUE_ORDER": "fair-share" if spec.ours else "priority",
         "GPUAWARE_PLACEMENT_RECLAIM_MIN_RUNTIME_S": "600",
     }
     if cfg.typical_pods_file:

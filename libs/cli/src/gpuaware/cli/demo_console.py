@@ -178,6 +178,9 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
             f.add_row(f"{h} min", str(v["points"]), str(v["rmse"]), str(v["persistence_rmse"]),
                       "n/a" if gain is None else f"{gain:+.1%}", str(v["p90_coverage"]))
         console.print(f)
+    ab = report.get("forecast_ab")
+    if ab:
+        console.print(forecast_ab_table(ab))
     inv = Table(title="invariants")
     inv.add_column("check")
     inv.add_column("")
@@ -202,6 +205,23 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
     console.print(f"report: {cfg.out / 'report.html'} (self-contained), {cfg.out / 'report.json'}; plots: "
                   + ", ".join(str(p) for p in plots) + f"; service logs: {cfg.out / 'logs'}")
     console.print(f"demo took {report['seconds']:.0f}s")
+
+
+def forecast_ab_table(ab: dict[str, Any]) -> Table:
+    """The forecast A/B: gpuaware with and without its forecasts on the same workload, seed and faults."""
+    on, off = ab["with_forecasts"], ab["without_forecasts"]
+    t = Table(title="forecasts on vs off (gpuaware twice: same workload, seed and faults)")
+    for col in ("", "with forecasts", "without", "goal"):
+        t.add_column(col, justify="left" if not col else "right")
+    p99 = ("n/a" if on["latency_sensitive_p99_s"] is None or off["latency_sensitive_p99_s"] is None
+           else f"{on['latency_sensitive_p99_s'] / 60:.1f} / {off['latency_sensitive_p99_s'] / 60:.1f}")
+    t.add_row("latency-sensitive classes' p99 queue delay (min)", *p99.split(" / ") if "/" in p99 else (p99, p99),
+              f"ratio {ab['p99_ratio']} <= {ab['goals']['p99_ratio_at_most']}")
+    t.add_row("allocation, time-weighted", f"{on['allocation_mean']}", f"{off['allocation_mean']}",
+              f"{ab['allocation_pp']} pp, within {ab['goals']['allocation_pp_within']}")
+    t.add_row("placements held back for the forecast head-room", str(ab.get("held_back_by_headroom")), "-", "")
+    t.add_row("goals met", "[green]yes[/green]" if ab["met"] else "[yellow]no[/yellow]", "", "")
+    return t
 
 
 def _mins(q: dict[str, Any]) -> str:

@@ -161,7 +161,8 @@ async def demand_accuracy(pool: Any, cluster: str, started_at: float) -> dict[st
 
 
 FORECAST_COUNTERS = {"gpuaware_placement_forecast_scored": "scored", "gpuaware_placement_forecast_changed": "changed",
-                     "gpuaware_placement_forecast_gpu_changed": "gpu_changed"}
+                     "gpuaware_placement_forecast_gpu_changed": "gpu_changed",
+                     "gpuaware_placement_headroom_held_back": "headroom_held_back"}
 
 
 def placement_forecast_effect(metrics_texts: list[str]) -> dict[str, Any]:
@@ -180,12 +181,14 @@ def effect_line(effect: dict[str, Any], stats: dict[str, Any]) -> str:
     """How often placement's forecast-headroom score changed a decision, or why it could not."""
     if not effect or not effect.get("instances"):
         return "placement's forecast counters unread"
+    held = (f"; the head-room kept for the latency-sensitive classes' forecast demand held back "
+            f"{effect.get('headroom_held_back', 0):,} placements of pods that could wait")
     if effect["scored"]:
         return (f"of the {effect['scored']:,} decisions made while per-GPU forecasts existed, the forecasts changed "
                 f"the node of {effect['changed']:,} (forecast-headroom score) and the GPUs of "
-                f"{effect.get('gpu_changed', 0):,} more (signal-aware GPU choice)")
+                f"{effect.get('gpu_changed', 0):,} more (signal-aware GPU choice){held}")
     return (f"no decision was made while per-GPU forecasts existed ({stats.get('windows', 0)} utilisation windows "
-            "forecast; the twin's GPUs are forecast from the telemetry agent's samples)")
+            f"forecast; the twin's GPUs are forecast from the telemetry agent's samples){held}")
 
 
 def describe(model: dict[str, Any], acc: dict[str, Any], effect: dict[str, Any] | None = None,

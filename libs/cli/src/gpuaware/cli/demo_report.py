@@ -301,6 +301,19 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
     parts.append("<h2>Invariants</h2><ul>" + "".join(
         f"<li class='{'ok' if ok else 'bad'}'>{'✔' if ok else '✘'} {html.escape(k)}</li>" for k, ok in inv.items())
         + "</ul>")
+    ab = report.get("forecast_ab")
+    if ab:
+        on, off = ab["with_forecasts"], ab["without_forecasts"]
+        parts.append("<h2>Forecasts on vs off</h2><p>gpuaware twice on the same workload, seed and faults, the "
+                     "second time without the forecasting service (no head-room kept for the latency-sensitive "
+                     "classes' forecast demand, no predicted runtimes, no per-GPU forecasts).</p>")
+        parts.append(_table(("", "with forecasts", "without", "goal"), [
+            ("latency-sensitive classes' p99 queue delay (s)", on["latency_sensitive_p99_s"],
+             off["latency_sensitive_p99_s"], f"ratio {_fmt(ab['p99_ratio'])} ≤ {ab['goals']['p99_ratio_at_most']}"),
+            ("allocation (time-weighted)", on["allocation_mean"], off["allocation_mean"],
+             f"{_fmt(ab['allocation_pp'])} pp, within {ab['goals']['allocation_pp_within']}"),
+            ("placements held back for the head-room", ab.get("held_back_by_headroom"), "-", ""),
+            ("goals met", "yes" if ab["met"] else "no", "", "")]))
     if a and b:
         rows = [
             ("allocation (asked compute held, time-weighted)", a["allocation"]["mean"], b["allocation"]["mean"]),

@@ -144,14 +144,14 @@ class _Run:
         self.run_log = RunLog(spec.cluster)
         self.followers: list[bus.Follower] = []
         gpuaware_run = spec.label == "gpuaware"
-        self.health_on = cfg.health and gpuaware_run and service_built("gpuaware.services.health_scoring")
+        self.health_on = cfg.health and spec.ours and service_built("gpuaware.services.health_scoring")
         self.plan = plan_faults(cfg, demo_nodes(cfg)) if self.health_on and cfg.telemetry else None
         self.health: dict[str, Any] = {"status": "not in this run" if not self.health_on else "not started"}
         self.alerting = DemoAlerting(cfg, spec) if self.health_on else None
         """Alertmanager and the alert bridge, beside health-scoring (``demo_alerts``)"""
         self.drill = cfg.kill_leader_at_s > 0 and gpuaware_run
-        self.forecast_on = gpuaware_run and service_built("gpuaware.services.forecasting")
-        self.quota_on = gpuaware_run and service_built("gpuaware.services.quota")
+        self.forecast_on = spec.ours and spec.forecasts and service_built("gpuaware.services.forecasting")
+        self.quota_on = spec.ours and service_built("gpuaware.services.quota")
         self.exporter_port = free_port() if cfg.telemetry else 0
         self.env = service_env(cfg, spec, nats_url, database_url, self.exporter_port,
                                self.plan.json() if self.plan else "")
@@ -494,7 +494,7 @@ class _Run:
                          chaos=self.chaos_done, forecast=await self._forecast_accuracy())
 
     async def _quota_summary(self) -> dict[str, Any]:
-        if not (self.spec.label == "gpuaware" and service_built("gpuaware.services.quota")):
+        if not self.quota_on:
             return {}
         from gpuaware.cli.quota import demo_summary
         try:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["NEAR", "PERSISTENCE", "Z", "Choice", "better", "choose", "combine", "parts"]
+__all__ = ["NEAR", "PERSISTENCE", "Choice", "Z", "better", "choose", "combine", "parts"]
 
 Z = 2.0
 """how many standard errors a clear winner's lower loss must stand (one-sided, about 98 %)"""

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from gpuaware.placement.cluster import Snapshot
 from gpuaware.placement.extensions import ALLOW, PermitVerdict
 from gpuaware.placement.framework import CycleState, Decision
-from gpuaware.placement.cluster import Snapshot
 from gpuaware.placement.ledger import HOLDING, PodEntry
 from gpuaware.placement.model import MILLI, PodRequest
 

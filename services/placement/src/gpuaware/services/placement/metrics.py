@@ -13,6 +13,9 @@ the pending -> decision latency observed as each decision leaves.
                                                    forecasts (the forecast-headroom score)
     gpuaware_placement_forecast_gpu_changed_total  of those, decisions on the same node whose GPUs would
                                                    differ without the forecasts (signal-aware GPU choice)
+    gpuaware_placement_headroom_held_back_total    placements the forecast head-room refused (pods that could wait)
+    gpuaware_placement_headroom_gpus{what}         the head-room: ``kept`` free now, ``forecast`` (the latency-
+                                                   sensitive classes' p90 peak), ``held`` (what they hold)
     gpuaware_placement_gpu_milli{state}            GPU compute in the view: used / total (thousandths)
     gpuaware_placement_decision_latency_seconds    histogram: the pending event's emission -> its decision sent
     gpuaware_placement_policy_objects_refused      Kubernetes mode: GPUPolicy objects whose generation is refused
@@ -53,6 +56,13 @@ def placement_samples(service: Any) -> Iterable[Sample]:
                   "decisions whose node would differ without the forecast-headroom score", effect.changed)
     yield counter("gpuaware_placement_forecast_gpu_changed",
                   "decisions on the same node whose GPUs would differ without the forecasts", effect.gpu_changed)
+    headroom = service.headroom  # a gpuaware.placement.ForecastHeadroom, or None when switched off
+    if headroom is not None:
+        yield counter("gpuaware_placement_headroom_held_back", "placements the forecast head-room refused",
+                      headroom.held_back)
+        for what, gpus in (("kept", headroom.room_milli / 1000), ("forecast", headroom.forecast_gpus),
+                           ("held", headroom.held_milli / 1000)):
+            yield gauge("gpuaware_placement_headroom_gpus", "the forecast head-room, GPUs", gpus, what=what)
     for state in ("used", "total"):
         yield gauge("gpuaware_placement_gpu_milli", "GPU compute in the view, thousandths of a GPU",
                     summary[f"gpu_milli_{state}"], state=state)

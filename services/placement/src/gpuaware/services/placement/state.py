@@ -31,6 +31,7 @@ from gpuaware.placement import (
     HOLDING,
     QUARANTINED,
     Counters,
+    ForecastHeadroom,
     Gang,
     Ledger,
     Parked,
@@ -41,7 +42,6 @@ from gpuaware.placement import (
     PodRequest,
     RequestError,
     TypicalPods,
-    ForecastHeadroom,
     decision_id,
 )
 from gpuaware.placement import Decided as Placed
