@@ -10,9 +10,10 @@
     twin.fleet                                        # the SimulatedFleet the telemetry agent samples
     twin.fleet.inject(*to_faults(decode_faults(text), twin.start))   # faults planned as data (faults.py)
     twin.elastic_job(uid)                             # an elastic worker's job: progress, grows, shrinks
+    twin.power_off(node); twin.power_on(node)         # an idle node off; on again after its boot delay
 
 ``world`` holds the truth and the event queue, ``elastic`` an elastic job's shared progress and its
-restart delay per resize, ``cluster`` the node sets; the clock and the workload sources live beside
+restart delay per resize, ``power`` each node's power state and boot delay, ``cluster`` the node sets; the clock and the workload sources live beside
 this package (``gpuaware.sim.clock``, ``gpuaware.sim.workload_gen``).
 """
 
@@ -42,6 +43,7 @@ from gpuaware.sim.twin.faults import (
     encode_faults,
     to_faults,
 )
+from gpuaware.sim.twin.power import DEFAULT_BOOT_DELAY_S, NodePower, PowerState
 from gpuaware.sim.twin.world import (
     Arrived,
     Binding,
@@ -59,6 +61,7 @@ from gpuaware.sim.twin.world import (
 )
 
 __all__ = [
+    "DEFAULT_BOOT_DELAY_S",
     "NODE_KINDS",
     "RESIZE_RESTART_DELAY_S",
     "Arrived",
@@ -71,8 +74,10 @@ __all__ = [
     "Finished",
     "JobRate",
     "NodeKind",
+    "NodePower",
     "PodState",
     "PowerCapSpec",
+    "PowerState",
     "Refusal",
     "Refused",
     "Slice",

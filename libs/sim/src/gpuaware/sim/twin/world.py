@@ -26,6 +26,9 @@ the bindings (compute share, and the slice's memory as the framebuffer the pod h
 memory gets the fleet's seeded share): the telemetry agent samples the twin's GPUs and sees exactly
 the load the twin placed - in the binder's process, or in another one through the dcgm-exporter text
 the binder serves.
+
+Nodes can be switched off when idle and on again (``power_off`` / ``power_on``, ``power.py``): an off
+or booting node takes no pod until its boot delay has passed.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from gpuaware.placement import MILLI, NodeSpec
 from gpuaware.schemas import gpu_model, simulated_as
 from gpuaware.sim.twin.cluster import gpu_memory_mib
 from gpuaware.sim.twin.elastic import RESIZE_RESTART_DELAY_S, ElasticJob, JobRate, job_key, linear_rate
+from gpuaware.sim.twin.power import DEFAULT_BOOT_DELAY_S, NodePower
 from gpuaware.sim.workload_gen import SimPod
 
 __all__ = [
@@ -80,6 +84,10 @@ class Refusal(StrEnum):
     GPU_MEMORY_OVER_ALLOCATED = "gpu_memory_over_allocated"
     CPU_OVER_ALLOCATED = "cpu_over_allocated"
     MEMORY_OVER_ALLOCATED = "memory_over_allocated"
+    NODE_POWERED_OFF = "node_powered_off"
+    """the node is switched off or still booting (``power.NodePower``)"""
+    NODE_BUSY = "node_busy"
+    """a node with pods bound cannot be switched off"""
 
     @property
     def transient(self) -> bool:
@@ -227,7 +235,8 @@ class Twin:
     def __init__(self, nodes: Sequence[NodeSpec], workload: Iterable[SimPod] = (), *, start: float = 0.0,
                  seed: int = 0, cluster: str = "default", checkpoint_delay_s: tuple[float, float] = (2.0, 20.0),
                  fleet: bool = True, traces: Literal["auto", "synthetic"] = "synthetic",
-                 job_rate: JobRate = linear_rate, restart_delay_s: float = RESIZE_RESTART_DELAY_S) -> None:
+                 job_rate: JobRate = linear_rate, restart_delay_s: float = RESIZE_RESTART_DELAY_S,
+                 boot_delay_s: float = DEFAULT_BOOT_DELAY_S) -> None:
         if not nodes:
             raise ValueError("a twin needs at least one node")
         lo, hi = checkpoint_delay_s
@@ -272,6 +281,8 @@ class Twin:
         self._in_flight: set[str] = set()
         self._jobs: dict[str, ElasticJob] = {}
         self._job_of: dict[str, ElasticJob] = {}
+        self.power = NodePower(self.nodes, self.clock, boot_delay_s)
+        """each node's power state: ``power_off`` / ``power_on`` act on it, ``bind`` respects it"""
         self.submit(workload)
 
     # --- construction -------------------------------------------------------------------------------
@@ -507,6 +518,8 @@ class Twin:
         spec = self.nodes.get(node)
         if spec is None:
             raise Refused(Refusal.UNKNOWN_NODE, f"no node {node!r}")
+        if not self.power.takes_pods(node):
+            raise Refused(Refusal.NODE_POWERED_OFF, f"{node} is {self.power.state(node)}")
         pod = rec.pod
         if len(slices) != pod.num_gpu:
             raise Refused(Refusal.WRONG_GPU_COUNT, f"pod {uid} needs {pod.num_gpu} GPU(s), got {len(slices)} slice(s)")
@@ -646,6 +659,24 @@ class Twin:
         self._in_flight.add(request_id)
         self._push(self.now + delay, "checkpoint", key)
         return self.now + delay
+
+    def power_off(self, node: str) -> None:
+        """Switch an idle node off (a planner's ``power-down``); raises ``Refused`` for an unknown node or
+        one with pods bound."""
+        if node not in self.nodes:
+            raise Refused(Refusal.UNKNOWN_NODE, f"no node {node!r}")
+        if self._cpu[node] or self._mem[node] or any(self._gpu_milli[g.uuid] for g in self.node_gpus[node]):
+            raise Refused(Refusal.NODE_BUSY, f"{node} has pods bound")
+        self.power.off(node)
+        self.generation += 1
+
+    def power_on(self, node: str) -> float:
+        """Start a node's boot (a planner's ``power-up``); returns when it takes pods."""
+        if node not in self.nodes:
+            raise Refused(Refusal.UNKNOWN_NODE, f"no node {node!r}")
+        ready = self.power.on(node)
+        self.generation += 1
+        return ready
 
     def check(self) -> None:
         """Re-derive every allocation from the bindings and compare; raises AssertionError on drift
