@@ -51,6 +51,14 @@ def test_no_band_before_enough_errors_and_quantiles_never_cross_the_median() -> 
     assert out[0, 0, 0] == pytest.approx(10.0)  # p10 would be 12 too: held at the median, not above it
 
 
+def test_an_infinite_error_counts_as_unknown_and_the_band_stays_finite() -> None:
+    bands = Bands(horizons=1, window=50, min_errors=5, every=1)
+    for k in range(10):
+        bands.add(0, np.array([1.0 if k % 2 else np.inf]))
+    assert bands.known(0).tolist() == [5]
+    assert np.isfinite(bands.apply(np.full((1, 1, 2), 3.0), (0.5, 0.9))).all()
+
+
 def test_the_error_window_forgets_an_old_regime() -> None:
     bands = Bands(horizons=1, window=20, min_errors=5, every=1)
     for _ in range(20):

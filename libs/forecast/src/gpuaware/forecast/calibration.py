@@ -104,7 +104,7 @@ class Bands:
     def add(self, j: int, errors: np.ndarray) -> None:
         e = self._grow(j, len(errors))
         e[:, self.at[j]] = np.nan
-        e[:len(errors), self.at[j]] = errors
+        e[:len(errors), self.at[j]] = np.where(np.isfinite(errors), errors, np.nan)  # an infinite one: unknown
         self.at[j] = (self.at[j] + 1) % self.window
 
     def known(self, j: int) -> np.ndarray:
