@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 STAMP := $(VENV)/.installed
 PYPROJECTS := $(wildcard schemas/pyproject.toml libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: venv tools demo test test-chart-run test-faults fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-energy bench-extender bench-fairness bench-soak clean up down
+.PHONY: venv tools demo test test-chart-run test-faults fuzz lint schemas bench-bus bench-placement bench-telemetry bench-loop bench-health bench-forecast bench-headroom bench-energy bench-extender bench-fairness bench-soak clean up down
 
 venv: $(STAMP)
 
@@ -75,6 +75,10 @@ bench-health: $(STAMP)
 
 bench-forecast: $(STAMP)
 	$(PY) bench/forecast.py
+
+# the forecast head-room on and off on the demo's generator workload, in virtual time (a few minutes)
+bench-headroom: $(STAMP)
+	$(PY) bench/headroom.py
 
 bench-energy: $(STAMP)
 	$(PY) bench/energy.py

@@ -86,3 +86,14 @@ def test_no_forecast_no_room() -> None:
     _fill(st, 7)
     assert isinstance(st.on_pending(pending("c", "defer", num_gpu=1, deferrable=True))[0], Decided)
     assert room.held_back == 0
+
+
+def test_the_room_is_kept_in_whole_gpus_slivers_on_shared_gpus_do_not_count() -> None:
+    room = ForecastHeadroom(CLASSES)
+    st = _state(room)
+    _fill(st, 4)
+    for i in range(3):  # one GPU each (two do not fit one): three slivers of 300 thousandths stay free
+        assert isinstance(st.on_pending(pending("c", f"share{i}", num_gpu=1, gpu_milli=700))[0], Decided)
+    st.apply_demand_forecast(_forecast([0.5] * 6), room)  # half a GPU kept: 900 free thousandths would cover it
+    held = st.on_pending(pending("c", "defer", num_gpu=1, deferrable=True))  # takes the last whole GPU
+    assert isinstance(held[0], Unschedulable) and held[0].msg.reason.startswith("forecast_headroom")

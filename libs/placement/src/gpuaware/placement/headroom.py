@@ -8,9 +8,9 @@ with a calibrated p90; this Permit plugin keeps the gap between that p90's peak 
 
 * a pod of a latency-sensitive class, or one that is neither deferrable nor checkpointable, is never
   held back (head-room must not starve anyone who cannot wait or be moved);
-* a deferrable or checkpointable pod is held back when placing it would leave fewer free GPU
-  thousandths than the room: it waits (``DENIED``, the reason says for what) and is tried again when
-  capacity frees or the forecast shrinks the room.
+* a deferrable or checkpointable pod is held back when placing it would leave fewer whole free GPUs
+  than the room: it waits (``DENIED``, the reason says for what) and is tried again when capacity frees
+  or the forecast shrinks the room.
 
 ``update`` is called with each new forecast (the peak p90, in GPUs) and what the classes hold then;
 it returns True when the room shrank, so the caller can retry the pods held back. With no forecast
@@ -70,6 +70,13 @@ class ForecastHeadroom:
         return sum(e.request.num_gpu * e.request.gpu_milli for e in entries
                    if e.phase in HOLDING and e.request is not None and self.latency_sensitive(e.request))
 
+    @staticmethod
+    def whole_gpus_free(snap: Snapshot) -> int:
+        """Thousandths on GPUs with nothing on them: the room is kept in whole GPUs. Slivers left on shared
+        GPUs do not count - a whole-GPU serving replica or one asking 8-12 GiB cannot use them, and counted
+        they kept the room from ever binding (bench/results/headroom.md)."""
+        return int((snap.gpu_free >= MILLI).sum()) * MILLI
+
     def update(self, forecast_gpus: float, held_milli: int) -> bool:
         """A new forecast: the room is its peak less what the classes hold now. True when it shrank."""
         before = self.room_milli
@@ -82,8 +89,7 @@ class ForecastHeadroom:
         # the snapshot shows the cluster with this pod's GPUs already staged
         if self.room_milli <= 0 or not pod.num_gpu or not self.may_wait(pod):
             return ALLOW
-        free = int(snap.gpu_free.sum())
-        if free >= self.room_milli:
+        if self.whole_gpus_free(snap) >= self.room_milli:
             return ALLOW
         self.held_back += 1
         return PermitVerdict(False, REASON)
