@@ -60,6 +60,11 @@ SAMPLE_GRACE_S = 0.5
 rest of an agent's scrape round to arrive"""
 UTIL, DEMAND = "util", "demand"
 LATENCY = forecast.class_key(forecast.LATENCY_SENSITIVE)
+BAND_WINDOW = {UTIL: 360, DEMAND: 1440}
+BAND_EVERY = {UTIL: 30, DEMAND: 10}
+"""each slot's band calibration (``Server``'s ``band_window`` / ``band_every``): a GPU fleet has a series
+per GPU, so its bands look back six hours and are recomputed every 30 steps (10,000 GPUs: about 50 MB);
+demand has a handful of series and keeps a day"""
 POD_EVENTS = (bus.event_channel(PodPending), bus.event_channel(PodFinished),
               bus.event_channel(PodPreempted), bus.event_channel(PodBindFailed))
 
@@ -79,8 +84,10 @@ class ForecastService:
         """a window closes once a value arrives for one starting this much later (the GPUs' seconds)"""
         self.close_after_s = SAMPLE_GRACE_S if self.scaled else settings.flush_s
         """... or this long (telemetry seconds) after its first value"""
-        self.servers = {UTIL: Server(None, "", unusable="no model in the registry", time_scale=settings.time_scale),
-                        DEMAND: Server(None, "", unusable=f"no {settings.demand_model_name!r} model in the registry")}
+        self.servers = {UTIL: Server(None, "", unusable="no model in the registry", time_scale=settings.time_scale,
+                                     band_window=BAND_WINDOW[UTIL], band_every=BAND_EVERY[UTIL]),
+                        DEMAND: Server(None, "", unusable=f"no {settings.demand_model_name!r} model in the registry",
+                                       band_window=BAND_WINDOW[DEMAND], band_every=BAND_EVERY[DEMAND])}
         self.versions: dict[str, int | None] = {UTIL: None, DEMAND: None}
         self.book = DemandBook(step_s=60.0)
         self.latency_classes = settings.latency_class_set()
@@ -130,12 +137,12 @@ class ForecastService:
             self.versions[slot] = entry.version  # not retried until a newer version appears
             if self.servers[slot].model is None:
                 self._swap(slot, Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}",
-                                        time_scale=scale))
+                                        time_scale=scale, band_window=BAND_WINDOW[slot], band_every=BAND_EVERY[slot]))
             return False
         self.versions[slot] = entry.version
         self._swap(slot, Server(model, entry.label, drift_halflife=st.drift_halflife,
                                 drift_min_points=st.drift_min_points, drift_margin=st.drift_margin,
-                                time_scale=scale))
+                                time_scale=scale, band_window=BAND_WINDOW[slot], band_every=BAND_EVERY[slot]))
         self.counts["reloads"] += 1
         log.info("serving %s (%s)", entry.label, slot)
         return True
