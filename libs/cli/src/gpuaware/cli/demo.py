@@ -90,8 +90,8 @@ def built_services() -> dict[str, bool]:
 
 
 def demo(
-    duration: Annotated[float, typer.Option(callback=bounded(5.0, 86_400.0), help="Wall seconds each run (gpuaware, then the baseline) "
-                                                         "replays.")] = DEFAULT_DURATION_S,
+    duration: Annotated[float, typer.Option(callback=bounded(5.0, 86_400.0), help="Wall seconds each run (gpuaware, the baseline, "
+                                                         "gpuaware without forecasts) replays.")] = DEFAULT_DURATION_S,
     trace: Annotated[str, typer.Option(help="Workload: generator | openb | philly.")] = "generator",
     nodes: Annotated[str, typer.Option(help="Cluster: default (built-in mixed) | openb | N (built-in, N nodes)."
                                        )] = "default",
@@ -129,8 +129,9 @@ def demo(
                                               "time: gpuaware without its forecasts (same seed and faults), and "
                                               "report what the forecasts changed.")] = True,
 ) -> None:
-    """Start the stack and the services, replay a workload on the digital twin with gpuaware and with
-    stock-Kubernetes placement, and report what gpuaware buys."""
+    """Start the stack and the services, replay a workload on the digital twin with gpuaware, with
+    stock-Kubernetes placement and (--forecast-ab) with gpuaware without its forecasts, and report what
+    gpuaware and its forecasts buy."""
     started = time.perf_counter()
     # SIGTERM (kill) and SIGHUP (a closed terminal) stop the demo as Ctrl-C does: services and the
     # stack are stopped on the way out instead of being left behind (inside the event loop the runs
