@@ -105,7 +105,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_paths import RESULTS_DIR, ROOT
+from bench_paths import RESULTS_DIR, ROOT, finite, shown
 from machine_info import load_average
 from machine_info import machine as shared_machine
 from rich.console import Console
@@ -1049,7 +1049,7 @@ def run_source(source: str, workloads: list[tuple[str, list[Job]]], load: float,
     for p in POLICIES:
         path = out_dir / f"fairness-{source}-{p}-{load:.1f}x.csv"
         segments = write_csv(path, rows[p], slow[p])
-        out[p] = {**_mean_metrics(per_policy[p]), "csv": _shown(path), "segments_csv": _shown(segments)}
+        out[p] = {**_mean_metrics(per_policy[p]), "csv": shown(path), "segments_csv": shown(segments)}
         # victims pooled over every workload of the load (a workload at 0.5x has a few)
         out[p]["victims_pooled"] = victims(rows[p], slow[p])
         # the same increases over every preempted job of every workload (a workload at 0.5x has a few)
@@ -1060,14 +1060,6 @@ def run_source(source: str, workloads: list[tuple[str, list[Job]]], load: float,
                 "jobs": len(preempted), "from_preemption_median_pct": _r(100 * np.median(cost), 1),
                 "vs_fifo_median_pct": _r(100 * np.median(ratio), 1)}
     return out
-
-
-def _shown(path: Path) -> str:
-    """Repository-relative when inside the repository (results files hold no machine paths)."""
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return path.name
 
 
 def _mean_metrics(ms: list[dict]) -> dict:
@@ -1150,20 +1142,9 @@ def main(argv: list[str] | None = None) -> int:
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     report["command"] = "make bench-fairness" + ("" if args.out == OUT / "fairness.json" and loads == list(LOADS)
                                                   and args.workloads == 8 else " (a subset: see settings)")
-    args.out.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
+    args.out.write_text(json.dumps(finite(report), indent=2, allow_nan=False) + "\n")
     show(console, report)
     return 0
-
-
-def _finite(value):
-    """The report as strict JSON: a figure with nothing to measure (NaN, inf) is null."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _placement_settings(policy: str) -> dict:

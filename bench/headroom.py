@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_paths import RESULTS_DIR, ROOT
+from bench_paths import RESULTS_DIR, finite, shown
 from machine_info import load_average, machine
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -569,24 +569,6 @@ def pooled(arms: Sequence[Arm]) -> dict[str, Any]:
             "preemptions": sum(a.preemptions for a in arms), "seeds": [a.seed for a in arms]}
 
 
-def _finite(value: Any) -> Any:
-    """Strict JSON: a figure with nothing to measure (NaN, inf) is null."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return path.name
-
-
 def workload(seed: int, load: float) -> tuple[SimPod, ...]:
     """The demo's generator workload (``rebuild_workload`` with the generator and the default cluster)."""
     nodes = default_cluster(NODES)
@@ -686,12 +668,12 @@ def main(argv: list[str] | None = None) -> int:
         "command": "make bench-headroom" if seeds == list(SEEDS) and loads == list(LOADS) and variants == list(ARMS)
         else (f".venv/bin/python bench/headroom.py --seeds {' '.join(map(str, seeds))} "
               f"--loads {' '.join(f'{x:g}' for x in loads)} --arms {' '.join(variants)}"),
-        "out": _shown(args.out),
+        "out": shown(args.out),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
+    args.out.write_text(json.dumps(finite(report), indent=2, allow_nan=False) + "\n")
     show(console, report)
-    console.print(f"wrote {_shown(args.out)} in {report['wall_s']:.0f} s")
+    console.print(f"wrote {shown(args.out)} in {report['wall_s']:.0f} s")
     return 0
 
 
