@@ -18,9 +18,9 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def helios_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Ten days of a Helios-format VC: a daily demand wave, a duplicated minute and a missing one."""
+    """Eight days of a Helios-format VC: a daily demand wave, a duplicated minute and a missing one."""
     rng = np.random.default_rng(0)
-    t = pd.date_range("2020-05-01", periods=10 * 1440, freq="min")
+    t = pd.date_range("2020-05-01", periods=8 * 1440, freq="min")
     wave = 40 + 20 * np.sin(2 * np.pi * np.arange(len(t)) / 1440)
     running = np.round(wave + rng.normal(0, 2, len(t))).clip(0)
     frame = pd.DataFrame({"time": t.strftime("%Y-%m-%d %H:%M:%S"), "running_gpu_num": running,
