@@ -213,10 +213,11 @@ def forecast_ab_table(ab: dict[str, Any]) -> Table:
     t = Table(title="forecasts on vs off (gpuaware twice: same workload, seed and faults)")
     for col in ("", "with forecasts", "without", "goal"):
         t.add_column(col, justify="left" if not col else "right")
-    p99 = ("n/a" if on["latency_sensitive_p99_s"] is None or off["latency_sensitive_p99_s"] is None
-           else f"{on['latency_sensitive_p99_s'] / 60:.1f} / {off['latency_sensitive_p99_s'] / 60:.1f}")
-    t.add_row("latency-sensitive classes' p99 queue delay (min)", *p99.split(" / ") if "/" in p99 else (p99, p99),
-              f"ratio {ab['p99_ratio']} <= {ab['goals']['p99_ratio_at_most']}")
+    def minutes(s: float | None) -> str:
+        return "n/a" if s is None else f"{s / 60:.1f}"
+
+    t.add_row("latency-sensitive classes' p99 queue delay (min)", minutes(on["latency_sensitive_p99_s"]),
+              minutes(off["latency_sensitive_p99_s"]), f"ratio {ab['p99_ratio']} <= {ab['goals']['p99_ratio_at_most']}")
     t.add_row("allocation, time-weighted", f"{on['allocation_mean']}", f"{off['allocation_mean']}",
               f"{ab['allocation_pp']} pp, within {ab['goals']['allocation_pp_within']}")
     t.add_row("placements held back for the forecast head-room", str(ab.get("held_back_by_headroom")), "-", "")

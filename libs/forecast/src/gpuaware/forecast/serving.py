@@ -227,11 +227,11 @@ class Server:
         series and horizon where the model's recent RMSE there exceeds persistence's (``Choice``)."""
         assert result.held is not None
         n, horizons, nq = result.values.shape
-        persistence = np.repeat(result.held[:, None, None], horizons, 1).repeat(nq, 2)
+        persistence = np.broadcast_to(result.held[:, None, None], (n, horizons, nq))  # a view: nothing copied
         if self.drifting:
             why = (f"model worse than persistence on recent data (RMSE {self.rmse()[0]:.3g} vs {self.rmse()[1]:.3g} "
                    f"at {self.horizons_s[-1] / 60:g} min)")
-            return dataclasses.replace(result, values=persistence,
+            return dataclasses.replace(result, values=persistence.copy(),
                                        reasons=[r if r is not None else why for r in result.reasons])
         worse = self.choice.worse(n)
         trusted = np.array([r is None for r in result.reasons], dtype=bool)
