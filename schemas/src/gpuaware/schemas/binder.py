@@ -12,15 +12,18 @@ deleted, the request is invalid for every node): drop it and release the reserva
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from gpuaware.schemas.base import Event, Label, Name, NonNegInt, Text, Timestamp
 from gpuaware.schemas.placement import GpuSlice
 
 __all__ = [
+    "NODE_POWER_CHANGED",
     "POD_BIND_FAILED",
     "POD_BOUND",
     "POD_FINISHED",
     "POD_PREEMPTED",
+    "NodePowerChanged",
     "PodBindFailed",
     "PodBound",
     "PodFinished",
@@ -32,6 +35,7 @@ POD_BOUND = "binder.pod.bound.v1"
 POD_BIND_FAILED = "binder.pod.bind_failed.v1"
 POD_PREEMPTED = "binder.pod.preempted.v1"
 POD_FINISHED = "binder.pod.finished.v1"
+NODE_POWER_CHANGED = "binder.node.power_changed.v1"
 
 
 class PodOutcome(StrEnum):
@@ -113,5 +117,26 @@ class PodFinished(Event, frozen=True, kw_only=True, tag=POD_FINISHED):
             raise ValueError("`finished_at` is before `started_at`")
 
 
+class NodePowerChanged(Event, frozen=True, kw_only=True, tag=NODE_POWER_CHANGED):
+    """A node's power as the binder left it after a power recommendation (``placement.node.
+    power_recommended.v1``): the answer to every recommendation, carried out or refused.
+
+    ``state`` is what the world holds now: ``off`` (the twin switched it off; in Kubernetes it is
+    cordoned and annotated for the autoscaler or BMC tool that switches it off), ``booting`` (it takes
+    pods from ``ready_at``), ``on``. A refused recommendation (pods were bound there meanwhile) says
+    ``on`` with the reason, so placement takes the node back at once.
+    """
+
+    node: Name
+    state: Literal["off", "booting", "on"]
+    ready_at: Timestamp | None = None
+    """when a booting node takes pods (the world's clock); None when off, or on already"""
+    changed_at: Timestamp
+    recommendation_id: Label = ""
+    """the recommendation this answers ("" when the world changed it by itself)"""
+    reason: Text = ""
+    """why, for a refusal (``node_busy: ...``); empty when carried out"""
+
+
 #: the events this module defines (the registry maps each to its subject, its tag)
-EVENTS: tuple[type[Event], ...] = (PodBound, PodBindFailed, PodPreempted, PodFinished)
+EVENTS: tuple[type[Event], ...] = (PodBound, PodBindFailed, PodPreempted, PodFinished, NodePowerChanged)

@@ -60,7 +60,13 @@ from typing import Any
 import msgspec
 
 from gpuaware.schemas.alerts import ALERT_RAISED, ALERT_RESOLVED
-from gpuaware.schemas.binder import POD_BIND_FAILED, POD_BOUND, POD_FINISHED, POD_PREEMPTED
+from gpuaware.schemas.binder import (
+    NODE_POWER_CHANGED,
+    POD_BIND_FAILED,
+    POD_BOUND,
+    POD_FINISHED,
+    POD_PREEMPTED,
+)
 from gpuaware.schemas.checkpoint import CHECKPOINT_ACKNOWLEDGED, CHECKPOINT_REQUESTED
 from gpuaware.schemas.deadletter import dead_letter_subject
 from gpuaware.schemas.forecast import DEMAND_PREDICTED, FORECAST_DURATION, GPU_UTIL_PREDICTED
@@ -68,6 +74,7 @@ from gpuaware.schemas.health import DRAIN_RECOMMENDED, GPU_SCORED, GPU_STATE_CHA
 from gpuaware.schemas.inventory import NODE_INVENTORY
 from gpuaware.schemas.operational import COLLECTOR_STATS, FORECASTING_STATS, HEALTH_STATS
 from gpuaware.schemas.placement import (
+    NODE_POWER_RECOMMENDED,
     PLACEMENT_DECIDED,
     PLACEMENT_EXPLAIN,
     PLACEMENT_EXPLAINED,
@@ -105,6 +112,7 @@ __all__ = [
     "inbox_prefix",
     "permissions_for",
     "placement_durable",
+    "power_durable",
     "recorder_durable",
     "render_server_config",
 ]
@@ -162,6 +170,11 @@ def binder_durable(cluster: str) -> str:
 def checkpoint_durable(binder: str) -> str:
     """The binder's durable consumer of checkpoint answers, beside its durable ``binder`` of decisions."""
     return consumer_name(binder, "checkpoints")
+
+
+def power_durable(binder: str) -> str:
+    """The binder's durable consumer of node-power recommendations, beside its durable of decisions."""
+    return consumer_name(binder, "power")
 
 
 class Permissions(msgspec.Struct, frozen=True, kw_only=True):
@@ -267,9 +280,11 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                            allow_responses=True)
     if identity == PLACEMENT_ID:
         followed = [NODE_INVENTORY, GPU_ROLLED_UP, GPU_STATE_CHANGED, GPU_SCORED, GPU_UTIL_PREDICTED, DEMAND_PREDICTED,
-                    POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, PLACEMENT_DECIDED, POD_UNSCHEDULABLE]
+                    POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, PLACEMENT_DECIDED, POD_UNSCHEDULABLE,
+                    NODE_POWER_CHANGED, NODE_POWER_RECOMMENDED]
         consumed = [s for f in [*followed, POD_PENDING] for s in _event(f)]
         pub = [*_event(PLACEMENT_DECIDED), *_event(POD_UNSCHEDULABLE), *_event(PLACEMENT_EXPLAINED),
+               *_event(NODE_POWER_RECOMMENDED),
                QUOTA_ADMIT, WORLD_SNAPSHOT, FORECAST_DURATION, *_js_base(),
                *_durable(BINDER, placement_durable(cluster)),
                *(api for s in (TELEMETRY, ALERTS, FORECAST, BINDER, PLACEMENT) for api in _follow(s)),
@@ -281,15 +296,18 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         # consumes decisions and checkpoint answers (durables), publishes the world's events, serves the
         # world's snapshot
         out = [POD_PENDING, POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, CHECKPOINT_REQUESTED,
-               CHECKPOINT_ACKNOWLEDGED]
-        # follows placement's unschedulable verdicts (the "why pending" Event on a Kubernetes pod), and
+               CHECKPOINT_ACKNOWLEDGED, NODE_POWER_CHANGED]
+        # follows placement's unschedulable verdicts (the "why pending" Event on a Kubernetes pod) and its
+        # node-power recommendations (carried out, answered with binder.node.power_changed.v1), and
         # reads back its own events at start (the twin restored after a crash)
         # its durables: the default names, or named after the cluster (several clusters on one server)
         pub = [*(s for o in out for s in _event(o)), *_js_base(),
                *(api for name in (BINDER_DURABLE, binder_durable(cluster))
-                 for api in (*_durable(PLACEMENT, name), *_durable(BINDER, checkpoint_durable(name)))),
+                 for api in (*_durable(PLACEMENT, name), *_durable(BINDER, checkpoint_durable(name)),
+                             *_durable(PLACEMENT, power_durable(name)))),
                *_follow(PLACEMENT), *_follow(BINDER, delete=False),
-               *_dead_letters([*_event(PLACEMENT_DECIDED), *_event(CHECKPOINT_ACKNOWLEDGED), WORLD_SNAPSHOT])]
+               *_dead_letters([*_event(PLACEMENT_DECIDED), *_event(CHECKPOINT_ACKNOWLEDGED),
+                               *_event(NODE_POWER_RECOMMENDED), WORLD_SNAPSHOT])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [WORLD_SNAPSHOT])]),
                            allow_responses=True)
     if identity == HEALTH_SCORING:

@@ -18,7 +18,7 @@ stays a dozen lines, like kube-scheduler's "0/5000 nodes are available: 4980 Ins
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -41,6 +41,7 @@ from gpuaware.schemas.base import (
 from gpuaware.schemas.pods import PodPending
 
 __all__ = [
+    "NODE_POWER_RECOMMENDED",
     "PLACEMENT_DECIDED",
     "PLACEMENT_EXPLAIN",
     "PLACEMENT_EXPLAINED",
@@ -50,6 +51,7 @@ __all__ = [
     "Explanation",
     "GpuSlice",
     "NodeClassVerdict",
+    "NodePowerRecommended",
     "PlacementDecided",
     "PlacementExplained",
     "PlannedPreemption",
@@ -58,6 +60,7 @@ __all__ = [
 ]
 
 PLACEMENT_DECIDED = "placement.pod.decided.v1"
+NODE_POWER_RECOMMENDED = "placement.node.power_recommended.v1"
 POD_UNSCHEDULABLE = "placement.pod.unschedulable.v1"
 PLACEMENT_EXPLAINED = "placement.pod.explained.v1"
 PLACEMENT_EXPLAIN = "placement.explain"
@@ -235,8 +238,33 @@ class PlacementExplained(Event, frozen=True, kw_only=True, tag=PLACEMENT_EXPLAIN
     explained_at: Timestamp
 
 
+class NodePowerRecommended(Event, frozen=True, kw_only=True, tag=NODE_POWER_RECOMMENDED):
+    """Switch one idle GPU node off, or one switched-off node on, ahead of demand (the node-power
+    planner of ``gpuaware.power``, run by the placement leader). The binder carries it out (the twin
+    switches the node; in Kubernetes it cordons the node and annotates it for the autoscaler or BMC
+    tool that switches it) and answers with ``binder.node.power_changed.v1``. Placement takes no pod
+    to a node it recommended off from the moment it recommends it, and none to a node switched on
+    until it is ready.
+    """
+
+    recommendation_id: Label
+    """unique per recommendation (the dedupe id and what the binder's answer names)"""
+    node: Name
+    action: Literal["power-down", "power-up"]
+    recommended_at: Timestamp
+    """on the world's clock (a twin's virtual one)"""
+    reason: Text
+    """the planner's arithmetic, e.g. ``keep 12 of 16 nodes powered: p90 demand 9.3 nodes + buffer 2``"""
+    powered_target: NonNegInt
+    """GPU nodes the planner keeps powered (on or booting) from now"""
+    demand_nodes: NonNegInt
+    """nodes busy now, with the pending pods' GPUs in nodes"""
+    forecast_nodes: Annotated[float, Meta(ge=0)] | None = None
+    """the forecast's p90 peak over the boot delay, in nodes; None when no forecast was at hand"""
+
+
 #: the events this module defines (the registry maps each to its subject, its tag)
-EVENTS: tuple[type[Event], ...] = (PlacementDecided, PodUnschedulable, PlacementExplained)
+EVENTS: tuple[type[Event], ...] = (PlacementDecided, PodUnschedulable, PlacementExplained, NodePowerRecommended)
 
 #: the request/reply endpoints this module defines
 ENDPOINTS: dict[str, tuple[type[Request], type[Reply]]] = {PLACEMENT_EXPLAIN: (ExplainRequest, ExplainReply)}

@@ -10,7 +10,7 @@ Rules the specs follow (and ``tests/schemas`` enforces):
   uncaptured event would be lost while its consumer is down);
 * no stream captures a request/reply endpoint (``quota.admit``, ``placement.explain``,
   ``health.cordon``): JetStream would answer the request with a PubAck before the service could
-  reply. That is why QUOTA takes ``quota.usage.>``, PLACEMENT ``placement.pod.>`` and ALERTS
+  reply. That is why QUOTA takes ``quota.usage.>``, PLACEMENT ``placement.pod.>`` and ``placement.node.>`` and ALERTS
   ``health.gpu.>`` rather than ``quota.>``/``placement.>``/``health.>``;
 * events that must not be lost (pending pods, decisions, bindings, preemptions, checkpoints,
   alerts) live in file-backed ``limits`` streams kept for days, read by durable consumers; the
@@ -92,11 +92,11 @@ BINDER = StreamSpec(
 )
 PLACEMENT = StreamSpec(
     name="PLACEMENT",
-    subjects=("placement.pod.>",),
+    subjects=("placement.pod.>", "placement.node.>"),
     max_age_s=7 * DAY,
     max_bytes=8 * GiB,
     duplicate_window_s=2 * MINUTE,
-    description="placement decisions, unschedulable pods, explanations",
+    description="placement decisions, unschedulable pods, explanations, node-power recommendations",
 )
 ALERTS = StreamSpec(
     name="ALERTS",

@@ -14,6 +14,7 @@ from gpuaware.k8s.api import (
     custom_api,
     evict,
     node_source,
+    patch_node_power,
     patch_pod_annotations,
     patch_policy_status,
     patch_queue_status,
@@ -32,6 +33,7 @@ from gpuaware.k8s.mirror import KubeMirror
 from gpuaware.k8s.nodes import node_inventory
 from gpuaware.k8s.objects import (
     ASSIGNED,
+    POWER,
     BindOutcome,
     assignment_annotations,
     checkpoint_annotations,
@@ -46,6 +48,7 @@ __all__ = [
     "ACCEPTED",
     "ASSIGNED",
     "EXTENDER_SCHEDULER_NAME",
+    "POWER",
     "SCHEDULER_NAME",
     "BindOutcome",
     "BindingArgs",
@@ -72,6 +75,7 @@ __all__ = [
     "is_ours",
     "node_inventory",
     "node_source",
+    "patch_node_power",
     "patch_pod_annotations",
     "patch_policy_status",
     "patch_queue_status",

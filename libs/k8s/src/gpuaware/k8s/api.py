@@ -23,7 +23,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from gpuaware.k8s.objects import BindOutcome, bind_outcome, binding, eviction
+from gpuaware.k8s.objects import (
+    BindOutcome,
+    bind_outcome,
+    binding,
+    eviction,
+    power_down_patch,
+    power_up_patch,
+)
 
 __all__ = [
     "RULES",
@@ -37,6 +44,7 @@ __all__ = [
     "lease_write",
     "needs",
     "node_source",
+    "patch_node_power",
     "patch_pod_annotations",
     "patch_policy_status",
     "patch_queue_status",
@@ -135,6 +143,21 @@ def evict(api: client.CoreV1Api, namespace: str, name: str, uid: str,
 @needs(("", "events", "create"))
 def post_event(api: client.CoreV1Api, body: Any) -> None:
     api.create_namespaced_event(body.metadata.namespace, body)
+
+
+@needs(("", "nodes", "patch"))
+def patch_node_power(api: client.CoreV1Api, node: str, *, off: bool, at: str) -> tuple[bool, str]:
+    """Cordon and mark ``node`` for switching off (``off``), or uncordon a node gpuaware cordoned so.
+    Returns (changed, message): a power-up of a node gpuaware did not cordon changes nothing (HTTP 422
+    on the patch's test), a node that is gone changes nothing (404)."""
+    try:
+        api.patch_node(node, power_down_patch(at) if off else power_up_patch(at))
+    except ApiException as exc:
+        status = int(exc.status or 0)
+        if status in (404, 422):
+            return False, "no such node" if status == 404 else "not cordoned by gpuaware: left as it is"
+        raise
+    return True, ""
 
 
 @needs(("", "pods", "patch"))

@@ -36,6 +36,7 @@ from gpuaware.schemas import GpuSlice
 
 __all__ = [
     "ASSIGNED",
+    "POWER",
     "BindOutcome",
     "assignment_annotations",
     "bind_outcome",
@@ -43,6 +44,8 @@ __all__ = [
     "event",
     "eviction",
     "lease",
+    "power_down_patch",
+    "power_up_patch",
     "to_json",
 ]
 
@@ -69,6 +72,32 @@ class ASSIGNED:
     HAMI_TIME = "hami.io/vgpu-time"
     HAMI_BIND_PHASE = "hami.io/bind-phase"
     HAMI_BIND_TIME = "hami.io/bind-time"
+
+
+class POWER:
+    """What the binder writes on a node a node-power planner switches (an autoscaler or BMC tool acts on it)."""
+
+    STATE = _P + "power"
+    """``off``: cordoned by gpuaware to be switched off; ``on``: switched back on (uncordoned by gpuaware)"""
+    CHANGED_AT = _P + "power-changed-at"
+    """RFC 3339 time of the last change"""
+
+
+def power_down_patch(at: str) -> dict[str, Any]:
+    """A merge patch: cordon the node and mark it for switching off."""
+    return {"spec": {"unschedulable": True}, "metadata": {"annotations": {POWER.STATE: "off", POWER.CHANGED_AT: at}}}
+
+
+def power_up_patch(at: str) -> list[dict[str, Any]]:
+    """A JSON patch: uncordon the node only if gpuaware cordoned it (the ``test`` fails otherwise, and the
+    apiserver applies nothing: a node an operator cordoned stays cordoned)."""
+    def path(key: str) -> str:
+        return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+    return [{"op": "test", "path": path(POWER.STATE), "value": "off"},
+            {"op": "replace", "path": "/spec/unschedulable", "value": False},
+            {"op": "replace", "path": path(POWER.STATE), "value": "on"},
+            {"op": "add", "path": path(POWER.CHANGED_AT), "value": at}]
 
 
 _ALREADY = re.compile(r'is already assigned to node "([^"]+)"')

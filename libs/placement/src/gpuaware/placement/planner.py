@@ -75,6 +75,9 @@ class Planner:
         self.gangs = GangTable()
         self.refused: dict[str, set[str]] = {}
         """pod uid -> nodes the binder refused it on (transiently): not chosen again for it"""
+        self.unpowered: frozenset[str] = frozenset()
+        """nodes switched off, being switched off or still booting (a node-power planner's): no pod goes
+        there, nor is any victim sought there"""
         self.waiting = HeldDecisions(self.ledger, self.gangs, self._record, clock)
         """decisions held at Permit (their statements open): `waiting.allow(uid)` / `.reject(uid, ...)`"""
         self.world = WorldClock(clock)
@@ -472,6 +475,8 @@ class Planner:
 
     def _excluded(self, pod: PodRequest) -> np.ndarray | None:
         nodes = self.refused.get(pod.name, set())
+        if self.unpowered:
+            nodes = nodes | self.unpowered
         if self.backfill.held:  # (none held: nothing copied on the decision path)
             nodes = nodes | self.backfill.excluded(pod.name, self.order, self.ledger)
         if not nodes or self.ledger.cluster is None:

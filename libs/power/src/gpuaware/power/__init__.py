@@ -11,11 +11,13 @@
 Modules: ``nodes`` (the Philly node series: load, published split, gaps said), ``outlook`` (forecasts by
 origin: persistence, gpuaware's served forecast and its p90), ``ces`` (the Helios CES policy as
 published, a pure step), ``planner`` (gpuaware's planner: the p90 over the boot delay, buffer, hold,
-power-up ahead), ``replay`` (a policy over a series: powered-off node-hours, shortfalls, the boot delay
+power-up ahead), ``fleet`` (the same planner on a live cluster's named nodes: demand and a GPU forecast
+in nodes, which idle nodes go off and which come back), ``replay`` (a policy over a series: powered-off node-hours, shortfalls, the boot delay
 honoured; the oracle).
 """
 
 from gpuaware.power.ces import CesDecision, CesParams, CesPolicy, ces_step
+from gpuaware.power.fleet import FleetPlanner, FleetStep, NodeAction, NodeFacts, PowerState
 from gpuaware.power.nodes import PHILLY_FILE, PHILLY_SPLIT, NodeSeries, NodeSeriesError, load_node_series
 from gpuaware.power.outlook import Outlook, persistence_outlook, served_outlook
 from gpuaware.power.planner import Planner, PlannerParams, PlanStep, plan_step
@@ -27,6 +29,10 @@ __all__ = [
     "CesDecision",
     "CesParams",
     "CesPolicy",
+    "FleetPlanner",
+    "FleetStep",
+    "NodeAction",
+    "NodeFacts",
     "NodeSeries",
     "NodeSeriesError",
     "Oracle",
@@ -35,6 +41,7 @@ __all__ = [
     "Planner",
     "PlannerParams",
     "Policy",
+    "PowerState",
     "Recommendation",
     "ReplayResult",
     "Step",

@@ -55,6 +55,7 @@ from gpuaware.schemas import (
     CheckpointRequested,
     CheckpointStatus,
     Event,
+    NodePowerRecommended,
     PlacementDecided,
     PlannedPreemption,
     PodBindFailed,
@@ -99,6 +100,9 @@ class BinderStats:
     requeued: int = 0
     pending_published: int = 0
     finished: int = 0
+    power_done: int = 0
+    power_refused: int = 0
+    """node-power recommendations carried out, and answered with a refusal (pods bound there meanwhile)"""
 
 
 class Binder:
@@ -164,6 +168,24 @@ class Binder:
 
     async def snapshot(self, request: WorldSnapshotRequest) -> WorldSnapshotReply:
         return await self.world.snapshot(request)
+
+    # --- node power ---------------------------------------------------------------------------------
+
+    async def on_power(self, rec: NodePowerRecommended) -> str:
+        """Carry out a node-power recommendation once (``World.power``) and publish the node's power
+        after it (``binder.node.power_changed.v1``, one message per recommendation). Returns ``done``,
+        ``refused`` or ``duplicate``; raises only when publishing fails (the redelivery is safe: the
+        answer is owed until stored, and the world's switch is idempotent)."""
+        key = f"power/{rec.recommendation_id}"
+        if rec.cluster != self.cluster or self.applied.seen(key):
+            self.stats.duplicates += rec.cluster == self.cluster
+            return "duplicate"
+        changed = await self.world.power(rec)
+        await self._publish(changed, self._id("power", rec.recommendation_id))
+        self.applied.remember(key)
+        self.stats.power_refused += bool(changed.reason)
+        self.stats.power_done += not changed.reason
+        return "refused" if changed.reason else "done"
 
     # --- decisions ----------------------------------------------------------------------------------
 

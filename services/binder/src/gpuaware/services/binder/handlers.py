@@ -32,6 +32,8 @@ from gpuaware.schemas import (
     CheckpointAcknowledged,
     CheckpointRequested,
     Event,
+    NodePowerChanged,
+    NodePowerRecommended,
     PlacementDecided,
     PodBindFailed,
     PodBound,
@@ -41,6 +43,7 @@ from gpuaware.schemas import (
     PodUnschedulable,
     WorldSnapshotRequest,
     checkpoint_durable,
+    power_durable,
 )
 from gpuaware.services.binder.binder import Binder
 from gpuaware.services.binder.exporter import start_exporter
@@ -55,6 +58,7 @@ log = logging.getLogger(__name__)
 DECISIONS = bus.event_channel(PlacementDecided)
 ANSWERS = bus.event_channel(CheckpointAcknowledged)
 UNSCHEDULABLE = bus.event_channel(PodUnschedulable)
+RECOMMENDATIONS = bus.event_channel(NodePowerRecommended)
 OUT: dict[type, bus.Channel[Any]] = {
     PodPending: bus.event_channel(PodPending),
     PodBound: bus.event_channel(PodBound),
@@ -63,6 +67,7 @@ OUT: dict[type, bus.Channel[Any]] = {
     PodFinished: bus.event_channel(PodFinished),
     CheckpointRequested: bus.event_channel(CheckpointRequested),
     CheckpointAcknowledged: ANSWERS,
+    NodePowerChanged: bus.event_channel(NodePowerChanged),
 }
 
 
@@ -114,7 +119,8 @@ def _default_world(settings: BinderSettings, source: str) -> World:
 
             lease = KubeLeaderLease(settings.lease_k8s_namespace(), f"gpuaware-binder-{settings.cluster}",
                                     source.rsplit("/", 1)[-1])
-        return KubeWorld(core_api(), cluster=settings.cluster, source=source, lease=lease)
+        return KubeWorld(core_api(), cluster=settings.cluster, source=source, lease=lease,
+                         node_power=settings.node_power)
     return build_world(settings, source=source)
 
 
@@ -133,6 +139,9 @@ def binder_samples(binder: Binder, consumers: list[Any]) -> Iterable[Sample]:
     for direction, n in (("grow", st.grows), ("shrink", st.shrinks)):
         yield counter("gpuaware_binder_resizes", "elastic jobs resized through the checkpoint handshake", n,
                       direction=direction)
+    for outcome, n in (("done", st.power_done), ("refused", st.power_refused)):
+        yield counter("gpuaware_binder_node_power", "node-power recommendations carried out or refused", n,
+                      outcome=outcome)
     yield from consumer_samples(consumers)
 
 
@@ -193,12 +202,21 @@ def make_mount(world_factory: Callable[[BinderSettings, str], World] | None = No
             except bus.BusError as exc:
                 raise bus.TransientError(f"publishing the outcome failed: {exc}", delay=1.0) from exc
 
+        async def on_power(rec: NodePowerRecommended, _delivery: bus.Delivery) -> None:
+            try:
+                await binder.on_power(rec)
+            except bus.BusError as exc:
+                raise bus.TransientError(f"publishing the node's power failed: {exc}", delay=1.0) from exc
+
         consumers: list[bus.DurableConsumer[Any]] = [
             await bus.subscribe_durable(
                 ctx.js, ANSWERS, checkpoint_durable(settings.durable), on_answer, deliver_policy="new",
                 ack_wait=settings.ack_wait_s, poll=settings.poll_s),
             await bus.subscribe_durable(
                 ctx.js, DECISIONS, settings.durable, on_decision, ack_wait=settings.ack_wait_s,
+                max_deliver=settings.max_deliver, poll=settings.poll_s),
+            await bus.subscribe_durable(
+                ctx.js, RECOMMENDATIONS, power_durable(settings.durable), on_power, ack_wait=settings.ack_wait_s,
                 max_deliver=settings.max_deliver, poll=settings.poll_s)]
         for consumer in consumers:
             ctx.on_stop(consumer)

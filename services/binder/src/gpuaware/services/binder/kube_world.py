@@ -57,6 +57,8 @@ from gpuaware.k8s import (
 )
 from gpuaware.schemas import (
     CheckpointRequested,
+    NodePowerChanged,
+    NodePowerRecommended,
     PlacementDecided,
     PlannedPreemption,
     PodBound,
@@ -66,6 +68,7 @@ from gpuaware.schemas import (
     WorldSnapshotReply,
     WorldSnapshotRequest,
 )
+from gpuaware.services.binder.kube_power import switch_node
 from gpuaware.services.binder.world import ElasticWorkers, Emit, PodStateName, Worker, WorldRefused
 
 __all__ = ["KubeWorld"]
@@ -85,8 +88,11 @@ class KubeWorld:
     kind = "kubernetes"
 
     def __init__(self, core: Any, *, cluster: str, source: str = "binder/k8s", resync_s: float = 300.0,
-                 clock: Callable[[], float] = time.time, lease: Any = None, buffer: int = 10_000) -> None:
+                 clock: Callable[[], float] = time.time, lease: Any = None, buffer: int = 10_000,
+                 node_power: bool = False) -> None:
         self.core = core
+        self.node_power = node_power
+        """carry out node-power recommendations (kube_power.py); off: answer each with a refusal"""
         self.lease = lease
         """a ``KubeLeaderLease``: with several replicas only the leader reports the watches' events (all
         keep a hot cache and apply decisions); None = report always"""
@@ -294,6 +300,15 @@ class KubeWorld:
                             reason=victim.reason, preempted_at=now, decision_id=decision.decision_id,
                             preemptor_pod_uid=decision.pod_uid, checkpointed=checkpointed, requeued=False,
                             slices=b.slices), None
+
+    async def power(self, rec: NodePowerRecommended) -> NodePowerChanged:
+        now = self.clock()
+        if not self.node_power:
+            return NodePowerChanged(source=self.source, emitted_at=now, cluster=self.cluster, node=rec.node,
+                                    state="on", changed_at=now, recommendation_id=rec.recommendation_id,
+                                    reason="node_power_off: this binder does not switch nodes "
+                                           "(GPUAWARE_BINDER_NODE_POWER, the chart's power.enabled)")
+        return await switch_node(self.core, rec, now=now, source=self.source)
 
     async def request_checkpoint(self, request: CheckpointRequested) -> None:
         now = self.clock()

@@ -36,7 +36,13 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     webhook_default_queue: str = "default"
     """the queue the mutating webhook writes on a GPU pod that names none"""
     durable: str = "binder"
-    """durable consumer of placement decisions (its checkpoint-answer consumer is ``<durable>-checkpoints``)"""
+    """durable consumer of placement decisions (its checkpoint-answer consumer is ``<durable>-checkpoints``,
+    its node-power recommendations' ``<durable>-power``)"""
+    node_power: bool = False
+    """Kubernetes: carry out node-power recommendations (cordon the node and annotate it
+    ``gpuaware.io/power: off`` for the autoscaler or BMC tool that switches it; uncordon on power-up a node
+    gpuaware cordoned). Off: each is answered with a refusal and the node stays as it is. The twin always
+    switches its nodes."""
 
     # --- the twin: nodes -------------------------------------------------------------------------
     twin_nodes: str = "auto"

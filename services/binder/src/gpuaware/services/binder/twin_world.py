@@ -42,6 +42,8 @@ from gpuaware.schemas import (
     CheckpointStatus,
     Event,
     GpuSlice,
+    NodePowerChanged,
+    NodePowerRecommended,
     PlacementDecided,
     PlannedPreemption,
     PodBound,
@@ -166,7 +168,8 @@ class TwinWorld:
         events = sorted((e for e in published if getattr(e, "cluster", None) == self.cluster), key=_virtual_at)
         seen = {k for k in map(_key, events) if k is not None}
         produced: list[tuple[Event, str]] = []
-        counts = {"events": len(events), "bound": 0, "evicted": 0, "requeued": 0, "republished": 0, "diverged": 0}
+        counts = {"events": len(events), "bound": 0, "evicted": 0, "requeued": 0, "powered": 0, "republished": 0,
+                  "diverged": 0}
         twin = self.twin
         for ev in events:
             at = _virtual_at(ev)
@@ -186,6 +189,12 @@ class TwinWorld:
                     counts["requeued"] += 1
                 elif isinstance(ev, CheckpointRequested) and twin.state(ev.pod_uid) == "bound":
                     twin.request_checkpoint(ev.pod_uid, ev.request_id)
+                elif isinstance(ev, NodePowerChanged) and ev.node in twin.nodes and not ev.reason:
+                    if ev.state == "off":
+                        twin.power_off(ev.node)
+                    elif ev.state == "booting":
+                        twin.power_on(ev.node)
+                    counts["powered"] += 1
                 elif isinstance(ev, PodFinished) and twin.state(ev.pod_uid) != "finished":
                     counts["diverged"] += 1
                     log.warning("restore: %s finished at %.0f but the replayed twin has it %s", ev.pod_uid, at,
@@ -324,6 +333,24 @@ class TwinWorld:
         pod = self.twin.pod(pod_uid)
         assert pod is not None
         return self._pending(pod, attempt, self.now())
+
+    async def power(self, rec: NodePowerRecommended) -> NodePowerChanged:
+        """Switch a twin node (``Twin.power_off`` / ``power_on``): off at once, or booting until ready."""
+        self._sync()
+        now = self.twin.now
+        reason, ready = "", None
+        try:
+            if rec.action == "power-down":
+                self.twin.power_off(rec.node)
+            else:
+                ready = self.twin.power_on(rec.node)
+        except Refused as r:
+            reason = f"{r.reason.value}: {r.message}"
+        state = self.twin.power.state(rec.node) if rec.node in self.twin.nodes else "on"
+        self._wake.set()
+        return NodePowerChanged(source=self.source, emitted_at=now, cluster=self.cluster, node=rec.node, state=state,
+                                ready_at=ready if state == "booting" else None, changed_at=now,
+                                recommendation_id=rec.recommendation_id, reason=reason)
 
     async def snapshot(self, request: WorldSnapshotRequest) -> WorldSnapshotReply:
         self._sync()

@@ -25,6 +25,8 @@ from typing import Literal, Protocol
 from gpuaware.schemas import (
     CheckpointRequested,
     Event,
+    NodePowerChanged,
+    NodePowerRecommended,
     PlacementDecided,
     PlannedPreemption,
     PodBound,
@@ -127,3 +129,9 @@ class World(Protocol):
         ...
 
     async def snapshot(self, request: WorldSnapshotRequest) -> WorldSnapshotReply: ...
+
+    async def power(self, rec: NodePowerRecommended) -> NodePowerChanged:
+        """Carry out a node-power recommendation and say the node's power now; a recommendation the
+        world cannot carry out (pods bound there meanwhile, power switching not enabled) is answered
+        with the node's state as it is and the reason, never raised."""
+        ...

@@ -5,8 +5,10 @@
     follow health.gpu.state_changed.v1[.>]        -> decide -> publish decisions (pipelined, then
     follow forecast.{gpu,demand}.predicted.v1[.>] ack the batch once the stream stored them)
     follow binder.pod.{bound,bind_failed,       retry parked pods when capacity is freed
-           preempted,finished}.v1[.>]
+           preempted,finished}.v1[.>]           power_planner: recommend idle nodes off / on
+    follow binder.node.power_changed.v1[.>]     (placement.node.power_recommended.v1, power.py)
     follow placement.pod.{decided,unschedulable}.v1[.>]   (what the leader, or a previous one, did)
+    follow placement.node.power_recommended.v1[.>]
     answer placement.explain (+ publish placement.pod.explained.v1)
 
 Acks follow durability: a pending pod is acknowledged only after its decision (or its
@@ -52,6 +54,8 @@ from gpuaware.services.placement.channels import (
     HEALTH,
     INVENTORY,
     PENDING,
+    POWER_CHANGED,
+    POWER_RECOMMENDED,
     PREEMPTED,
     ROLLUPS,
     SCORED,
@@ -62,6 +66,7 @@ from gpuaware.services.placement.explaining import Explainer
 from gpuaware.services.placement.metrics import placement_samples
 from gpuaware.services.placement.partitions import partition_filters
 from gpuaware.services.placement.permit import AdmittedAndStored
+from gpuaware.services.placement.power import PowerPlanning
 from gpuaware.services.placement.quota_permit import QuotaPermit
 from gpuaware.services.placement.settings import PlacementSettings
 from gpuaware.services.placement.state import Decided, Outcome, PlacementState, Rejected
@@ -71,6 +76,8 @@ if TYPE_CHECKING:
     from gpuaware.k8s import KubeLeaderLease
 
 log = logging.getLogger(__name__)
+POWER_TICK_S = 0.25
+"""how often (wall seconds) the leader looks at the power planner: a booting node ready, a step due"""
 UNECHOED_FOR_S = 60.0
 """how long a decision this instance sent waits for its echo before it is forgotten (an echo a
 restarted follower skipped past)"""
@@ -106,12 +113,16 @@ class PlacementService:
             max_reservations=s.reservations, observers=(self.forecast_effect,),
             permits=(*((self.headroom,) if self.headroom is not None else ()), AdmittedAndStored()))
         st = self.state
+        self.power = PowerPlanning(st, s, self.source)
+        """the nodes' power (every instance); the leader's planner decides when ``power_planner`` is on"""
         self._appliers: dict[type[Any], tuple[Callable[[Any], bool | None], bool]] = {
             channel.type: (apply, frees) for channel, apply, frees in (
                 (INVENTORY, st.apply_inventory, True), (HEALTH, st.apply_health, True),
                 (SCORED, st.apply_scored, False), (ROLLUPS, st.apply_rollup, False),
                 (FORECASTS, st.apply_forecast, False),
-                (DEMAND_FORECASTS, lambda ev: st.apply_demand_forecast(ev, self.headroom), True),
+                (DEMAND_FORECASTS, self._apply_demand_forecast, True),
+                (POWER_RECOMMENDED, self.power.apply_recommended, False),
+                (POWER_CHANGED, self.power.apply_changed, True),
                 (BOUND, st.apply_bound, False),
                 (BIND_FAILED, st.apply_bind_failed, True), (PREEMPTED, st.apply_preempted, True),
                 (FINISHED, st.apply_finished, True), (DECIDED, st.apply_decided, False),
@@ -124,6 +135,7 @@ class PlacementService:
         self._retry_task: asyncio.Task[None] | None = None
         self._retry_event = asyncio.Event()
         self._report_task: asyncio.Task[None] | None = None
+        self._power_task: asyncio.Task[None] | None = None
         self._world_task: asyncio.Task[None] | None = None
         self.quota = QuotaPermit(self.nc, s, self.source, self.state, self.loop_later)
         self.durations = DurationAsker(self.nc, self.state, self.source, s.cluster, s.duration_timeout_s)
@@ -170,10 +182,10 @@ class PlacementService:
                              deliver="last_per_subject", with_suffixes=True, name="placement-rollups"),
             await bus.follow(self.js, [FORECASTS, DEMAND_FORECASTS], self._on_event, stream=FORECAST.name,
                              deliver="new", with_suffixes=True, name="placement-forecast"),
-            await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED], self._on_event, stream=BINDER.name,
-                             with_suffixes=True, name="placement-binder"),
-            await bus.follow(self.js, [DECIDED, UNSCHEDULABLE], self._on_event, stream=PLACEMENT.name,
-                             with_suffixes=True, name="placement-decisions", skip=self._own_echo),
+            await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED, POWER_CHANGED], self._on_event,
+                             stream=BINDER.name, with_suffixes=True, name="placement-binder"),
+            await bus.follow(self.js, [DECIDED, UNSCHEDULABLE, POWER_RECOMMENDED], self._on_event,
+                             stream=PLACEMENT.name, with_suffixes=True, name="placement-decisions", skip=self._own_echo),
         ]
         if s.leader_election == "kubernetes":  # cluster mode: a coordination.k8s.io Lease
             from gpuaware.k8s import KubeLeaderLease
@@ -251,6 +263,8 @@ class PlacementService:
                 batch=s.pending_batch, poll=0.5, retry=bus.RetryPolicy(base=0.5, cap=10.0)),
             lambda consumer: consumer.stop()))
         self._retry_task = asyncio.create_task(self._retry_loop(), name="placement retry")
+        if s.power_planner:
+            self._power_task = asyncio.create_task(self._power_loop(), name="placement power")
         self._retry_event.set()  # look at the parked pods a previous leader left
         self.quota.recheck_parked()  # and ask quota about them again (reclaim plans, quota_permit.py)
         log.info("placement leads cluster %s: %d nodes, %d parked pods", s.cluster, self.state.num_nodes,
@@ -277,12 +291,12 @@ class PlacementService:
 
     async def _step_down(self) -> None:
         self.leading_since = None
-        for task in (self._lead_task, self._retry_task):
+        for task in (self._lead_task, self._retry_task, self._power_task):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        self._lead_task = self._retry_task = None
+        self._lead_task = self._retry_task = self._power_task = None
         if self.consumer is not None:
             consumer, self.consumer = self.consumer, None
             await consumer.stop()
@@ -315,6 +329,10 @@ class PlacementService:
         apply, frees = self._appliers[type(ev)]
         if apply(ev) and frees:
             self._freed(True)
+
+    def _apply_demand_forecast(self, ev: Any) -> bool:
+        self.power.apply_demand_forecast(ev)
+        return self.state.apply_demand_forecast(ev, self.headroom)
 
     # -- deciding ---------------------------------------------------------------------------------
 
@@ -351,6 +369,27 @@ class PlacementService:
             if more:
                 self._retry_event.set()
             await asyncio.sleep(s.retry_interval_s)
+
+    async def _power_loop(self) -> None:
+        """The leader's node-power planner (power.py): booting nodes freed once ready, a decision each
+        ``power_step_s`` of the world's time, its recommendations stored before the next one."""
+        while True:
+            await asyncio.sleep(POWER_TICK_S)
+            now = self.state.planner.world.now()
+            self._freed(self.power.tick(now))
+            try:
+                recs = self.power.step(now)
+            except Exception as exc:  # the planner's arithmetic must never stop the leader deciding pods
+                log.warning("power planner step failed (%s: %s); trying again on the next step",
+                            type(exc).__name__, exc, exc_info=exc)
+                continue
+            for rec in recs:
+                try:
+                    await bus.publish(self.js, POWER_RECOMMENDED, rec, timeout=5.0)
+                except Exception as exc:
+                    log.warning("power recommendation %s %s not stored (%s); decided again next step",
+                                rec.action, rec.node, exc)
+                    self.power.unsent(rec)
 
     async def _send(self, outcomes: list[Outcome], *, pending: bool) -> Awaitable[None]:
         """Publish decisions (held at Permit until stored: permit.py) and verdicts without waiting; the

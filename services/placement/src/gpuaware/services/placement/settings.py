@@ -146,6 +146,21 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     less what they hold), holding back deferrable or checkpointable pods only (``ForecastHeadroom``)"""
     headroom_horizon_s: float = 1800.0
     """how far ahead (the pod events' own time) the head-room looks"""
+    power_planner: bool = False
+    """the leader recommends switching idle GPU nodes off ahead of falling demand and on ahead of rising
+    demand (``gpuaware.power.FleetPlanner`` on the cluster's demand forecast; the binder carries them out:
+    the twin switches its nodes, Kubernetes nodes are cordoned and annotated for the autoscaler or BMC tool
+    that switches them). Off by default: switching real nodes off is an operator's choice."""
+    power_step_s: float = 600.0
+    """one power decision per this much of the world's time (the demand forecast's step)"""
+    power_boot_delay_s: float = 600.0
+    """how long a node switched on takes to take pods: the planner keeps the forecast covered that far"""
+    power_buffer_nodes: int = 2
+    """GPU nodes kept powered above the forecast's p90 (and above demand after a shortfall)"""
+    power_idle_steps: int = 3
+    """a node goes off only after this many steps without a pod (and the busiest of these steps stays powered)"""
+    power_hold_steps: int = 10
+    """steps with no power-down after a shortfall"""
     latency_classes: str = "inference-critical,interactive"
     """comma-separated priority classes never held back, whose demand the head-room is kept for (the
     forecasting service's setting of the same name must match)"""
@@ -193,6 +208,11 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
                                 f"not {self.queue_order!r}")
         if self.headroom_horizon_s <= 0:
             raise SettingsError("GPUAWARE_PLACEMENT_HEADROOM_HORIZON_S must be > 0")
+        if self.power_step_s <= 0 or self.power_boot_delay_s < 0:
+            raise SettingsError("GPUAWARE_PLACEMENT_POWER_STEP_S must be > 0 and _POWER_BOOT_DELAY_S >= 0")
+        if min(self.power_buffer_nodes, self.power_idle_steps, self.power_hold_steps) < 0:
+            raise SettingsError("GPUAWARE_PLACEMENT_POWER_BUFFER_NODES, _POWER_IDLE_STEPS and _POWER_HOLD_STEPS "
+                                "must be >= 0")
         if self.victim_min_run_s < 0 or self.victim_max_requeues < 0 or self.resize_hold_s < 0:
             raise SettingsError("GPUAWARE_PLACEMENT_VICTIM_MIN_RUN_S, _VICTIM_MAX_REQUEUES and _RESIZE_HOLD_S "
                                 "must be >= 0")

@@ -35,6 +35,7 @@ from gpuaware.schemas import (
     PLACEMENT,
     CheckpointAcknowledged,
     CheckpointRequested,
+    NodePowerChanged,
     PlacementDecided,
     PlacementExplained,
     PodBindFailed,
@@ -52,7 +53,7 @@ __all__ = ["BINDER_IN", "PLACEMENT_IN", "RecorderHandlers", "mount", "mounter", 
 log = logging.getLogger(__name__)
 
 BinderStreamEvent = (PodPending | PodBound | PodBindFailed | PodPreempted | PodFinished | CheckpointRequested
-               | CheckpointAcknowledged)
+               | CheckpointAcknowledged | NodePowerChanged)
 PlacementStreamEvent = PlacementDecided | PodUnschedulable | PlacementExplained
 BINDER_IN: bus.Channel[Any] = bus.Channel(BINDER.subjects[0], BinderStreamEvent)  # type: ignore[arg-type]  # a union decodes on its tag; Channel's parameter names one class
 PLACEMENT_IN: bus.Channel[Any] = bus.Channel(PLACEMENT.subjects[0], PlacementStreamEvent)  # type: ignore[arg-type]  # as above
