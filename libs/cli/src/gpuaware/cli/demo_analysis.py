@@ -52,6 +52,7 @@ __all__ = [
     "health_figures",
     "job_shapes",
     "pod_records",
+    "power_figures",
     "rebuild_workload",
     "victims",
     "virtual_clock",
@@ -219,6 +220,7 @@ def analyse(run: RunResult, cfg: DemoConfig, workload: Mapping[str, SimPod]) -> 
         "preemption": _preemption(run),
         "failover": run.failover,
         "health": health_figures(run),
+        "power": power_figures(run, horizon),
         "quota": run.quota or {"status": "not in this run"},
         "forecast": run.forecast or {"status": "not in this run"},
         "workload_fingerprint": fp,
@@ -477,14 +479,45 @@ FORECAST_AB_ALLOCATION_PP = 2.0
 """... at an allocation within this many percentage points"""
 
 
+def power_figures(run: RunResult, horizon: float) -> dict[str, Any]:
+    """The node-power planner's part in one run (empty when it did not run): node-hours switched off
+    within the window (a node is off from the binder's ``off`` until its next answer, a boot counted as
+    on since a booting node draws power), their share of the window's node-hours, the
+    recommendations by action, the refusals, and the planner's own tally of steps where demand outran
+    the powered nodes (``short``: from its recommendations, which state it)."""
+    log = run.log
+    if not log.power_recommended and not log.power_changed:
+        return {"planner": "not in this run"}
+    t0, end = run.started_at, run.started_at + horizon
+    off_since: dict[str, float] = {}
+    off_s = 0.0
+    for ev in sorted(log.power_changed, key=lambda e: e.changed_at):
+        at = min(max(ev.changed_at, t0), end)
+        if ev.state == "off":
+            off_since.setdefault(ev.node, at)
+        elif ev.node in off_since:
+            off_s += at - off_since.pop(ev.node)
+    off_s += sum(end - since for since in off_since.values())
+    actions = Counter(r.action for r in log.power_recommended)
+    short = [r for r in log.power_recommended if "short" in r.reason]
+    return {"planner": "on", "node_hours_off": round(off_s / 3600.0, 2),
+            "share_of_node_hours": _clean(off_s / (max(1, run.nodes) * horizon)) if horizon > 0 else None,
+            "recommended": {"power-down": actions["power-down"], "power-up": actions["power-up"]},
+            "refused": sum(1 for c in log.power_changed if c.reason),
+            "recommendations_after_a_shortfall": len(short),
+            "nodes_off_at_end": sorted(off_since)}
+
+
 def forecast_ab(with_: Mapping[str, Any], without: Mapping[str, Any]) -> dict[str, Any]:
     """gpuaware's run against the same run without its forecasts (``analyse``'s figures of each): the
     latency-sensitive classes' p99 queue delay, the allocation, and whether each goal was met (None
     where a figure is missing)."""
     def figures(a: Mapping[str, Any]) -> dict[str, Any]:
         ls = a["queue_delay_s"]["latency_sensitive"]
+        power = a.get("power", {})
         return {"latency_sensitive_p99_s": ls.get("p99"), "latency_sensitive_pods": ls.get("n"),
-                "allocation_mean": a["allocation"]["mean"]}
+                "allocation_mean": a["allocation"]["mean"], "node_hours_off": power.get("node_hours_off"),
+                "power_ups": power.get("recommended", {}).get("power-up")}
 
     on, off = figures(with_), figures(without)
     p_on, p_off = on["latency_sensitive_p99_s"], off["latency_sensitive_p99_s"]

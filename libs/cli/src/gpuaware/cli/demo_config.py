@@ -232,6 +232,9 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_PLACEMENT_PREEMPTION": "true" if spec.ours else "false",
         # the latency-sensitive classes' forecast demand kept free (nothing to act on without forecasts)
         "GPUAWARE_PLACEMENT_FORECAST_HEADROOM": "true" if spec.ours and spec.forecasts else "false",
+        # idle nodes switched off ahead of falling demand and on a boot delay ahead of rising demand (the
+        # twin's nodes take the twin's ten-minute boot); without forecasts the planner has recent demand only
+        "GPUAWARE_PLACEMENT_POWER_PLANNER": "true" if spec.ours else "false",
         # stock Kubernetes retries by priority then arrival; gpuaware by fair share, then shortest
         # predicted runtime (the forecasting service's predictor), a starved tenant reclaiming what
         # others run above their share once it ran 10 minutes (the world's, here the twin's, time),

@@ -25,6 +25,8 @@ from gpuaware.schemas import (
     CHECKPOINT_REQUESTED,
     DRAIN_RECOMMENDED,
     GPU_STATE_CHANGED,
+    NODE_POWER_CHANGED,
+    NODE_POWER_RECOMMENDED,
     PLACEMENT_DECIDED,
     POD_BIND_FAILED,
     POD_BOUND,
@@ -39,6 +41,8 @@ from gpuaware.schemas import (
     CheckpointRequested,
     DrainRecommended,
     GpuStateChanged,
+    NodePowerChanged,
+    NodePowerRecommended,
     PlacementDecided,
     PodBindFailed,
     PodBound,
@@ -59,9 +63,11 @@ log = logging.getLogger(__name__)
 BINDER_CHANNELS: list[bus.Channel[Any]] = [
     bus.Channel(POD_PENDING, PodPending), bus.Channel(POD_BOUND, PodBound), bus.Channel(POD_BIND_FAILED, PodBindFailed),
     bus.Channel(POD_PREEMPTED, PodPreempted), bus.Channel(POD_FINISHED, PodFinished),
-    bus.Channel(CHECKPOINT_REQUESTED, CheckpointRequested), bus.Channel(CHECKPOINT_ACKNOWLEDGED, CheckpointAcknowledged)]
+    bus.Channel(CHECKPOINT_REQUESTED, CheckpointRequested), bus.Channel(CHECKPOINT_ACKNOWLEDGED, CheckpointAcknowledged),
+    bus.Channel(NODE_POWER_CHANGED, NodePowerChanged)]
 PLACEMENT_CHANNELS: list[bus.Channel[Any]] = [
-    bus.Channel(PLACEMENT_DECIDED, PlacementDecided), bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable)]
+    bus.Channel(PLACEMENT_DECIDED, PlacementDecided), bus.Channel(POD_UNSCHEDULABLE, PodUnschedulable),
+    bus.Channel(NODE_POWER_RECOMMENDED, NodePowerRecommended)]
 HEALTH_CHANNELS: list[bus.Channel[Any]] = [
     bus.Channel(GPU_STATE_CHANGED, GpuStateChanged), bus.Channel(ALERT_RAISED, AlertRaised),
     bus.Channel(ALERT_RESOLVED, AlertResolved), bus.Channel(DRAIN_RECOMMENDED, DrainRecommended)]
@@ -112,6 +118,9 @@ class RunLog:
     drains: list[DrainRecommended] = field(default_factory=list)
     resize_requests: list[CheckpointRequested] = field(default_factory=list)
     """the binder's checkpoint requests for an elastic job's resize (one per worker asked to save)"""
+    power_recommended: list[NodePowerRecommended] = field(default_factory=list)
+    power_changed: list[NodePowerChanged] = field(default_factory=list)
+    """the node-power planner's recommendations and the binder's answers, in stream order"""
 
     def on_health(self, ev: Any, _subject: str) -> None:
         """health-scoring's state changes and alerts of this run's cluster."""
@@ -136,6 +145,12 @@ class RunLog:
         if getattr(ev, "cluster", None) != self.cluster:
             return
         self.recorded[subject_key(subject)] += 1
+        if isinstance(ev, NodePowerRecommended):
+            self.power_recommended.append(ev)
+            return
+        if isinstance(ev, NodePowerChanged):
+            self.power_changed.append(ev)
+            return
         uid = ev.pod_uid
         if isinstance(ev, CheckpointRequested | CheckpointAcknowledged):
             if isinstance(ev, CheckpointRequested) and ev.reason == "resize":
