@@ -80,3 +80,14 @@ def test_choice_sets_the_model_aside_only_where_it_is_worse_with_enough_points()
     choice.add(1, np.array([3.0, 1.0]), np.array([1.0, 3.0]))
     assert choice.worse(3).tolist() == [[True, True], [False, False], [False, False]]
     assert choice.rmse(0, 0) == pytest.approx((3.0, 1.0))
+
+
+def test_a_new_set_of_quantiles_gets_its_offsets_at_once() -> None:
+    """A server that replaces another (a reload) may publish other quantiles than the bands it adopts were
+    last computed for: the missing quantiles' offsets are computed then, not ``every`` steps later."""
+    bands = Bands(horizons=1, window=50, min_errors=5, every=10)
+    for _ in range(10):
+        bands.add(0, np.array([2.0]))
+    bands.apply(np.full((1, 1, 2), 10.0), (0.5, 0.9))
+    out = bands.apply(np.full((1, 1, 3), 10.0), (0.1, 0.5, 0.9))
+    assert out[0, 0].tolist() == pytest.approx([10.0, 10.0, 12.0])

@@ -104,3 +104,27 @@ def test_a_series_where_the_model_is_worse_is_served_persistence_by_name_without
     assert np.allclose(res.values[:, :, 0], res.held[:, None])
     events = server.events(res, "c", T0 + 60 * 200, ["n1"], 0.0, "test")
     assert {e.model for e in events} == {"persistence"}
+
+
+def test_a_server_publishes_its_own_quantiles_a_p10_the_model_lacks_included() -> None:
+    """A model trained for p50 and p90 served as a demand series with p10, p50 and p90: the p10 starts at
+    the model's median (no band below before there are errors) and the bands open it below once the
+    series has errors; each stored point carries it. A server without ``quantiles`` keeps the model's."""
+    rng = np.random.default_rng(2)
+    server = Server(_model(bias=0.0), "flat@2", quantiles=(0.1, 0.5, 0.9), band_min_errors=5, band_every=1)
+    values = []
+    for k in range(80):
+        res = server.step_demand(T0 + 60 * k, "c", {"*": float(20 + rng.normal(0, 2.0))})
+        values.append(res.values[0])
+    assert values[0].shape == (3, 3)  # 3 horizons x (p10, p50, p90)
+    assert np.allclose(values[0][:, 0], values[0][:, 1])  # no errors yet: the p10 is the median
+    p10, p50, p90 = values[-1].T
+    assert (p10 < p50).all() and (p50 < p90).all()  # calibrated on the series' own errors: a band
+    event = server.demand_events(res, "c", T0 + 60 * 80, 0.0, "test")[0]
+    assert event.quantiles == (0.1, 0.5, 0.9) and len(event.series[0].values) == 3
+    points = server.points(res, T0 + 60 * 80, ["c"])
+    assert [(p.p10, p.p50, p.p90) for p in points] == [tuple(float(x) for x in v) for v in values[-1]]
+    util = Server(_model(bias=0.0), "flat@2")
+    res = util.step(T0, [("n1", "g0", 10.0)])
+    assert util.quantiles == (0.5, 0.9) and res.values.shape[-1] == 2
+    assert all(p.p10 != p.p10 for p in util.points(res, T0 + 60, ["n1"]))  # NaN: stored as NULL

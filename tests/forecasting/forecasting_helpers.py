@@ -103,7 +103,7 @@ class Recorder(ClusterClient):
         for ev in self.demand:
             for s in ev.series:
                 if s.metric == "gpus_requested" and s.labels.get("queue") == queue and s.labels.get("class") == klass:
-                    out.append((ev.issued_at, ev.model, s.values[0][0]))
+                    out.append((ev.issued_at, ev.model, s.values[ev.quantiles.index(0.5)][0]))
         return sorted(out)
 
     async def inventory(self, node: str, models: list[str]) -> None:

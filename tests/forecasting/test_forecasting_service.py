@@ -34,8 +34,10 @@ async def test_empty_registry_serves_persistence_and_says_so(nats_proc, fresh_da
         assert svc.stats().unusable == "no model in the registry"
     # every forecast stored, and the ones whose target window arrived carry the actual
     with psycopg.connect(fresh_database_url) as conn:
-        n, models = conn.execute("SELECT count(*), array_agg(DISTINCT model) FROM forecast_points").fetchone()
+        n, models, p10s = conn.execute("SELECT count(*), array_agg(DISTINCT model), count(p10) "
+                                       "FROM forecast_points").fetchone()
     assert n == 3 * 3 * 3 and models == ["persistence"]  # 3 windows x 3 series x 3 horizons
+    assert p10s == 0  # utilisation publishes p50 and p90 only: no p10 stored
 
 
 async def test_a_twin_on_a_scaled_clock_gets_per_gpu_forecasts_from_its_samples(
@@ -157,6 +159,8 @@ async def test_demand_per_queue_from_pod_events(nats_proc, fresh_database_url: s
         # c is latency-sensitive: its own series from the minute it arrived, in neither queue's twice
         assert [(t - T0, v) for t, _, v in rec.demand_of(None, "latency-sensitive")[:2]] == [(240.0, 1.0), (300.0, 1.0)]
         assert {m for _, m, _ in total} == {"persistence"}
+        # demand publishes a p10 beside the p50 and p90 (the same value until the series has errors)
+        assert {ev.quantiles for ev in rec.demand if ev.series[0].metric == "gpus_requested"} == {(0.1, 0.5, 0.9)}
         stats = svc.stats()
         assert stats.demand_minutes == 11 and stats.demand_series == 4
         assert stats.demand_unusable == "no 'demand' model in the registry"
@@ -166,9 +170,12 @@ async def test_demand_per_queue_from_pod_events(nats_proc, fresh_database_url: s
         # the 10-minute forecast issued at minute 0's end (6 GPUs held) against the demand 10 minutes later
         point = conn.execute("SELECT p50, actual FROM forecast_points WHERE series = %s AND horizon_s = 600 AND "
                              "issued_at = to_timestamp(%s)", (f"demand/{cluster}/*", T0 + 60.0)).fetchone()
+        bands = conn.execute("SELECT count(*), count(p10), count(*) FILTER (WHERE p10 <= p50 AND p50 <= p90) "
+                             "FROM forecast_points WHERE series LIKE 'demand/%%'").fetchone()
     assert rows == [(f"demand/{cluster}/*", 33), (f"demand/{cluster}/class:latency-sensitive", 24),
                     (f"demand/{cluster}/team-a", 33), (f"demand/{cluster}/team-b", 33)]
     assert point == (6.0, 3.0)
+    assert bands == (123, 123, 123)  # every demand point stored its p10, never above the p50
 
 
 async def test_the_demand_model_serves_demand_only(nats_proc, fresh_database_url: str, cluster: str) -> None:
@@ -183,6 +190,10 @@ async def test_the_demand_model_serves_demand_only(nats_proc, fresh_database_url
         await eventually(lambda: any(m == "lstm" for _, m, _ in rec.demand_of(None)), what="a demand model forecast")
         served = [ev for ev in rec.demand if ev.model == "lstm"]
         assert all(ev.model_version == "demand@1" for ev in served)
+        # a model trained for p50 and p90 still publishes the p10 the demand series carry, never above its p50
+        assert all(ev.quantiles == (0.1, 0.5, 0.9) for ev in served)
+        assert all(p10 <= p50 <= p90 for ev in served for s in ev.series
+                   for p10, p50, p90 in zip(*s.values, strict=True))
 
 
 async def test_job_durations_are_learnt_from_finished_pods_and_served(nats_proc, fresh_database_url: str,

@@ -20,7 +20,7 @@ from gpuaware.tsdb import (
 from gpuaware.tsdb.migrator import EARLIER_CHECKSUMS, default_source
 
 ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011", "0012",
-                "0013", "0014", "0015"]
+                "0013", "0014", "0015", "0016"]
 
 
 def _copy_migrations(dest: Path) -> Path:
@@ -65,7 +65,7 @@ async def test_first_run_applies_everything_in_order_and_second_run_is_a_no_op(f
                     ("0009", "placement_events", "common", 64, True), ("0010", "health", "native", 64, True),
                     ("0011", "quota", "common", 64, True), ("0012", "forecast", "common", 64, True),
                     ("0013", "maintenance_lock", "native", 64, True), ("0014", "recorder", "common", 64, True),
-                    ("0015", "service_logins", "common", 64, True)]
+                    ("0015", "service_logins", "common", 64, True), ("0016", "forecast_p10", "common", 64, True)]
 
 
 async def test_an_edited_applied_migration_is_rejected_naming_the_file(fresh_database_url: str,
@@ -123,7 +123,7 @@ async def test_a_failing_migration_names_its_file_and_leaves_nothing_half_applie
     (source / "0099_broken.sql").write_text("CREATE TABLE half (id int);\nSELECT no_such_function();\n")
     with pytest.raises(MigrationError, match=r"0099_broken\.sql.*no_such_function"):
         await migrate(fresh_database_url, source=source)
-    assert await applied_migrations(fresh_database_url) == ALL_VERSIONS  # 0001-0015 committed one by one
+    assert await applied_migrations(fresh_database_url) == ALL_VERSIONS  # 0001-0016 committed one by one
     async with await connect(fresh_database_url) as conn:
         assert await fetch_one(conn, "SELECT to_regclass('half')") == (None,)
 
@@ -172,7 +172,7 @@ def test_each_backend_renders_its_sections_and_the_shared_lines(tmp_path: Path) 
 async def test_a_pending_version_older_than_an_applied_one_is_an_error(migrated_url: str) -> None:
     async with await connect(migrated_url, autocommit=True) as conn:
         await conn.execute("DELETE FROM schema_migrations WHERE version = '0004'")
-    with pytest.raises(MigrationError, match=r"0004_rollups\.sql: not applied, but the later 0015"):
+    with pytest.raises(MigrationError, match=r"0004_rollups\.sql: not applied, but the later 0016"):
         await migrate(migrated_url)
 
 

@@ -60,10 +60,10 @@ async def test_a_service_login_checks_the_schema_and_never_migrates(fresh_databa
     await ensure_login_roles(fresh_database_url, {login: ("gpuaware_collector", "pw")})
     assert await migrate_or_check(url) == []  # up to date: nothing to do, nothing refused
     async with await connect(fresh_database_url, autocommit=True) as conn:  # as if a release were pending
-        await conn.execute("DELETE FROM schema_migrations WHERE version = '0015'")
-    with pytest.raises(SchemaNotReadyError, match=re.escape("0015_service_logins.sql")):
+        await conn.execute("DELETE FROM schema_migrations WHERE version = '0016'")
+    with pytest.raises(SchemaNotReadyError, match=re.escape("0016_forecast_p10.sql")):
         await migrate_or_check(url)
-    assert await migrate_or_check(fresh_database_url) == ["0015"]  # the owner applies it
+    assert await migrate_or_check(fresh_database_url) == ["0016"]  # the owner applies it
 
 
 async def test_a_login_on_an_unmigrated_database_is_refused_with_what_to_run(fresh_database_url: str) -> None:

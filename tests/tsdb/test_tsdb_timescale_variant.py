@@ -189,7 +189,8 @@ async def stubbed_timescale_url(postgres_server: PostgresProcess, tmp_path: Path
         await conn.execute(STUBS)
     assert await migrate(url, backend="timescale", source=source) == ["0001", "0002", "0003", "0004", "0005",
                                                                       "0006", "0007", "0008", "0009", "0010",
-                                                                      "0011", "0012", "0013", "0014", "0015"]
+                                                                      "0011", "0012", "0013", "0014", "0015",
+                                                                      "0016"]
     yield url
     async with await connect(postgres_server.admin_url, autocommit=True) as admin:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -14,10 +14,11 @@ from rich.table import Table
 
 from gpuaware.cli.demo_alerts import describe_alerting
 from gpuaware.cli.demo_config import DemoConfig, RunSpec
+from gpuaware.cli.demo_forecast import HORIZON_COLUMNS, SERIES_COLUMNS, horizon_rows, series_rows
 from gpuaware.cli.demo_record import RunLog, RunResult, SubjectCounter
 from gpuaware.cli.demo_report import price_of_fairness_rows
 
-__all__ = ["LiveView", "console", "print_report", "with_live"]
+__all__ = ["LiveView", "console", "print_forecast_tables", "print_report", "with_live"]
 
 console = Console()
 
@@ -166,18 +167,7 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
     if (a.get("quota") or {}).get("status") == "took part":
         from gpuaware.cli.quota import demo_table
         console.print(demo_table(a["quota"]))
-    acc = ((a.get("forecast") or {}).get("accuracy") or {})
-    if acc.get("status") == "scored":
-        model = (a["forecast"].get("model") or {})
-        f = Table(title=f"demand forecasts (gpuaware run; model: {model.get('model') or 'persistence'}; "
-                        f"{acc['forecasts']:,} stored over {acc['series']} series)")
-        for col in ("horizon", "points", "RMSE (GPUs)", "persistence RMSE", "better by", "actual <= p90"):
-            f.add_column(col, justify="right")
-        for h, v in acc["at_horizon_min"].items():
-            gain = v.get("vs_persistence")
-            f.add_row(f"{h} min", str(v["points"]), str(v["rmse"]), str(v["persistence_rmse"]),
-                      "n/a" if gain is None else f"{gain:+.1%}", str(v["p90_coverage"]))
-        console.print(f)
+    print_forecast_tables(console, a)
     ab = report.get("forecast_ab")
     if ab:
         console.print(forecast_ab_table(ab))
@@ -205,6 +195,29 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
     console.print(f"report: {cfg.out / 'report.html'} (self-contained), {cfg.out / 'report.json'}; plots: "
                   + ", ".join(str(p) for p in plots) + f"; service logs: {cfg.out / 'logs'}")
     console.print(f"demo took {report['seconds']:.0f}s")
+
+
+def print_forecast_tables(out: Console, r: dict[str, Any]) -> None:
+    """A run's demand forecasts, where scored: per horizon the RMSE against persistence and the coverage
+    of the p90 and of the p10-p90 band (the cluster's total); per demand series who served it."""
+    acc = ((r.get("forecast") or {}).get("accuracy") or {})
+    if acc.get("status") != "scored":
+        return
+    model = (r["forecast"].get("model") or {})
+    label = r.get("label", "gpuaware")
+    f = Table(title=f"demand forecasts ({label} run; model: {model.get('model') or 'persistence'}; "
+                    f"{acc['forecasts']:,} stored for the total, {acc['series']} series)")
+    for col in HORIZON_COLUMNS:
+        f.add_column(col, justify="right")
+    for row in horizon_rows(acc):
+        f.add_row(*row)
+    out.print(f)
+    served = Table(title=f"who served each demand series ({label} run)")
+    for col in SERIES_COLUMNS:
+        served.add_column(col, justify="left" if col in ("demand series", "persistence's main reason") else "right")
+    for row in series_rows(acc):
+        served.add_row(*row)
+    out.print(served)
 
 
 def forecast_ab_table(ab: dict[str, Any]) -> Table:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuaware.cli.demo_alerts import describe_alerting
 from gpuaware.cli.demo_analysis import IN_FLIGHT_S, job_shapes, pod_records
+from gpuaware.cli.demo_forecast import HORIZON_COLUMNS, SERIES_COLUMNS, horizon_rows, series_rows
 from gpuaware.cli.demo_record import RunResult
 from gpuaware.sim import SimPod, job_lives, slowdown
 
@@ -182,27 +183,60 @@ def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str,
 
 def _demand_plot(plt: Any, r: dict[str, Any], acc: dict[str, Any], window_h: float | None) -> Any:
     """The cluster's GPU demand (running + pending) minute by minute, and what the forecasting service
-    predicted for each minute 30 minutes before it (p50 and p90)."""
+    predicted for each minute 30 minutes before it: the p50 and the p10-p90 band around it (shaded), with
+    the model's share of those 30-minute points (persistence served the rest); the title gives each
+    horizon's share of actuals inside the band and at or under the p90 (the plot shows the 30-minute
+    forecasts only)."""
     p = acc["plot"]
 
     def nan(v: list[Any]) -> list[float]:
         return [math.nan if x is None else x for x in v]
 
-    h30 = acc["at_horizon_min"].get("30", {})
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.0%}"
+
+    per_h = acc["at_horizon_min"]
+    h30 = per_h.get("30", {})
     model = r["forecast"].get("model", {}).get("model") or "persistence"
-    fig, ax = plt.subplots(figsize=(9, 3.8))
-    ax.step(p["t_h"], p["actual"], where="post", color="black", linewidth=1.2, label="demand: GPUs running + pending")
+    at30 = ((acc.get("served") or {}).get("*") or {}).get("model_share_at_horizon_min", {}).get("30")
+    who = (f"{model} served {pct(at30)} of these, persistence the rest" if at30 is not None and model != "persistence"
+           else model)
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    ax.fill_between(p["t_h"], nan(p.get("p10_30min") or p["p50_30min"]), nan(p["p90_30min"]), color="#1f77b4",
+                    alpha=0.25, step="post", linewidth=0,
+                    label=f"p10-p90 band 30 min ahead: the actual inside it {pct(h30.get('p10_p90_coverage'))} of "
+                          f"the time, at or under the p90 {pct(h30.get('p90_coverage'))}")
     ax.step(p["t_h"], nan(p["p50_30min"]), where="post", color="#1f77b4", linewidth=1.0,
-            label=f"forecast 30 min ahead, p50 ({model}; RMSE {h30.get('rmse')} vs persistence "
+            label=f"forecast 30 min ahead, p50 ({who}; RMSE {h30.get('rmse')} vs persistence "
                   f"{h30.get('persistence_rmse')})")
-    ax.fill_between(p["t_h"], nan(p["p50_30min"]), nan(p["p90_30min"]), color="#1f77b4", alpha=0.25, step="post",
-                    label=f"... up to its p90 (the actual at or under it {h30.get('p90_coverage')} of the time)")
+    ax.step(p["t_h"], p["actual"], where="post", color="black", linewidth=1.2, label="demand: GPUs running + pending")
     ax.set_xlabel("virtual time (hours)")
     ax.set_xlim(0, window_h)
     ax.set_ylabel("GPUs")
-    ax.set_title(f"{r['label']} run: GPU demand and the forecasting service's forecast")
+    coverage = ", ".join(f"{h} min {pct(v.get('p10_p90_coverage'))} / {pct(v.get('p90_coverage'))}"
+                         for h, v in per_h.items())
+    ax.set_title(f"{r['label']} run: GPU demand and the forecasting service's forecast\n"
+                 f"actual inside p10-p90 / at or under p90: {coverage}", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     return fig
+
+
+def _forecast_html(runs: Mapping[str, Any]) -> str:
+    """Each run's demand forecasts, where scored: per horizon the RMSE against persistence and the
+    coverage of the p90 and of the p10-p90 band; per demand series who served it."""
+    out = ""
+    for label, r in runs.items():
+        acc = ((r.get("forecast") or {}).get("accuracy") or {})
+        if acc.get("status") != "scored":
+            continue
+        model = ((r["forecast"].get("model") or {}).get("model")) or "persistence"
+        out += (f"<h2>Demand forecasts ({html.escape(label)} run; model {html.escape(model)})</h2><p>The cluster's "
+                f"total demand (GPUs running + pending; {acc['forecasts']:,} forecasts stored for it, "
+                f"{acc['series']} demand series in all): each horizon's p50 against persistence from the same "
+                "origins, and how often the actual stayed at or under the p90 and inside the p10-p90 band (a "
+                "calibrated band: about 90 % and 80 %).</p>" + _table(HORIZON_COLUMNS, horizon_rows(acc))
+                + "<h3>Who served each demand series</h3>" + _table(SERIES_COLUMNS, series_rows(acc)))
+    return out
 
 
 def _pair(x: Any, y: Any) -> str:
@@ -399,6 +433,7 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
             parts.append(f"<p>Operator: {html.escape(str(rep.get('reason')))} — <code>gpuaware health uncordon "
                          f"{html.escape(str(rep.get('gpu_uuid')))} --clear</code> at {rep.get('virtual_h')} h: "
                          f"{html.escape(str(rep.get('previous')))} → {html.escape(str(rep.get('current')))}.</p>")
+    parts.append(_forecast_html(runs))
     parts.append("<h2>Plots</h2>")
     for p in plots:
         data = base64.b64encode(p.read_bytes()).decode()

@@ -129,7 +129,8 @@ class Bands:
             return values
         n = values.shape[0]
         self._age += 1
-        if self._age >= self.every or any(len(o[0]) < n for o in self._offsets.values()):
+        if self._age >= self.every or any(len(o[0]) < n for o in self._offsets.values()) \
+                or any(q != 0.5 and q not in self._offsets for q in quantiles):  # another set (a reload's)
             self._offsets = {q: self._offset(q, n) for q in quantiles if q != 0.5}
             self._age = 0
         out = values.copy()

@@ -1,4 +1,5 @@
-"""The model registry's SQL (migration 0012): publish a version, read the newest, store forecasts.
+"""The model registry's SQL (migration 0012; 0016 the p10 column): publish a version, read the newest,
+store forecasts.
 
 Only gpuaware.tsdb imports psycopg, so these coroutines take a connection the caller opened through
 ``gpuaware.tsdb`` (``tsdb.connect`` or a pool) and never import the driver. The ONNX bytes are
@@ -78,19 +79,21 @@ async def latest_version_async(conn: Any, name: str | None = None, *, exclude: s
     return None if row is None or row[0] is None else int(row[0])
 
 
-_POINT = ("INSERT INTO forecast_points (issued_at, series, horizon_s, target_at, model, model_version, p50, p90, fallback) "
-          "VALUES (to_timestamp(%s), %s, %s, to_timestamp(%s), %s, %s, %s, %s, %s) "
+_POINT = ("INSERT INTO forecast_points (issued_at, series, horizon_s, target_at, model, model_version, p10, p50, p90, "
+          "fallback) VALUES (to_timestamp(%s), %s, %s, to_timestamp(%s), %s, %s, %s, %s, %s, %s) "
           "ON CONFLICT (series, horizon_s, issued_at) DO NOTHING")
 _ACTUAL = "UPDATE forecast_points SET actual = %s WHERE series = %s AND target_at = to_timestamp(%s) AND actual IS NULL"
 
 
 async def store_points_async(conn: Any, points: list, actuals: list[tuple[str, float, float]]) -> None:
     """One step's forecasts (``serving.Point``) and the actuals of the window that just closed, in one
-    transaction (a redelivered window stores nothing twice)."""
+    transaction (a redelivered window stores nothing twice). A quantile the series does not publish
+    (NaN) is stored as NULL."""
     async with conn.transaction(), conn.cursor() as cur:
         if points:
             await cur.executemany(_POINT, [(p.issued_at, p.series, p.horizon_s, p.issued_at + p.horizon_s, p.model,
-                                            p.model_version, p.p50, None if p.p90 != p.p90 else p.p90, p.fallback)
+                                            p.model_version, None if p.p10 != p.p10 else p.p10, p.p50,
+                                            None if p.p90 != p.p90 else p.p90, p.fallback)
                                            for p in points])
         if actuals:
             await cur.executemany(_ACTUAL, [(v, s, t) for s, t, v in actuals])

@@ -34,6 +34,12 @@ the errors of the p50s published for targets now known, a day of them by default
 enough of them. A model's fitted quantiles describe the months it was trained on and persistence has
 none; a consumer keeping head-room needs a p90 that is a p90 now.
 
+Quantiles: a server publishes its own set (``quantiles``; the demand series' 0.1, 0.5 and 0.9, so a
+report can say how often the actual fell inside the p10-p90 band), whatever the model was trained
+for. A quantile the model does not output starts as the model's nearest one (a p10 of a model of
+0.5 and 0.9 is its median: no band below until there are errors) and the bands replace it once the
+series has enough errors, as they do every quantile but the median.
+
 Time: a step is ``step_s`` of the series' own time (a minute). ``time_scale`` says how many seconds of it
 pass per second of the clock ``issued_at`` is on: 1 for real GPUs; the speed of a digital twin whose
 GPUs live a day in a minute of its telemetry's clock. The published path and the stored horizons are
@@ -76,6 +82,8 @@ class Point:
     model: str
     model_version: str
     fallback: str
+    p10: float = float("nan")
+    """NaN where the series publishes no p10 (the utilisation series): stored as NULL"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,12 +131,13 @@ def window_values(gpus: Iterable[tuple[str, str, float]],
 
 class Server:
     def __init__(self, model: StreamingModel | None, model_label: str, *, step_s: float = 60.0,
-                 horizons_min: tuple[int, ...] = (10, 30, 60), quantiles: tuple[float, ...] = (0.5, 0.9),
+                 horizons_min: tuple[int, ...] = (10, 30, 60), quantiles: tuple[float, ...] | None = None,
                  unusable: str | None = None, drift_halflife: float = 240.0, drift_min_points: int = 200,
                  drift_margin: float = 0.0, time_scale: float = 1.0, band_window: int = 1440,
                  band_min_errors: int = 30, band_every: int = 10, choice_min_points: int = 60):
         """``model_label`` names the registry entry (``name@version``); ``unusable`` is why there is no
-        model (the reason every fallback row then carries). ``band_*``: the quantiles' calibration on each
+        model (the reason every fallback row then carries). ``quantiles``: the ones published, increasing
+        (None: the model's own; without a model 0.5 and 0.9). ``band_*``: the quantiles' calibration on each
         series' recent errors (``Bands``); ``choice_min_points``: errors a series needs at a horizon before
         the model's and persistence's recent RMSE choose between them there."""
         self.model_label = model_label
@@ -140,8 +149,14 @@ class Server:
             model = None
         self.model = model
         steps = [round(h * 60 / step_s) for h in horizons_min]
+        self.quantiles: tuple[float, ...] = tuple(quantiles or (model.quantiles if model else (0.5, 0.9)))
+        """the quantiles published (the contract's ``quantiles``) and stored"""
         self.streams = Streams(model, 0, step_s=step_s, horizons=model.horizons if model else steps,
-                               quantiles=list(model.quantiles) if model else list(quantiles))
+                               quantiles=list(model.quantiles) if model else list(self.quantiles))
+        own = self.streams.quantiles
+        columns = [min(range(len(own)), key=lambda k: abs(own[k] - q)) for q in self.quantiles]
+        self._columns = None if columns == list(range(len(own))) else np.array(columns)
+        """the forecaster's quantile each published one starts from (None: the same set)"""
         self.drift_decay = 0.5 ** (1.0 / drift_halflife)
         self.drift_min_points = drift_min_points
         self.drift_margin = drift_margin
@@ -207,6 +222,7 @@ class Server:
         self.last_window = window_start
         result = self.streams.step(row, window_start)
         q = self.streams.quantiles.index(0.5) if 0.5 in self.streams.quantiles else 0
+        median = self.quantiles.index(0.5) if 0.5 in self.quantiles else 0
         oldest = window_start - self.streams.horizons[-1] * self.step_s
         self._calibrate(window_start, row)
         if result.raw is not None and result.held is not None:
@@ -216,8 +232,9 @@ class Server:
             while self._issued and next(iter(self._issued)) < oldest:
                 self._issued.popitem(last=False)
             result = self._chosen(result)
-        calibrated = self.bands.apply(result.values, self.streams.quantiles)
-        self._served[window_start] = calibrated[:, :, q].copy()
+        served = result.values if self._columns is None else result.values[:, :, self._columns]
+        calibrated = self.bands.apply(served, self.quantiles)
+        self._served[window_start] = calibrated[:, :, median].copy()
         while self._served and next(iter(self._served)) < oldest:
             self._served.popitem(last=False)
         return dataclasses.replace(result, values=calibrated)
@@ -322,7 +339,7 @@ class Server:
     def _common(self, issued_at: float, emitted_at: float, source: str) -> dict:
         step = 600.0 / self.time_scale  # on the issuer's clock
         return {"source": source, "emitted_at": emitted_at, "issued_at": issued_at, "start": issued_at + step,
-                "step_s": step, "horizon_steps": 6, "quantiles": tuple(self.streams.quantiles)}
+                "step_s": step, "horizon_steps": 6, "quantiles": self.quantiles}
 
     def events(self, result: StepResult, cluster: str, issued_at: float, nodes: Iterable[str],
                emitted_at: float, source: str) -> list[GpuUtilPredicted | DemandPredicted]:
@@ -353,9 +370,10 @@ class Server:
         return out
 
     def points(self, result: StepResult, issued_at: float, nodes: Iterable[str]) -> list[Point]:
-        """What ``forecast_points`` stores for the step: p50/p90 at each horizon, who produced them."""
+        """What ``forecast_points`` stores for the step: p10 (where published), p50 and p90 at each
+        horizon, who produced them."""
         nodes = set(nodes)
-        qi = [self.streams.quantiles.index(q) if q in self.streams.quantiles else -1 for q in (0.5, 0.9)]
+        p10, p50, p90 = (self.quantiles.index(q) if q in self.quantiles else -1 for q in (0.1, 0.5, 0.9))
         out = []
         for (kind, node, gpu), i in self.index.items():
             if not self._reported((kind, node, gpu), nodes):
@@ -364,9 +382,9 @@ class Server:
             name = series_name((kind, node, gpu))
             for j, h in enumerate(self.horizons_s):
                 v = result.values[i, j]
-                out.append(Point(name, issued_at, h / self.time_scale, float(v[qi[0]]) if qi[0] >= 0 else float(v[0]),
-                                 float(v[qi[1]]) if qi[1] >= 0 else float("nan"), model, version,
-                                 result.reasons[i] or ""))
+                out.append(Point(name, issued_at, h / self.time_scale, float(v[p50]) if p50 >= 0 else float(v[0]),
+                                 float(v[p90]) if p90 >= 0 else float("nan"), model, version,
+                                 result.reasons[i] or "", float(v[p10]) if p10 >= 0 else float("nan")))
         return out
 
     def demand_events(self, result: StepResult, cluster: str, issued_at: float, emitted_at: float,

@@ -65,6 +65,10 @@ BAND_EVERY = {UTIL: 30, DEMAND: 10}
 """each slot's band calibration (``Server``'s ``band_window`` / ``band_every``): a GPU fleet has a series
 per GPU, so its bands look back six hours and are recomputed every 30 steps (10,000 GPUs: about 50 MB);
 demand has a handful of series and keeps a day"""
+QUANTILES: dict[str, tuple[float, ...] | None] = {UTIL: None, DEMAND: (0.1, 0.5, 0.9)}
+"""each slot's published quantiles (``Server``'s ``quantiles``): demand adds a p10 to its p50 and p90 (the
+band a reader judges a forecast by: how often the actual fell inside it); utilisation keeps the model's
+own (p50, p90), as placement reads only the p90 and a p10 would grow every node's per-GPU message by half"""
 POD_EVENTS = (bus.event_channel(PodPending), bus.event_channel(PodFinished),
               bus.event_channel(PodPreempted), bus.event_channel(PodBindFailed))
 
@@ -85,9 +89,11 @@ class ForecastService:
         self.close_after_s = SAMPLE_GRACE_S if self.scaled else settings.flush_s
         """... or this long (telemetry seconds) after its first value"""
         self.servers = {UTIL: Server(None, "", unusable="no model in the registry", time_scale=settings.time_scale,
-                                     band_window=BAND_WINDOW[UTIL], band_every=BAND_EVERY[UTIL]),
+                                     quantiles=QUANTILES[UTIL], band_window=BAND_WINDOW[UTIL],
+                                     band_every=BAND_EVERY[UTIL]),
                         DEMAND: Server(None, "", unusable=f"no {settings.demand_model_name!r} model in the registry",
-                                       band_window=BAND_WINDOW[DEMAND], band_every=BAND_EVERY[DEMAND])}
+                                       quantiles=QUANTILES[DEMAND], band_window=BAND_WINDOW[DEMAND],
+                                       band_every=BAND_EVERY[DEMAND])}
         self.versions: dict[str, int | None] = {UTIL: None, DEMAND: None}
         self.book = DemandBook(step_s=60.0)
         self.latency_classes = settings.latency_class_set()
@@ -137,12 +143,14 @@ class ForecastService:
             self.versions[slot] = entry.version  # not retried until a newer version appears
             if self.servers[slot].model is None:
                 self._swap(slot, Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}",
-                                        time_scale=scale, band_window=BAND_WINDOW[slot], band_every=BAND_EVERY[slot]))
+                                        time_scale=scale, quantiles=QUANTILES[slot], band_window=BAND_WINDOW[slot],
+                                        band_every=BAND_EVERY[slot]))
             return False
         self.versions[slot] = entry.version
         self._swap(slot, Server(model, entry.label, drift_halflife=st.drift_halflife,
                                 drift_min_points=st.drift_min_points, drift_margin=st.drift_margin,
-                                time_scale=scale, band_window=BAND_WINDOW[slot], band_every=BAND_EVERY[slot]))
+                                time_scale=scale, quantiles=QUANTILES[slot], band_window=BAND_WINDOW[slot],
+                                band_every=BAND_EVERY[slot]))
         self.counts["reloads"] += 1
         log.info("serving %s (%s)", entry.label, slot)
         return True

@@ -42,7 +42,8 @@ class ForecastingSettings(DatabaseSettings, frozen=True, kw_only=True):
     """a window is stepped when the next window's first rollup arrives, or this long after its own
     first rollup (the nodes' rollups of one window arrive over the collector's flush)"""
     store_points: bool = True
-    """store every forecast (p50/p90 per horizon) and, when the target window arrives, its actual"""
+    """store every forecast (p50/p90 per horizon, and the demand series' p10) and, when the target window
+    arrives, its actual"""
     drift_halflife: float = 2000.0
     """drift tracking: half-life, in scored points (series x windows), of the recent squared errors"""
     drift_min_points: int = 1000
