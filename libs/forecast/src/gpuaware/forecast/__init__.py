@@ -11,7 +11,8 @@
 
 Modules: ``series`` (regular grid, gaps), ``datasets`` (Helios, Philly, GenTD26,
 splits), ``baselines`` (persistence, seasonal naive, EWMA, ETS), ``ridge`` (lags and calendar, for
-hours ahead), ``selection`` (which forecast to serve per series and horizon), ``calibration`` (p10 /
+hours ahead), ``hours`` (demand 3-12 h ahead per series: persistence, seasonal naive or the ridge,
+chosen and calibrated on the series' recent errors), ``selection`` (which forecast to serve per series and horizon), ``calibration`` (p10 /
 p90 bands from recent errors, coverage), ``features`` (the model's inputs, one implementation for
 training and serving), ``model`` (torch LSTM, training, ONNX export), ``runtime`` (onnxruntime
 streaming), ``accuracy`` (RMSE, sMAPE), ``evaluate`` (rolling origins, the served forecast, bands).
@@ -39,6 +40,7 @@ from gpuaware.forecast.series import Series, SeriesError, regularise
 
 if TYPE_CHECKING:
     from gpuaware.forecast.experiment import Prepared, config_for, fit, prepare, run
+    from gpuaware.forecast.hours import HoursAhead, HoursStep
     from gpuaware.forecast.runtime import ModelError, StreamingModel, Streams
     from gpuaware.forecast.serving import Drift, Server
 
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
 _LOADED_ON_USE = {
     "Prepared": "experiment", "config_for": "experiment", "fit": "experiment", "prepare": "experiment",
     "run": "experiment", "ModelError": "runtime", "StreamingModel": "runtime", "Streams": "runtime",
-    "Drift": "serving", "Server": "serving",
+    "Drift": "serving", "Server": "serving", "HoursAhead": "hours", "HoursStep": "hours",
 }
 
 
@@ -70,6 +72,8 @@ __all__ = [
     "Drift",
     "DurationPredictor",
     "Fingerprint",
+    "HoursAhead",
+    "HoursStep",
     "ModelError",
     "Prepared",
     "RegistryEntry",
