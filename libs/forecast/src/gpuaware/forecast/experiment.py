@@ -3,8 +3,11 @@
 ``prepare`` loads trace files and splits them (the published Philly split, or the last N days held
 out with the day before them for validation); ``fit`` trains one global LSTM on every series'
 training range and exports the streaming ONNX graph with the data window and the held-back metrics
-in its metadata (what the registry stores); ``run`` evaluates every baseline and the served model
-(the ONNX graph stepped through ``runtime.Streams``, fallbacks included) on the test ranges only.
+in its metadata (what the registry stores); ``fit_evidence`` trains its copy stopped before the
+selection folds (``evaluate.evidence_split``), so that the served choice judges the LSTM on
+out-of-sample errors over the same ranges as every other model; ``run`` evaluates every baseline and
+the served model (the ONNX graph stepped through ``runtime.Streams``, fallbacks included) on the test
+ranges only.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ from pathlib import Path
 import pandas as pd
 
 from gpuaware.forecast.datasets import Split, load, split_last_days, split_philly
-from gpuaware.forecast.evaluate import Evaluation, evaluate, served
+from gpuaware.forecast.evaluate import Evaluation, evaluate, evidence_split, served
 from gpuaware.forecast.model import TrainConfig, TrainResult, TrainSeries, export_onnx, train
 from gpuaware.forecast.runtime import StreamingModel
 from gpuaware.forecast.series import Series, SeriesError
 
-__all__ = ["Prepared", "config_for", "fit", "prepare", "run"]
+__all__ = ["Prepared", "config_for", "fit", "fit_evidence", "prepare", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +83,38 @@ def fit(prepared: Sequence[Prepared], config: TrainConfig,
     return result, export_onnx(result, meta)
 
 
-def run(prepared: Sequence[Prepared], horizons_min: Sequence[int], model: StreamingModel | None) -> Evaluation:
-    """Every baseline, plus ``lstm`` (the served model) when one is given."""
-    if model is not None:
-        steps = [prepared[0].series.steps(h) for h in horizons_min]
-        missing = [h for h, st in zip(horizons_min, steps, strict=True) if st not in model.horizons]
-        if missing:
-            raise SeriesError(f"the model forecasts {model.horizons} steps of {model.features.step_s:g} s ahead; "
-                              f"not {missing} min")
-        if model.features.step_s != prepared[0].series.step_s:
-            raise SeriesError(f"the model's step is {model.features.step_s:g} s, the series' {prepared[0].series.step_s:g} s")
-    return evaluate([p.row for p in prepared], horizons_min, {"lstm": served(model)} if model else None)
+def fit_evidence(prepared: Sequence[Prepared], config: TrainConfig,
+                 progress: Callable[[int, int, float, float], None] | None = None) -> tuple[TrainResult, bytes] | None:
+    """The LSTM's evidence copy: trained as ``fit`` trains, on every series' data before its first
+    selection fold, its checkpoint picked on the range just before that fold. None where no series has
+    a fold (the validation range alone judges every model, the LSTM served as trained)."""
+    shifted = []
+    for p in prepared:
+        stop = evidence_split(p.split.train_end, p.split.valid_end)
+        if stop is not None:
+            shifted.append(Prepared(p.series, Split(stop[0], stop[1], p.split.test_end)))
+    return fit(shifted, config, progress) if shifted else None
+
+
+def _check(prepared: Sequence[Prepared], horizons_min: Sequence[int], model: StreamingModel) -> None:
+    steps = [prepared[0].series.steps(h) for h in horizons_min]
+    missing = [h for h, st in zip(horizons_min, steps, strict=True) if st not in model.horizons]
+    if missing:
+        raise SeriesError(f"the model forecasts {model.horizons} steps of {model.features.step_s:g} s ahead; "
+                          f"not {missing} min")
+    if model.features.step_s != prepared[0].series.step_s:
+        raise SeriesError(f"the model's step is {model.features.step_s:g} s, the series' {prepared[0].series.step_s:g} s")
+
+
+def run(prepared: Sequence[Prepared], horizons_min: Sequence[int], model: StreamingModel | None,
+        evidence: StreamingModel | None = None) -> Evaluation:
+    """Every baseline, plus ``lstm`` (the served model) when one is given, judged for the served choice
+    through ``evidence`` (its copy from ``fit_evidence``) where there are folds; without a copy the LSTM
+    is a candidate only where there are none (``evaluate``'s module docstring)."""
+    for m in (model, evidence):
+        if m is not None:
+            _check(prepared, horizons_min, m)
+    if model is None and evidence is not None:
+        raise ValueError("an evidence copy without the model it stands for")
+    return evaluate([p.row for p in prepared], horizons_min, {"lstm": served(model)} if model else None,
+                    {"lstm": served(evidence)} if evidence is not None else None)

@@ -1,7 +1,11 @@
 """Which forecast to serve for one series at one horizon, from each model's errors on recent data.
 
 The rule, on each model's errors over the validation range and the ranges before it (every model
-fitted before each; ``evaluate`` gathers them):
+fitted before each; ``evaluate`` gathers them). The errors must be the same evidence for every model:
+out of sample, over the same targets. ``choose`` compares what it is given, so the caller leaves out a
+model that has no such errors: a trained LSTM's errors on ranges it was trained on, or on the range its
+checkpoint was picked on, are in-sample and would let it win near-ties it has not earned; ``evaluate``
+judges it through a copy trained before those ranges instead, and leaves it out where it has none.
 
 1. persistence scores best (ties go to it): persistence is served. A series where nothing beats the
    last value gets the last value.
