@@ -126,8 +126,9 @@ def demo(
                                           "before they stop and grow into idle GPUs); --no-elastic keeps "
                                           "every job at its fixed width.")] = True,
     forecast_ab: Annotated[bool, typer.Option("--forecast-ab/--no-forecast-ab", help="Replay the workload a third "
-                                              "time: gpuaware without its forecasts (same seed and faults), and "
-                                              "report what the forecasts changed.")] = True,
+                                              "time: gpuaware ignoring its forecasts (same seed and faults; the "
+                                              "forecasting service runs in both), and report what the forecasts "
+                                              "changed.")] = True,
 ) -> None:
     """Start the stack and the services, replay a workload on the digital twin with gpuaware, with
     stock-Kubernetes placement and (--forecast-ab) with gpuaware without its forecasts, and report what

@@ -105,7 +105,8 @@ class RunSpec:
     policy: str
     cluster: str
     forecasts: bool = True
-    """the forecasting service runs and placement acts on its forecasts (the A/B run: False)"""
+    """placement acts on the forecasting service's forecasts (the A/B run: False; the service runs in
+    both, so both arms carry the same load)"""
 
     @property
     def ours(self) -> bool:
@@ -230,7 +231,9 @@ def service_env(cfg: DemoConfig, spec: RunSpec, nats_url: str, database_url: str
         "GPUAWARE_PLACEMENT_LEASE_POLL_S": "0.1",
         # stock Kubernetes as the baseline runs it: no preemption (gpuaware preempts by priority)
         "GPUAWARE_PLACEMENT_PREEMPTION": "true" if spec.ours else "false",
-        # the latency-sensitive classes' forecast demand kept free (nothing to act on without forecasts)
+        # the A/B's arm without forecasts: the forecasting service runs (the same load on the machine) and
+        # placement ignores it; with them, the latency-sensitive classes' forecast demand is kept free
+        "GPUAWARE_PLACEMENT_FORECASTS": "true" if spec.forecasts else "false",
         "GPUAWARE_PLACEMENT_FORECAST_HEADROOM": "true" if spec.ours and spec.forecasts else "false",
         # idle nodes switched off ahead of falling demand and on a boot delay ahead of rising demand (the
         # twin's nodes take the twin's ten-minute boot); without forecasts the planner has recent demand only

@@ -116,6 +116,7 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
         f"{b['preemption']['preempted']} ({b['preemption']['checkpointed']})")
     for (name, x), (_, y) in zip(price_of_fairness_rows(a), price_of_fairness_rows(b), strict=True):
         row(name, x, y)
+    row("node-hours switched off (node-power planner; share of node-hours)", _power(a), _power(b))
     console.print(t)
     drill = a.get("failover")
     if drill:
@@ -223,7 +224,7 @@ def print_forecast_tables(out: Console, r: dict[str, Any]) -> None:
 def forecast_ab_table(ab: dict[str, Any]) -> Table:
     """The forecast A/B: gpuaware with and without its forecasts on the same workload, seed and faults."""
     on, off = ab["with_forecasts"], ab["without_forecasts"]
-    t = Table(title="forecasts on vs off (gpuaware twice: same workload, seed and faults)")
+    t = Table(title="forecasts on vs off (gpuaware twice: same workload, seed and faults; the second ignores them)")
     for col in ("", "with forecasts", "without", "goal"):
         t.add_column(col, justify="left" if not col else "right")
     def minutes(s: float | None) -> str:
@@ -234,8 +235,19 @@ def forecast_ab_table(ab: dict[str, Any]) -> Table:
     t.add_row("allocation, time-weighted", f"{on['allocation_mean']}", f"{off['allocation_mean']}",
               f"{ab['allocation_pp']} pp, within {ab['goals']['allocation_pp_within']}")
     t.add_row("placements held back for the forecast head-room", str(ab.get("held_back_by_headroom")), "-", "")
+    t.add_row("node-hours switched off by the power planner", str(on.get("node_hours_off")),
+              str(off.get("node_hours_off")), "")
+    t.add_row("nodes switched back on ahead of demand", str(on.get("power_ups")), str(off.get("power_ups")), "")
     t.add_row("goals met", "[green]yes[/green]" if ab["met"] else "[yellow]no[/yellow]", "", "")
     return t
+
+
+def _power(r: dict[str, Any]) -> str:
+    p = r.get("power") or {}
+    if p.get("planner") != "on":
+        return "off"
+    share = p.get("share_of_node_hours")
+    return f"{p['node_hours_off']} ({'n/a' if share is None else f'{share:.1%}'})"
 
 
 def _mins(q: dict[str, Any]) -> str:

@@ -338,15 +338,18 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
     ab = report.get("forecast_ab")
     if ab:
         on, off = ab["with_forecasts"], ab["without_forecasts"]
-        parts.append("<h2>Forecasts on vs off</h2><p>gpuaware twice on the same workload, seed and faults, the "
-                     "second time without the forecasting service (no head-room kept for the latency-sensitive "
-                     "classes' forecast demand, no predicted runtimes, no per-GPU forecasts).</p>")
+        parts.append("<h2>Forecasts on vs off</h2><p>gpuaware twice on the same workload, seed and faults; the "
+                     "forecasting service runs in both (the same load on the machine), and the second time placement "
+                     "ignores it: no head-room kept for the latency-sensitive classes' forecast demand, no per-GPU "
+                     "forecasts, and the node-power planner decides from recent demand alone.</p>")
         parts.append(_table(("", "with forecasts", "without", "goal"), [
             ("latency-sensitive classes' p99 queue delay (s)", on["latency_sensitive_p99_s"],
              off["latency_sensitive_p99_s"], f"ratio {_fmt(ab['p99_ratio'])} ≤ {ab['goals']['p99_ratio_at_most']}"),
             ("allocation (time-weighted)", on["allocation_mean"], off["allocation_mean"],
              f"{_fmt(ab['allocation_pp'])} pp, within {ab['goals']['allocation_pp_within']}"),
             ("placements held back for the head-room", ab.get("held_back_by_headroom"), "-", ""),
+            ("node-hours switched off by the power planner", on.get("node_hours_off"), off.get("node_hours_off"), ""),
+            ("nodes switched back on ahead of demand", on.get("power_ups"), off.get("power_ups"), ""),
             ("goals met", "yes" if ab["met"] else "no", "", "")]))
     if a and b:
         rows = [
@@ -360,6 +363,8 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
             ("pods finished", a["pods"]["finished"], b["pods"]["finished"]),
             ("pods bound at the end", a["pods"]["bound"], b["pods"]["bound"]),
             ("pods pending at the end", a["pods"]["pending"], b["pods"]["pending"]),
+            ("node-hours switched off by the node-power planner", (a.get("power") or {}).get("node_hours_off"),
+             (b.get("power") or {}).get("node_hours_off")),
             ("queue delay p50 (s, all)", a["queue_delay_s"]["all"]["p50"], b["queue_delay_s"]["all"]["p50"]),
             ("queue delay p99 (s, all)", a["queue_delay_s"]["all"]["p99"], b["queue_delay_s"]["all"]["p99"]),
             ("JCT p50 (s)", a["jct_s"]["p50"], b["jct_s"]["p50"]),

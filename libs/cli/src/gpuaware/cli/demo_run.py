@@ -150,7 +150,7 @@ class _Run:
         self.alerting = DemoAlerting(cfg, spec) if self.health_on else None
         """Alertmanager and the alert bridge, beside health-scoring (``demo_alerts``)"""
         self.drill = cfg.kill_leader_at_s > 0 and gpuaware_run
-        self.forecast_on = spec.ours and spec.forecasts and service_built("gpuaware.services.forecasting")
+        self.forecast_on = spec.ours and service_built("gpuaware.services.forecasting")
         self.quota_on = spec.ours and service_built("gpuaware.services.quota")
         self.exporter_port = free_port() if cfg.telemetry else 0
         self.env = service_env(cfg, spec, nats_url, database_url, self.exporter_port,

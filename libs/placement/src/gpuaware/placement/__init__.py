@@ -17,7 +17,7 @@ from gpuaware.placement.cluster import (
 )
 from gpuaware.placement.effects import SignalEffect
 from gpuaware.placement.explain import PodExplanation, node_reasons
-from gpuaware.placement.extensions import WAIT, PermitVerdict
+from gpuaware.placement.extensions import WAIT, PermitGate, PermitVerdict
 from gpuaware.placement.frag import FragModel, FragState, TypicalPods
 from gpuaware.placement.framework import (
     BestFitGpu,
@@ -107,6 +107,7 @@ __all__ = [
     "Ledger",
     "NodeSpec",
     "Parked",
+    "PermitGate",
     "PermitVerdict",
     "Phase",
     "Pick",

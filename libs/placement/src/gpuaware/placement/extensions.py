@@ -37,6 +37,7 @@ __all__ = [
     "ALLOW",
     "WAIT",
     "DefaultPreemption",
+    "PermitGate",
     "PermitPlugin",
     "PermitVerdict",
     "PostFilterPlugin",
@@ -64,6 +65,17 @@ class PermitPlugin(Protocol):
     name: ClassVar[str]
 
     def permit(self, cycle: CycleState, pod: PodRequest, decision: Decision, snap: Snapshot) -> PermitVerdict:
+        ...
+
+
+@runtime_checkable
+class PermitGate(Protocol):
+    """A Permit plugin that can tell, before a pod's scheduling cycle, that it would refuse it whatever
+    node and GPUs the cycle chose (kube-scheduler's queueing hints serve the same end): the retry pass
+    leaves such a pod parked instead of filtering, scoring and staging it only to be refused. It must
+    never answer True for a pod the plugin could allow."""
+
+    def certainly_denied(self, pod: PodRequest, snap: Snapshot) -> bool:
         ...
 
 

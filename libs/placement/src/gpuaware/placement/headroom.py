@@ -85,6 +85,15 @@ class ForecastHeadroom:
         self.room_milli = max(0, round(self.forecast_gpus * MILLI) - self.held_milli)
         return self.room_milli < before
 
+    def certainly_denied(self, pod: PodRequest, snap: Snapshot) -> bool:
+        """``permit`` would hold ``pod`` back wherever it went (a ``PermitGate``): the whole free GPUs now,
+        less the whole GPUs it takes at least (none for a fraction, which may share a GPU), are already
+        under the room. A retry pass skips it, so held-back work does not cost a cycle each pass."""
+        if self.room_milli <= 0 or not pod.num_gpu or not self.may_wait(pod):
+            return False
+        takes = pod.num_gpu * MILLI if pod.gpu_milli >= MILLI else 0
+        return self.whole_gpus_free(snap) - takes < self.room_milli
+
     def permit(self, cycle: CycleState, pod: PodRequest, decision: Decision, snap: Snapshot) -> PermitVerdict:
         # the snapshot shows the cluster with this pod's GPUs already staged
         if self.room_milli <= 0 or not pod.num_gpu or not self.may_wait(pod):

@@ -37,7 +37,7 @@ from gpuaware.placement.actions import Backfill, fair_share_pass, reclaim
 from gpuaware.placement.config import PlannerConfig
 from gpuaware.placement.elastic import GainFn, grow_order, holding_by_gang, is_elastic, spares
 from gpuaware.placement.explain import PodExplanation
-from gpuaware.placement.extensions import DefaultPreemption
+from gpuaware.placement.extensions import DefaultPreemption, PermitGate
 from gpuaware.placement.frag import TypicalPods
 from gpuaware.placement.gang import GangTable
 from gpuaware.placement.held import HeldDecisions
@@ -214,6 +214,7 @@ class Planner:
                 singles.append(members[0])  # a core of one is a lone pod (the rest grow once it runs)
             else:
                 out += self._place_core(gang_id)
+        singles = self._ungated(singles)
         left = max(0, limit - sum(isinstance(o, Decided) for o in out))
         order = self.framework.queue_sort
         if order is None or not order.tenant_aware:
@@ -466,6 +467,17 @@ class Planner:
                     ledger=self.ledger, explain=self.explain_request, counters=self.counters, now=self.clock())
 
     # -- what a session needs from the view ---------------------------------------------------------
+
+    def _ungated(self, entries: list[PodEntry]) -> list[PodEntry]:
+        """``entries`` less those a Permit gate would refuse wherever they went (``PermitGate``): left
+        parked with their reason, not tried this pass."""
+        assert self.framework is not None
+        gates = [p for p in self.framework.permits if isinstance(p, PermitGate)]
+        if not gates or not entries or self.ledger.cluster is None:
+            return entries
+        snap = self.ledger.cluster.snapshot()
+        return [e for e in entries
+                if e.request is None or not any(g.certainly_denied(e.request, snap) for g in gates)]
 
     def refuse(self, uid: str, node: str) -> None:
         """The binder refused `uid` on `node` (transiently): keep its next attempts off it."""

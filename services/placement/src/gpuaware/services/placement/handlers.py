@@ -180,13 +180,15 @@ class PlacementService:
             # thermal and power: the latest one-minute rollup of each node, then each new one
             await bus.follow(self.js, [ROLLUPS], self._on_event, stream=TELEMETRY.name,
                              deliver="last_per_subject", with_suffixes=True, name="placement-rollups"),
-            await bus.follow(self.js, [FORECASTS, DEMAND_FORECASTS], self._on_event, stream=FORECAST.name,
-                             deliver="new", with_suffixes=True, name="placement-forecast"),
             await bus.follow(self.js, [BOUND, BIND_FAILED, PREEMPTED, FINISHED, POWER_CHANGED], self._on_event,
                              stream=BINDER.name, with_suffixes=True, name="placement-binder"),
             await bus.follow(self.js, [DECIDED, UNSCHEDULABLE, POWER_RECOMMENDED], self._on_event,
                              stream=PLACEMENT.name, with_suffixes=True, name="placement-decisions", skip=self._own_echo),
         ]
+        if s.forecasts:
+            self.followers.append(await bus.follow(self.js, [FORECASTS, DEMAND_FORECASTS], self._on_event,
+                                                   stream=FORECAST.name, deliver="new", with_suffixes=True,
+                                                   name="placement-forecast"))
         if s.leader_election == "kubernetes":  # cluster mode: a coordination.k8s.io Lease
             from gpuaware.k8s import KubeLeaderLease
 

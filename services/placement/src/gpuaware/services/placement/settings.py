@@ -141,6 +141,10 @@ class PlacementSettings(ServiceSettings, frozen=True, kw_only=True):
     reservations: int = 0
     """fair-share: nodes held at once for starved tenants' pods wider than one GPU, others backfilling
     them only with pods predicted to end first (EASY). Off by default."""
+    forecasts: bool = True
+    """follow the forecasting service (per-GPU utilisation for the forecast-headroom score, demand for the
+    head-room and the power planner's band); off: placement decides as if no forecast ever came (the
+    demo's A/B runs the forecasting service in both arms and switches only this)"""
     forecast_headroom: bool = True
     """keep free the latency-sensitive classes' forecast demand (the p90's peak over ``headroom_horizon_s``
     less what they hold), holding back deferrable or checkpointable pods only (``ForecastHeadroom``)"""
