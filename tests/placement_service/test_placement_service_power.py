@@ -79,13 +79,13 @@ def test_an_unsent_recommendation_gives_the_node_back() -> None:
     assert rec.node not in power.state.planner.unpowered
 
 
-def _forecast(total: list[float], queue: list[float]) -> DemandPredicted:
+def _forecast(total: list[float], queue: list[float], extra: dict[str, str] | None = None) -> DemandPredicted:
     return DemandPredicted(
         source="forecasting/test", emitted_at=time.time(), cluster="x", model="m", model_version="1",
         issued_at=T, start=T + 600, step_s=600.0, horizon_steps=len(total), quantiles=(0.1, 0.5, 0.9),
         series=(DemandSeries(metric="gpus_requested", labels={"cluster": "x", "queue": "q"},
                              values=(tuple(queue), tuple(queue), tuple(queue))),
-                DemandSeries(metric="gpus_requested", labels={"cluster": "x"},
+                DemandSeries(metric="gpus_requested", labels={"cluster": "x", **(extra or {})},
                              values=(tuple(v - 2 for v in total), tuple(v - 1 for v in total), tuple(total)))))
 
 
@@ -98,3 +98,12 @@ def test_the_forecast_read_is_the_cluster_totals_p90_at_the_planners_steps() -> 
     power.step(T)
     d = power.last
     assert d is not None and d.forecast_nodes == 3.0  # 12 GPUs on 4-GPU nodes
+
+
+def test_the_hours_ahead_path_of_the_total_is_not_read() -> None:
+    power = _planning()
+    power.apply_demand_forecast(_forecast([4.0, 9.0, 12.0, 3.0], [50.0] * 4))
+    hours = _forecast([40.0] * 4, [50.0] * 4, extra={"horizon": "hours"})
+    assert total_p90_path(hours, 600.0, 3) is None
+    power.apply_demand_forecast(hours)
+    assert power.forecast == [4.0, 9.0, 12.0]  # the 10-minute path's stands

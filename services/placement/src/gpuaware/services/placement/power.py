@@ -35,9 +35,11 @@ log = logging.getLogger(__name__)
 
 def total_p90_path(ev: schemas.DemandPredicted, step_s: float, steps: int) -> list[float] | None:
     """The cluster total's p90 (the quantile nearest 0.9) at ``issued_at + k * step_s``, k = 1..steps,
-    read off the forecast's path (the latest point at or before each time); None without that series."""
+    read off the forecast's path (the latest point at or before each time); None without that series.
+    A series labelled ``horizon`` (the hours-ahead path) is not read: the planner's steps are minutes,
+    and an hourly path would hold its 1-hour point over them."""
     series = next((s for s in ev.series if s.metric == "gpus_requested"
-                   and not {"queue", "class"} & set(s.labels)), None)
+                   and not {"queue", "class", "horizon"} & set(s.labels)), None)
     if series is None or not ev.quantiles or not series.values:
         return None
     q = min(range(len(ev.quantiles)), key=lambda i: abs(ev.quantiles[i] - 0.9))

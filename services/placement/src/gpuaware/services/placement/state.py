@@ -211,10 +211,11 @@ class PlacementState:
     def apply_demand_forecast(self, ev: schemas.DemandPredicted, headroom: ForecastHeadroom | None) -> bool:
         """The latency-sensitive classes' demand forecast: ``headroom`` keeps free its p90 (the quantile
         nearest 0.9) peak over its horizon less what those classes hold now. True when the room shrank
-        (pods it held back may fit now)."""
+        (pods it held back may fit now). A series labelled ``horizon`` (the hours-ahead path, steps of an
+        hour) is not this path: its first step is already past a 30-minute head-room."""
         if ev.cluster != self.cluster_name or headroom is None:
             return False
-        series = next((s for s in ev.series if s.metric == "gpus_requested"
+        series = next((s for s in ev.series if s.metric == "gpus_requested" and "horizon" not in s.labels
                        and s.labels.get("class") == schemas.LATENCY_SENSITIVE), None)
         if series is None or not ev.quantiles:
             return False
