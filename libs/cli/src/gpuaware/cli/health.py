@@ -31,6 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpuaware import bus
+from gpuaware.cli.options import refuse
 from gpuaware.health import HealthConfig
 from gpuaware.schemas import HEALTH_CORDON, CordonAction, CordonReply, CordonRequest, HealthState
 from gpuaware.sim import HbmEvaluation, HbmFormatError, evaluate_hbm, parse_hbm_csv
@@ -97,8 +98,11 @@ def evaluate(
         with hbm_errors.open(newline="", encoding="utf-8") as f:
             events = parse_hbm_csv(f)
     except HbmFormatError as exc:
-        console.print(f"[red]bad input:[/red] {hbm_errors}: {exc}")
-        raise typer.Exit(2) from None
+        refuse(f"{hbm_errors}: {exc}")
+    except UnicodeDecodeError as exc:
+        refuse(f"{hbm_errors}: not UTF-8 text (byte {exc.start}: {exc.reason}); expected the Calchas CSV")
+    except OSError as exc:
+        refuse(f"{hbm_errors}: {exc.strerror or exc}", label="cannot read", code=3)
     config = HealthConfig()
     servers = len({e.server for e in events})
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -108,8 +112,8 @@ def evaluate(
             result = evaluate_hbm(events, lead_hours=leads, config=config,
                                   on_server=lambda s: progress.update(task, advance=1, description=f"server {s}"))
         except HbmFormatError as exc:
-            console.print(f"[red]bad input:[/red] {hbm_errors}: {exc}")
-            raise typer.Exit(2) from None
+            progress.stop()
+            refuse(f"{hbm_errors}: {exc}")
     write_outputs(out, result, hbm_errors, config)
 
     s = result.summary()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -55,6 +56,10 @@ PRECISION_WINDOW_S = 7 * 86400.0
 UE_KINDS = frozenset({"UER", "UEO"})
 KINDS = frozenset({"CE"}) | UE_KINDS
 REQUIRED = ("Server", "Time", "EccType")
+MAX_TIME_S = 4_102_444_800.0
+"""2100-01-01 UTC: a ``Time`` is Unix seconds in ``[0, MAX_TIME_S]``; anything else is not this format
+(a typo such as ``99999999999999999`` would otherwise stretch every server's hourly replay over
+millions of years)"""
 
 
 class HbmFormatError(ValueError):
@@ -91,6 +96,9 @@ def parse_hbm_csv(lines: Iterable[str]) -> list[HbmEvent]:
             server, time_s, kind = row[i_server].strip(), float(row[i_time]), row[i_kind].strip().upper()
         except (IndexError, ValueError):
             raise HbmFormatError(n, f"cannot read Server/Time/EccType from {row!r}") from None
+        if not 0.0 <= time_s <= MAX_TIME_S:  # also refuses nan and inf
+            raise HbmFormatError(n, f"Time {row[i_time].strip()!r} is outside [0, {MAX_TIME_S:.0f}] "
+                                    "(Unix seconds, 1970 to 2100)")
         if kind not in KINDS:
             raise HbmFormatError(n, f"EccType {kind!r} is none of CE, UER, UEO")
         if not server:
@@ -148,19 +156,25 @@ class ServerReplay:
 
 def replay_server(server: str, events: Sequence[HbmEvent], *, start: float, end: float, step_s: float,
                   config: HealthConfig) -> ServerReplay:
-    """Replay one server's events (any order) as hourly ECC telemetry through a fresh ``HealthBook``."""
+    """Replay one server's events (any order) as hourly ECC telemetry through a fresh ``HealthBook``.
+
+    The hourly grid is generated as it is replayed (merged with the event times), so memory follows
+    the number of events, not the span they cover."""
     per_time: dict[float, list[int]] = {}
     for e in events:
         slot = per_time.setdefault(e.time, [0, 0])
         slot[0 if e.kind == "CE" else 1] += 1
     n_steps = int((end - start) // step_s) + 1
-    grid = {start - step_s + k * step_s for k in range(n_steps + 1)}
-    times = sorted(grid | set(per_time))
+    grid = (start - step_s + k * step_s for k in range(n_steps + 1))
     book = HealthBook(config)
     out = ServerReplay(server)
     ce = ue = 0
     previous = 0
-    for t in times:
+    last: float | None = None
+    for t in heapq.merge(grid, sorted(per_time)):
+        if t == last:
+            continue
+        last = t
         counts = per_time.get(t)
         if counts is not None:
             ce += counts[0]
@@ -256,6 +270,10 @@ def replay_all(events: Sequence[HbmEvent], *, config: HealthConfig | None = None
     """Every server's replay over the file's span, in sorted order, each through its own ``HealthBook``."""
     if not events:
         raise HbmFormatError(None, "no events")
+    bad = next((e for e in events if not 0.0 <= e.time <= MAX_TIME_S), None)
+    if bad is not None:
+        raise HbmFormatError(None, f"server {bad.server}: time {bad.time!r} is outside [0, {MAX_TIME_S:.0f}] "
+                                   "(Unix seconds, 1970 to 2100)")
     cfg = config or HealthConfig()
     t0 = min(e.time for e in events)
     t1 = max(e.time for e in events)
