@@ -161,7 +161,7 @@ def _demo_command(started: float, duration: float, trace: str, nodes: str, speed
     stack = None
     try:
         with console.status("starting NATS (JetStream) and PostgreSQL"):
-            stack = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth,
+            stack = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth, as_recorded=True,
                              auth_clusters=[f"{run_id}-{label}" for label in ("gpuaware", "baseline", NO_FORECASTS)])
             credentials = _demo_credentials(stack, data_dir)
             # the chart's provisioning, run as the chart runs it: streams as admin, migrations and each

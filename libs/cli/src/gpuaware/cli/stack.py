@@ -4,6 +4,13 @@
 `NATS_URL` / `DATABASE_URL` are set, those servers are used as they are (migrations still run
 against the database, because services need the schema either way).
 
+`up` remembers how the stack was started (`<data>/stack.json`: auth, TLS, cluster size, ports, data
+folders): after any death a plain `up` starts it again exactly so, and options that contradict the
+record are refused with the reason (exit 1), running or not, unless `--reset` forgets the record
+first (it says what it stops and deletes). `status` and `down` check every recorded PID against the
+process's start time and executable before reporting or signalling it: a PID the kernel handed to
+another process is "not running (PID reused by another process)" and never signalled.
+
 `up --auth` starts NATS with one least-privilege user per service (`gpuaware.schemas.permissions`)
 and provisions the platform's streams as `admin`, since the services may not create them; the
 passwords stay in `<data>/nats/credentials.json` (owner-only) and are never printed.
@@ -32,12 +39,16 @@ from gpuaware.devstack import (
     DEFAULT_DATA_DIR,
     DEFAULT_NATS_PORT,
     DEFAULT_PG_PORT,
+    REUSED,
+    RUNNING,
     StackError,
     StackState,
     database_passwords,
+    describe,
     stack_credentials,
     stack_down,
-    stack_health,
+    stack_reset,
+    stack_servers,
     stack_up,
 )
 from gpuaware.runtime import redact_url
@@ -51,21 +62,43 @@ DataDir = Annotated[Path, typer.Option("--data-dir", help="Folder holding the se
 
 def up(
     data_dir: DataDir = DEFAULT_DATA_DIR,
-    nats_port: Annotated[int, typer.Option(help="NATS client port.")] = DEFAULT_NATS_PORT,
-    pg_port: Annotated[int, typer.Option(help="PostgreSQL port.")] = DEFAULT_PG_PORT,
-    auth: Annotated[bool, typer.Option(
-        "--auth", help="Require one least-privilege NATS user per service; streams are provisioned as admin "
-                       "and the credentials written to <data-dir>/nats/credentials.json (owner-only).")] = False,
-    tls: Annotated[bool, typer.Option(
-        "--tls", help="NATS speaks TLS only, with a certificate from a throwaway CA in <data-dir>/nats/tls; "
-                      "clients trust its ca.pem (export NATS_TLS_CA=...).")] = False,
-    nats_cluster: Annotated[int, typer.Option(
-        "--nats-cluster", min=1, max=9, help="Run NATS as a JetStream cluster of this many nodes (odd: 3 or 5) on "
-                                             "free loopback ports; streams get 3 replicas, so a lost node loses "
-                                             "nothing. 1: a single server.")] = 1,
+    nats_port: Annotated[int | None, typer.Option(
+        help=f"NATS client port of a new stack (0: a free one) [default: {DEFAULT_NATS_PORT}]; a recorded stack "
+             "keeps its own, and another one is refused.", show_default=False)] = None,
+    pg_port: Annotated[int | None, typer.Option(
+        help=f"PostgreSQL port of a new stack (0: a free one) [default: {DEFAULT_PG_PORT}]; a recorded stack "
+             "keeps its own, and another one is refused.", show_default=False)] = None,
+    auth: Annotated[bool | None, typer.Option(
+        "--auth/--no-auth", show_default=False,
+        help="Require one least-privilege NATS user per service; streams are provisioned as admin "
+             "and the credentials written to <data-dir>/nats/credentials.json (owner-only). "
+             "Default: as recorded, else without.")] = None,
+    tls: Annotated[bool | None, typer.Option(
+        "--tls/--no-tls", show_default=False,
+        help="NATS speaks TLS only, with a certificate from a throwaway CA in <data-dir>/nats/tls; "
+             "clients trust its ca.pem (export NATS_TLS_CA=...). Default: as recorded, else without.")] = None,
+    nats_cluster: Annotated[int | None, typer.Option(
+        "--nats-cluster", min=1, max=9, show_default=False,
+        help="Run NATS as a JetStream cluster of this many nodes (odd: 3 or 5) on free loopback ports; streams "
+             "get 3 replicas, so a lost node loses nothing. 1: a single server. Default: as recorded, "
+             "else 1.")] = None,
+    reset: Annotated[bool, typer.Option(
+        "--reset", help="Forget how the stack in --data-dir was started, to start it over with these options: "
+                        "stops what of it still runs and deletes stack.json, the NATS credentials and the "
+                        "database logins' passwords (each is listed). The JetStream stores and the database "
+                        "are kept; delete --data-dir to lose them too.")] = False,
 ) -> None:
-    """Start (or reuse) NATS with JetStream and PostgreSQL, apply migrations, print the URLs."""
+    """Start (or reuse) NATS with JetStream and PostgreSQL, apply migrations, print the URLs.
+
+    The stack is recorded in <data-dir>/stack.json with how it was started (auth, TLS, cluster size,
+    ports, data folders): after any death, `gpuaware up` starts it again exactly so (credentials and
+    data kept). Options that contradict the record are refused, running or not; --reset starts over."""
     try:
+        if reset:
+            stopped, deleted = stack_reset(data_dir)
+            console.print("--reset: " + (f"stopped {', '.join(stopped)}; " if stopped else "")
+                          + (f"deleted {', '.join(str(p) for p in deleted)}" if deleted else "nothing recorded to forget")
+                          + "; the JetStream stores and the database are kept")
         with console.status("starting the embedded stack"):
             started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth, tls=tls,
                                nats_nodes=nats_cluster)
@@ -73,13 +106,16 @@ def up(
                                       streams=started.state.nats_auth or (bool(started.state.nats_nodes)
                                                                           and not started.reused))
     except StackError as exc:
-        console.print(f"[red]cannot start the stack:[/red] {exc}")
+        console.print(f"[red]cannot start the stack:[/red] {exc}", markup=True, highlight=False)
         raise typer.Exit(1) from None
     if auth and not started.state.nats_auth:
-        console.print("[yellow]NATS was already running without --auth (or is external): "
-                      "run `gpuaware down` first to restart it with per-service users[/yellow]")
-    verb = ("reusing; started again: " + ", ".join(started.restarted) if started.restarted
-            else "reusing" if started.reused else "started")
+        console.print("[yellow]NATS is external (NATS_URL): --auth does not apply to it[/yellow]")
+    if started.restarted and started.reused:
+        verb = "reusing; started again: " + ", ".join(started.restarted)
+    elif started.restarted:
+        verb = "started again as recorded: " + ", ".join(started.restarted)
+    else:
+        verb = "reusing" if started.reused else "started"
     _print_state(started.state, title=f"gpuaware stack ({verb})")
     console.print(f"provisioned: {summary}")
 
@@ -139,25 +175,42 @@ def database_env(databases: Mapping[str, str], name: str, fallback: str = "") ->
 
 
 def down(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """Stop the servers `up` started (external ones are left alone)."""
+    """Stop the servers `up` started (external ones are left alone) and forget how the stack was started
+    and its passwords (the JetStream stores and the database stay). Each PID is checked first: one now
+    held by another process is not signalled."""
+    _state, servers = stack_servers(data_dir)
+    for name, (how, pid) in servers.items():
+        if how == REUSED:
+            console.print(f"{_server_name(name)}: not running (PID {pid} reused by another process; left alone)")
     stopped = stack_down(data_dir)
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing of ours was running")
 
 
 def status(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """Show whether the embedded stack runs, and where (exit 1 unless all of it runs)."""
-    state, alive = stack_health(data_dir)
-    if state is None or (not any(alive.values()) and alive):
+    """Show whether the embedded stack runs, and where (exit 1 unless all of it runs). Each recorded PID
+    is checked against the process's start time and executable, not merely looked up."""
+    state, servers = stack_servers(data_dir)
+    for name, (how, pid) in servers.items():
+        if how == REUSED:
+            console.print(f"{_server_name(name)}: not running (PID {pid} reused by another process)")
+    if state is None:
         console.print("the embedded stack is not running (start it with `gpuaware up`)")
         raise typer.Exit(1)
-    down = [name for name, ok in alive.items() if not ok]
+    down = [name for name, (how, _pid) in servers.items() if how != RUNNING]
+    if servers and len(down) == len(servers):
+        console.print(f"the embedded stack is not running; `gpuaware up` starts it again as it was started: "
+                      f"{describe(state)} (data kept)", highlight=False)
+        raise typer.Exit(1)
     if down:
-        names = {"nats": "NATS", "postgres": "PostgreSQL"}
-        console.print(f"[yellow]the embedded stack is partly running: {', '.join(names.get(d, d) for d in down)} "
+        console.print(f"[yellow]the embedded stack is partly running: {', '.join(_server_name(d) for d in down)} "
                       "stopped; `gpuaware up` starts it again where it ran (data kept)[/yellow]")
         _print_state(state, title="gpuaware stack (partly running)")
         raise typer.Exit(1)
     _print_state(state, title="gpuaware stack (running)")
+
+
+def _server_name(name: str) -> str:
+    return {"nats": "NATS", "postgres": "PostgreSQL"}.get(name, name)
 
 
 def _print_state(state, *, title: str) -> None:

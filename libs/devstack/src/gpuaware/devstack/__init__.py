@@ -17,16 +17,19 @@ from gpuaware.devstack.logins import database_passwords, forget_database_passwor
 from gpuaware.devstack.nats import NatsProcess, credentials, nats_server_binary, start_nats
 from gpuaware.devstack.ports import free_port, port_is_free
 from gpuaware.devstack.postgres import PostgresProcess, start_postgres
-from gpuaware.devstack.processes import pid_alive
+from gpuaware.devstack.processes import REUSED, RUNNING, STOPPED, pid_alive, pid_state
 from gpuaware.devstack.stack import (
     DEFAULT_DATA_DIR,
     DEFAULT_NATS_PORT,
     DEFAULT_PG_PORT,
     Stack,
     StackState,
+    describe,
     stack_credentials,
     stack_down,
     stack_health,
+    stack_reset,
+    stack_servers,
     stack_status,
     stack_up,
 )
@@ -36,6 +39,9 @@ __all__ = [
     "DEFAULT_DATA_DIR",
     "DEFAULT_NATS_PORT",
     "DEFAULT_PG_PORT",
+    "REUSED",
+    "RUNNING",
+    "STOPPED",
     "AlertmanagerProcess",
     "NatsProcess",
     "PostgresProcess",
@@ -45,14 +51,18 @@ __all__ = [
     "alertmanager_binary",
     "credentials",
     "database_passwords",
+    "describe",
     "forget_database_passwords",
     "free_port",
     "nats_server_binary",
     "pid_alive",
+    "pid_state",
     "port_is_free",
     "stack_credentials",
     "stack_down",
     "stack_health",
+    "stack_reset",
+    "stack_servers",
     "stack_status",
     "stack_up",
     "start_alertmanager",

@@ -39,3 +39,40 @@ def terminate(pid: int, popen: subprocess.Popen | None, timeout: float) -> None:
         return
     if popen is not None:
         popen.wait(timeout=5)
+
+
+RUNNING = "running"
+STOPPED = "stopped"
+REUSED = "reused"
+"""`pid_state`'s answer when a live process holds the PID but is not the one recorded"""
+
+START_TOLERANCE_S = 0.5
+"""how far a process's start time may be from the one recorded at launch and still be that process
+(both come from the kernel's start time in clock ticks, so they normally agree to the tick)"""
+
+
+def started_at(pid: int) -> float | None:
+    """When `pid` started (seconds since the epoch, from /proc/<pid>/stat through psutil); None when it
+    is gone. Recorded at launch so that a later look can tell the process from one that reuses its PID."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def pid_state(pid: int, *, started: float | None, names: tuple[str, ...]) -> str:
+    """`RUNNING` when `pid` is the process recorded (it started at `started`, when recorded, and its
+    executable is one of `names`), `STOPPED` when nothing (or a zombie) holds the PID, `REUSED` when
+    another process does: a PID is recycled by the kernel, so a PID alone must never be trusted with a
+    signal or a "running"."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return STOPPED
+        if started is not None and abs(proc.create_time() - started) > START_TOLERANCE_S:
+            return REUSED
+        return RUNNING if proc.name() in names else REUSED
+    except psutil.NoSuchProcess:
+        return STOPPED
+    except psutil.AccessDenied:
+        return REUSED  # not ours to look at, so not ours to signal

@@ -1,13 +1,25 @@
 """`gpuaware up` / `gpuaware down`: the embedded stack in a data folder, reused while it runs.
 
-State lives in `<data>/stack.json` (ports, pids), so a second `up` finds the running servers
-instead of starting twins, and `down` stops exactly what `up` started. When `NATS_URL` or
-`DATABASE_URL` is set, that server is somebody else's: we neither start nor stop it.
+State lives in `<data>/stack.json`: how the stack was started (NATS with or without per-service users
+and TLS, one server or a cluster of how many nodes, every port, the data folders) and what runs (each
+server's PID with the time it started), so a second `up` finds the running servers instead of starting
+twins, and `down` stops exactly what `up` started. When `NATS_URL` or `DATABASE_URL` is set, that server
+is somebody else's: we neither start nor stop it.
 
-A stack half gone (nats-server killed, PostgreSQL still up, or the reverse) is *ours*, not a
-stranger on our port: `up` starts again only what died, on the same port and data folder
-(JetStream's streams and the database survive; running services reconnect), and `stack_health`
-says which part runs. The demo calls the same `stack_up` to bring a crashed server back.
+The record outlives its servers: after any death (one server killed, or all of them, or the machine
+rebooted) the next `up` starts again exactly what it records, on the same ports and data folders (the
+JetStream stores and the database survive; running services reconnect; an auth stack keeps its
+passwords), and `stack_health` says which part runs. A stack half gone is *ours*, not a stranger on our
+port. The demo calls the same `stack_up` to bring a crashed server back. Options that contradict the
+record (`--auth` of a stack started without, `--nats-cluster 3` of a single server, another port) are
+refused with the reason, whether it runs or not: starting it otherwise silently would strand its data
+or its clients. `stack_reset` (`up --reset`) forgets the record to start over; `stack_down` stops the
+stack and forgets it too.
+
+A PID alone is never trusted: the kernel hands a dead server's PID to the next process, so each is
+checked against the start time recorded at launch and the executable's name
+(`gpuaware.devstack.processes.pid_state`) before it is reported running or signalled; a mismatch is a
+server that no longer runs ("PID reused by another process").
 
 `auth=True` starts NATS with one least-privilege user per service (`start_nats(auth=True)`); the
 credentials stay in `<data>/nats/credentials.json` (0600), read with `stack_credentials`. Each
@@ -32,20 +44,25 @@ from typing import Any
 
 from gpuaware.devstack.cluster import start_cluster_node, start_nats_cluster
 from gpuaware.devstack.errors import StackError
-from gpuaware.devstack.logins import forget_database_passwords
+from gpuaware.devstack.logins import LOGINS, forget_database_passwords
 from gpuaware.devstack.nats import NatsProcess, credentials, forget_credentials, start_nats
 from gpuaware.devstack.ports import wait_port_free
 from gpuaware.devstack.postgres import PostgresProcess, start_postgres
-from gpuaware.devstack.processes import pid_alive, terminate
+from gpuaware.devstack.processes import REUSED, RUNNING, STOPPED, pid_state, started_at, terminate
 
 DEFAULT_DATA_DIR = Path(".gpuaware")
 DEFAULT_NATS_PORT = 4222
 DEFAULT_PG_PORT = 5433
+NATS_EXECUTABLES = ("nats-server",)
+POSTGRES_EXECUTABLES = ("postgres", "postmaster")
+RESET_HINT = ("`gpuaware up --reset` with the options you want forgets the record and starts over (it stops "
+              "what still runs and deletes stack.json, the NATS credentials and the database logins' "
+              "passwords; the JetStream stores and the database are kept)")
 
 
 @dataclass(frozen=True)
 class StackState:
-    """What `up` started (or found external); serialised to stack.json."""
+    """How `up` started the stack (or found it external) and what runs; serialised to stack.json."""
 
     nats_url: str
     database_url: str
@@ -59,8 +76,17 @@ class StackState:
     nats_tls_ca: str = ""
     """NATS speaks TLS only; clients verify it with this CA certificate (`NATS_TLS_CA`)"""
     nats_nodes: list[dict[str, Any]] = field(default_factory=list)
-    """a NATS cluster's nodes (``name``, ``pid``, ``port``, ``monitor_port``, ``cluster_port``); empty
-    for a single server"""
+    """a NATS cluster's nodes (``name``, ``pid``, ``started_at``, ``port``, ``monitor_port``,
+    ``cluster_port``, ``data_dir``); empty for a single server"""
+    nats_started_at: float | None = None
+    """when the nats-server of `nats_pid` started (seconds since the epoch): tells it from a process
+    that reuses its PID"""
+    postgres_started_at: float | None = None
+    """when the PostgreSQL of `postgres_pid` started (as `nats_started_at`)"""
+    nats_data_dir: str = "nats"
+    """NATS's folder, relative to the stack's data folder (a cluster's nodes in ``n0``, ``n1``... below it)"""
+    postgres_data_dir: str = "postgres"
+    """PostgreSQL's data folder, relative to the stack's data folder"""
 
     @property
     def nats_external(self) -> bool:
@@ -70,13 +96,23 @@ class StackState:
     def postgres_external(self) -> bool:
         return self.postgres_pid is None
 
+    @property
+    def nats_tls(self) -> bool:
+        return bool(self.nats_tls_ca)
+
+    @property
+    def cluster_size(self) -> int:
+        """NATS nodes: 1 for a single server (or an external one)"""
+        return len(self.nats_nodes) or 1
+
 
 @dataclass(frozen=True)
 class Stack:
     state: StackState
     reused: bool
+    """the stack was (partly) running: nothing of it was started from scratch"""
     restarted: tuple[str, ...] = ()
-    """servers of a half-running stack started again ("nats", "postgres")"""
+    """servers of the recorded stack started again ("nats", "nats-n0", "postgres")"""
 
 
 def _state_file(data_dir: Path) -> Path:
@@ -93,16 +129,28 @@ def _load(data_dir: Path) -> StackState | None:
         return None
 
 
-def _alive(state: StackState) -> dict[str, bool]:
-    """Our servers and whether each runs (external servers are not ours to judge: absent)."""
+def _save(data_dir: Path, state: StackState) -> None:
+    _state_file(data_dir).write_text(json.dumps(asdict(state), indent=2))
+
+
+def _servers(state: StackState) -> dict[str, tuple[str, int]]:
+    """Our servers: name -> (RUNNING / STOPPED / REUSED, recorded PID). External servers are not ours
+    to judge: absent."""
     out = {}
     for node in state.nats_nodes:
-        out[f"nats-{node['name']}"] = pid_alive(int(node["pid"]))
+        pid = int(node["pid"])
+        out[f"nats-{node['name']}"] = (pid_state(pid, started=node.get("started_at"), names=NATS_EXECUTABLES), pid)
     if state.nats_pid is not None:
-        out["nats"] = pid_alive(state.nats_pid)
-    if not state.postgres_external:
-        out["postgres"] = state.postgres_pid is not None and pid_alive(state.postgres_pid)
+        out["nats"] = (pid_state(state.nats_pid, started=state.nats_started_at, names=NATS_EXECUTABLES),
+                       state.nats_pid)
+    if state.postgres_pid is not None:
+        out["postgres"] = (pid_state(state.postgres_pid, started=state.postgres_started_at,
+                                     names=POSTGRES_EXECUTABLES), state.postgres_pid)
     return out
+
+
+def _alive(state: StackState) -> dict[str, bool]:
+    return {name: how == RUNNING for name, (how, _pid) in _servers(state).items()}
 
 
 def _running(state: StackState) -> bool:
@@ -121,30 +169,95 @@ def stack_health(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[StackState | None, 
     return state, (_alive(state) if state is not None else {})
 
 
-def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS_PORT,
-             pg_port: int = DEFAULT_PG_PORT, env: dict[str, str] | None = None, auth: bool = False,
-             tls: bool = False, nats_nodes: int = 1, auth_clusters: Sequence[str] | None = None) -> Stack:
-    """Start (or reuse) NATS + PostgreSQL under `data_dir`; honours NATS_URL / DATABASE_URL.
+def stack_servers(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[StackState | None, dict[str, tuple[str, int]]]:
+    """The recorded state and, for each server we started, (`RUNNING` / `STOPPED` / `REUSED`, its
+    recorded PID): `REUSED` is a server that died and whose PID another process now holds."""
+    state = _load(Path(data_dir).resolve())
+    return state, (_servers(state) if state is not None else {})
 
-    `auth` starts NATS with per-service users (a running stack is reused as it is: see `state.nats_auth`).
-    `auth_clusters`: the clusters whose services may use an auth server (default: ``default``).
-    `nats_nodes` > 1 starts a NATS cluster of that many nodes (module docstring; `nats_port` is then
-    ignored: every node takes free ports)."""
-    if nats_nodes < 1 or nats_nodes > 9 or (nats_nodes > 1 and nats_nodes % 2 == 0):
+
+def describe(state: StackState) -> str:
+    """How the recorded stack was started, in the `up` options that start it so."""
+    if state.nats_external:
+        nats = f"NATS external ({state.nats_url})"
+    elif state.nats_nodes:
+        nats = (f"NATS as a {len(state.nats_nodes)}-node cluster (--nats-cluster {len(state.nats_nodes)}) on ports "
+                + ", ".join(str(n["port"]) for n in state.nats_nodes))
+    else:
+        flags = [f for f, on in (("--auth", state.nats_auth), ("--tls", state.nats_tls)) if on]
+        nats = f"NATS {'with ' + ' '.join(flags) if flags else 'without --auth or --tls'} on port {state.nats_port}"
+    pg = "PostgreSQL external" if state.postgres_external else f"PostgreSQL on port {state.postgres_port}"
+    return f"{nats}, {pg}"
+
+
+def _contradictions(state: StackState, *, nats_port: int | None, pg_port: int | None, auth: bool | None,
+                    tls: bool | None, nats_nodes: int | None) -> list[str]:
+    """The options asked of `up` that the recorded stack was not started with (None: not asked; port 0:
+    any port)."""
+    out = []
+    if not state.nats_external:
+        if auth is not None and auth != state.nats_auth:
+            out.append("--auth" if auth else "--no-auth")
+        if tls is not None and tls != state.nats_tls:
+            out.append("--tls" if tls else "--no-tls")
+        if nats_nodes is not None and nats_nodes != state.cluster_size:
+            out.append(f"--nats-cluster {nats_nodes}")
+        if nats_port and not state.nats_nodes and nats_port != state.nats_port:
+            out.append(f"--nats-port {nats_port}")
+    if pg_port and not state.postgres_external and pg_port != state.postgres_port:
+        out.append(f"--pg-port {pg_port}")
+    return out
+
+
+def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int | None = None, pg_port: int | None = None,
+             env: dict[str, str] | None = None, auth: bool | None = None, tls: bool | None = None,
+             nats_nodes: int | None = None, auth_clusters: Sequence[str] | None = None,
+             as_recorded: bool = False) -> Stack:
+    """Start (or reuse, or start again as recorded) NATS + PostgreSQL under `data_dir`; honours
+    NATS_URL / DATABASE_URL for a new stack.
+
+    Every option left None means "as recorded" for a stack `data_dir` records, and the default for a new
+    one (ports 4222 / 5433, no auth, no TLS, one NATS server); a port of 0 takes a free one. An option
+    that contradicts the record raises `StackError` with the reason (see the module docstring), unless
+    `as_recorded`: then the options only shape a new stack (the demo's, whose defaults are not a
+    request). `auth` starts NATS with per-service users; `auth_clusters`: the clusters whose services
+    may use an auth server (default: ``default``; None keeps a recorded stack's). `nats_nodes` > 1
+    starts a NATS cluster of that many nodes (`nats_port` is then ignored: every node takes free
+    ports)."""
+    if nats_nodes is not None and (nats_nodes < 1 or nats_nodes > 9 or (nats_nodes > 1 and nats_nodes % 2 == 0)):
         raise StackError(f"a NATS cluster needs an odd number of nodes from 1 to 9 (a majority must survive "
                          f"a lost node), not {nats_nodes}")
-    if nats_nodes > 1 and (auth or tls):
+    if (nats_nodes or 1) > 1 and (auth or tls):
         raise StackError("--auth and --tls are not supported with a NATS cluster yet (its routes would need "
                          "the same users and certificates): start the cluster without them")
-    env = dict(os.environ if env is None else env)
     data_dir = Path(data_dir).resolve()
     recorded = _load(data_dir)
     if recorded is not None:
-        alive = _alive(recorded)
-        if all(alive.values()):
+        servers = _servers(recorded)
+        running = all(how == RUNNING for how, _pid in servers.values())
+        asked = [] if as_recorded else _contradictions(recorded, nats_port=nats_port, pg_port=pg_port, auth=auth,
+                                                       tls=tls, nats_nodes=nats_nodes)
+        if asked:
+            how = ("runs" if running else "is stopped" if not any(h == RUNNING for h, _ in servers.values())
+                   else "partly runs")
+            raise StackError(
+                f"the stack in {data_dir} was started with {describe(recorded)} and {how}; {' '.join(asked)} "
+                f"contradicts that, so it is not {'reused' if running else 'started again'} otherwise. Run "
+                f"`gpuaware up` without {'it' if len(asked) == 1 else 'them'} to "
+                f"{'reuse it' if running else 'start it again as it was'}, or {RESET_HINT}")
+        if running:
             return Stack(state=recorded, reused=True)
-        if any(alive.values()):
-            return _revive(data_dir, recorded, alive)
+        return _revive(data_dir, recorded, {name: how == RUNNING for name, (how, _pid) in servers.items()},
+                       auth_clusters=auth_clusters)
+    return _start(data_dir, nats_port=DEFAULT_NATS_PORT if nats_port is None else nats_port,
+                  pg_port=DEFAULT_PG_PORT if pg_port is None else pg_port,
+                  env=dict(os.environ if env is None else env), auth=bool(auth), tls=bool(tls),
+                  nats_nodes=nats_nodes or 1, auth_clusters=auth_clusters)
+
+
+def _start(data_dir: Path, *, nats_port: int, pg_port: int, env: dict[str, str], auth: bool, tls: bool,
+           nats_nodes: int, auth_clusters: Sequence[str] | None) -> Stack:
+    """A new stack (nothing recorded): start it and record how."""
     data_dir.mkdir(parents=True, exist_ok=True)
     nats: NatsProcess | None = None
     cluster = None
@@ -164,8 +277,9 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS
             cluster.stop()
         raise
     nodes = [] if cluster is None else [
-        {"name": f"n{i}", "pid": n.pid, "port": n.port, "monitor_port": n.monitor_port,
-         "cluster_port": cluster.cluster_ports[i]} for i, n in enumerate(cluster.nodes)]
+        {"name": f"n{i}", "pid": n.pid, "started_at": started_at(n.pid), "port": n.port,
+         "monitor_port": n.monitor_port, "cluster_port": cluster.cluster_ports[i], "data_dir": f"nats/n{i}"}
+        for i, n in enumerate(cluster.nodes)]
     state = StackState(
         nats_url=env.get("NATS_URL") or (nats.url if nats else ",".join(cluster.urls) if cluster else ""),
         database_url=env.get("DATABASE_URL") or (pg.url if pg else ""),
@@ -177,14 +291,24 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int = DEFAULT_NATS
         nats_auth=bool(nats and nats.auth),
         nats_tls_ca=str(nats.tls_ca) if nats and nats.tls_ca else "",
         nats_nodes=nodes,
+        nats_started_at=started_at(nats.pid) if nats else None,
+        postgres_started_at=started_at(pg.pid) if pg else None,
     )
-    _state_file(data_dir).write_text(json.dumps(asdict(state), indent=2))
+    _save(data_dir, state)
     return Stack(state=state, reused=False)
 
 
-def _revive(data_dir: Path, state: StackState, alive: dict[str, bool]) -> Stack:
-    """Start again, where they ran, the servers of ours that died while the others still run."""
-    restarted = []
+def _again(what: str, exc: StackError) -> StackError:
+    return StackError(f"cannot start {what} again as stack.json records it: {exc}\n(free what stands in its way "
+                      f"and run `gpuaware up` again, or {RESET_HINT})")
+
+
+def _revive(data_dir: Path, state: StackState, alive: dict[str, bool],
+            auth_clusters: Sequence[str] | None = None) -> Stack:
+    """Start again, where they ran and as they were started, the servers of ours that died; the record is
+    saved after each one, so that a failure leaves no running server unrecorded."""
+    restarted: list[str] = []
+    nats_dir = data_dir / state.nats_data_dir
     if state.nats_nodes:
         nodes = [dict(n) for n in state.nats_nodes]
         ports = [int(n["cluster_port"]) for n in nodes]
@@ -192,22 +316,53 @@ def _revive(data_dir: Path, state: StackState, alive: dict[str, bool]) -> Stack:
             if alive.get(f"nats-{node['name']}") is False:
                 wait_port_free(int(node["port"]))  # the dead node's port can linger a moment
                 wait_port_free(int(node["monitor_port"]))
-                proc = start_cluster_node(data_dir / "nats", i, cluster_ports=ports, port=int(node["port"]),
-                                          monitor_port=int(node["monitor_port"]), detach=True)
-                node["pid"] = proc.pid
+                try:
+                    proc = start_cluster_node(nats_dir, i, cluster_ports=ports, port=int(node["port"]),
+                                              monitor_port=int(node["monitor_port"]), detach=True)
+                except StackError as exc:
+                    raise _again(f"NATS node {node['name']}", exc) from None
+                node["pid"], node["started_at"] = proc.pid, started_at(proc.pid)
+                state = replace(state, nats_nodes=[dict(n) for n in nodes])
+                _save(data_dir, state)
                 restarted.append(f"nats-{node['name']}")
-        state = replace(state, nats_nodes=nodes)
     if alive.get("nats") is False:
-        nats = start_nats(data_dir / "nats", port=state.nats_port or 0, monitor_port=state.nats_monitor_port or 0,
-                          detach=True, auth=state.nats_auth, tls=bool(state.nats_tls_ca))
-        state = replace(state, nats_pid=nats.pid, nats_url=nats.url)
+        for port in (state.nats_port, state.nats_monitor_port):
+            if port:
+                wait_port_free(port)
+        try:
+            nats = start_nats(nats_dir, port=state.nats_port or 0, monitor_port=state.nats_monitor_port or 0,
+                              detach=True, auth=state.nats_auth, tls=state.nats_tls, auth_clusters=auth_clusters)
+        except StackError as exc:
+            raise _again("NATS", exc) from None
+        state = replace(state, nats_pid=nats.pid, nats_started_at=started_at(nats.pid), nats_url=nats.url,
+                        nats_tls_ca=str(nats.tls_ca) if nats.tls_ca else "")
+        _save(data_dir, state)
         restarted.append("nats")
     if alive.get("postgres") is False:
-        pg = start_postgres(data_dir / "postgres", port=state.postgres_port or 0)
-        state = replace(state, postgres_pid=pg.pid, database_url=pg.url)
+        if state.postgres_port:
+            wait_port_free(state.postgres_port)
+        _drop_stale_lock(data_dir / state.postgres_data_dir, state.postgres_pid)
+        try:
+            pg = start_postgres(data_dir / state.postgres_data_dir, port=state.postgres_port or 0)
+        except StackError as exc:
+            raise _again("PostgreSQL", exc) from None
+        state = replace(state, postgres_pid=pg.pid, postgres_started_at=started_at(pg.pid), database_url=pg.url)
+        _save(data_dir, state)
         restarted.append("postgres")
-    _state_file(data_dir).write_text(json.dumps(asdict(state), indent=2))
-    return Stack(state=state, reused=True, restarted=tuple(restarted))
+    return Stack(state=state, reused=any(alive.values()), restarted=tuple(restarted))
+
+
+def _drop_stale_lock(pg_dir: Path, recorded_pid: int | None) -> None:
+    """A killed postmaster leaves its lock file naming its PID; PostgreSQL refuses to start while a live
+    process holds that PID, so when the lock names the recorded PID (checked: no longer our PostgreSQL)
+    the lock is stale and goes."""
+    lock = pg_dir / "postmaster.pid"
+    try:
+        pid = int(lock.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    if pid == recorded_pid:
+        lock.unlink(missing_ok=True)
 
 
 def stack_credentials(data_dir: Path = DEFAULT_DATA_DIR) -> dict[str, tuple[str, str]]:
@@ -215,25 +370,57 @@ def stack_credentials(data_dir: Path = DEFAULT_DATA_DIR) -> dict[str, tuple[str,
     return credentials(Path(data_dir).resolve() / "nats")
 
 
-def stack_down(data_dir: Path = DEFAULT_DATA_DIR) -> list[str]:
-    """Stop what `up` started; returns what was stopped (empty when nothing ran)."""
-    data_dir = Path(data_dir).resolve()
-    state = _load(data_dir)
+def _stop(data_dir: Path, state: StackState) -> list[str]:
+    """Stop the recorded servers that are still the processes recorded (a reused PID is left alone)."""
+    servers = _servers(state)
     stopped: list[str] = []
-    if state is None:
-        return stopped
-    if state.postgres_pid is not None and pid_alive(state.postgres_pid):
-        PostgresProcess(port=state.postgres_port or 0, data_dir=data_dir / "postgres",
+    if servers.get("postgres", (STOPPED, 0))[0] == RUNNING and state.postgres_pid is not None:
+        PostgresProcess(port=state.postgres_port or 0, data_dir=data_dir / state.postgres_data_dir,
                         pid=state.postgres_pid).stop()
         stopped.append("postgres")
-    if state.nats_pid is not None and pid_alive(state.nats_pid):
-        terminate(state.nats_pid, None, 10.0)
-        stopped.append("nats")
-    for node in state.nats_nodes:
-        if pid_alive(int(node["pid"])):
-            terminate(int(node["pid"]), None, 10.0)
-            stopped.append(f"nats-{node['name']}")
-    forget_credentials(data_dir / "nats")  # passwords do not outlive the stack that used them
-    forget_database_passwords(data_dir)
-    _state_file(data_dir).unlink(missing_ok=True)
+    for name, (how, pid) in servers.items():
+        if name != "postgres" and how == RUNNING:
+            terminate(pid, None, 10.0)
+            stopped.append(name)
     return stopped
+
+
+def stack_down(data_dir: Path = DEFAULT_DATA_DIR) -> list[str]:
+    """Stop what `up` started (each PID verified first) and forget the stack: its record and its passwords
+    (the JetStream stores and the database stay; the next `up` starts with the options it is given).
+    Returns what was stopped (empty when nothing ran)."""
+    data_dir = Path(data_dir).resolve()
+    state = _load(data_dir)
+    if state is None:
+        return []
+    stopped = _stop(data_dir, state)
+    _forget(data_dir, state)
+    return stopped
+
+
+def _forget(data_dir: Path, state: StackState | None) -> list[Path]:
+    """Delete the record and the passwords (they do not outlive the stack that used them); returns what
+    was deleted."""
+    nats_dir = data_dir / (state.nats_data_dir if state is not None else "nats")
+    deleted = [nats_dir / name for name in forget_credentials(nats_dir)]
+    if forget_database_passwords(data_dir):
+        deleted.append(data_dir / LOGINS)
+    if _state_file(data_dir).exists():
+        _state_file(data_dir).unlink()
+        deleted.append(_state_file(data_dir))
+    return deleted
+
+
+def stack_reset(data_dir: Path = DEFAULT_DATA_DIR) -> tuple[list[str], list[Path]]:
+    """Forget how the stack in `data_dir` was started, to start it over otherwise (`up --reset`): stops
+    what of it still runs (PIDs verified) and deletes stack.json, the NATS credentials and the database
+    logins' passwords. The JetStream stores and the database are kept. Returns (stopped, deleted)."""
+    data_dir = Path(data_dir).resolve()
+    state = _load(data_dir)
+    stopped = _stop(data_dir, state) if state is not None else []
+    return stopped, _forget(data_dir, state)
+
+
+__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_NATS_PORT", "DEFAULT_PG_PORT", "REUSED", "RUNNING", "STOPPED", "Stack",
+           "StackState", "describe", "stack_credentials", "stack_down", "stack_health", "stack_reset",
+           "stack_servers", "stack_status", "stack_up"]
