@@ -97,14 +97,19 @@ class Recorder(ClusterClient):
             started_at=None if started is None else T0 + 60 * started))
 
     def demand_of(self, queue: str | None, klass: str | None = None) -> list[tuple[float, str, float]]:
-        """(issued_at, model, p50 at the first step) of every demand forecast for ``queue`` (None: total,
-        or the group of classes ``klass``)."""
+        """(issued_at, model, p50 at the first step) of every minute-path demand forecast for ``queue``
+        (None: total, or the group of classes ``klass``); the hours-ahead series are ``hours``'."""
         out = []
         for ev in self.demand:
             for s in ev.series:
-                if s.metric == "gpus_requested" and s.labels.get("queue") == queue and s.labels.get("class") == klass:
+                if s.metric == "gpus_requested" and s.labels.get("queue") == queue and s.labels.get("class") == klass \
+                        and "horizon" not in s.labels:
                     out.append((ev.issued_at, ev.model, s.values[ev.quantiles.index(0.5)][0]))
         return sorted(out)
+
+    def hours(self) -> list[DemandPredicted]:
+        """The hours-ahead demand forecasts (their series labelled ``horizon``)."""
+        return [ev for ev in self.demand if any("horizon" in s.labels for s in ev.series)]
 
     async def inventory(self, node: str, models: list[str]) -> None:
         """The node's GPUs (named as ``rollup`` names them) and their models."""

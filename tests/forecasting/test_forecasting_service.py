@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
 import numpy as np
 import psycopg
 import pytest
@@ -14,7 +15,9 @@ from forecasting_helpers import T0, eventually, forecasting, model_bytes, record
 from gpuaware import bus, tsdb
 from gpuaware.forecast import registry
 from gpuaware.forecast.runtime import ModelError
+from gpuaware.runtime import SettingsError
 from gpuaware.schemas import FORECAST_DURATION, DurationReply, DurationRequest
+from gpuaware.services.forecasting.settings import ForecastingSettings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -164,14 +167,16 @@ async def test_demand_per_queue_from_pod_events(nats_proc, fresh_database_url: s
         stats = svc.stats()
         assert stats.demand_minutes == 11 and stats.demand_series == 4
         assert stats.demand_unusable == "no 'demand' model in the registry"
+        # a minute's points are stored after its forecasts go out: the last one's before the service stops
+        await eventually(lambda: _stored(fresh_database_url, "horizon_s <= 3600") >= 123, what="the points stored")
     with psycopg.connect(fresh_database_url) as conn:
         rows = conn.execute("SELECT series, count(*) FROM forecast_points WHERE series LIKE 'demand/%%' "
-                            "GROUP BY 1 ORDER BY 1").fetchall()
+                            "AND horizon_s <= 3600 GROUP BY 1 ORDER BY 1").fetchall()  # the minute path's
         # the 10-minute forecast issued at minute 0's end (6 GPUs held) against the demand 10 minutes later
         point = conn.execute("SELECT p50, actual FROM forecast_points WHERE series = %s AND horizon_s = 600 AND "
                              "issued_at = to_timestamp(%s)", (f"demand/{cluster}/*", T0 + 60.0)).fetchone()
         bands = conn.execute("SELECT count(*), count(p10), count(*) FILTER (WHERE p10 <= p50 AND p50 <= p90) "
-                             "FROM forecast_points WHERE series LIKE 'demand/%%'").fetchone()
+                             "FROM forecast_points WHERE series LIKE 'demand/%%' AND horizon_s <= 3600").fetchone()
     assert rows == [(f"demand/{cluster}/*", 33), (f"demand/{cluster}/class:latency-sensitive", 24),
                     (f"demand/{cluster}/team-a", 33), (f"demand/{cluster}/team-b", 33)]
     assert point == (6.0, 3.0)
@@ -224,3 +229,51 @@ async def test_job_durations_are_learnt_from_finished_pods_and_served(nats_proc,
         with pytest.raises(bus.ServiceError, match="serves cluster"):
             await ask("train-bert-run3", on="elsewhere")
     assert svc.jobs == {}  # every pod it followed has left
+
+
+def _stored(url: str, where: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(f"SELECT count(*) FROM forecast_points WHERE series LIKE 'demand/%%' AND {where}").fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_demand_hours_ahead_are_published_apart_labelled_and_stored(nats_proc, fresh_database_url: str,
+                                                                          cluster: str) -> None:
+    """Every 10 minutes of the pod events' clock, the demand series hours ahead: persistence (too little
+    history), an hourly path to 12 h, each series labelled ``horizon``; stored at 3, 6 and 12 h."""
+    boundaries = [m for m in range(25) if (T0 + 60 * (m + 1)) % 600 == 0]  # minutes that end on one
+    async with recorder(nats_proc.url, cluster) as rec, forecasting(nats_proc.url, fresh_database_url, cluster):
+        await rec.pending("a", "team-a", 4, 0.0)
+        await rec.pending("c", "team-b", 1, 0.5, priority_class="interactive")
+        await rec.pending("d", "team-b", 2, 25.5)  # closes minutes 0..24: two or three 10-minute boundaries
+        await eventually(lambda: len(rec.hours()) >= len(boundaries), what="the hours-ahead forecasts")
+        await eventually(lambda: len(rec.demand_of(None)) >= 25, what="the minute path's")
+        hours = rec.hours()
+        assert [ev.issued_at for ev in hours] == [T0 + 60 * (m + 1) for m in boundaries]
+        assert [(t, v) for t, _, v in rec.demand_of(None)][:2] == [(T0 + 60, 5.0), (T0 + 120, 5.0)]  # not mixed in
+        for ev in hours:
+            assert (ev.model, ev.model_version) == ("persistence", "baseline: too little history: 0 h (the ridge needs 72)")
+            assert (ev.step_s, ev.horizon_steps, ev.start, ev.quantiles) == (3600.0, 12, ev.issued_at + 3600.0,
+                                                                             (0.1, 0.5, 0.9))
+            assert {s.labels.get("horizon") for s in ev.series} == {"hours"}
+        last = hours[-1]
+        by = {(s.labels.get("queue"), s.labels.get("class")): s.values[1] for s in last.series}
+        assert by == {(None, None): (5.0,) * 12, ("team-a", None): (4.0,) * 12, ("team-b", None): (1.0,) * 12,
+                      (None, "latency-sensitive"): (1.0,) * 12}
+        n = len(boundaries)
+        await eventually(lambda: _stored(fresh_database_url, "horizon_s > 3600") >= 12 * n, what="the points stored")
+    with psycopg.connect(fresh_database_url) as conn:
+        rows = conn.execute("SELECT horizon_s, count(*), count(*) FILTER (WHERE model = 'persistence' AND p50 = 5) "
+                            "FROM forecast_points WHERE series = %s AND horizon_s > 3600 GROUP BY 1 ORDER BY 1",
+                            (f"demand/{cluster}/*",)).fetchall()
+    assert rows == [(10800.0, n, n), (21600.0, n, n), (43200.0, n, n)]
+
+
+def test_hours_ahead_settings_refuse_what_they_cannot_forecast() -> None:
+    base = {"cluster": "c", "instance_id": "f1"}
+    assert msgspec.convert({**base, "hours_horizons": "1, 6,24"}, ForecastingSettings).hours_horizon_list() == (1, 6, 24)
+    for bad in ({"hours_horizons": "6,3"}, {"hours_horizons": "0"}, {"hours_horizons": "1.5"},
+                {"hours_horizons": ""}, {"hours_history_days": 0.5}):
+        with pytest.raises((SettingsError, msgspec.ValidationError)):
+            msgspec.convert({**base, **bad}, ForecastingSettings)
+    assert msgspec.convert({**base, "hours_ahead": False, "hours_horizons": "x"}, ForecastingSettings)

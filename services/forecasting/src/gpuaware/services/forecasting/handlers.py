@@ -28,7 +28,9 @@
     publishes  forecast.gpu.predicted.v1.<c>.<node>    per node and (model, version): p50/p90 paths
                forecast.demand.predicted.v1.<c>        node- and GPU-model-level utilisation series, and
                                                        per minute the demand series (``gpus_requested``,
-                                                       per queue; p10/p50/p90 paths)
+                                                       per queue; p10/p50/p90 paths); every 10 minutes
+                                                       the same hours ahead (gpuaware.forecast.hours:
+                                                       hourly paths, labels ``horizon: hours``)
                alerts.gpu.raised|resolved.v1.<c>       forecast_model_drift: the model's recent error
                                                        above persistence's (it then serves persistence)
     stores     forecast_points                         each forecast, then its actual (accuracy)

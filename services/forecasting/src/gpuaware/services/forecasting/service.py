@@ -1,6 +1,7 @@
 """The forecasting service's state and its event handlers: windows of utilisation values stepped
-through the utilisation model, closed minutes of demand through the demand model, finished runs
-learnt for durations, and the registry polled for newer models (see ``handlers`` for the subjects)."""
+through the utilisation model, closed minutes of demand through the demand model (and, every 10
+minutes of their clock, the hours-ahead forecasts of ``forecast.hours``), finished runs learnt for
+durations, and the registry polled for newer models (see ``handlers`` for the subjects)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from gpuaware.forecast import (
     Drift,
     DurationPredictor,
     Fingerprint,
+    HoursAhead,
+    HoursStep,
     ModelError,
     Server,
     StreamingModel,
@@ -96,6 +99,10 @@ class ForecastService:
                                        band_every=BAND_EVERY[DEMAND])}
         self.versions: dict[str, int | None] = {UTIL: None, DEMAND: None}
         self.book = DemandBook(step_s=60.0)
+        self.hours = (HoursAhead(settings.hours_horizon_list(), history_days=settings.hours_history_days,
+                                 quantiles=QUANTILES[DEMAND] or (0.1, 0.5, 0.9), time_scale=self.demand.time_scale)
+                      if settings.hours_ahead else None)
+        """demand hours ahead, on the demand series' clock (the minute path's, scaled as it is)"""
         self.latency_classes = settings.latency_class_set()
         self.durations = DurationPredictor()
         self.jobs: dict[str, Fingerprint] = {}
@@ -327,6 +334,7 @@ class ForecastService:
             server = self.demand
             result = server.step_demand(row.start, cluster, row.demand)
             self.counts["demand_minutes"] += 1
+            hours = self._hours_step(row)
             if not publish:
                 return
             issued = row.start + server.step_s
@@ -337,6 +345,25 @@ class ForecastService:
             # an actual is keyed by the time it was observed (the minute's end), as forecasts' targets are
             await self._store(server.points(result, issued, [cluster]), server.demand_actuals(issued, cluster,
                                                                                               row.demand))
+            if hours is not None and self.hours is not None:
+                # the same origin as the minute path's forecasts (a 10-minute boundary), on the issuer's clock
+                issued = hours.t / self.hours.time_scale
+                events = self.hours.events(hours, cluster, issued, time.time(), self.source)
+                self.counts["demand_published"] += await self._publish_each(row.start, events)
+                await self._store(self.hours.points(hours, cluster, issued), [])  # actuals: the minute path's
+
+    def _hours_step(self, row: DemandRow) -> HoursStep | None:
+        """The closed minute for the hours-ahead forecasts: a step when it ends on a 10-minute boundary.
+        A failure there is logged and counted (``window_failures``); the minute path goes on."""
+        if self.hours is None:
+            return None
+        try:
+            return self.hours.observe(row.start + self.book.step_s, row.demand)
+        except Exception as exc:
+            self.counts["window_failures"] += 1
+            log.error("hours-ahead demand step at %.0f failed: %s: %s", row.start, type(exc).__name__, exc,
+                      exc_info=exc)
+            return None
 
     async def _alert(self, server: Server, change: Drift) -> None:
         now = time.time()

@@ -8,6 +8,9 @@ Sample::
     GPUAWARE_FORECASTING_RELOAD_S=30            # how often the registry is asked for a newer version
     GPUAWARE_FORECASTING_TIME_SCALE=1           # a digital twin's speed (its GPUs' seconds per second)
     GPUAWARE_FORECASTING_LATENCY_CLASSES=inference-critical,interactive  # their demand: one more series
+    GPUAWARE_FORECASTING_HOURS_AHEAD=true       # demand 3, 6 and 12 h ahead too (labels horizon=hours)
+    GPUAWARE_FORECASTING_HOURS_HORIZONS=3,6,12  # whole hours, at most 24
+    GPUAWARE_FORECASTING_HOURS_HISTORY_DAYS=14  # the 10-minute history kept per demand series
 
 Why ``time_scale``: a step of the per-GPU series is a minute of the GPUs' own time. Real GPUs live on
 their telemetry's clock, and the collector's one-minute rollups are those minutes. A digital twin
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gpuaware.runtime import DatabaseSettings
+from gpuaware.runtime import DatabaseSettings, SettingsError
 from gpuaware.schemas import FORECASTING
 
 __all__ = ["FORECASTING", "ForecastingSettings"]
@@ -56,8 +59,33 @@ class ForecastingSettings(DatabaseSettings, frozen=True, kw_only=True):
     """comma-separated priority classes whose pods someone waits for: their demand is forecast as one more
     series (``labels`` ``{"class": "latency-sensitive"}``), the one placement keeps head-room for"""
 
+    hours_ahead: bool = True
+    """forecast every demand series hours ahead as well (``gpuaware.forecast.hours``: persistence, seasonal
+    naive or a ridge on lags and the hour of day, chosen per series on its recent errors): published as
+    ``DemandPredicted`` with an hourly path and ``labels`` ``{"horizon": "hours"}``, stored at those horizons"""
+    hours_horizons: str = "3,6,12"
+    """comma-separated whole hours (1 to 24, increasing): the horizons forecast; the path runs hourly to the last"""
+    hours_history_days: float = 14.0
+    """days of each demand series kept at 10-minute resolution for the hours-ahead forecasts (the ridge is
+    fitted on them once a day, from three days on)"""
+
     def latency_class_set(self) -> frozenset[str]:
         return frozenset(c.strip() for c in self.latency_classes.split(",") if c.strip())
 
+    def hours_horizon_list(self) -> tuple[int, ...]:
+        """``hours_horizons`` as whole hours; SettingsError unless they are 1 to 24, increasing."""
+        what = f"{self.prefix}HOURS_HORIZONS must be increasing whole hours from 1 to 24, got {self.hours_horizons!r}"
+        try:
+            hours = tuple(int(h) for h in self.hours_horizons.split(",") if h.strip())
+        except ValueError:
+            raise SettingsError(what) from None
+        if not hours or list(hours) != sorted(set(hours)) or hours[0] < 1 or hours[-1] > 24:
+            raise SettingsError(what)
+        return hours
+
     def __post_init__(self) -> None:
         self.require_positive("reload_s", "flush_s", "db_timeout_s", "time_scale")
+        if self.hours_ahead:
+            self.hours_horizon_list()
+            if not 1.0 <= self.hours_history_days <= 60.0:
+                raise SettingsError(f"{self.prefix}HOURS_HISTORY_DAYS must be 1 to 60, got {self.hours_history_days:g}")
