@@ -99,6 +99,28 @@ async def test_demand_accuracy_scores_each_horizon_and_says_who_served_each_seri
     assert "30 min ahead the actual fell inside the p10-p90 band 75% of the time, at or under the p90 100%" in line
 
 
+async def test_hours_ahead_points_are_scored_where_their_targets_arrived(fresh_database_url: str) -> None:
+    """The total's minute path for 200 minutes (the actual is the minute), and hours-ahead points from
+    the 10-minute boundaries: 3-hour targets in the run (scored), 12-hour ones after it (left out)."""
+    await tsdb.migrate(fresh_database_url)
+    minutes = [("*", m, h, None, float(m), float(m) + 1, float(m + h), "persistence", "baseline: x")
+               for m in range(200) for h in (10,)]
+    hours = [("*", m, h, float(m + h - 20), float(m + h - 10), float(m + h), float(m + h) if m + h < 210 else None, "ridge",
+              "hours: ridge") for m in range(0, 200, 10) for h in (180, 720)]
+    _store(fresh_database_url, "c1", minutes + hours)
+    pool = await tsdb.open_pool(fresh_database_url)
+    try:
+        acc = await demand_accuracy(pool, "c1", T0)
+    finally:
+        await pool.close()
+    h = acc["at_horizon_min"]
+    assert list(h) == ["10", "30", "60", "180"]  # 30 and 60: none stored, still reported; 720: no target arrived
+    # origins 10, 20 (their value known from the 10-min forecasts) with targets at 190, 200 minutes
+    assert (h["180"]["points"], h["180"]["rmse"], h["180"]["persistence_rmse"]) == (2, 10.0, 180.0)
+    assert h["180"]["p90_coverage"] == 1.0 and h["180"]["p10_p90_coverage"] == 1.0
+    assert acc["served"]["*"]["model_share_at_horizon_min"] == {"10": 0.0, "180": 1.0, "720": 1.0}
+
+
 def test_a_forecaster_that_stored_no_p10_has_no_band_coverage() -> None:
     rows = [(T0 + 60 * m, 600.0, None, float(m + 10), float(m + 11), float(m + 10), "lstm", "x@1") for m in range(20)]
     scores = horizon_scores(rows, {round(T0 + 60 * (m + 10)): float(m + 10) for m in range(20)}, 10)

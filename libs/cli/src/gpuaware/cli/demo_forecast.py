@@ -10,7 +10,8 @@ takes ``--forecast-train-s`` (a minute by default) once per data folder: the mod
 so in every event; the report says which.
 
 The score: every demand forecast the service stored for the cluster's total (``forecast_points``,
-series ``demand/<cluster>/*``) whose target minute arrived, RMSE of its p50 at each horizon against
+series ``demand/<cluster>/*``) whose target minute arrived (10, 30 and 60 minutes ahead, and 3, 6 and 12
+hours where any such target arrived), RMSE of its p50 at each horizon against
 persistence from the same origins (the value at the origin, also stored), how often the actual stayed
 under the p90 (a safety margin should cover about 90 %) and how often it fell inside the p10-p90 band
 (about 80 % when both ends are calibrated). A p10 or p90 starts at the p50 until the series has
@@ -43,6 +44,10 @@ __all__ = ["DEMAND_MODEL", "demand_accuracy", "describe", "ensure_demand_model",
 
 DEMAND_MODEL = "demand"
 HORIZONS = [10, 30, 60]
+"""the demand model's horizons (minutes): trained for and always scored"""
+HOURS_HORIZONS = [180, 360, 720]
+"""the service's hours-ahead forecasts (``forecast.hours``), scored where any target arrived: the demo
+replays one day, so 12-hour points exist for its first half only"""
 
 
 def helios_files(shared: Path) -> list[Path]:
@@ -233,6 +238,8 @@ async def demand_accuracy(pool: Any, cluster: str, started_at: float) -> dict[st
         if actual is not None:
             actual_at[round(float(issued) + float(h))] = float(actual)
     per_h = {str(h_min): horizon_scores(rows, actual_at, h_min) for h_min in HORIZONS}
+    per_h.update({str(h_min): scores for h_min in HOURS_HORIZONS
+                  if (scores := horizon_scores(rows, actual_at, h_min))["points"]})
     plot: dict[float, tuple[float | None, float, float | None]] = {}
     for issued, h, p10, p50, p90, actual, _model, _version in rows:
         if round(float(h)) == 30 * 60 and actual is not None:
