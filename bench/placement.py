@@ -226,7 +226,8 @@ def every_level(data: Path, seeds: list[int], jobs: int, inflation: float, conso
         summary, _, _ = run_trace(data, trace, ["FGD", DEFAULT_PROFILE], seeds, jobs, inflation, console)
         fgd = summary["policies"]["FGD"]["alloc_pct_at"]
         ours = summary["policies"][DEFAULT_PROFILE]["alloc_pct_at"]
-        levels = {x: {"ours": ours[x], "fgd": fgd[x], "diff_pp": round(ours[x] - fgd[x], 3)} for x in ours}
+        levels = {x: {"ours": ours[x], "fgd": fgd[x], "diff_pp": round(ours[x] - fgd[x], 3)} for x in ours
+                  if ours[x] is not None and fgd[x] is not None}  # null: a level the trace never reached
         worst = min(levels, key=lambda x: levels[x]["diff_pp"])
         rows[trace] = {"levels": levels, "at_or_above_fgd_everywhere": all(v["diff_pp"] >= 0 for v in levels.values()),
                        "worst_level": worst, "worst_diff_pp": levels[worst]["diff_pp"]}

@@ -3,12 +3,15 @@ status and no traceback, before it can eat memory or leave half-written output b
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner, Result
 
 from gpuaware.cli.main import app
+from gpuaware.sim import TraceError, load_nodes, synthetic_nodes, synthetic_pods, write_nodes, write_pods
 from gpuaware.sim.hbm import HbmEvent, HbmFormatError, parse_hbm_csv, replay_all
 
 runner = CliRunner()
@@ -20,8 +23,9 @@ def refused(result: Result, *, code: int = 2) -> str:
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert "Traceback" not in result.output and "Traceback" not in result.stderr
     assert result.stderr.strip(), "the reason belongs on standard error"
-    assert not result.stdout.strip(), f"nothing on standard output: {result.stdout!r}"
-    return " ".join(result.stderr.split())
+    reason = " ".join(result.stderr.split())
+    assert reason not in " ".join(result.stdout.split()), "the reason is not on standard output"
+    return reason
 
 
 # --- gpuaware health evaluate ---------------------------------------------------------------------------
@@ -51,3 +55,66 @@ def test_hbm_times_are_checked_where_events_enter_the_replay() -> None:
         parse_hbm_csv(["Server,Time,EccType\n", "A,4102444801,CE\n"])
     with pytest.raises(HbmFormatError, match="outside"):
         replay_all([HbmEvent("A", 0.0, "CE"), HbmEvent("A", float("inf"), "UER")])
+
+
+# --- gpuaware eval placement ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_trace(tmp_path: Path) -> tuple[Path, Path]:
+    """Ten nodes and a hundred pods: seed 42's arrivals stop just short of 130 % of GPU capacity."""
+    write_nodes(tmp_path / "nodes.csv", synthetic_nodes(10, seed=1))
+    write_pods(tmp_path / "pods.csv", synthetic_pods(100, seed=2))
+    return tmp_path / "nodes.csv", tmp_path / "pods.csv"
+
+
+@pytest.mark.parametrize("gpus", ["99999999999999999999", "65"])
+def test_eval_placement_refuses_a_node_with_more_gpus_than_a_node_holds(small_trace: tuple[Path, Path],
+                                                                        tmp_path: Path, gpus: str) -> None:
+    """A huge count overflowed numpy's int64; a billion allocated 7.45 GiB of GPU slots."""
+    nodes, pods = small_trace
+    lines = nodes.read_text().splitlines()
+    first = lines[1].split(",")
+    first[3] = gpus
+    lines[1] = ",".join(first)
+    nodes.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    text = refused(runner.invoke(app, ["eval", "placement", "--nodes", str(nodes), "--trace", str(pods),
+                                       "--policies", "fgd", "--seeds", "42", "--jobs", "1", "--out", str(out)]))
+    assert f"{nodes}:2: gpu='{gpus}' is above 64" in text
+    assert not out.exists(), "a refused run leaves no output folder"
+
+
+def test_trace_counts_are_bounded_before_anything_is_allocated(tmp_path: Path) -> None:
+    f = tmp_path / "nodes.csv"
+    f.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1024,1000000000,T4\n")
+    with pytest.raises(TraceError, match="above 64"):
+        load_nodes(f)
+    f.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,1e19,1024,1,T4\n")
+    with pytest.raises(TraceError, match="cpu_milli='1e19' is above"):
+        load_nodes(f)
+
+
+def test_eval_placement_summary_is_strict_json_with_a_reason_for_each_null(small_trace: tuple[Path, Path],
+                                                                           tmp_path: Path) -> None:
+    """A level no seed reached was written as bare NaN, and numpy warned 'Mean of empty slice'."""
+    nodes, pods = small_trace
+    out = tmp_path / "out"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runner.invoke(app, ["eval", "placement", "--nodes", str(nodes), "--trace", str(pods),
+                                     "--policies", "fgd", "--seeds", "42", "--jobs", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+    assert "Mean of empty slice" not in result.output
+
+    def no_constants(name: str) -> None:
+        raise AssertionError(f"summary.json holds {name}")
+
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=no_constants)
+    fgd = summary["policies"]["FGD"]
+    assert fgd["alloc_pct_at"]["130"] is None and fgd["unallocated_gpus_at"]["130"] is None
+    assert "130 % of GPU capacity" in fgd["null_reasons"]["alloc_pct_at.130"]
+    nulls = {f"{k}.{x}" for k in ("alloc_pct_at", "unallocated_gpus_at", "frag_ratio_pct_at")
+             for x, v in fgd[k].items() if v is None}
+    assert nulls == set(fgd["null_reasons"])

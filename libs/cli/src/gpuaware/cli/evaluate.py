@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpuaware.cli.options import bounded, errors
+from gpuaware.cli.options import bounded, refuse
 from gpuaware.placement import POLICIES, canonical_policy
 from gpuaware.sim import (
     REPORT_AT,
@@ -102,7 +102,6 @@ def placement(
     console = Console(width=max(Console().width, 132))
     seed_list = parse_seeds(seeds)
     policy_list = parse_policies(policies)
-    out.mkdir(parents=True, exist_ok=True)
     total = len(seed_list) * len(policy_list)
     done: list[RunResult] = []
     try:  # the bar is closed before an error is printed (on standard error)
@@ -124,10 +123,10 @@ def placement(
             runs = evaluate(nodes, trace, policy_list, seed_list, inflation, jobs=jobs,
                             record_assignments=assignments, max_pods=max_pods, on_result=advance)
     except TraceError as exc:
-        errors.print(f"[red]bad input:[/red] {exc}")
-        raise typer.Exit(2) from None
+        refuse(exc)
 
     summary = summarize(runs, str(trace), str(nodes), seed_list)
+    out.mkdir(parents=True, exist_ok=True)
     write_summary(out / "summary.json", summary)
     write_per_seed(out / "per_seed.csv", runs)
     plot_alloc(out / "alloc.png", runs, f"{trace.stem}, {len(seed_list)} seed(s)")
@@ -150,6 +149,9 @@ def placement(
             _cell(s["p99_decision_ms"]),
         )
     console.print(table)
+    for name, s in summary["policies"].items():
+        for key, why in s.get("null_reasons", {}).items():
+            console.print(f"{name} {key}: none ({why})")
     console.print(f"wrote {out / 'summary.json'}, {out / 'per_seed.csv'}, {out / 'alloc.png'}"
                   + (f", {out / 'assignments'}/" if assignments else ""))
 
@@ -177,8 +179,7 @@ def placement_online(
     try:
         node_list, pods = load_nodes(nodes), load_pods(trace)
     except TraceError as exc:
-        errors.print(f"[red]bad input:[/red] {exc}")
-        raise typer.Exit(2) from None
+        refuse(exc)
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for name in names:

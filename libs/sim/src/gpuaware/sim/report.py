@@ -4,6 +4,9 @@ summary.json has exactly the contract's shape, means over seeds:
   {"trace", "nodes", "seeds", "policies": {NAME: {"alloc_pct_at": {"90".."130"},
    "unallocated_gpus_at": {same keys}, "frag_ratio_pct_at": {"80", "90"}, "p99_decision_ms"}}}
 Anything more (failures, run times, the paper's numbers) goes to per_seed.csv or the benchmark file.
+A figure no run reached (the trace's arrivals stop short of 130 %, a full cluster has no idle capacity
+to fragment, no decision was made) is ``null``, and that policy then carries ``"null_reasons"``:
+``{"<field>.<key>": why}``. The file is strict JSON: never ``NaN``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,10 +35,40 @@ PAPER_POLICY = {
 ASSIGNMENT_HEADER = ("seq", "pod", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "node", "gpus")
 
 
-def _mean(values: Sequence[float]) -> float:
+def _mean(values: Sequence[float]) -> float | None:
+    """The mean over seeds of the values some seed reached, rounded; None when none did."""
     arr = np.asarray(values, dtype=np.float64)
     arr = arr[~np.isnan(arr)]
-    return round(float(arr.mean()), 4) if arr.size else math.nan
+    return round(float(arr.mean()), 4) if arr.size else None
+
+
+def column_means(rows: Sequence[np.ndarray]) -> np.ndarray:
+    """Per column, the mean of the rows' non-NaN values; NaN (without numpy's 'Mean of empty slice'
+    warning) where every row is NaN, as at a load no seed's arrivals reached."""
+    a = np.vstack(rows)
+    counts = (~np.isnan(a)).sum(axis=0)
+    return np.where(counts > 0, np.nansum(a, axis=0) / np.maximum(counts, 1), np.nan)
+
+
+def _null_reasons(rs: Sequence[RunResult], entry: dict) -> dict[str, str]:
+    """Why each null figure of one policy's ``entry`` is null (empty when none is)."""
+    reached = [int(np.flatnonzero(~np.isnan(r.alloc_pct)).max(initial=-1)) for r in rs]
+    top = max(reached, default=-1)
+    short = (f"no seed's arrivals came within 1 % of {{x}} % of GPU capacity (the allocation curve ends at "
+             f"{top} %)" if top >= 0 else "no seed had an arrival")
+    reasons: dict[str, str] = {}
+    for field_name in ("alloc_pct_at", "unallocated_gpus_at", "frag_ratio_pct_at"):
+        for key, value in entry[field_name].items():
+            if value is not None:
+                continue
+            x = int(key)
+            if field_name == "frag_ratio_pct_at" and any(not np.isnan(r.alloc_pct[x]) for r in rs):
+                reasons[f"{field_name}.{key}"] = "no idle GPU capacity at that load to be fragmented"
+            else:
+                reasons[f"{field_name}.{key}"] = short.format(x=x)
+    if entry["p99_decision_ms"] is None:
+        reasons["p99_decision_ms"] = "no scheduling decision was made (no pods)"
+    return reasons
 
 
 def by_policy(runs: Sequence[RunResult]) -> dict[str, list[RunResult]]:
@@ -45,19 +79,27 @@ def by_policy(runs: Sequence[RunResult]) -> dict[str, list[RunResult]]:
 
 
 def summarize(runs: Sequence[RunResult], trace: str, nodes: str, seeds: Sequence[int]) -> dict:
-    policies = {}
+    policies: dict[str, dict[str, Any]] = {}
     for name, rs in by_policy(runs).items():
         policies[name] = {
             "alloc_pct_at": {str(x): _mean([r.alloc_pct[x] for r in rs]) for x in REPORT_AT},
             "unallocated_gpus_at": {str(x): _mean([r.unallocated_gpus[x] for r in rs]) for x in REPORT_AT},
             "frag_ratio_pct_at": {str(x): _mean([r.frag_ratio_pct[x] for r in rs]) for x in FRAG_AT},
-            "p99_decision_ms": round(percentile(np.concatenate([r.decision_ms for r in rs]), 99), 4),
+            "p99_decision_ms": _rounded(percentile(np.concatenate([r.decision_ms for r in rs]), 99)),
         }
+        reasons = _null_reasons(rs, policies[name])
+        if reasons:
+            policies[name]["null_reasons"] = reasons
     return {"trace": trace, "nodes": nodes, "seeds": [int(s) for s in seeds], "policies": policies}
 
 
+def _rounded(v: float) -> float | None:
+    return None if math.isnan(v) else round(v, 4)
+
+
 def write_summary(path: Path, summary: dict) -> None:
-    path.write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")
+    """Strict JSON (a NaN left in ``summary`` is a bug here, refused rather than written)."""
+    path.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
 
 
 def write_per_seed(path: Path, runs: Sequence[RunResult]) -> None:
@@ -104,7 +146,7 @@ def plot_alloc(path: Path, runs: Sequence[RunResult], title: str, expected: dict
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, rs) in enumerate(by_policy(runs).items()):
-        mean = np.nanmean(np.vstack([r.alloc_pct for r in rs]), axis=0)
+        mean = column_means([r.alloc_pct for r in rs])
         c = colors[i % len(colors)]
         ax.plot(ARRIVED, mean, label=name, color=c, lw=1.6)
         if expected and name in expected:
@@ -119,7 +161,7 @@ def plot_alloc(path: Path, runs: Sequence[RunResult], title: str, expected: dict
     ax.legend(loc="upper left", fontsize=8)
     inset = ax.inset_axes((0.52, 0.1, 0.45, 0.42))
     for i, (_name, rs) in enumerate(by_policy(runs).items()):
-        mean = np.nanmean(np.vstack([r.alloc_pct for r in rs]), axis=0)
+        mean = column_means([r.alloc_pct for r in rs])
         inset.plot(ARRIVED[85:], mean[85:], color=colors[i % len(colors)], lw=1.2)
     inset.set_xlim(85, 130)
     inset.grid(alpha=0.3)
@@ -149,4 +191,4 @@ def load_expected(path: Path | str, workload: str, metric: str = "allo") -> dict
 
 
 def expected_means(path: Path | str, workload: str, metric: str = "allo") -> dict[str, np.ndarray]:
-    return {p: np.nanmean(np.vstack(list(seeds.values())), axis=0) for p, seeds in load_expected(path, workload, metric).items()}
+    return {p: column_means(list(seeds.values())) for p, seeds in load_expected(path, workload, metric).items()}

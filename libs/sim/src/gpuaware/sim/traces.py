@@ -20,6 +20,12 @@ from gpuaware.placement import GPU_CATALOG, MILLI, NodeSpec, PodRequest, Request
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 POD_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+MAX_NODE_GPUS = 64
+"""the most GPUs one node (and so one pod) may hold, as telemetry's batch limit: the cluster keeps a
+row of GPU slots per node, so a count of a billion would allocate gigabytes before the first pod"""
+MAX_QUANTITY = 2**40
+"""the most any other count in a trace may be (CPU millicores, MiB, iterations): a million times a
+real machine, and far enough below 2**63 that sums over a cluster never overflow numpy's int64"""
 
 
 class TraceError(ValueError):
@@ -96,9 +102,10 @@ def _open_rows(path: Path, required: Iterable[str]) -> tuple[list[str], Iterable
     return header, rows()
 
 
-def int_field(path: Path, line: int, row: dict[str, str], column: str, *, least: int = 0) -> int:
-    """`row[column]` as a whole number of at least `least` ("4" or "4.0"), else a `TraceError` naming
-    the file, the line and the value."""
+def int_field(path: Path, line: int, row: dict[str, str], column: str, *, least: int = 0,
+              most: int = MAX_QUANTITY) -> int:
+    """`row[column]` as a whole number within `[least, most]` ("4" or "4.0"), else a `TraceError`
+    naming the file, the line and the value."""
     text = row[column]
     try:
         value = float(text)
@@ -109,6 +116,8 @@ def int_field(path: Path, line: int, row: dict[str, str], column: str, *, least:
     if value < least:
         raise TraceError(path, line, f"{column}={text!r} is negative" if least == 0
                          else f"{column}={text!r} must be at least {least}")
+    if value > most:
+        raise TraceError(path, line, f"{column}={text!r} is above {most} (the most this field may be)")
     return int(value)
 
 
@@ -139,7 +148,7 @@ def load_nodes(path: Path | str, known_models: Iterable[str] | None = None) -> l
         if name in seen:
             raise TraceError(path, line, f"duplicate node {name!r}")
         seen.add(name)
-        gpus = int_field(path, line, row, "gpu")
+        gpus = int_field(path, line, row, "gpu", most=MAX_NODE_GPUS)
         model = row["model"] if row["model"] not in ("nan", "NaN") else ""
         if gpus > 0 and model not in known:
             raise TraceError(path, line, f"unknown GPU type {model!r}; known: {', '.join(sorted(known))}")
@@ -166,7 +175,7 @@ def load_pods(path: Path | str, known_models: Iterable[str] | None = None) -> li
         if name in seen:
             raise TraceError(path, line, f"duplicate pod {name!r}")
         seen.add(name)
-        num_gpu = int_field(path, line, row, "num_gpu")
+        num_gpu = int_field(path, line, row, "num_gpu", most=MAX_NODE_GPUS)
         gpu_milli = int_field(path, line, row, "gpu_milli")
         if gpu_milli > MILLI:
             raise TraceError(path, line, f"gpu_milli={gpu_milli} is above {MILLI} (one whole GPU)")
