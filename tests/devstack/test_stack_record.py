@@ -26,6 +26,7 @@ from gpuaware.devstack import (
     STOPPED,
     PostgresProcess,
     StackError,
+    database_passwords,
     free_port,
     pid_state,
     stack_down,
@@ -187,3 +188,27 @@ def test_another_mode_asked_of_a_running_stack_is_refused_not_reused(stack_dir: 
         assert not over.reused and over.state.nats_url.startswith("tls://")
     finally:
         stack_down(data)
+
+
+def test_up_reset_says_what_it_stops_and_deletes_then_starts_over(stack_dir: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NATS_URL", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    data = stack_dir / "record-reset"
+    first = stack_up(data, nats_port=0, pg_port=0, auth=True, env={})
+    database_passwords(data)  # as `up`'s provisioning draws them
+    try:
+        assert first.state.nats_pid is not None
+        _kill(first.state.nats_pid)  # half gone: the reset still stops what runs (PostgreSQL)
+        over = runner.invoke(app, ["up", "--data-dir", str(data), "--reset", "--no-auth", "--tls",
+                                   "--nats-port", "0", "--pg-port", "0"])
+        assert over.exit_code == 0, over.output
+        said = _said(over)
+        assert "--reset: stopped postgres; deleted" in said
+        for gone in ("nats/credentials.json", "nats/auth.conf", "postgres-logins.json", "stack.json"):
+            assert str(data.resolve() / gone) in said
+        assert "the JetStream stores and the database are kept" in said and "(started)" in said
+        assert "NATS_URL=tls://127.0.0.1:" in over.stdout
+        assert not first.state.postgres_pid or not pid_alive(first.state.postgres_pid)
+    finally:
+        assert sorted(stack_down(data)) == ["nats", "postgres"]

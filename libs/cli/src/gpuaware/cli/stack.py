@@ -32,6 +32,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpuaware.cli.processes import service_built, service_command
@@ -63,10 +64,10 @@ DataDir = Annotated[Path, typer.Option("--data-dir", help="Folder holding the se
 def up(
     data_dir: DataDir = DEFAULT_DATA_DIR,
     nats_port: Annotated[int | None, typer.Option(
-        help=f"NATS client port of a new stack (0: a free one) [default: {DEFAULT_NATS_PORT}]; a recorded stack "
+        help=f"NATS client port of a new stack (default {DEFAULT_NATS_PORT}; 0: a free one); a recorded stack "
              "keeps its own, and another one is refused.", show_default=False)] = None,
     pg_port: Annotated[int | None, typer.Option(
-        help=f"PostgreSQL port of a new stack (0: a free one) [default: {DEFAULT_PG_PORT}]; a recorded stack "
+        help=f"PostgreSQL port of a new stack (default {DEFAULT_PG_PORT}; 0: a free one); a recorded stack "
              "keeps its own, and another one is refused.", show_default=False)] = None,
     auth: Annotated[bool | None, typer.Option(
         "--auth/--no-auth", show_default=False,
@@ -90,15 +91,15 @@ def up(
 ) -> None:
     """Start (or reuse) NATS with JetStream and PostgreSQL, apply migrations, print the URLs.
 
-    The stack is recorded in <data-dir>/stack.json with how it was started (auth, TLS, cluster size,
-    ports, data folders): after any death, `gpuaware up` starts it again exactly so (credentials and
-    data kept). Options that contradict the record are refused, running or not; --reset starts over."""
+    <data-dir>/stack.json records how the stack was started (auth, TLS, cluster size, ports, data folders).
+    After any death, `gpuaware up` starts it again exactly so (credentials and data kept).
+    Options that contradict the record are refused, running or not; --reset starts over."""
     try:
         if reset:
             stopped, deleted = stack_reset(data_dir)
             console.print("--reset: " + (f"stopped {', '.join(stopped)}; " if stopped else "")
                           + (f"deleted {', '.join(str(p) for p in deleted)}" if deleted else "nothing recorded to forget")
-                          + "; the JetStream stores and the database are kept")
+                          + "; the JetStream stores and the database are kept", markup=False, highlight=False)
         with console.status("starting the embedded stack"):
             started = stack_up(data_dir, nats_port=nats_port, pg_port=pg_port, auth=auth, tls=tls,
                                nats_nodes=nats_cluster)
@@ -106,7 +107,7 @@ def up(
                                       streams=started.state.nats_auth or (bool(started.state.nats_nodes)
                                                                           and not started.reused))
     except StackError as exc:
-        console.print(f"[red]cannot start the stack:[/red] {exc}", markup=True, highlight=False)
+        console.print(f"[red]cannot start the stack:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from None
     if auth and not started.state.nats_auth:
         console.print("[yellow]NATS is external (NATS_URL): --auth does not apply to it[/yellow]")
