@@ -23,7 +23,7 @@ def refused(result: Result, *, code: int = 2) -> str:
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert "Traceback" not in result.output and "Traceback" not in result.stderr
     assert result.stderr.strip(), "the reason belongs on standard error"
-    reason = " ".join(result.stderr.split())
+    reason = " ".join(result.stderr.replace("│", " ").split())  # click's usage errors come boxed
     assert reason not in " ".join(result.stdout.split()), "the reason is not on standard output"
     return reason
 
@@ -118,3 +118,60 @@ def test_eval_placement_summary_is_strict_json_with_a_reason_for_each_null(small
     nulls = {f"{k}.{x}" for k in ("alloc_pct_at", "unallocated_gpus_at", "frag_ratio_pct_at")
              for x, v in fgd[k].items() if v is None}
     assert nulls == set(fgd["null_reasons"])
+
+
+# --- gpuaware forecast evaluate -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helios_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four days of a Helios-format VC with a daily demand wave."""
+    import numpy as np
+    import pandas as pd
+
+    t = pd.date_range("2020-05-01", periods=4 * 1440, freq="min")
+    running = np.round(40 + 20 * np.sin(2 * np.pi * np.arange(len(t)) / 1440))
+    frame = pd.DataFrame({"time": t.strftime("%Y-%m-%d %H:%M:%S"), "running_gpu_num": running,
+                          "pending_gpu_num": 0})
+    path = tmp_path_factory.mktemp("helios") / "vcTest_cluster_sequence_vc.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize(("option", "value"), [("--test-days", "-1"), ("--test-days", "0"),
+                                               ("--test-days", "nan"), ("--max-seconds", "-5")])
+def test_forecast_evaluate_checks_its_bounds_before_any_work(helios_file: Path, tmp_path: Path, option: str,
+                                                             value: str) -> None:
+    """--test-days -1 was accepted and ran until training failed."""
+    out = tmp_path / "out"
+    args = ["forecast", "evaluate", "--series", str(helios_file), "--format", "helios", "--horizons", "10",
+            "--iters", "5", "--max-seconds", "10", option, value, "--out", str(out)]
+    text = refused(runner.invoke(app, args))
+    assert option in text and "finite number in (0" in text
+    assert not out.exists()
+
+
+def test_forecast_evaluate_errors_go_to_stderr_and_leave_no_output_folder(helios_file: Path, tmp_path: Path) -> None:
+    """The reason was printed on standard output, after the output folder had been made (and left empty)."""
+    out = tmp_path / "out"
+    text = refused(runner.invoke(app, ["forecast", "evaluate", "--series", str(helios_file), "--format", "helios",
+                                       "--test-days", "1", "--horizons", "10", "--model", str(tmp_path / "no.onnx"),
+                                       "--out", str(out)]))
+    assert "model not found" in text
+    assert not out.exists()
+
+
+def test_a_failed_write_removes_the_output_folder_it_made(tmp_path: Path) -> None:
+    from gpuaware.cli.forecast import _output_folder
+
+    out = tmp_path / "new"
+    with pytest.raises(OSError), _output_folder(out):
+        (out / "summary.json").write_text("{}")
+        raise OSError("disk full")
+    assert not out.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "mine.txt").write_text("x")
+    with pytest.raises(OSError), _output_folder(kept):
+        raise OSError("disk full")
+    assert (kept / "mine.txt").exists()

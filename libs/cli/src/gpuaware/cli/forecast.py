@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -28,6 +31,8 @@ import typer
 from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from gpuaware.cli.options import bounded, refuse
 
 if TYPE_CHECKING:  # gpuaware.forecast imports torch: loaded only when a forecast command runs
     from gpuaware.forecast import Prepared, StreamingModel
@@ -54,13 +59,15 @@ def parse_horizons(text: str) -> list[int]:
 
 Series_ = Annotated[list[Path], typer.Option("--series", help="trace file or folder (repeatable)")]
 Format = Annotated[str, typer.Option("--format", help="helios | philly | gentd26")]
-TestDays = Annotated[float | None, typer.Option("--test-days", help="hold out the last N days (default 7; "
-                                                "Philly defaults to its published split)")]
+TestDays = Annotated[float | None, typer.Option("--test-days", help="hold out the last N days, (0, 3650] (default "
+                                                "7; Philly defaults to its published split)",
+                                                callback=bounded(0.0, 3650.0, lo_open=True))]
 Split = Annotated[str | None, typer.Option("--split", help="'philly': train Oct, validate Nov, test Dec 1-14")]
 Horizons = Annotated[str, typer.Option("--horizons", help="minutes ahead, comma-separated")]
 DEFAULT_HORIZONS = "10,30,60,180,360,720"
-Iters = Annotated[int, typer.Option("--iters", help="training iterations at most")]
-Seconds = Annotated[float, typer.Option("--max-seconds", help="training time at most")]
+Iters = Annotated[int, typer.Option("--iters", help="training iterations at most", min=1, max=10_000_000)]
+Seconds = Annotated[float, typer.Option("--max-seconds", help="training time at most, (0, 86400] seconds",
+                                        callback=bounded(0.0, 86_400.0, lo_open=True))]
 
 
 def _prepare(series: list[Path], fmt: str, test_days: float | None, split: str | None) -> list[Prepared]:
@@ -69,8 +76,7 @@ def _prepare(series: list[Path], fmt: str, test_days: float | None, split: str |
     try:
         return prepare(series, fmt, test_days, split)
     except SeriesError as exc:
-        console.print(f"[red]bad input:[/red] {exc}")
-        raise typer.Exit(2) from None
+        refuse(exc)
 
 
 def train_blob(prepared: list[Prepared], horizons: list[int], iters: int, seconds: float) -> bytes:
@@ -99,8 +105,7 @@ def _train(prepared: list[Prepared], horizons: list[int], iters: int, seconds: f
     try:
         return train_blob(prepared, horizons, iters, seconds)
     except (ValueError, SeriesError) as exc:
-        console.print(f"[red]cannot train:[/red] {exc}")
-        raise typer.Exit(2) from None
+        refuse(exc, label="cannot train")
 
 
 def _load_model(spec: str) -> tuple[StreamingModel, str]:
@@ -113,14 +118,12 @@ def _load_model(spec: str) -> tuple[StreamingModel, str]:
     else:
         path = Path(spec)
         if not path.is_file():
-            console.print(f"[red]model not found:[/red] {path}")
-            raise typer.Exit(2)
+            refuse(path, label="model not found")
         blob, name = path.read_bytes(), str(path)
     try:
         return StreamingModel.load(blob), name
     except ModelError as exc:
-        console.print(f"[red]unusable model[/red] {name}: {exc}")
-        raise typer.Exit(2) from None
+        refuse(f"{name}: {exc}", label="unusable model")
 
 
 def _plot(out: Path, prepared: list[Prepared], ev, horizons: list[int]) -> list[Path]:
@@ -193,30 +196,48 @@ def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--
 
     hs = parse_horizons(horizons)
     prepared = _prepare(series, fmt, test_days, split)
-    out.mkdir(parents=True, exist_ok=True)
     if model is None:
-        blob = _train(prepared, hs, iters, max_seconds)
-        (out / "model.onnx").write_bytes(blob)
+        blob: bytes | None = _train(prepared, hs, iters, max_seconds)
         served, model_name = StreamingModel.load(blob), str(out / "model.onnx")
     else:
+        blob = None
         served, model_name = _load_model(model)
     try:
         ev = run(prepared, hs, served)
     except SeriesError as exc:
-        console.print(f"[red]bad input:[/red] {exc}")
-        raise typer.Exit(2) from None
+        refuse(exc)
     summary = ev.summary()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     detail = {"model": model_name, "model_meta": served.meta, "horizons_min": hs,
               "relative_rmse_lstm": ev.relative_rmse("lstm"),
               "series": [{"name": p.series.name, "split": p.split.describe(p.series), "notes": list(p.series.notes),
                           "metrics": r.metrics(), "served": r.why_served()}
                          for p, r in zip(prepared, ev.results, strict=True)]}
-    (out / "detail.json").write_text(json.dumps(detail, indent=2) + "\n")
+    with _output_folder(out):  # made only now, when there is something to write
+        if blob is not None:
+            (out / "model.onnx").write_bytes(blob)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (out / "detail.json").write_text(json.dumps(detail, indent=2) + "\n")
+        if plot:
+            _plot(out, prepared, ev, hs)
     console.print(_tables(summary, hs, prepared[0].split.describe(prepared[0].series)["test"], len(prepared)))
-    if plot:
-        _plot(out, prepared, ev, hs)
     console.print(f"wrote {out / 'summary.json'}, detail.json{' and PNGs' if plot else ''}")
+
+
+@contextmanager
+def _output_folder(out: Path) -> Iterator[None]:
+    """Make ``out`` for the writes inside; when they fail, a folder this made is removed again (one
+    that was there before is left as it was), so a failed run leaves no empty or half-written folder."""
+    made = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        refuse(f"{out}: {exc.strerror or exc}", label="cannot write", code=3)
+    try:
+        yield
+    except BaseException:
+        if made:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 @app.command()

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-import typer
-from rich.console import Console
-
 from gpuaware import forecast, tsdb
+from gpuaware.cli.options import refuse
 
 
 async def _latest(dsn: str) -> forecast.RegistryEntry | None:
@@ -16,16 +14,12 @@ async def _latest(dsn: str) -> forecast.RegistryEntry | None:
 
 
 def latest_model_bytes(dsn: str) -> tuple[bytes, str]:
-    console = Console()
     if not dsn:
-        console.print("[red]--model latest needs DATABASE_URL[/red] (the registry lives in PostgreSQL)")
-        raise typer.Exit(2)
+        refuse("the registry lives in PostgreSQL; set DATABASE_URL", label="--model latest needs DATABASE_URL")
     try:
         entry = asyncio.run(_latest(dsn))
     except Exception as exc:  # the driver's errors, surfaced with their message
-        console.print(f"[red]cannot read the model registry:[/red] {type(exc).__name__}: {exc}")
-        raise typer.Exit(3) from None
+        refuse(f"{type(exc).__name__}: {exc}", label="cannot read the model registry", code=3)
     if entry is None:
-        console.print("[red]the model registry is empty[/red]: publish one (gpuaware forecast train, then the registry)")
-        raise typer.Exit(2)
+        refuse("publish one (gpuaware forecast train, then the registry)", label="the model registry is empty")
     return entry.onnx, f"registry {entry.label}"
