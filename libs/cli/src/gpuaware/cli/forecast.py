@@ -196,11 +196,11 @@ def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--
 
     hs = parse_horizons(horizons)
     prepared = _prepare(series, fmt, test_days, split)
+    blob: bytes | None = None
     if model is None:
-        blob: bytes | None = _train(prepared, hs, iters, max_seconds)
-        served, model_name = StreamingModel.load(blob), str(out / "model.onnx")
+        blob = trained = _train(prepared, hs, iters, max_seconds)
+        served, model_name = StreamingModel.load(trained), str(out / "model.onnx")
     else:
-        blob = None
         served, model_name = _load_model(model)
     try:
         ev = run(prepared, hs, served)
