@@ -175,3 +175,29 @@ def test_a_failed_write_removes_the_output_folder_it_made(tmp_path: Path) -> Non
     with pytest.raises(OSError), _output_folder(kept):
         raise OSError("disk full")
     assert (kept / "mine.txt").exists()
+
+
+# --- gpuaware quota report ------------------------------------------------------------------------------
+
+UNREACHABLE_DB = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"
+
+
+@pytest.mark.parametrize("args", [["--since", "99999999999d"], ["--since", "9" * 400 + "d"],
+                                  ["--until", "9999-12-31T23:59-12:00"], ["--since", "1969-12-31T00:00"]])
+def test_quota_report_refuses_a_time_outside_1970_to_2100(tmp_path: Path, args: list[str]) -> None:
+    text = refused(runner.invoke(app, ["quota", "report", *args, "--csv", str(tmp_path / "r.csv"),
+                                       "--database-url", UNREACHABLE_DB]))
+    assert "is not between 1970-01-01 and 2100-01-01" in text
+
+
+def test_quota_report_refuses_a_csv_in_a_missing_folder_before_the_query(tmp_path: Path) -> None:
+    text = refused(runner.invoke(app, ["quota", "report", "--csv", str(tmp_path / "nonexistent" / "x.csv"),
+                                       "--database-url", UNREACHABLE_DB]))
+    assert "cannot write the CSV" in text and "does not exist" in text
+
+
+def test_quota_report_says_when_the_database_is_out_of_reach(tmp_path: Path) -> None:
+    text = refused(runner.invoke(app, ["quota", "report", "--csv", str(tmp_path / "r.csv"),
+                                       "--database-url", UNREACHABLE_DB]), code=3)
+    assert "cannot read the chargeback intervals" in text and "127.0.0.1" in text
+    assert not (tmp_path / "r.csv").exists()

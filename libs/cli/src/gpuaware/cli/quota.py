@@ -5,7 +5,9 @@ overlap `[--since, --until)` and charges each the overlap: GPU-seconds (a 500-mi
 is 1,800) and GPU-memory GiB-seconds, by tenant, queue or pod -- the arithmetic is
 gpuaware.quota.charge, the same the tests check. It prints a table and writes a CSV (`--csv`).
 Times are ISO 8601 (`2026-11-23T08:00`, UTC unless an offset is given) or relative (`24h`, `7d`,
-`90m` ago). The database is `--database-url` (or DATABASE_URL), else the running `gpuaware up` stack.
+`90m` ago), between 1970 and 2100. The database is `--database-url` (or DATABASE_URL), else the
+running `gpuaware up` stack. Bad times, a CSV path that cannot be written and a database out of reach
+are refused on standard error (options.refuse), the CSV's folder checked before the query.
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuaware import tsdb
+from gpuaware.cli.options import refuse
 from gpuaware.quota import Interval, charge, rows_to_csv
 
 app = typer.Typer(help="Quota: chargeback reports of GPU-seconds per tenant, queue or pod.", no_args_is_help=True)
 
 RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+LATEST_S = 4_102_444_800.0
+"""2100-01-01 UTC: a window's ends are Unix seconds in ``[0, LATEST_S]`` (PostgreSQL and datetime
+take them; ``99999999999d`` ago is no time either can hold)"""
 
 SELECT = """SELECT pod_uid, queue, tenant, gpu_milli, gpu_memory_mib,
                    extract(epoch FROM started_at), extract(epoch FROM ended_at), outcome
@@ -41,18 +47,26 @@ def _group() -> None:
 
 
 def parse_when(text: str, now: float) -> float:
-    """An ISO time (UTC unless it says otherwise) or a duration ago (``24h``) -> epoch seconds."""
+    """An ISO time (UTC unless it says otherwise) or a duration ago (``24h``) -> epoch seconds, within
+    1970..2100 (``LATEST_S``)."""
     m = RELATIVE.match(text.strip())
     if m:
-        return now - float(m.group(1)) * UNITS[m.group(2)]
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise typer.BadParameter(f"expected an ISO time (2026-11-23T08:00) or a duration ago (24h, 7d); "
-                                 f"got {text!r}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.timestamp()
+        at = now - float(m.group(1)) * UNITS[m.group(2)]
+    else:
+        try:
+            when = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise typer.BadParameter(f"expected an ISO time (2026-11-23T08:00) or a duration ago (24h, 7d); "
+                                     f"got {text!r}") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        try:
+            at = when.timestamp()
+        except (OverflowError, ValueError, OSError):  # year 1 or 9999 in an extreme offset
+            at = -1.0
+    if not 0.0 <= at <= LATEST_S:  # also refuses nan and inf
+        raise typer.BadParameter(f"{text!r} is not between 1970-01-01 and 2100-01-01 (UTC)")
+    return at
 
 
 def _database_url(given: str) -> str:
@@ -93,7 +107,14 @@ def report(
     end = now if until.strip() == "now" else parse_when(until, now)
     if end <= start:
         raise typer.BadParameter(f"--until ({until}) must be after --since ({since})")
-    rows = charge(asyncio.run(load_intervals(_database_url(database_url), cluster, start, end)), start, end, by=by)
+    if not csv_path.parent.is_dir():
+        refuse(f"{csv_path}: folder {csv_path.parent} does not exist", label="cannot write the CSV")
+    url = _database_url(database_url)
+    try:
+        intervals = asyncio.run(load_intervals(url, cluster, start, end))
+    except Exception as exc:  # the driver's errors (unreachable, refused, bad DSN), surfaced with their message
+        refuse(f"{type(exc).__name__}: {exc}", label="cannot read the chargeback intervals", code=3)
+    rows = charge(intervals, start, end, by=by)
     fmt = "%Y-%m-%d %H:%M:%S"
     table = Table(title=f"GPU chargeback by {by}, {datetime.fromtimestamp(start, UTC).strftime(fmt)} .. "
                         f"{datetime.fromtimestamp(end, UTC).strftime(fmt)} UTC ({timedelta(seconds=round(end - start))})")
@@ -104,7 +125,10 @@ def report(
                       f"{r['gpu_memory_gib_seconds'] / 3600:.3f}")
     console = Console()
     console.print(table if rows else f"no GPU time charged in the window (cluster {cluster})")
-    csv_path.write_text(rows_to_csv(rows) or f"{by},pods,gpu_seconds,gpu_memory_gib_seconds\n")
+    try:
+        csv_path.write_text(rows_to_csv(rows) or f"{by},pods,gpu_seconds,gpu_memory_gib_seconds\n")
+    except OSError as exc:
+        refuse(f"{csv_path}: {exc.strerror or exc}", label="cannot write the CSV", code=3)
     console.print(f"wrote {csv_path}")
 
 
