@@ -20,6 +20,7 @@ Why it looks like this:
 * Time windows change a queue's guarantee, limit or weight during some hours (a research queue
   gets more at night). Each window is validated as if it were the whole tree, so a window cannot
   over-commit either.
+* Every amount is a whole number in ``[0, MAX_AMOUNT]``: the tree's arithmetic is int64 vectors.
 
 Sample (one organisation, two teams, a strict partition for clinical work)::
 
@@ -69,8 +70,13 @@ ANY_TYPE = "*"
 RESOURCES = ("gpus", "gpu_milli", "gpu_memory_mib", "cpu_milli", "memory_mib")
 """the order of a resource vector everywhere in this package"""
 UNBOUNDED = np.iinfo(np.int64).max // 4
+MAX_AMOUNT = 2**40
+"""the most any amount may be (about 1.1e12: a million times a large cluster): amounts become int64
+resource vectors (whole GPUs times 1,000 as milli) and are summed over the tree, so a bound far below
+``UNBOUNDED`` keeps that arithmetic exact; a larger number is refused with the path to it"""
 
 NonNeg = Annotated[int, Meta(ge=0)]
+Amount = Annotated[int, Meta(ge=0, le=MAX_AMOUNT)]
 QueueName = Annotated[str, Meta(min_length=1, max_length=253)]
 HourMinute = Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
 
@@ -86,13 +92,13 @@ class QuotaConfigError(ValueError):
 class Amounts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """An amount of each resource. Unset fields of a guarantee are 0; of a limit, unbounded."""
 
-    gpus: NonNeg | None = None
+    gpus: Amount | None = None
     """whole GPUs (devices a pod holds entirely)"""
-    gpu_milli: NonNeg | None = None
+    gpu_milli: Amount | None = None
     """GPU compute in thousandths of a GPU, whole and fractional pods alike"""
-    gpu_memory_mib: NonNeg | None = None
-    cpu_milli: NonNeg | None = None
-    memory_mib: NonNeg | None = None
+    gpu_memory_mib: Amount | None = None
+    cpu_milli: Amount | None = None
+    memory_mib: Amount | None = None
 
     def vector(self, unset: int) -> np.ndarray:
         """As a resource vector; GPU compute left unset follows whole GPUs (``gpus: 4`` = 4,000 milli)

@@ -19,8 +19,10 @@ answered only once the replay caught up (before that, a request waits for it, up
 so a restarted quota cannot admit over a limit it has not re-read yet.
 
 The tree file is re-read when it changes (checked every report interval): a tree that does not
-validate -- cyclic, over-committed, negative amounts, unknown queues -- is refused with every reason
-and the running tree stays in force. In Kubernetes mode (``tree_source=crd``) the tree is the
+validate -- cyclic, over-committed, negative or out-of-range amounts, unknown queues -- or cannot be
+read or applied at all (any error) is refused with the reason and the running tree stays in force;
+the report loop outlives every such failure, so a good tree restored later is picked up and usage is
+reported throughout. In Kubernetes mode (``tree_source=crd``) the tree is the
 cluster's GPUQueue objects instead, watched (``crd_tree.py``): the same refusal, per object, written
 into the object's status; ``quota.admit`` waits for the first list like it waits for the replay.
 
@@ -162,8 +164,9 @@ class QuotaService:
                  ", ".join(sorted(tree.specs)), lost)
 
     def reload(self) -> bool:
-        """Re-read the tree file if it changed. A tree that does not validate is refused with every
-        reason (logged, ``last_tree_error``) and the running one stays; True when a new one is in force."""
+        """Re-read the tree file if it changed. A tree that does not validate, or that fails to load or
+        apply for any other reason, is refused with the reason (logged, ``last_tree_error``) and the
+        running one stays; True when a new one is in force."""
         path = Path(self.settings.tree) if self.settings.tree else None
         if path is None:
             return False
@@ -178,10 +181,12 @@ class QuotaService:
         if mtime is not None:
             try:
                 tree = validate(path)
+                lost = self.view.replace_tree(tree)
             except QuotaConfigError as exc:
                 reason = str(exc)
+            except Exception as exc:  # unreadable, undecodable or a bug: the running tree must stay either way
+                reason = f"{type(exc).__name__}: {exc}"
             else:
-                lost = self.view.replace_tree(tree)
                 self.last_tree_error = ""
                 log.info("quota tree %s reloaded (%d queues; %d running pods lost their queue)", path,
                          len(tree.specs), lost)
@@ -194,7 +199,10 @@ class QuotaService:
     async def _report_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.report_interval_s)
-            self.reload()
+            try:
+                self.reload()
+            except Exception:  # reload refuses bad trees itself; this is a last guard for the loop
+                log.exception("quota tree reload failed; the running tree stays")
             try:
                 await self.report()
             except Exception as exc:
