@@ -64,11 +64,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gpuaware.forecast.calibration import Bands
-from gpuaware.forecast.demand import CLASS_PREFIX
 from gpuaware.forecast.ridge import fit_weights, forecast_at
 from gpuaware.forecast.selection import NEAR, PERSISTENCE, better
 from gpuaware.forecast.series import Series
-from gpuaware.forecast.serving import TOTAL_KEY, Point, demand_key, series_name
+from gpuaware.forecast.serving import Point, demand_key, demand_labels, series_name
 from gpuaware.schemas import DemandPredicted, DemandSeries
 
 __all__ = ["CANDIDATES", "HORIZON_LABEL", "RIDGE", "SEASONAL", "HoursAhead", "HoursStep"]
@@ -349,14 +348,7 @@ class HoursAhead:
     @staticmethod
     def labels(cluster: str, key: str) -> dict[str, str]:
         """The minute path's labels of a demand series (queue, class, neither for the total) and ``horizon``."""
-        queue = demand_key(cluster, key)[2]
-        if queue == TOTAL_KEY:
-            out = {"cluster": cluster}
-        elif queue.startswith(CLASS_PREFIX):
-            out = {"cluster": cluster, "class": queue.removeprefix(CLASS_PREFIX)}
-        else:
-            out = {"cluster": cluster, "queue": queue}
-        return {**out, HORIZON_LABEL[0]: HORIZON_LABEL[1]}
+        return {**demand_labels(cluster, demand_key(cluster, key)[2]), HORIZON_LABEL[0]: HORIZON_LABEL[1]}
 
     def events(self, step: HoursStep, cluster: str, issued_at: float, emitted_at: float,
                source: str) -> list[DemandPredicted]:

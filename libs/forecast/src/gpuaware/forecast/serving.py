@@ -65,7 +65,7 @@ from gpuaware.forecast.runtime import StepResult, StreamingModel, Streams
 from gpuaware.forecast.selection import Choice
 from gpuaware.schemas import DemandPredicted, DemandSeries, GpuForecast, GpuUtilPredicted
 
-__all__ = ["Drift", "Point", "Server", "demand_key", "series_name"]
+__all__ = ["Drift", "Point", "Server", "demand_key", "demand_labels", "series_name"]
 
 BASELINE = "persistence"
 
@@ -103,6 +103,16 @@ TOTAL_KEY = "*"
 
 def demand_key(cluster: str, queue: str) -> tuple[str, str, str]:
     return ("demand", cluster, TOTAL_KEY if queue == TOTAL else queue)
+
+
+def demand_labels(cluster: str, queue: str) -> dict[str, str]:
+    """A demand series' labels from its key's queue: the cluster's total has neither ``queue`` nor
+    ``class``, a group of classes (``class:<name>``) has ``class``, a queue has ``queue``."""
+    if queue == TOTAL_KEY:
+        return {"cluster": cluster}
+    if queue.startswith(CLASS_PREFIX):
+        return {"cluster": cluster, "class": queue.removeprefix(CLASS_PREFIX)}
+    return {"cluster": cluster, "queue": queue}
 
 
 def series_name(key: tuple[str, str, str]) -> str:
@@ -396,14 +406,9 @@ class Server:
         for (kind, of, queue), i in self.index.items():
             if kind != "demand" or of != cluster:
                 continue
-            if queue == TOTAL_KEY:
-                labels = {"cluster": cluster}
-            elif queue.startswith(CLASS_PREFIX):
-                labels = {"cluster": cluster, "class": queue.removeprefix(CLASS_PREFIX)}
-            else:
-                labels = {"cluster": cluster, "queue": queue}
             groups.setdefault(self._who(result.reasons[i], i), []).append(
-                DemandSeries(metric="gpus_requested", labels=labels, values=self._path(result.values[i])))
+                DemandSeries(metric="gpus_requested", labels=demand_labels(cluster, queue),
+                             values=self._path(result.values[i])))
         common = self._common(issued_at, emitted_at, source)
         return [DemandPredicted(cluster=cluster, model=model, model_version=version, series=tuple(series), **common)
                 for (model, version), series in sorted(groups.items())]
