@@ -48,15 +48,15 @@ from gpuaware.forecast import (
     BASELINES,
     StreamingModel,
     Streams,
+    combine,
     config_for,
     coverage_counts,
     evaluate_philly,
     fit,
+    fit_evidence,
     prepare,
     run,
 )
-from gpuaware.forecast.experiment import fit_evidence
-from gpuaware.forecast.selection import combine
 from gpuaware.schemas import percentile
 from gpuaware.sim import shared_data_dir
 

@@ -39,7 +39,7 @@ from gpuaware.forecast.selection import Choice, choose, combine
 from gpuaware.forecast.series import Series, SeriesError, regularise
 
 if TYPE_CHECKING:
-    from gpuaware.forecast.experiment import Prepared, config_for, fit, prepare, run
+    from gpuaware.forecast.experiment import Prepared, config_for, fit, fit_evidence, prepare, run
     from gpuaware.forecast.hours import HoursAhead, HoursStep
     from gpuaware.forecast.runtime import ModelError, StreamingModel, Streams
     from gpuaware.forecast.serving import Drift, Server
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 # the series, the metrics, the demand book) stays light.
 _LOADED_ON_USE = {
     "Prepared": "experiment", "config_for": "experiment", "fit": "experiment", "prepare": "experiment",
-    "run": "experiment", "ModelError": "runtime", "StreamingModel": "runtime", "Streams": "runtime",
+    "run": "experiment", "fit_evidence": "experiment", "ModelError": "runtime", "StreamingModel": "runtime", "Streams": "runtime",
     "Drift": "serving", "Server": "serving", "HoursAhead": "hours", "HoursStep": "hours",
 }
 
@@ -92,6 +92,7 @@ __all__ = [
     "evaluate_philly",
     "fingerprint",
     "fit",
+    "fit_evidence",
     "latest_async",
     "latest_version_async",
     "prepare",
