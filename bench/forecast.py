@@ -79,7 +79,7 @@ def section(name: str, paths: list[Path], fmt: str, iters: int, seconds: float, 
     console.print(f"[bold]{name}[/bold]: {len(prepared)} series, training up to {iters} iterations / {seconds:.0f} s")
     result, blob = fit(prepared, config)
     model = StreamingModel.load(blob)
-    copy = fit_evidence(prepared, config)  # the LSTM judged out of sample on the selection folds
+    copy = fit_evidence(prepared, config, result)  # the LSTM judged out of sample on the selection folds
     if copy is not None:
         console.print(f"  evidence copy: {copy[0].iters} iterations, {copy[0].seconds:.0f} s")
     evidence = StreamingModel.load(copy[1]) if copy is not None else None

@@ -4,9 +4,12 @@ bands start from the folds' errors with a window that grows with the horizon."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from gpuaware.forecast.datasets import Split
 from gpuaware.forecast.evaluate import (
     BAND_WINDOW_S,
     band_window,
@@ -14,6 +17,9 @@ from gpuaware.forecast.evaluate import (
     evidence_split,
     selection_ranges,
 )
+from gpuaware.forecast.experiment import Prepared, fit_evidence
+from gpuaware.forecast.model import TrainConfig, TrainSeries, train
+from gpuaware.forecast.runtime import StreamingModel
 from gpuaware.forecast.series import Series
 
 DAY = 144  # ten-minute steps
@@ -94,3 +100,20 @@ def test_the_bands_start_from_the_folds_errors() -> None:
     b = res.bands["persistence"][10]
     first = slice(0, DAY // 2)
     assert np.all(np.isfinite(b.p90[first])) and np.all(b.p90[first] - b.p10[first] > 5.0)
+
+
+def test_the_evidence_copy_is_trained_as_the_model_was_and_stops_before_the_first_fold() -> None:
+    """The copy stops at the iteration the model stopped at, whatever its own clock says (a time budget
+    gives fewer iterations on a busier machine), and sees nothing from the first fold on."""
+    s = noisy(8)
+    prepared = [Prepared(s, Split(5 * DAY, 6 * DAY, 8 * DAY))]
+    tiny = TrainConfig(horizons_min=(10, 60), hidden=8, layers=1, window=48, burn_in=12, batch=8,
+                       max_iters=200, eval_every=50, max_seconds=60.0)
+    model = train([TrainSeries(s, 5 * DAY, 6 * DAY)], dataclasses.replace(tiny, stop_at=7))
+    assert model.iters == 7
+    copy = fit_evidence(prepared, dataclasses.replace(tiny, max_seconds=0.0), model)
+    assert copy is not None and copy[0].iters == 7  # a budget of no seconds at all: still seven
+    window = StreamingModel.load(copy[1]).meta["data_window"]
+    assert window["train_to"] == "2020-05-02 00:00:00" and window["validate_to"] == "2020-05-03 00:00:00"
+    short = [Prepared(noisy(4), Split(DAY, 2 * DAY, 4 * DAY))]
+    assert fit_evidence(short, tiny, model) is None  # no folds: nothing to judge it on but validation

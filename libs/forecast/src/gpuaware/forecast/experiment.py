@@ -83,17 +83,23 @@ def fit(prepared: Sequence[Prepared], config: TrainConfig,
     return result, export_onnx(result, meta)
 
 
-def fit_evidence(prepared: Sequence[Prepared], config: TrainConfig,
+def fit_evidence(prepared: Sequence[Prepared], config: TrainConfig, like: TrainResult,
                  progress: Callable[[int, int, float, float], None] | None = None) -> tuple[TrainResult, bytes] | None:
-    """The LSTM's evidence copy: trained as ``fit`` trains, on every series' data before its first
-    selection fold, its checkpoint picked on the range just before that fold. None where no series has
-    a fold (the validation range alone judges every model, the LSTM served as trained)."""
+    """The LSTM's evidence copy: trained as ``like`` (the model served, from ``fit`` with ``config``)
+    was, on every series' data before its first selection fold, its checkpoint picked on the range just
+    before that fold. None where no series has a fold (the validation range alone judges every model,
+    the LSTM served as trained).
+
+    "As trained": the same configuration, stopped at the iteration ``like`` stopped at whatever the
+    clock says. A time budget gives a different number of iterations on a busier machine, and the
+    copy's errors are evidence about the model served only if the two were trained alike."""
     shifted = []
     for p in prepared:
         stop = evidence_split(p.split.train_end, p.split.valid_end)
         if stop is not None:
             shifted.append(Prepared(p.series, Split(stop[0], stop[1], p.split.test_end)))
-    return fit(shifted, config, progress) if shifted else None
+    alike = dataclasses.replace(config, max_seconds=float("inf"), stop_at=like.iters)
+    return fit(shifted, alike, progress) if shifted else None
 
 
 def _check(prepared: Sequence[Prepared], horizons_min: Sequence[int], model: StreamingModel) -> None:

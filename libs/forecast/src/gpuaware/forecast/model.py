@@ -96,6 +96,10 @@ class TrainConfig:
     max_iters: int = 1500
     max_seconds: float = 240.0
     """training stops at whichever of the two comes first"""
+    stop_at: int = 0
+    """stop after this many iterations as well (0: no such stop); the learning-rate schedule still spans
+    ``max_iters``, so a run stopped here is trained as a time-capped run that stopped at the same
+    iteration was (``experiment.fit_evidence``)"""
     eval_every: int = 100
     lr: float = 3e-3
     seed: int = 0
@@ -194,7 +198,7 @@ def train(data: Sequence[TrainSeries], config: TrainConfig = TrainConfig(),
         opt.step()
         sched.step()
         valid = float("nan")
-        done = time.perf_counter() - t0 > config.max_seconds or it == config.max_iters
+        done = time.perf_counter() - t0 > config.max_seconds or it == config.max_iters or it == config.stop_at
         if it % config.eval_every == 0 or done:
             valid = _valid_loss(model, prepared, q)
             history.append((it, float(loss.detach()), valid))
