@@ -144,13 +144,13 @@ class RunLog:
     def on_event(self, ev: Any, subject: str) -> None:
         if getattr(ev, "cluster", None) != self.cluster:
             return
-        self.recorded[subject_key(subject)] += 1
-        if isinstance(ev, NodePowerRecommended):
+        if isinstance(ev, NodePowerRecommended):  # not pod events: the recorder keeps no row of them
             self.power_recommended.append(ev)
             return
         if isinstance(ev, NodePowerChanged):
             self.power_changed.append(ev)
             return
+        self.recorded[subject_key(subject)] += 1
         uid = ev.pod_uid
         if isinstance(ev, CheckpointRequested | CheckpointAcknowledged):
             if isinstance(ev, CheckpointRequested) and ev.reason == "resize":
