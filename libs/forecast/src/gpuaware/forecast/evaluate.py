@@ -19,11 +19,11 @@ range): persistence where nothing beats it, a clear winner alone, else the mean 
 Every candidate is judged on the same evidence: out-of-sample errors on every one of those ranges. A
 model that cannot be refitted before each range (a trained LSTM) has none there of its own: its
 checkpoint was picked on the validation range, and its training saw the ranges before it, so its
-errors on them are in-sample. It is judged instead through a copy trained the same way before the
-earliest range (``evidence_split``: fitted before it, its checkpoint picked on the range of the same
-length just before it), whose forecasts over every range are its errors (``evidence``). That copy is
-older than the model served by up to the span of the folds, so the evidence is, if anything, against
-it. Without a copy such a model is not a candidate where there are folds (near-ties on one day's
+errors on them are in-sample. It is judged instead through a copy trained the same way (the same
+configuration, stopped at the same iteration: ``experiment.fit_evidence``) before the earliest range
+(``evidence_split``: fitted before it, its checkpoint picked on the range of the same length just
+before it), whose forecasts over every range are its errors (``evidence``). That copy has seen up to
+the span of the folds less data than the model served, so the evidence is, if anything, against it. Without a copy such a model is not a candidate where there are folds (near-ties on one day's
 evidence let it into the served mix where the other models needed four days); where the training
 range is too short for folds every model is judged on the validation range alone, that model with
 them.
