@@ -68,7 +68,8 @@ def test_answers_refusals_late_echoes_and_boots() -> None:
     assert first.node in power.state.planner.unpowered  # booting: no pod yet
     assert power.tick(T + 1799) is False
     assert power.tick(T + 1800) is True and first.node not in power.state.planner.unpowered
-    assert power.summary()["refused"] == 1
+    counts = power.counts()
+    assert counts["refused"] == 1 and counts["off"] == 1 and counts["booting"] == 0
 
 
 def test_an_unsent_recommendation_gives_the_node_back() -> None:

@@ -99,8 +99,8 @@ class FleetPlanner:
         self.recent: deque[int] = deque(maxlen=max(1, params.idle_steps))
         self.idle_since: dict[str, float] = {}
         self.off_since: dict[str, float] = {}
-        self.steps = 0
         self.short_steps = 0
+        """decisions taken when demand outran the nodes that take pods (``index``: all of them)"""
 
     def due(self, now: float) -> bool:
         """Whether a step of the world's time has passed since the last decision."""
@@ -137,7 +137,6 @@ class FleetPlanner:
                 self.off_since.pop(a.node, None)
         self.index += 1
         self.last_at = now
-        self.steps += 1
         self.short_steps += step.short > 0
         peak = float(band[: p.reach].max()) if len(band) else None
         return FleetStep(now, tuple(actions), d.target, demand, peak, ready, booting, len(gpu_nodes), step.short)

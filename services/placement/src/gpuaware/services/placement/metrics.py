@@ -63,6 +63,19 @@ def placement_samples(service: Any) -> Iterable[Sample]:
         for what, gpus in (("kept", headroom.room_milli / 1000), ("forecast", headroom.forecast_gpus),
                            ("held", headroom.held_milli / 1000)):
             yield gauge("gpuaware_placement_headroom_gpus", "the forecast head-room, GPUs", gpus, what=what)
+    power = service.power.counts()  # power.PowerPlanning: followed by every instance, decided by the leader
+    for state in ("off", "booting"):
+        yield gauge("gpuaware_placement_nodes_unpowered", "GPU nodes switched off or booting, as placement knows them",
+                    power[state], state=state)
+    for action in ("power-down", "power-up"):
+        yield counter("gpuaware_placement_power_recommended", "node-power recommendations this instance published",
+                      power[action], action=action)
+    yield counter("gpuaware_placement_power_refused", "node-power recommendations the world refused",
+                  power["refused"])
+    yield counter("gpuaware_placement_power_steps", "node-power planner decisions (short: demand outran the "
+                  "nodes taking pods)", power["steps"], outcome="all")
+    yield counter("gpuaware_placement_power_steps", "node-power planner decisions (short: demand outran the "
+                  "nodes taking pods)", power["short_steps"], outcome="short")
     for state in ("used", "total"):
         yield gauge("gpuaware_placement_gpu_milli", "GPU compute in the view, thousandths of a GPU",
                     summary[f"gpu_milli_{state}"], state=state)

@@ -180,8 +180,10 @@ class PowerPlanning:
             log.info("power: %s (%s)", ", ".join(f"{r.action} {r.node}" for r in out), d.reason)
         return out
 
-    def summary(self) -> dict[str, object]:
-        return {"off": sorted(n for n, s in self.power.items() if s == "off"),
-                "booting": sorted(n for n, s in self.power.items() if s == "booting"),
-                "recommended": dict(self.recommended), "refused": self.refused,
-                "steps": self.planner.steps, "short_steps": self.planner.short_steps}
+    def counts(self) -> dict[str, int]:
+        """What the metrics export: nodes off / booting now, recommendations by action, refusals, the
+        planner's decisions and those taken short of nodes."""
+        states = list(self.power.values())
+        return {"off": states.count("off"), "booting": states.count("booting"),
+                "power-down": self.recommended["power-down"], "power-up": self.recommended["power-up"],
+                "refused": self.refused, "steps": self.planner.index, "short_steps": self.planner.short_steps}
