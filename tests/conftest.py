@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from machine_speed import SLOWDOWN
 
 from gpuaware.devstack import NatsProcess, PostgresProcess, start_nats, start_postgres
 
@@ -27,6 +28,24 @@ settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("fuzz", max_examples=5_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_report_header() -> str:
+    return (f"machine slowdown x{SLOWDOWN:.2f} (every wall-clock ceiling in the suite is scaled by it; "
+            "GPUAWARE_TEST_SLOWDOWN overrides)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Scale each test's pytest-timeout ceiling (its marker's, or the configured default) by the
+    machine's slowdown: a busy machine gets more time, never a failure for being busy."""
+    if SLOWDOWN <= 1.0:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0]) if marker is not None and marker.args else default
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(seconds * SLOWDOWN), append=False)
 
 
 @pytest.fixture(scope="session")

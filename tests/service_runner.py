@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
+from machine_speed import ceiling
 
 from gpuaware import bus
 from gpuaware.runtime import run_service
@@ -76,6 +77,7 @@ async def record(nc: Any, cluster: str, into: Mapping[str, tuple[type, list[Any]
 
 async def eventually(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> None:
     """Wait until ``predicate()`` is true, polling every 20 ms; fail naming ``what`` after ``timeout``."""
+    timeout = ceiling(timeout)
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from checkpoint_helpers import REQUESTED, publish_until, request, watching_acks
+from machine_speed import ceiling
 from nats.aio.msg import Msg
 
 from gpuaware import bus
@@ -136,10 +137,10 @@ async def test_the_example_survives_preemption_and_resumes(nats_url: str, tmp_pa
         proc = await asyncio.create_subprocess_exec(sys.executable, script, "--steps", "100000", "--step-sleep-s",
                                                     "0.002", env=env, stdout=subprocess.PIPE)
         assert proc.stdout is not None
-        started = json.loads(await asyncio.wait_for(proc.stdout.readline(), 120))
+        started = json.loads(await asyncio.wait_for(proc.stdout.readline(), ceiling(120)))
         assert started["event"] == "started"  # torch imported, listening for requests
-        await publish_until(js, request("tiny-1", "r-tiny"), proc.wait(), wait_s=20)
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        await publish_until(js, request("tiny-1", "r-tiny"), proc.wait(), wait_s=ceiling(20))
+        out, _ = await asyncio.wait_for(proc.communicate(), ceiling(60))
         first = json.loads(out.decode().strip().splitlines()[-1])
         assert proc.returncode == 0 and first["event"] == "checkpointed" and first["resumed_at"] == 0
         assert first["step"] > 0 and ckpt.exists()
@@ -148,7 +149,7 @@ async def test_the_example_survives_preemption_and_resumes(nats_url: str, tmp_pa
         assert acks.received[0].checkpoint_uri == ckpt.resolve().as_uri()
     # started again (the pod back from pending): resumes where it saved, finishes
     done = subprocess.run([sys.executable, script, "--steps", str(first["step"] + 50)], env=env, capture_output=True,
-                          text=True, timeout=120, check=True)
+                          text=True, timeout=ceiling(120), check=True)
     second = json.loads(done.stdout.strip().splitlines()[-1])
     assert second == {**second, "event": "finished", "resumed_at": first["step"], "step": first["step"] + 50}
     # resumed from the checkpoint, not from scratch: the loss did not jump back up (once the tiny model has

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
+from machine_speed import ceiling
 from service_runner import in_process, quiet_settings
 
 from gpuaware import bus
@@ -81,6 +82,7 @@ async def caught_up(js: Any, cluster: str) -> bool:
 
 async def until(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
     """Wait for an async ``predicate`` to hold, asking every 50 ms; fail naming ``what``."""
+    timeout = ceiling(timeout)
     deadline = time.monotonic() + timeout
     while not await predicate():
         assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
