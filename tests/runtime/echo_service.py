@@ -10,7 +10,7 @@ from typing import ClassVar
 import msgspec
 
 from gpuaware import bus
-from gpuaware.runtime import ServiceContext, ServiceSettings, run_service
+from gpuaware.runtime import ServiceContext, ServiceSettings, Supervisor, run_service
 from gpuaware.schemas.streams import DEADLETTER, StreamSpec
 
 
@@ -18,6 +18,8 @@ class EchoSettings(ServiceSettings, frozen=True, kw_only=True):
     prefix: ClassVar[str] = "GPUAWARE_ECHO_"
     service_name: str = "echo"
     handle_delay_s: float = 0.0
+    doomed_loop: bool = False
+    """start a supervised loop that always raises (the service must exit non-zero)"""
 
 
 class Note(msgspec.Struct, frozen=True):
@@ -39,9 +41,15 @@ async def mount(ctx: ServiceContext) -> list[bus.Endpoint]:
     async def echo(note: Note) -> Note:
         return Note(text=note.text.upper())
 
+    async def doomed() -> None:
+        raise RuntimeError("injected: this loop always fails")
+
     ctx.on_stop(await bus.subscribe_durable(ctx.js, NOTES, "echo", on_note, ack_wait=5, poll=0.2))
+    if settings.doomed_loop:
+        ctx.supervise("echo doomed loop", doomed)
     return [bus.Endpoint(name="echo", subject="echotest.echo", request_type=Note, handler=echo)]
 
 
 if __name__ == "__main__":
-    asyncio.run(run_service(EchoSettings.from_env(), version="0.0.1", mount=mount, streams=STREAMS))
+    asyncio.run(run_service(EchoSettings.from_env(), version="0.0.1", mount=mount, streams=STREAMS,
+                            supervisor=Supervisor(base_delay_s=0.01, max_delay_s=0.05, max_failures=3)))

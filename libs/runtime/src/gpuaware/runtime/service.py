@@ -17,6 +17,11 @@ NATS micro service named after the service: `$SRV.PING/INFO/STATS` then report t
 each endpoint's request/error counts, with or without endpoints of its own. On SIGTERM/SIGINT (or
 `stop.set()`) it stops consumers first (in-flight messages finish and are acked), then the
 micro service, then drains the connection, within `drain_timeout_s`.
+
+Every long-running loop a service starts runs under the service's `Supervisor` (`ctx.supervise`, or
+`supervise` from the classes `mount` builds): a loop that raises or returns is restarted after a capped
+back-off, counted in ``gpuaware_task_restarts_total{task}``; one that keeps failing stops the service,
+which drains and then raises `TaskGaveUp` (the process exits non-zero: never a silent dead loop).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from gpuaware.runtime.logs import setup_logging
 from gpuaware.runtime.metrics import ServiceMetrics
 from gpuaware.runtime.settings import ServiceSettings
 from gpuaware.runtime.signals import stop_on_signals
+from gpuaware.runtime.supervise import Factory, Supervisor, TaskGaveUp, install, uninstall
 from gpuaware.runtime.tracing import setup_tracing, shutdown_tracing
 from gpuaware.schemas import STREAMS, StreamSpec
 
@@ -57,11 +63,18 @@ class ServiceContext:
     metrics: ServiceMetrics
     """the process's Prometheus registry: a service adds its sources and histograms in `mount`"""
     closers: list[Stoppable] = field(default_factory=list)
+    supervisor: Supervisor = field(default_factory=Supervisor)
+    """runs the service's long-running loops (`supervise`)"""
 
     def on_stop(self, resource: Stoppable) -> Stoppable:
         """Stop `resource` (a consumer, a background task wrapper) first when the service drains."""
         self.closers.append(resource)
         return resource
+
+    def supervise(self, name: str, factory: Factory, *,
+                  until: Callable[[], bool] | None = None) -> asyncio.Task[None]:
+        """Run the long-running loop ``factory()`` as task ``name`` under the service's supervisor."""
+        return self.supervisor.start(name, factory, until=until)
 
 
 Mount = Callable[[ServiceContext], Awaitable[Sequence[bus.Endpoint] | None]]
@@ -73,8 +86,9 @@ def instance_id(settings: ServiceSettings) -> str:
 
 async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
                       stop: asyncio.Event | None = None, streams: Sequence[StreamSpec] = STREAMS,
-                      ready: asyncio.Event | None = None) -> None:
-    """Run one service until `stop` is set or a termination signal arrives, then drain."""
+                      ready: asyncio.Event | None = None, supervisor: Supervisor | None = None) -> None:
+    """Run one service until `stop` is set or a termination signal arrives, then drain; `TaskGaveUp`
+    when a supervised loop kept failing (``supervisor``: one with other limits than the defaults)."""
     setup_logging(settings.service_name, settings.log_level, settings.log_format)
     setup_tracing(settings.service_name, settings.otel_exporter, instance_id(settings))
     log.info("starting %s %s", settings.service_name, version, extra={"settings": settings.redacted()})
@@ -91,8 +105,15 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
         for spec in streams:
             await declare_stream(js, spec, user=settings.nats_user or "this user")
         iid = instance_id(settings)
+        if supervisor is None:
+            supervisor = Supervisor()
+        if supervisor.on_give_up is None:
+            supervisor.on_give_up = _stop_service
         ctx = ServiceContext(settings=settings, nc=nc, js=js, instance_id=iid,
-                             metrics=ServiceMetrics(settings.service_name, version, settings.cluster, iid))
+                             metrics=ServiceMetrics(settings.service_name, version, settings.cluster, iid),
+                             supervisor=supervisor)
+        ctx.metrics.source(supervisor.samples)
+        token = install(supervisor)  # what `mount` starts (and the tasks it starts) finds it
         try:
             endpoints = list(await mount(ctx) or [])
             if settings.metrics_port:
@@ -102,8 +123,12 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
                 nc, settings.service_name, version, endpoints,
                 metadata={"instance": ctx.instance_id, "cluster": settings.cluster})
         except BaseException:
+            supervisor.stopping = True
             await _stop_resources(ctx)  # consumers `mount` started must not outlive a failed start
+            await supervisor.stop()
             raise
+        finally:
+            uninstall(token)
         await nc.flush()  # the endpoints' subscriptions are on the server before anyone is told it serves
         log.info("%s serving (%d endpoints)", settings.service_name, len(endpoints))
         # what exists now (modules, settings, the view a service built at start) lives as long as the
@@ -115,16 +140,34 @@ async def run_service(settings: ServiceSettings, *, version: str, mount: Mount,
             ready.set()
         if stop is None:
             async with stop_on_signals() as signalled:
-                await signalled.wait()
+                await _first_of(signalled, supervisor.gave_up)
         else:
-            await stop.wait()
+            await _first_of(stop, supervisor.gave_up)
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(settings.profile_out)
         log.info("%s draining", settings.service_name)
+        supervisor.stopping = True  # a loop that ends now has ended, not failed
         await _drain(ctx, service, settings.drain_timeout_s)
+        await supervisor.stop()
     await asyncio.to_thread(shutdown_tracing)
+    if supervisor.failure is not None:
+        log.error("%s stopped: %s", settings.service_name, supervisor.failure)
+        raise supervisor.failure
     log.info("%s stopped", settings.service_name)
+
+
+def _stop_service(failure: TaskGaveUp) -> None:
+    """A supervised loop kept failing: `run_service` sees ``gave_up`` set, drains and raises ``failure``."""
+
+
+async def _first_of(*events: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 class StreamsNotProvisioned(RuntimeError):
