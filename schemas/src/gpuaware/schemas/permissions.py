@@ -94,6 +94,8 @@ __all__ = [
     "BINDER_DURABLE",
     "BINDER_ID",
     "COLLECTOR_DURABLE",
+    "FORECASTING_LEASE_BUCKET",
+    "HEALTH_LEASE_BUCKET",
     "HEALTH_SCORING",
     "IDENTITIES",
     "LEASE_BUCKET",
@@ -141,6 +143,8 @@ OPERATIONAL_ENDPOINTS: dict[str, tuple[str, ...]] = {TELEMETRY_COLLECTOR: (COLLE
 COLLECTOR_DURABLE = "telemetry-collector"
 BINDER_DURABLE = "binder"
 LEASE_BUCKET = "placement-leader"
+HEALTH_LEASE_BUCKET = "health-scoring-leader"
+FORECASTING_LEASE_BUCKET = "forecasting-leader"
 
 JS_API = "$JS.API"
 ANY = ">"
@@ -313,14 +317,15 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
     if identity == HEALTH_SCORING:
         # consumes its cluster's telemetry (samples, or rollups) through a durable, follows inventories
         # (models) and which pods hold which GPUs (decisions, the binder's pod events), publishes scores,
-        # state changes, drain recommendations and alerts, answers health.cordon and health.stats
+        # state changes, drain recommendations and alerts, answers health.cordon and health.stats; two
+        # replicas share a lease (its KV bucket): the leader consumes, publishes and answers health.cordon
         consumed = [s for f in (GPU_SAMPLED, GPU_ROLLED_UP, NODE_INVENTORY, PLACEMENT_DECIDED, POD_BIND_FAILED,
                                 POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
         endpoints = [HEALTH_CORDON, *OPERATIONAL_ENDPOINTS[identity]]
         pub = [*(s for o in (GPU_SCORED, GPU_STATE_CHANGED, DRAIN_RECOMMENDED, ALERT_RAISED, ALERT_RESOLVED)
                  for s in _event(o)),
                *_js_base(), *_durable(TELEMETRY, health_durable(cluster)), *_follow(TELEMETRY), *_follow(PLACEMENT),
-               *_follow(BINDER),
+               *_follow(BINDER), *_kv(HEALTH_LEASE_BUCKET),
                *_dead_letters([*consumed, *endpoints])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, endpoints)]),
                            allow_responses=True)
@@ -337,12 +342,13 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         # pod events (demand, job durations), publishes
         # demand and per-GPU forecasts, answers forecasting.duration and forecasting.stats, raises and
         # resolves its models' drift alerts (the registry is in PostgreSQL); it may not delete consumers
-        # on BINDER (the binder's durable lives there)
+        # on BINDER (the binder's durable lives there); two replicas share a lease (its KV bucket): the
+        # leader publishes, and a new leader reads FORECAST's last forecast per subject before it does
         consumed = [*_event(GPU_ROLLED_UP), *_event(GPU_SAMPLED), *_event(NODE_INVENTORY)]
         endpoints = [FORECAST_DURATION, *OPERATIONAL_ENDPOINTS[identity]]
         pub = [*_event(DEMAND_PREDICTED), *_event(GPU_UTIL_PREDICTED), *_event(ALERT_RAISED), *_event(ALERT_RESOLVED),
-               *_js_base(), *_follow(TELEMETRY), *_follow(BINDER, delete=False),
-               *_dead_letters([*consumed, *endpoints])]
+               *_js_base(), *_follow(TELEMETRY), *_follow(BINDER, delete=False), *_follow(FORECAST),
+               *_kv(FORECASTING_LEASE_BUCKET), *_dead_letters([*consumed, *endpoints])]
         return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, endpoints)]),
                            allow_responses=True)
     if identity == RECORDER_ID:

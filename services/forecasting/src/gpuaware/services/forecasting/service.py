@@ -1,7 +1,18 @@
 """The forecasting service's state and its event handlers: windows of utilisation values stepped
 through the utilisation model, closed minutes of demand through the demand model (and, every 10
 minutes of their clock, the hours-ahead forecasts of ``forecast.hours``), finished runs learnt for
-durations, and the registry polled for newer models (see ``handlers`` for the subjects)."""
+durations, and the registry polled for newer models (see ``handlers`` for the subjects).
+
+Two replicas, one leader (a NATS KV lease per cluster, ``lease_bucket``): both follow the same streams
+and step the same series (a standby is warm: nothing to rebuild at takeover), but only the leader
+publishes forecasts and drift alerts and stores points. A standby keeps what it would have published
+for ``handover_s`` (wall seconds). On takeover the new leader reads the FORECAST stream's last
+forecast per subject (the predecessor's last word for each node and for demand: it published each
+subject's windows in order) and publishes its kept forecasts from that window on, then goes on live;
+each forecast carries a message id made of its subject, model, step and origin, so one the predecessor
+stored already (its last window, or every kept one when the stream could not be read in time) is
+stored once. So a window closed while nobody led is published by the new leader, and none twice.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +21,7 @@ import contextlib
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +41,7 @@ from gpuaware.forecast import (
 from gpuaware.forecast import fingerprint as job_fingerprint
 from gpuaware.schemas import (
     BINDER,
+    FORECAST,
     TELEMETRY,
     AlertRaised,
     AlertResolved,
@@ -74,6 +87,20 @@ band a reader judges a forecast by: how often the actual fell inside it); utilis
 own (p50, p90), as placement reads only the p90 and a p10 would grow every node's per-GPU message by half"""
 POD_EVENTS = (bus.event_channel(PodPending), bus.event_channel(PodFinished),
               bus.event_channel(PodPreempted), bus.event_channel(PodBindFailed))
+WRITER_DRAIN_S = 30.0
+"""how long ``stop`` waits for the handlers already delivered to store their forecasts"""
+MARKS_TIMEOUT_S = 3.0
+"""how long a new leader reads FORECAST's last forecast per subject before it publishes what it kept
+(past it: everything kept is published, and the message ids keep what was stored already single)"""
+CATCH_UP_S = 30.0
+"""at most this long an instance replays the streams before it campaigns for the lease"""
+KEPT_MAX = 50_000
+"""forecasts a standby keeps at most (the oldest go first)"""
+
+
+def forecast_id(subject: str, ev: GpuUtilPredicted | DemandPredicted) -> str:
+    """The message id of a forecast: the same window's forecast by any instance has the same id."""
+    return f"fc/{subject}/{ev.model}/{ev.step_s:g}/{ev.issued_at:.6f}"
 
 
 class ForecastService:
@@ -84,6 +111,7 @@ class ForecastService:
         self.settings = settings
         self.js = js
         self.pool = pool
+        self.instance = instance
         self.source = f"{settings.service_name}/{instance}"
         self.scaled = settings.time_scale != 1.0
         """the GPUs live faster than their telemetry's clock (a twin): windows from samples, not rollups"""
@@ -122,6 +150,13 @@ class ForecastService:
         self.sample_follower: Any = None
         self._reloader: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.lease: bus.LeaderLease | None = None
+        self.publishing = False
+        """this instance leads and has published what it kept: forecasts go out (else they are kept)"""
+        self.kept: deque[tuple[float, str, GpuUtilPredicted | DemandPredicted]] = deque()
+        """a standby's forecasts not published: (monotonic time made, subject, forecast), oldest first"""
+        self.takeovers: list[dict[str, Any]] = []
+        """each takeover: kept forecasts, how many published, how many the predecessor had published"""
 
     # --- registry ------------------------------------------------------------------------------------
 
@@ -277,8 +312,11 @@ class ForecastService:
         for ev in events:
             channel: bus.Channel[Any] = (GPU_OUT.at(self.settings.cluster, ev.node) if isinstance(ev, GpuUtilPredicted)
                                          else DEMAND_OUT.at(self.settings.cluster))
+            if not self.publishing:  # a standby: kept for a takeover
+                self._keep(channel.subject, ev)
+                continue
             try:
-                await bus.publish(self.js, channel, ev)
+                await bus.publish(self.js, channel, ev, msg_id=forecast_id(channel.subject, ev))
                 sent += 1
             except Exception as exc:
                 failed += 1
@@ -289,7 +327,7 @@ class ForecastService:
         return sent
 
     async def _store(self, points: list[Any], actuals: list[tuple[str, float, float]]) -> None:
-        if not self.settings.store_points:
+        if not self.settings.store_points or not self.publishing:  # the leader's alone
             return
         try:
             async with self.pool.connection() as conn:
@@ -324,8 +362,14 @@ class ForecastService:
                 self.jobs.pop(ev.pod_uid, None)
         else:
             return
-        for row in rows:
-            await self._demand_step(row, publish=not delivery.replay)
+        self._writing += 1  # stop() drains these before the pool closes
+        try:
+            for row in rows:
+                await self._demand_step(row, publish=not delivery.replay)
+        finally:
+            self._writing -= 1
+            if not self._writing and self._drained is not None:
+                self._drained.set()
 
     async def _demand_step(self, row: DemandRow, *, publish: bool) -> None:
         """One closed minute of demand: every queue's series one step, the forecast published."""
@@ -366,6 +410,8 @@ class ForecastService:
             return None
 
     async def _alert(self, server: Server, change: Drift) -> None:
+        if not self.publishing:  # the leader's alone (a standby's models drift as the leader's do)
+            return
         now = time.time()
         if change.raised:
             self.drift_started = now
@@ -379,6 +425,67 @@ class ForecastService:
             log.warning("drift alert of %s not published: %s: %s", server.model_label, type(exc).__name__, exc)
             return
         self.counts["drift_alerts"] += 1
+
+    # --- leadership ----------------------------------------------------------------------------------
+
+    def _keep(self, subject: str, ev: GpuUtilPredicted | DemandPredicted) -> None:
+        now = time.monotonic()
+        kept = self.kept
+        kept.append((now, subject, ev))
+        while kept and (kept[0][0] < now - self.settings.handover_s or len(kept) > KEPT_MAX):
+            kept.popleft()
+
+    async def _on_lease(self, leading: bool) -> None:
+        if not leading:
+            self.publishing = False
+            log.info("forecasting stands by for cluster %s (forecasts kept, not published)", self.settings.cluster)
+            return
+        async with self.lock:  # no window closes meanwhile: the kept forecasts go first, in order
+            await self._publish_kept()
+            self.publishing = self.lease is not None and self.lease.leading
+
+    async def _marks(self) -> dict[str, float] | None:
+        """FORECAST's last forecast origin per subject of this cluster (the predecessor's last window of
+        each); None when the stream could not be read within ``MARKS_TIMEOUT_S``."""
+        marks: dict[str, float] = {}
+
+        def on(ev: GpuUtilPredicted | DemandPredicted, d: bus.FollowDelivery) -> None:
+            marks[d.subject] = max(marks.get(d.subject, ev.issued_at), ev.issued_at)
+
+        cluster = self.settings.cluster
+        try:
+            follower = await asyncio.wait_for(bus.follow(
+                self.js, [GPU_OUT.at(cluster), DEMAND_OUT.at(cluster)], on, stream=FORECAST.name,
+                deliver="last_per_subject", with_suffixes=True, name="forecasting-takeover"), MARKS_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("takeover: FORECAST unreadable (%s: %s); publishing every kept forecast", type(exc).__name__, exc)
+            return None
+        try:
+            await asyncio.wait_for(follower.caught_up.wait(), MARKS_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("takeover: FORECAST not read within %g s; publishing every kept forecast", MARKS_TIMEOUT_S)
+            return None
+        finally:
+            with contextlib.suppress(Exception):
+                await follower.stop(delete=True)
+        return marks
+
+    async def _publish_kept(self) -> None:
+        """A new leader's first act: the kept forecasts its predecessor had not published (module docstring)."""
+        kept, self.kept = list(self.kept), deque()
+        marks = await self._marks() if kept else {}
+        todo = [ev for _t, subject, ev in kept if marks is None or ev.issued_at >= marks.get(subject, -math.inf)]
+        sent = 0
+        self.publishing = True  # `_publish_each` publishes from here on
+        for ev in todo:
+            n = await self._publish_each(ev.issued_at, [ev])
+            sent += n
+            self.counts["published" if isinstance(ev, GpuUtilPredicted) else "demand_published"] += n
+        record = {"kept": len(kept), "published": sent, "marks": None if marks is None else len(marks)}
+        self.takeovers.append(record)
+        log.info("forecasting leads cluster %s: %d kept forecasts, %d published (the predecessor's last "
+                 "window per subject read: %s)", self.settings.cluster, len(kept), sent,
+                 "no" if marks is None else len(marks))
 
     # --- lifecycle -----------------------------------------------------------------------------------
 
@@ -400,8 +507,21 @@ class ForecastService:
         self.pod_follower = await bus.follow(self.js, list(POD_EVENTS), self._on_pod,
                                              stream=BINDER.name, deliver="all", with_suffixes=True,
                                              name="forecasting-pods")
+        st = self.settings
+        # warm before it may lead: a restarted instance replays the retained rollups and pod events first
+        # (their windows are stepped, never published nor kept), so the instance that stood by wins
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(self.follower.caught_up.wait(), self.pod_follower.caught_up.wait()),
+                                   CATCH_UP_S)
+        self.lease = bus.LeaderLease(self.js, st.lease_bucket, st.cluster, self.instance,
+                                     ttl_s=st.lease_ttl_s, poll_s=st.lease_poll_s, on_change=self._on_lease)
+        await self.lease.start()
+        # a lone instance wins at its first try: it publishes from the start, as it always did
+        await self.lease.wait_leading(timeout=4 * st.lease_poll_s)
 
     async def stop(self) -> None:
+        if self.lease is not None:  # handed over at once: a standby publishes the next window
+            await self.lease.stop(release=True)
         if self._reloader is not None:
             self._reloader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -415,7 +535,24 @@ class ForecastService:
         for task in list(self._tasks):
             with contextlib.suppress(Exception):
                 await task
+        await self._drain_writers()
         await self.pool.close()
+
+    _writing = 0
+    """pod-event handlers still stepping demand, publishing and storing forecasts"""
+    _drained: asyncio.Event | None = None
+
+    async def _drain_writers(self) -> None:
+        """Wait (at most ``WRITER_DRAIN_S``) for the handlers already delivered to store what they stepped:
+        the pool closes after them, not under them (their forecasts are not lost to ``PoolClosed``)."""
+        if not self._writing:
+            return
+        self._drained = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._drained.wait(), WRITER_DRAIN_S)
+        except TimeoutError:
+            log.warning("stopping with %d pod-event handler(s) still writing after %g s", self._writing,
+                        WRITER_DRAIN_S)
 
     def duration(self, req: DurationRequest) -> DurationReply:
         seconds, basis = self.durations.predict(job_fingerprint(req.pod_name, req.queue, req.image, req.num_gpu))

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from gpuaware.runtime import DatabaseSettings, SettingsError
-from gpuaware.schemas import FORECASTING
+from gpuaware.schemas import FORECASTING, FORECASTING_LEASE_BUCKET
 
 __all__ = ["FORECASTING", "ForecastingSettings"]
 
@@ -59,6 +59,17 @@ class ForecastingSettings(DatabaseSettings, frozen=True, kw_only=True):
     """comma-separated priority classes whose pods someone waits for: their demand is forecast as one more
     series (``labels`` ``{"class": "latency-sensitive"}``), the one placement keeps head-room for"""
 
+    lease_bucket: str = FORECASTING_LEASE_BUCKET
+    """NATS KV bucket of the leader lease (the key is the cluster name): two replicas follow the same
+    streams and step the same series; only the leader publishes and stores"""
+    lease_ttl_s: float = 3.0
+    """a leader that died is replaced within about this long (plus ``lease_poll_s``)"""
+    lease_poll_s: float = 0.25
+    """how often a standby tries to take the lease"""
+    handover_s: float = 30.0
+    """wall seconds a standby keeps the forecasts it made and did not publish: a new leader publishes
+    those its predecessor had not (FORECAST's duplicate window, two minutes, must cover it)"""
+
     hours_ahead: bool = True
     """forecast every demand series hours ahead as well (``gpuaware.forecast.hours``: persistence, seasonal
     naive or a ridge on lags and the hour of day, chosen per series on its recent errors): published as
@@ -84,7 +95,11 @@ class ForecastingSettings(DatabaseSettings, frozen=True, kw_only=True):
         return hours
 
     def __post_init__(self) -> None:
-        self.require_positive("reload_s", "flush_s", "db_timeout_s", "time_scale")
+        self.require_positive("reload_s", "flush_s", "db_timeout_s", "time_scale", "lease_ttl_s", "lease_poll_s",
+                              "handover_s")
+        if self.handover_s > 110.0:
+            raise SettingsError(f"{self.prefix}HANDOVER_S must be at most 110 s (the FORECAST stream's duplicate "
+                                f"window is 120 s), got {self.handover_s:g}")
         if self.hours_ahead:
             self.hours_horizon_list()
             if not 1.0 <= self.hours_history_days <= 60.0:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaware import bus, tsdb
+from gpuaware.runtime import supervise
 from gpuaware.services.health_scoring.state import Outbound, View
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class Checkpointer:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="health checkpoints")
+        self._task = supervise("health checkpoints", self._loop, until=self._stop.is_set)
 
     def urge(self) -> None:
         """Write the next checkpoint now (a state change, an alert, an override)."""

@@ -32,8 +32,25 @@ skipped as already applied and acked once stored: ``checkpoint.py``). Bad input 
 message (late, duplicated or missing samples, counter resets, unknown XIDs) is gpuaware.health's to
 refuse or repair; it never flips a state and is counted per kind in ``health.stats``.
 
-One instance per cluster: a GPU's history must be in one book. Replicas on the durable would split a
-GPU's samples between two books; high availability needs a leader lease (as placement's), not yet here.
+Two replicas, one leader (a NATS KV lease per cluster, ``lease_bucket``, as placement's): a GPU's
+history must be in one book, so only the leader consumes the durable, ticks, checkpoints, publishes
+and answers ``health.cordon`` (its own micro service, started on leadership and stopped on a
+step-down: a standby never answers a cordon it could not apply). Every instance follows the
+inventories and the pods on GPUs, so a standby has them when it takes over. What a standby does not
+keep is the GPUs' tracks: they are the leader's, and a takeover rebuilds them from where the leader
+left them durable, not from a copy that may have drifted:
+
+    takeover (the lease won)        the last checkpoint read back (tracks, open alerts), the inventories
+                                    applied again on top; then the durable consumer created: what the
+                                    old leader had not acknowledged (not checkpointed) is delivered again
+                                    and scored again with the same message ids (JetStream stores each
+                                    publication once); then the tick
+    step-down (lease lost, stop)    the consumer stopped (in-flight messages finish), the tick stopped,
+                                    a last checkpoint written, the cordon endpoint withdrawn
+
+A leader that dies leaves its unacknowledged samples to the durable's ack wait (``ack_wait_s``); the
+new leader scores them then (a sample older than what its GPU's track already holds is skipped as
+redelivered, as after a restart). One replica simply wins the lease at start and behaves as before.
 """
 
 from __future__ import annotations
@@ -47,7 +64,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuaware import bus, tsdb
-from gpuaware.runtime import Sample, ServiceContext, consumer_samples, counter, gauge
+from gpuaware.runtime import Sample, ServiceContext, consumer_samples, counter, gauge, supervise
 from gpuaware.schemas import (
     BINDER,
     HEALTH_CORDON,
@@ -66,6 +83,7 @@ from gpuaware.schemas import (
     PodPreempted,
     StatsRequest,
 )
+from gpuaware.services.health_scoring import __version__
 from gpuaware.services.health_scoring.checkpoint import Checkpointer, Outbox
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 from gpuaware.services.health_scoring.state import UnknownGpu, View
@@ -89,9 +107,11 @@ class HealthService:
     """The service's state and its handlers."""
 
     def __init__(self, settings: HealthScoringSettings, js: Any, pool: Any, instance: str, *,
-                 clock: Any = time.time) -> None:
+                 clock: Any = time.time, nc: Any = None) -> None:
         self.settings = settings
         self.js = js
+        self.nc = nc
+        """the connection the leader's ``health.cordon`` is served on (None: not served, tests)"""
         self.pool = pool
         self.instance = instance
         self.clock = clock
@@ -111,6 +131,14 @@ class HealthService:
         self._stop = asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
         self._last_maintenance = 0.0
+        self.lease: bus.LeaderLease | None = None
+        self.inventories: dict[str, NodeInventory] = {}
+        """the latest inventory of each node (applied again over a checkpoint read back at takeover)"""
+        self.leading_since: float | None = None
+        self.takeovers = 0
+        self._lead_task: asyncio.Task[None] | None = None
+        self._cordon_service: Any = None
+        self._checkpointing = False
 
     # --- life ----------------------------------------------------------------------------------------
     async def restore(self) -> None:
@@ -125,9 +153,10 @@ class HealthService:
                      self.settings.cluster)
 
     async def start(self, ctx: ServiceContext) -> None:
+        """Follow the inventories and the pods on GPUs (every instance), then campaign for the lease.
+        Returns once this instance leads and its takeover is done, or once a standby it is (the lease
+        held by another instance after a few polls)."""
         s = self.settings
-        await self.restore()
-        self.checkpointer.start()
         self.follower = await bus.follow(self.js, [INVENTORY], self._on_inventory, stream=TELEMETRY.name,
                                          deliver="last_per_subject", with_suffixes=True, name="health-inventory")
         with contextlib.suppress(TimeoutError):
@@ -137,28 +166,108 @@ class HealthService:
                              with_suffixes=True, name="health-decided"),
             await bus.follow(self.js, list(PODS_GONE), self._on_pod_gone, stream=BINDER.name, deliver="all",
                              with_suffixes=True, name="health-pods-gone")]
+        self.lease = bus.LeaderLease(self.js, s.lease_bucket, s.cluster, self.instance, ttl_s=s.lease_ttl_s,
+                                     poll_s=s.lease_poll_s, on_change=self._on_lease)
+        await self.lease.start()
+        # one replica wins at its first try: it consumes before `start` returns, as a lone instance always did
+        if await self.lease.wait_leading(timeout=4 * s.lease_poll_s) and self._lead_task is not None:
+            with contextlib.suppress(Exception):  # a failed takeover is `_lead_ended`'s to handle
+                await asyncio.shield(self._lead_task)
+
+    @property
+    def leading(self) -> bool:
+        return self.lease is not None and self.lease.leading and self.leading_since is not None
+
+    async def _on_lease(self, leading: bool) -> None:
+        if leading:
+            self._lead_task = asyncio.create_task(self._lead(), name="health takeover")
+            self._lead_task.add_done_callback(self._lead_ended)
+        else:
+            await self._step_down()
+
+    async def _lead(self) -> None:
+        """The takeover (module docstring): the last checkpoint, the inventories over it, the durable
+        consumer, the tick, the cordon endpoint."""
+        s = self.settings
+        await self.restore()
+        for inv in list(self.inventories.values()):
+            self.view.describe(inv)
+        self.checkpointer = Checkpointer(self.view, self.outbox, self.pool, interval_s=s.checkpoint_s,
+                                         hold_s=s.hold_s)
+        self.checkpointer.committed = self.view.version
+        self.checkpointer.start()
+        self._checkpointing = True
+        self.started = time.monotonic()  # the backlog is consumed before anything may count as stale
         self.consumer = await bus.subscribe_pipelined(
             self.js, telemetry_channel(s), s.durable_name(), self.on_telemetry, stream=TELEMETRY.name,
             ack_wait=s.ack_wait_s, max_deliver=s.max_deliver, max_ack_pending=s.max_ack_pending,
             batch=s.fetch_batch, poll=s.poll_s, retry=bus.RetryPolicy(base=1.0, cap=30.0))
-        self._ticker = asyncio.create_task(self._tick_loop(), name="health tick")
+        self._ticker = supervise("health tick", self._tick_loop, until=self._stop.is_set)
+        if self.nc is not None:
+            self._cordon_service = await bus.add_service(
+                self.nc, s.service_name, __version__,
+                [bus.Endpoint(name="cordon", subject=HEALTH_CORDON, request_type=CordonRequest, handler=self.cordon)],
+                metadata={"instance": self.instance, "cluster": s.cluster, "role": "leader"})
+        self.leading_since = time.monotonic()
+        self.takeovers += 1
+        log.info("health-scoring leads cluster %s (%d GPUs restored)", s.cluster, self.restored[0])
+
+    def _lead_ended(self, task: asyncio.Task[None]) -> None:
+        """A takeover that failed (the database or the bus away) gives the lease up, so a standby (or
+        this instance, after the cooldown) tries again: never a leader that renews and does not score."""
+        if task.cancelled() or task is not self._lead_task:
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        log.error("health-scoring takeover of cluster %s failed (%s: %s); giving the lease up",
+                  self.settings.cluster, type(exc).__name__, exc)
+        if self.lease is not None and self.lease.leading:
+            self.lease.resign(self.settings.lease_ttl_s)
+
+    async def _step_down(self) -> None:
+        """Stop leading: the takeover if still running, the consumer (its in-flight messages finish),
+        the tick, a last checkpoint, the cordon endpoint."""
+        self.leading_since = None
+        task, self._lead_task = self._lead_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._cordon_service is not None:
+            service, self._cordon_service = self._cordon_service, None
+            with contextlib.suppress(Exception):
+                await service.stop()
+        if self.consumer is not None:
+            consumer, self.consumer = self.consumer, None
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+        if self._ticker is not None:
+            ticker, self._ticker = self._ticker, None
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await ticker
+        if self._checkpointing:  # a standby never writes: its view holds no tracks of its own
+            self._checkpointing = False
+            await self.checkpointer.stop()
 
     async def stop(self) -> None:
-        """After the consumer stopped (run_service stops it first): tick, follower, last checkpoint, pool."""
+        """Step down (consumer, tick, last checkpoint; the lease handed over at once), then the
+        followers and the pool."""
         self._stop.set()
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+        if self.lease is not None:
+            await self.lease.stop(release=True)  # its step-down runs `_step_down`
+        await self._step_down()
         for f in [self.follower, *self.pod_followers]:
             if f is not None:
                 with contextlib.suppress(Exception):
                     await f.stop()
-        await self.checkpointer.stop()
         await self.pool.close()
 
     # --- handlers ------------------------------------------------------------------------------------
     def _on_inventory(self, inv: NodeInventory, _d: bus.FollowDelivery) -> None:
+        if inv.cluster == self.settings.cluster:
+            self.inventories[inv.node] = inv
         self.view.describe(inv)
 
     def _on_decided(self, d: PlacementDecided, _d: bus.FollowDelivery) -> None:
@@ -258,11 +367,9 @@ async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endp
     pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name,
                                         env=settings.database_variable, max_size=settings.pool_size,
                                         timeout=settings.db_timeout_s)
-    service = HealthService(settings, ctx.js, pool, ctx.instance_id)
-    ctx.on_stop(service)  # stopped last: the consumer finishes its messages first
+    service = HealthService(settings, ctx.js, pool, ctx.instance_id, nc=ctx.nc)
+    ctx.on_stop(service)  # steps down first: the consumer finishes its messages, a last checkpoint
     await service.start(ctx)
-    if service.consumer is not None:
-        ctx.on_stop(service.consumer)
     if on_service is not None:
         on_service(service)
 
@@ -270,8 +377,8 @@ async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endp
         return service.stats()
 
     ctx.metrics.source(lambda: health_samples(service))
-    return [bus.Endpoint(name="cordon", subject=HEALTH_CORDON, request_type=CordonRequest, handler=service.cordon),
-            bus.Endpoint(name="stats", subject=HEALTH_STATS, request_type=StatsRequest, handler=stats)]
+    # health.cordon is the leader's alone (served while it leads: `HealthService._lead`)
+    return [bus.Endpoint(name="stats", subject=HEALTH_STATS, request_type=StatsRequest, handler=stats)]
 
 
 def health_samples(service: HealthService) -> Iterable[Sample]:

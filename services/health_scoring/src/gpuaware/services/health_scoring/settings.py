@@ -28,7 +28,7 @@ from typing import ClassVar, Literal
 
 from gpuaware.health import HealthConfig, RiskModel, ScoreRules, StateRules
 from gpuaware.runtime import DatabaseSettings, SettingsError
-from gpuaware.schemas import HEALTH_SCORING, health_durable
+from gpuaware.schemas import HEALTH_LEASE_BUCKET, HEALTH_SCORING, health_durable
 
 __all__ = ["SCALING", "HealthScoringSettings", "scaled"]
 
@@ -114,6 +114,15 @@ class HealthScoringSettings(DatabaseSettings, frozen=True, kw_only=True):
     stable GPU's row comes only this often, so a sample stands for at least this long and only a longer
     silence counts as missing samples (lost batches are counted from the nodes' ``seq`` instead)"""
 
+    # --- leadership (two replicas: one leads, the other stands by) ------------------------------------
+    lease_bucket: str = HEALTH_LEASE_BUCKET
+    """NATS KV bucket of the leader lease; the key is the cluster name"""
+    lease_ttl_s: float = 3.0
+    """a leader that died is replaced within about this long (plus ``lease_poll_s`` and the takeover:
+    the last checkpoint read back and the durable consumer created)"""
+    lease_poll_s: float = 0.25
+    """how often a standby tries to take the lease"""
+
     # --- output --------------------------------------------------------------------------------------
     score_window_s: float = 60.0
     """each GPU's ``GpuScored`` at most once per window of the telemetry's time ... """
@@ -152,7 +161,7 @@ class HealthScoringSettings(DatabaseSettings, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if self.time_scale <= 0:
             raise SettingsError(f"GPUAWARE_HEALTH_SCORING_TIME_SCALE must be positive, got {self.time_scale}")
-        self.require_positive("score_window_s", "tick_s", "checkpoint_s", "hold_s")
+        self.require_positive("score_window_s", "tick_s", "checkpoint_s", "hold_s", "lease_ttl_s", "lease_poll_s")
         try:
             self.health_config()
         except ValueError as exc:
