@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from gpuaware.cli.main import app
+from gpuaware.cli.options import atomic_file, atomic_folder
 from gpuaware.sim import TraceError, load_nodes, synthetic_nodes, synthetic_pods, write_nodes, write_pods
 from gpuaware.sim.hbm import HbmEvent, HbmFormatError, parse_hbm_csv, replay_all
 
@@ -162,19 +163,34 @@ def test_forecast_evaluate_errors_go_to_stderr_and_leave_no_output_folder(helios
 
 
 def test_a_failed_write_removes_the_output_folder_it_made(tmp_path: Path) -> None:
-    from gpuaware.cli.forecast import _output_folder
-
-    out = tmp_path / "new"
-    with pytest.raises(OSError), _output_folder(out):
-        (out / "summary.json").write_text("{}")
+    """Outputs go to a temporary sibling renamed into place only when every write succeeded."""
+    out = tmp_path / "deep" / "new"
+    with pytest.raises(OSError), atomic_folder(out) as tmp:
+        (tmp / "summary.json").write_text("{}")
+        assert not out.exists(), "nothing is visible under the target while it is written"
         raise OSError("disk full")
-    assert not out.exists()
+    assert not (tmp_path / "deep").exists(), "neither the folder nor the parent made for it is left"
     kept = tmp_path / "kept"
     kept.mkdir()
     (kept / "mine.txt").write_text("x")
-    with pytest.raises(OSError), _output_folder(kept):
+    (kept / "summary.json").write_text("old")
+    with pytest.raises(OSError), atomic_folder(kept) as tmp:
+        (tmp / "summary.json").write_text("new")
         raise OSError("disk full")
-    assert (kept / "mine.txt").exists()
+    assert (kept / "summary.json").read_text() == "old" and (kept / "mine.txt").exists()
+    with atomic_folder(kept) as tmp:
+        (tmp / "summary.json").write_text("new")
+    assert (kept / "summary.json").read_text() == "new" and (kept / "mine.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"], "no temporary folder is left"
+
+
+def test_a_failed_file_write_leaves_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "model.onnx"
+    target.write_bytes(b"old")
+    with pytest.raises(OSError), atomic_file(target) as tmp:
+        tmp.write_bytes(b"half")
+        raise OSError("disk full")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["model.onnx"]
 
 
 # --- gpuaware quota report ------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from gpuaware.cli.options import bounded
 from gpuaware.cli.processes import service_built, service_command
 
 __all__ = ["BRIDGE_MODULE", "app", "bridge_env"]
@@ -42,8 +43,9 @@ def bridge(
                                              "what arrives (0: off).")] = 0,
     listen_addr: Annotated[str, typer.Option(help="Address the webhook receiver listens on.")] = "127.0.0.1",
     cluster: Annotated[str, typer.Option(help="Cluster of received alerts without a cluster label.")] = "default",
-    resend_s: Annotated[float, typer.Option(min=1.0, max=3600.0, help="Post open alerts again this often "
-                                            "(under Alertmanager's resolve_timeout).")] = 60.0,
+    resend_s: Annotated[float, typer.Option(callback=bounded(1.0, 3600.0), help="Post open alerts again this "
+                                            "often, [1, 3600] seconds (under Alertmanager's resolve_timeout).")
+                        ] = 60.0,
 ) -> None:
     """Forward the bus's alerts to Alertmanager and publish Alertmanager's notifications on the bus
     (runs the alert-bridge service). NATS from NATS_URL (NATS_USER / NATS_PASSWORD when the server

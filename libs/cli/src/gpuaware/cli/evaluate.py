@@ -2,12 +2,13 @@
 
 The command is a thin shell over gpuaware.sim: parse options, run the evaluation with a progress bar,
 print a table, write DIR/summary.json (the contract other tools read), DIR/per_seed.csv,
-DIR/alloc.png and, with --assignments, DIR/assignments/<policy>-<seed>.csv.
+DIR/alloc.png and, with --assignments, DIR/assignments/<policy>-<seed>.csv. Every option is checked
+against its stated bounds before the replay starts (seeds: at most 1,000, each in 0..2^32-1), and the
+outputs are written into a temporary folder renamed into place at the end (options.atomic_folder).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpuaware.cli.options import bounded, refuse
+from gpuaware.cli.options import atomic_folder, bounded, int_list, out_folder, refuse, strict_json
 from gpuaware.placement import POLICIES, canonical_policy
 from gpuaware.sim import (
     REPORT_AT,
@@ -40,27 +41,15 @@ def _group() -> None:
     """Evaluations (placement)."""
 
 
+SEED_MAX = 2**32 - 1
+"""numpy's seeds are unsigned 32-bit here"""
+MOST_SEEDS = 1_000
+
+
 def parse_seeds(text: str) -> list[int]:
-    """'42-51', '42,43,50' or a mix ('42-44,50') -> sorted unique seeds."""
-    seeds: set[int] = set()
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "-" in part[1:]:
-                lo, hi = part.split("-", 1) if not part.startswith("-") else (part, part)
-                a, b = int(lo), int(hi)
-                if b < a:
-                    raise ValueError
-                seeds.update(range(a, b + 1))
-            else:
-                seeds.add(int(part))
-    except ValueError:
-        raise typer.BadParameter(f"seeds must look like 42-51 or 42,43; got {text!r}") from None
-    if not seeds:
-        raise typer.BadParameter("no seeds given")
-    return sorted(seeds)
+    """'42-51', '42,43,50' or a mix ('42-44,50') -> sorted unique seeds (at most ``MOST_SEEDS``, each in
+    0..``SEED_MAX``; a range is checked before it is expanded)."""
+    return int_list(text, name="--seeds", lo=0, hi=SEED_MAX, most=MOST_SEEDS, ranges=True)
 
 
 def parse_policies(text: str | None) -> list[str]:
@@ -79,23 +68,27 @@ def _cell(v: float, fmt: str = ".2f") -> str:
 
 @app.command("placement")
 def placement(
-    nodes: Annotated[Path, typer.Option("--nodes", help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)")],
-    trace: Annotated[Path, typer.Option("--trace", help="pod list CSV (openb format)")],
+    nodes: Annotated[Path, typer.Option("--nodes", help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)",
+                                        exists=True, dir_okay=False)],
+    trace: Annotated[Path, typer.Option("--trace", help="pod list CSV (openb format)", exists=True, dir_okay=False)],
     policies: Annotated[
-        str | None, typer.Option("--policies", help="comma-separated policy names [default: all registered]")
+        str | None, typer.Option("--policies", help=f"comma-separated policy names, of: {', '.join(POLICIES)} "
+                                 "[default: all of them]")
     ] = None,
-    seeds: Annotated[str, typer.Option("--seeds", help="seeds, e.g. 42-51 or 42,43")] = "42-51",
+    seeds: Annotated[str, typer.Option("--seeds", help=f"seeds, e.g. 42-51 or 42,43 (at most {MOST_SEEDS:,}, "
+                                       f"each in 0..{SEED_MAX})")] = "42-51",
     inflation: Annotated[
         float, typer.Option("--inflation", help="tune the workload to this multiple of GPU capacity (0-10]",
                             callback=bounded(0.0, 10.0, lo_open=True))
     ] = 1.3,
-    out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("eval-placement"),
+    out: Annotated[Path, typer.Option("--out", help="output directory", callback=out_folder)] = Path("eval-placement"),
     assignments: Annotated[
         bool, typer.Option("--assignments", help="also write one CSV of placements per run")
     ] = False,
-    jobs: Annotated[int, typer.Option("--jobs", help="worker processes")] = default_jobs(),
+    jobs: Annotated[int, typer.Option("--jobs", help="worker processes (1-64)", min=1, max=64)] = min(default_jobs(), 64),
     max_pods: Annotated[
-        int | None, typer.Option("--max-pods", help="stop each run after this many arrivals (smoke tests)")
+        int | None, typer.Option("--max-pods", help="stop each run after this many arrivals (smoke tests; "
+                                 "1-100,000,000)", min=1, max=100_000_000)
     ] = None,
 ) -> None:
     """Replay TRACE on NODES for each policy and seed; report allocation vs arrived load."""
@@ -126,12 +119,12 @@ def placement(
         refuse(exc)
 
     summary = summarize(runs, str(trace), str(nodes), seed_list)
-    out.mkdir(parents=True, exist_ok=True)
-    write_summary(out / "summary.json", summary)
-    write_per_seed(out / "per_seed.csv", runs)
-    plot_alloc(out / "alloc.png", runs, f"{trace.stem}, {len(seed_list)} seed(s)")
-    if assignments:
-        write_assignments(out / "assignments", runs)
+    with atomic_folder(out) as tmp:
+        write_summary(tmp / "summary.json", summary)
+        write_per_seed(tmp / "per_seed.csv", runs)
+        plot_alloc(tmp / "alloc.png", runs, f"{trace.stem}, {len(seed_list)} seed(s)")
+        if assignments:
+            write_assignments(tmp / "assignments", runs)
 
     table = Table(title=f"GPU allocation (%) vs arrived load — {trace.name}, seeds {seeds}")
     table.add_column("policy")
@@ -158,8 +151,9 @@ def placement(
 
 @app.command("placement-online")
 def placement_online(
-    nodes: Annotated[Path, typer.Option("--nodes", help="node list CSV")],
-    trace: Annotated[Path, typer.Option("--trace", help="pod list CSV with creation/deletion times")],
+    nodes: Annotated[Path, typer.Option("--nodes", help="node list CSV", exists=True, dir_okay=False)],
+    trace: Annotated[Path, typer.Option("--trace", help="pod list CSV with creation/deletion times", exists=True,
+                                        dir_okay=False)],
     policies: Annotated[
         str | None, typer.Option("--policies", help="comma-separated policy names [default: FGD,BestFit,ours]")
     ] = None,
@@ -167,8 +161,9 @@ def placement_online(
                                               callback=bounded(0.0, 1e9, lo_open=True))] = 30_000.0,
     inflation: Annotated[float, typer.Option("--inflation", help="draw extra pods up to this x capacity "
                                              "(0: none, at most 10)", callback=bounded(0.0, 10.0))] = 1.3,
-    seed: Annotated[int, typer.Option("--seed")] = 42,
-    out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("eval-placement-online"),
+    seed: Annotated[int, typer.Option("--seed", help=f"0..{SEED_MAX}", min=0, max=SEED_MAX)] = 42,
+    out: Annotated[Path, typer.Option("--out", help="output directory", callback=out_folder)] = Path(
+        "eval-placement-online"),
 ) -> None:
     """Pods depart at deletion_time; pods that do not fit wait in a QoS-ordered pending queue."""
     from gpuaware.placement import OURS
@@ -180,15 +175,15 @@ def placement_online(
         node_list, pods = load_nodes(nodes), load_pods(trace)
     except TraceError as exc:
         refuse(exc)
-    out.mkdir(parents=True, exist_ok=True)
     results = []
     for name in names:
         with console.status(f"{name}: replaying {trace.name} with departures"):
             r = run_online(node_list, pods, name, time_scale=time_scale, inflation=inflation, seed=seed)
         results.append(r)
     report = {"trace": str(trace), "nodes": str(nodes), "seed": seed, "policies": {r.policy: r.summary() for r in results}}
-    (out / "online.json").write_text(json.dumps(report, indent=2) + "\n")
-    plot_online(out / "online.png", results, f"{trace.stem}: departures + pending queue (time / {time_scale:g})")
+    with atomic_folder(out) as tmp:
+        (tmp / "online.json").write_text(strict_json(report))
+        plot_online(tmp / "online.png", results, f"{trace.stem}: departures + pending queue (time / {time_scale:g})")
     table = Table(title=f"departures + pending queue — {trace.name}, arrivals / {time_scale:g}")
     for col in ("policy", "mean alloc %", "peak alloc %", "never started", "max pending"):
         table.add_column(col, justify="right" if col != "policy" else "left")

@@ -14,15 +14,15 @@ with `--model PATH` it serves that file; `--model latest` reads the newest model
 sample, fallback rows (too little history, constant, gaps) served by persistence.
 
 `train` fits the same model and writes the ONNX file `--model` accepts (and the service's registry).
+
+Bounds are checked before any work (horizons: at most 32, each 1 minute to 7 days); outputs are
+written into a temporary sibling renamed into place when complete (options.atomic_folder /
+atomic_file), and the JSON is strict (a non-finite figure is ``null`` with its reason).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -32,7 +32,16 @@ from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpuaware.cli.options import bounded, refuse
+from gpuaware.cli.options import (
+    atomic_file,
+    atomic_folder,
+    bounded,
+    int_list,
+    out_file,
+    out_folder,
+    refuse,
+    strict_json,
+)
 
 if TYPE_CHECKING:  # gpuaware.forecast imports torch: loaded only when a forecast command runs
     from gpuaware.forecast import Prepared, StreamingModel
@@ -47,14 +56,13 @@ def _group() -> None:
     """Demand forecasting (evaluate, train)."""
 
 
+HORIZON_MAX_MIN = 7 * 24 * 60
+MOST_HORIZONS = 32
+
+
 def parse_horizons(text: str) -> list[int]:
-    try:
-        hs = sorted({int(p) for p in text.split(",") if p.strip()})
-    except ValueError:
-        raise typer.BadParameter(f"horizons must look like 10,30,60 (minutes); got {text!r}") from None
-    if not hs or hs[0] < 1:
-        raise typer.BadParameter(f"horizons must be positive minutes; got {text!r}")
-    return hs
+    """'10,30,60' -> sorted unique minutes ahead, each 1..``HORIZON_MAX_MIN``, at most ``MOST_HORIZONS``."""
+    return int_list(text, name="--horizons", lo=1, hi=HORIZON_MAX_MIN, most=MOST_HORIZONS)
 
 
 Series_ = Annotated[list[Path], typer.Option("--series", help="trace file or folder (repeatable)")]
@@ -63,7 +71,8 @@ TestDays = Annotated[float | None, typer.Option("--test-days", help="hold out th
                                                 "7; Philly defaults to its published split)",
                                                 callback=bounded(0.0, 3650.0, lo_open=True))]
 Split = Annotated[str | None, typer.Option("--split", help="'philly': train Oct, validate Nov, test Dec 1-14")]
-Horizons = Annotated[str, typer.Option("--horizons", help="minutes ahead, comma-separated")]
+Horizons = Annotated[str, typer.Option("--horizons", help=f"minutes ahead, comma-separated (at most "
+                                       f"{MOST_HORIZONS}, each 1-{HORIZON_MAX_MIN})")]
 DEFAULT_HORIZONS = "10,30,60,180,360,720"
 Iters = Annotated[int, typer.Option("--iters", help="training iterations at most", min=1, max=10_000_000)]
 Seconds = Annotated[float, typer.Option("--max-seconds", help="training time at most, (0, 86400] seconds",
@@ -184,7 +193,8 @@ def _tables(summary: dict, hs: list[int], test_range: str, n_series: int) -> Gro
 
 
 @app.command()
-def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("forecast-eval"),
+def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--out", help="output directory",
+                                                                           callback=out_folder)] = Path("forecast-eval"),
              test_days: TestDays = None, split: Split = None, horizons: Horizons = DEFAULT_HORIZONS,
              model: Annotated[str | None, typer.Option("--model", help="'latest' (the registry) or an ONNX file; "
                                                        "absent: train on the training range")] = None,
@@ -212,42 +222,26 @@ def evaluate(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--
               "series": [{"name": p.series.name, "split": p.split.describe(p.series), "notes": list(p.series.notes),
                           "metrics": r.metrics(), "served": r.why_served()}
                          for p, r in zip(prepared, ev.results, strict=True)]}
-    with _output_folder(out):  # made only now, when there is something to write
+    with atomic_folder(out) as tmp:  # made only now, when there is something to write
         if blob is not None:
-            (out / "model.onnx").write_bytes(blob)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        (out / "detail.json").write_text(json.dumps(detail, indent=2) + "\n")
+            (tmp / "model.onnx").write_bytes(blob)
+        (tmp / "summary.json").write_text(strict_json(summary))
+        (tmp / "detail.json").write_text(strict_json(detail))
         if plot:
-            _plot(out, prepared, ev, hs)
+            _plot(tmp, prepared, ev, hs)
     console.print(_tables(summary, hs, prepared[0].split.describe(prepared[0].series)["test"], len(prepared)))
     console.print(f"wrote {out / 'summary.json'}, detail.json{' and PNGs' if plot else ''}")
 
 
-@contextmanager
-def _output_folder(out: Path) -> Iterator[None]:
-    """Make ``out`` for the writes inside; when they fail, a folder this made is removed again (one
-    that was there before is left as it was), so a failed run leaves no empty or half-written folder."""
-    made = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        refuse(f"{out}: {exc.strerror or exc}", label="cannot write", code=3)
-    try:
-        yield
-    except BaseException:
-        if made:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
-
-
 @app.command()
-def train(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--out", help="MODEL.onnx to write")],
+def train(series: Series_, fmt: Format, out: Annotated[Path, typer.Option("--out", help="MODEL.onnx to write",
+                                                                        callback=out_file)],
           test_days: TestDays = None, split: Split = None, horizons: Horizons = DEFAULT_HORIZONS,
           iters: Iters = 1500, max_seconds: Seconds = 240.0) -> None:
     """Train the LSTM on the training ranges and write the streaming ONNX model."""
     hs = parse_horizons(horizons)
     prepared = _prepare(series, fmt, test_days, split)
     blob = _train(prepared, hs, iters, max_seconds)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(blob)
+    with atomic_file(out) as tmp:
+        tmp.write_bytes(blob)
     console.print(f"wrote {out} ({len(blob):,} bytes)")

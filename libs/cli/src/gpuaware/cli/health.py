@@ -10,6 +10,11 @@ episode) and DIR/escalations.csv (every transition into degraded or quarantined)
 service, which pins the GPU's state (or gives it back to the evidence), records who, when and why in
 PostgreSQL and publishes the state change with the same in its reasons. The NATS connection is
 `--nats-url` (or NATS_URL), as `NATS_USER` / `NATS_PASSWORD` when set (an operator's identity).
+A NATS out of reach fails within `--timeout` seconds with the connection's last error on standard
+error (exit 3); a refusal by the service exits 1.
+
+`evaluate` checks its bounds first (lead hours: at most 32, each 0..8760) and writes its folder
+atomically (options.atomic_folder), strict JSON only.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import asyncio
 import csv
 import dataclasses
 import getpass
-import json
 import os
 import socket
 import time
@@ -31,7 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpuaware import bus
-from gpuaware.cli.options import refuse
+from gpuaware.cli.options import atomic_folder, bounded, int_list, out_folder, refuse, strict_json
 from gpuaware.health import HealthConfig
 from gpuaware.schemas import HEALTH_CORDON, CordonAction, CordonReply, CordonRequest, HealthState
 from gpuaware.sim import HbmEvaluation, HbmFormatError, evaluate_hbm, parse_hbm_csv
@@ -45,22 +49,20 @@ def _group() -> None:
     """GPU health scoring (evaluate, cordon, uncordon)."""
 
 
+LEAD_MAX_H = 8760
+MOST_LEADS = 32
+
+
 def parse_lead_hours(text: str) -> list[int]:
-    """'1,6,24' -> [1, 6, 24] (sorted, unique, non-negative whole hours)."""
-    try:
-        leads = sorted({int(p) for p in text.split(",") if p.strip()})
-    except ValueError:
-        raise typer.BadParameter(f"lead hours must look like 1,6,24; got {text!r}") from None
-    if not leads or leads[0] < 0:
-        raise typer.BadParameter(f"lead hours must be non-negative whole hours; got {text!r}")
-    return leads
+    """'1,6,24' -> [1, 6, 24] (sorted, unique whole hours, each 0..``LEAD_MAX_H``, at most ``MOST_LEADS``)."""
+    return int_list(text, name="--lead-hours", lo=0, hi=LEAD_MAX_H, most=MOST_LEADS)
 
 
 def write_outputs(out: Path, result: HbmEvaluation, source: Path, config: HealthConfig) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(result.summary(), indent=2) + "\n")
+    """summary.json, detail.json, episodes.csv and escalations.csv into ``out`` (an existing folder)."""
+    (out / "summary.json").write_text(strict_json(result.summary()))
     detail = {"hbm_errors": str(source), **result.detail(), "config": dataclasses.asdict(config)}
-    (out / "detail.json").write_text(json.dumps(detail, indent=2) + "\n")
+    (out / "detail.json").write_text(strict_json(detail))
     leads = [str(L) for L in result.lead_hours]
     with (out / "episodes.csv").open("w", newline="") as f:
         w = csv.writer(f)
@@ -83,10 +85,11 @@ def evaluate(
     hbm_errors: Annotated[Path, typer.Option(
         "--hbm-errors", help="HBM error log in the Calchas format (columns Server, Time, EccType: CE/UER/UEO)",
         exists=True, dir_okay=False, readable=True)],
-    out: Annotated[Path, typer.Option("--out", help="output directory (summary.json and details)")],
+    out: Annotated[Path, typer.Option("--out", help="output directory (summary.json and details)",
+                                      callback=out_folder)],
     lead_hours: Annotated[str, typer.Option(
         "--lead-hours", help="a UE episode counts as caught when the server was degraded or quarantined "
-        "this many hours before it (comma-separated)")] = "1,6,24",
+        f"this many hours before it (comma-separated, at most {MOST_LEADS}, each 0-{LEAD_MAX_H})")] = "1,6,24",
 ) -> None:
     """Replay HBM errors through the health scoring and compare with the never-recover rule.
 
@@ -114,7 +117,8 @@ def evaluate(
         except HbmFormatError as exc:
             progress.stop()
             refuse(f"{hbm_errors}: {exc}")
-    write_outputs(out, result, hbm_errors, config)
+    with atomic_folder(out) as tmp:
+        write_outputs(tmp, result, hbm_errors, config)
 
     s = result.summary()
     table = Table(title=f"{s['servers']} servers, {s['ue_episodes']} UE episodes — {hbm_errors.name}")
@@ -136,6 +140,12 @@ NatsUrl = Annotated[str, typer.Option("--nats-url", envvar="NATS_URL", help="NAT
 Cluster = Annotated[str, typer.Option("--cluster", help="The cluster the GPU belongs to (the service's cluster).")]
 Reason = Annotated[str, typer.Option("--reason", help="Why (kept in the audit and the state change's reasons).")]
 By = Annotated[str, typer.Option("--by", help="Who asks (default: user@host).")]
+Timeout = Annotated[float, typer.Option("--timeout", help="Seconds to reach NATS and for the service's answer "
+                                        "each, (0, 300].", callback=bounded(0.0, 300.0, lo_open=True))]
+
+
+class Unreachable(Exception):
+    """NATS did not take the connection within the timeout; the message is the connection's last error."""
 
 
 def _me() -> str:
@@ -146,33 +156,51 @@ def _me() -> str:
 
 
 async def request_override(req: CordonRequest, nats_url: str, *, timeout: float = 10.0) -> CordonReply:
-    """Send one ``health.cordon`` request (as NATS_USER when set) and return the service's reply."""
+    """Send one ``health.cordon`` request (as NATS_USER when set) and return the service's reply.
+    Raises ``Unreachable`` (with the last connection error) when NATS is not reached within ``timeout``."""
     options: dict[str, Any] = {}
     if os.environ.get("NATS_USER"):
         options = {"user": os.environ["NATS_USER"], "password": os.environ.get("NATS_PASSWORD", "")}
-    async with bus.connected(nats_url.split(","), name="gpuaware-health-cli", initial_timeout=timeout,
-                             **options) as nc:
+    last: list[BaseException] = []
+
+    async def remember(exc: Exception) -> None:  # instead of a warning per failed attempt
+        last[:] = [exc]
+
+    servers = [u.strip() for u in nats_url.split(",") if u.strip()]
+    if not servers:
+        raise Unreachable("no NATS URL given")
+    try:
+        connecting = bus.connected(servers, name="gpuaware-health-cli", initial_timeout=timeout, error_cb=remember,
+                                   **options)
+        nc = await connecting.__aenter__()
+    except (TimeoutError, OSError) as exc:
+        why = last[0] if last else exc
+        raise Unreachable(f"{type(why).__name__}: {why}" if str(why) else type(why).__name__) from None
+    except Exception as exc:  # nats-py's own errors (a malformed URL, no servers, an auth failure)
+        raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+    try:
         return await bus.request(nc, HEALTH_CORDON, req, CordonReply, timeout=timeout)
+    finally:
+        await connecting.__aexit__(None, None, None)
 
 
-def _override(req: CordonRequest, nats_url: str) -> None:
+def _override(req: CordonRequest, nats_url: str, timeout: float = 10.0) -> None:
+    """Send the request; every error is refused on standard error with its reason (3: NATS or the
+    service out of reach, 1: the service refused)."""
     console = Console()
     if not req.reason.strip():
         raise typer.BadParameter("--reason must say why (it is kept for the audit)")
     try:
-        reply = asyncio.run(request_override(req, nats_url))
+        reply = asyncio.run(request_override(req, nats_url, timeout=timeout))
+    except Unreachable as exc:
+        refuse(exc, label=f"cannot reach NATS at {nats_url}", code=3)
     except bus.NoResponders:
-        console.print("[red]no health-scoring service answers health.cordon[/red] (is it running on this NATS?)")
-        raise typer.Exit(3) from None
+        refuse("no health-scoring service answers health.cordon (is it running on this NATS?)",
+               label="no responder", code=3)
     except bus.RequestTimeout as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(3) from None
+        refuse(exc, label="no answer", code=3)
     except bus.ServiceError as exc:
-        console.print(f"[red]refused ({exc.code}):[/red] {exc.description}")
-        raise typer.Exit(1) from None
-    except OSError as exc:
-        console.print(f"[red]cannot reach NATS at {nats_url}:[/red] {exc}")
-        raise typer.Exit(3) from None
+        refuse(exc.description, label=f"refused ({exc.code})", code=1)
     change = f"{reply.previous.value} -> {reply.current.value}" if reply.changed else f"stays {reply.current.value}"
     console.print(f"{reply.action.value} GPU {reply.gpu_uuid}{f' on {reply.node}' if reply.node else ''}: {change}"
                   f"{' (history cleared)' if reply.cleared else ''}; recorded: by {reply.by} at "
@@ -188,11 +216,12 @@ def cordon(
                                                               "instead of quarantined (no work).")] = False,
     cluster: Cluster = "default",
     nats_url: NatsUrl = "nats://127.0.0.1:4222",
+    timeout: Timeout = 10.0,
 ) -> None:
     """Take a GPU away from new work by hand, whatever its telemetry says (audited)."""
     _override(CordonRequest(source="gpuaware-cli", emitted_at=time.time(), cluster=cluster, gpu_uuid=gpu,
                             reason=reason, by=by or _me(), action=CordonAction.CORDON,
-                            state=HealthState.DEGRADED if degraded else HealthState.QUARANTINED), nats_url)
+                            state=HealthState.DEGRADED if degraded else HealthState.QUARANTINED), nats_url, timeout)
 
 
 @app.command("uncordon")
@@ -205,7 +234,9 @@ def uncordon(
                      ] = False,
     cluster: Cluster = "default",
     nats_url: NatsUrl = "nats://127.0.0.1:4222",
+    timeout: Timeout = 10.0,
 ) -> None:
     """Give a GPU back to its telemetry's verdict (with --clear: to healthy, history forgotten); audited."""
     _override(CordonRequest(source="gpuaware-cli", emitted_at=time.time(), cluster=cluster, gpu_uuid=gpu,
-                            reason=reason, by=by or _me(), action=CordonAction.UNCORDON, clear=clear), nats_url)
+                            reason=reason, by=by or _me(), action=CordonAction.UNCORDON, clear=clear), nats_url,
+              timeout)

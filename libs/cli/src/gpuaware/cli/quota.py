@@ -7,7 +7,8 @@ gpuaware.quota.charge, the same the tests check. It prints a table and writes a 
 Times are ISO 8601 (`2026-11-23T08:00`, UTC unless an offset is given) or relative (`24h`, `7d`,
 `90m` ago), between 1970 and 2100. The database is `--database-url` (or DATABASE_URL), else the
 running `gpuaware up` stack. Bad times, a CSV path that cannot be written and a database out of reach
-are refused on standard error (options.refuse), the CSV's folder checked before the query.
+are refused on standard error (options.refuse), the CSV's path checked before the query and the
+CSV written whole or not at all (options.atomic_file).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuaware import tsdb
-from gpuaware.cli.options import refuse
+from gpuaware.cli.options import atomic_file, out_file, refuse
 from gpuaware.quota import Interval, charge, rows_to_csv
 
 app = typer.Typer(help="Quota: chargeback reports of GPU-seconds per tenant, queue or pod.", no_args_is_help=True)
@@ -94,7 +95,8 @@ def report(
     since: Annotated[str, typer.Option("--since", help="Start: ISO time or a duration ago (24h, 7d).")] = "24h",
     until: Annotated[str, typer.Option("--until", help="End: ISO time, a duration ago, or 'now'.")] = "now",
     by: Annotated[str, typer.Option("--by", help="tenant | queue | pod")] = "tenant",
-    csv_path: Annotated[Path, typer.Option("--csv", help="Where to write the CSV.")] = Path("quota-report.csv"),
+    csv_path: Annotated[Path, typer.Option("--csv", help="Where to write the CSV.", callback=out_file)] = Path(
+        "quota-report.csv"),
     cluster: Annotated[str, typer.Option("--cluster", help="The cluster the quota service serves.")] = "default",
     database_url: Annotated[str, typer.Option("--database-url", envvar="DATABASE_URL",
                                               help="PostgreSQL of the platform.")] = "",
@@ -126,7 +128,8 @@ def report(
     console = Console()
     console.print(table if rows else f"no GPU time charged in the window (cluster {cluster})")
     try:
-        csv_path.write_text(rows_to_csv(rows) or f"{by},pods,gpu_seconds,gpu_memory_gib_seconds\n")
+        with atomic_file(csv_path) as tmp:
+            tmp.write_text(rows_to_csv(rows) or f"{by},pods,gpu_seconds,gpu_memory_gib_seconds\n")
     except OSError as exc:
         refuse(f"{csv_path}: {exc.strerror or exc}", label="cannot write the CSV", code=3)
     console.print(f"wrote {csv_path}")
