@@ -109,3 +109,22 @@ def test_the_alert_bridge_is_deployed_only_with_an_alertmanager() -> None:
 def test_the_provisioning_is_the_lists_job() -> None:
     (job,) = [d for d in render(EVERYTHING) if d["kind"] == "Job"]
     assert job["metadata"]["name"] == f"gpuaware-{PROVISION}"
+
+
+def test_leader_elected_processes_run_two_replicas_behind_a_disruption_budget() -> None:
+    """Each process whose replicas elect a leader runs two by default (one leads, one stands by) and a
+    PodDisruptionBudget keeps one of them up through a voluntary disruption (a node drain)."""
+    leased = {p.name for p in PROCESSES if p.leader_lease}
+    assert {"placement", "health-scoring", "forecasting", "quota"} <= leased
+    docs = render(EVERYTHING)
+    workloads = _workloads(docs)
+    budgets = {d["metadata"]["name"].removeprefix("gpuaware-"): d["spec"] for d in docs
+               if d["kind"] == "PodDisruptionBudget"}
+    for name in sorted(leased):
+        assert workloads[name]["spec"]["replicas"] == 2, name
+        assert budgets[name].get("minAvailable") == 1 and "maxUnavailable" not in budgets[name], name
+    # one replica asked for: the budget lets the single pod go (it would block every drain otherwise)
+    one = render({"healthScoring": {"enabled": True, "replicas": 1}})
+    budget = next(d["spec"] for d in one if d["kind"] == "PodDisruptionBudget"
+                  and d["metadata"]["name"] == "gpuaware-health-scoring")
+    assert budget == {**budget, "maxUnavailable": 1} and "minAvailable" not in budget

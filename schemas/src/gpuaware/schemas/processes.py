@@ -33,7 +33,10 @@ from gpuaware.schemas.permissions import (
     ALERT_BRIDGE,
     BINDER_ID,
     FORECASTING,
+    FORECASTING_LEASE_BUCKET,
+    HEALTH_LEASE_BUCKET,
     HEALTH_SCORING,
+    LEASE_BUCKET,
     PLACEMENT_ID,
     QUOTA_ID,
     RECORDER_ID,
@@ -95,6 +98,10 @@ class Process(msgspec.Struct, frozen=True, kw_only=True):
     """the ports it may serve (their numbers are the chart's values)"""
     kubernetes_api: bool = False
     """calls the Kubernetes API in its default configuration (gets a ServiceAccount token)"""
+    leader_lease: str = ""
+    """the NATS KV bucket of its leader lease (key: the cluster) when its replicas elect a leader: one
+    leads, the others stand by, so the chart runs two by default behind a PodDisruptionBudget of
+    ``minAvailable: 1``; empty: not leader-elected"""
 
     @property
     def database_login(self) -> str | None:
@@ -134,7 +141,7 @@ PROCESSES: tuple[Process, ...] = (
             identity=ADMIN, env_prefix="GPUAWARE_PROVISION_", database_owner=True),
     Process(name="placement", module="gpuaware.services.placement", image="placement", values_key="placement",
             identity=PLACEMENT_ID, env_prefix="GPUAWARE_PLACEMENT_", ports=("metrics", "extender"),
-            kubernetes_api=True),
+            kubernetes_api=True, leader_lease=LEASE_BUCKET),
     Process(name="binder", module="gpuaware.services.binder", image="binder", values_key="binder",
             identity=BINDER_ID, env_prefix="GPUAWARE_BINDER_", ports=("metrics", "webhook"), kubernetes_api=True),
     Process(name="telemetry-collector", module="gpuaware.services.telemetry", args=("collector",),
@@ -145,13 +152,13 @@ PROCESSES: tuple[Process, ...] = (
             env_prefix="GPUAWARE_TELEMETRY_AGENT_", ports=("metrics",)),
     Process(name="health-scoring", module="gpuaware.services.health_scoring", image="health_scoring",
             values_key="healthScoring", identity=HEALTH_SCORING, env_prefix="GPUAWARE_HEALTH_SCORING_",
-            database_role="gpuaware_health", ports=("metrics",)),
+            database_role="gpuaware_health", ports=("metrics",), leader_lease=HEALTH_LEASE_BUCKET),
     Process(name="quota", module="gpuaware.services.quota", image="quota", values_key="quota", identity=QUOTA_ID,
             env_prefix="GPUAWARE_QUOTA_", database_role="gpuaware_quota", ports=("metrics",),
-            kubernetes_api=True),
+            kubernetes_api=True, leader_lease="quota-leader"),
     Process(name="forecasting", module="gpuaware.services.forecasting", image="forecasting",
             values_key="forecasting", identity=FORECASTING, env_prefix="GPUAWARE_FORECASTING_",
-            database_role="gpuaware_forecasting", ports=("metrics",)),
+            database_role="gpuaware_forecasting", ports=("metrics",), leader_lease=FORECASTING_LEASE_BUCKET),
     Process(name="recorder", module="gpuaware.services.recorder", image="recorder", values_key="recorder",
             identity=RECORDER_ID, env_prefix="GPUAWARE_RECORDER_", database_role="gpuaware_recorder",
             ports=("metrics",)),

@@ -13,7 +13,15 @@ processes are down on purpose, so it can tell a planned death from a crash.
 
 Syntax of one step: ``<kind>[:<target>]@<at_s>[+<down_s>]``, steps separated by commas, where kind is
 ``kill`` (target: a service — placement, binder, health-scoring, quota, telemetry-agent,
-telemetry-collector, recorder), ``nats``, ``postgres`` or ``nats-node`` (target: the node's index).
+telemetry-collector, recorder), ``nats``, ``postgres``, ``nats-node`` (target: the node's index),
+``standby`` or ``kill-leader`` (target: a leader-elected service — health-scoring, forecasting, quota).
+
+High availability (the ``ha`` scenario): ``standby:<s>`` starts a second instance of ``<s>`` (the same
+command and environment, its own instance id and log) that runs to the end; ``kill-leader:<s>``
+SIGKILLs whichever instance holds ``<s>``'s lease (read from its NATS KV bucket, key = the cluster)
+and starts it again after ``down_s``. The takeover is timed from the kill to the first read of the
+key naming another holder (polled every ``TAKEOVER_POLL_S``): the lease's TTL, the standby's poll
+and the time the drill needs to see it.
 """
 
 from __future__ import annotations
@@ -25,21 +33,29 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuaware.cli.processes import ServiceProcess
+from gpuaware.cli.processes import ProcessGroup, ServiceProcess
 from gpuaware.devstack import StackError, pid_alive, stack_status, stack_up
+from gpuaware.schemas import FORECASTING_LEASE_BUCKET, HEALTH_LEASE_BUCKET, process_named
 
-__all__ = ["KINDS", "SCENARIOS", "SERVICES", "ChaosError", "ChaosRunner", "ChaosStep", "parse_chaos"]
+__all__ = ["KINDS", "LEASE_BUCKETS", "SCENARIOS", "SERVICES", "ChaosError", "ChaosRunner", "ChaosStep", "parse_chaos"]
 
 log = logging.getLogger("gpuaware.chaos")
 
-KINDS = ("kill", "nats", "postgres", "nats-node")
+KINDS = ("kill", "nats", "postgres", "nats-node", "standby", "kill-leader")
 SERVICES = ("placement", "binder", "health-scoring", "quota", "telemetry-agent", "telemetry-collector", "recorder")
 """what ``kill`` may name: the demo's service processes"""
+LEASE_BUCKETS = {"health-scoring": HEALTH_LEASE_BUCKET, "forecasting": FORECASTING_LEASE_BUCKET,
+                 "quota": "quota-leader"}
+"""the leader-elected services (``standby``, ``kill-leader``) and their lease buckets (each settings'
+``lease_bucket`` default); the key is the cluster"""
+TAKEOVER_POLL_S = 0.05
+TAKEOVER_WAIT_S = 30.0
+"""how long a kill-leader step waits for another holder before it records none"""
 MAX_AT_S = 86_400.0
 MAX_DOWN_S = 3_600.0
 
@@ -51,6 +67,9 @@ SCENARIOS = {
     "stack": "nats@5+3, postgres@12+30",
     # a 3-node NATS cluster (R3 streams) loses a node for 12 s
     "cluster": "nats-node:0@6+12",
+    # each leader-elected service with a standby, its leader killed in turn (started again 1 s later)
+    "ha": "standby:health-scoring@0, standby:forecasting@0, standby:quota@0, kill-leader:health-scoring@8+1, "
+          "kill-leader:forecasting@17+1, kill-leader:quota@26+1",
 }
 """the fault suite's plans (`gpuaware drill --scenario`, `make test-faults`)"""
 
@@ -96,6 +115,8 @@ def _parse_step(part: str) -> ChaosStep:
     down_s = _number(part, "the down time", down_text, MAX_DOWN_S) if plus else 1.0
     if kind == "kill" and target not in SERVICES:
         raise ChaosError(f"{part!r}: kill needs a service ({', '.join(SERVICES)})")
+    if kind in ("standby", "kill-leader") and target not in LEASE_BUCKETS:
+        raise ChaosError(f"{part!r}: {kind} needs a leader-elected service ({', '.join(LEASE_BUCKETS)})")
     if kind == "nats-node" and not target.isdigit():
         raise ChaosError(f"{part!r}: nats-node needs the node's index (e.g. 'nats-node:1@10+15')")
     if kind in ("nats", "postgres") and target:
@@ -123,6 +144,11 @@ class _Done:
     back_wall: float | None = None
     """Unix time it was started again: events after it show the loop recovered"""
     error: str = ""
+    leader: str = ""
+    """kill-leader: the lease holder killed"""
+    new_leader: str = ""
+    takeover_s: float | None = None
+    """kill-leader: the kill -> the first read of the lease naming another holder"""
 
     def record(self, t0: float) -> dict[str, Any]:
         return {"step": self.step.label, "kind": self.step.kind, "target": self.step.target,
@@ -130,17 +156,25 @@ class _Done:
                 "back_at_s": None if self.back_at is None else round(self.back_at - t0, 2),
                 "down_wall": self.down_wall, "back_wall": self.back_wall,
                 "ok": self.down_at is not None and self.back_at is not None and not self.error,
-                "error": self.error}
+                "error": self.error,
+                **({"leader": self.leader, "new_leader": self.new_leader, "takeover_s": self.takeover_s}
+                   if self.step.kind == "kill-leader" else {})}
 
 
 @dataclass
 class ChaosRunner:
     """Runs a plan against a replay's processes and, where given, the embedded stack in ``data_dir``.
-    ``find`` names a live `ServiceProcess` for a service (None when it is not running)."""
+    ``find`` names a live `ServiceProcess` for a service (None when it is not running); ``procs``,
+    ``lease_holder`` (service -> its lease's holder, None when none) are what ``standby`` and
+    ``kill-leader`` steps need."""
 
     steps: tuple[ChaosStep, ...]
     find: Callable[[str], ServiceProcess | None]
     data_dir: Path | None = None
+    procs: ProcessGroup | None = None
+    lease_holder: Callable[[str], Awaitable[str | None]] | None = None
+    standbys: dict[str, ServiceProcess] = field(default_factory=dict)
+    """service -> its second instance (``standby`` steps)"""
     _t0: float | None = None
     _next: int = 0
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -183,6 +217,10 @@ class ChaosRunner:
         try:
             if step.kind == "kill":
                 await self._kill_service(done)
+            elif step.kind == "standby":
+                self._start_standby(done)
+            elif step.kind == "kill-leader":
+                await self._kill_leader(done)
             else:
                 await self._stop_server(done)
         except Exception as exc:  # the record says what went wrong; the replay goes on
@@ -203,6 +241,70 @@ class ChaosRunner:
             proc.start()  # the same command and environment, its log appended to
             done.back_at, done.back_wall = time.monotonic(), time.time()
             log.warning("chaos: %s started again (pid %s)", proc.name, proc.pid)
+        finally:
+            self._down.discard(proc.name)
+
+    def _start_standby(self, done: _Done) -> None:
+        service = done.step.target
+        first = self.find(service)
+        if first is None or self.procs is None:
+            raise ChaosError(f"{service} is not running: no second instance of it to start")
+        prefix = process_named(service).env_prefix
+        proc = self.procs.start(f"{service}-standby", first.argv, {**first.env, f"{prefix}INSTANCE_ID": f"{service}-standby"},
+                                first.log_path.with_name(f"{service}-standby.log"))
+        self.standbys[service] = proc
+        done.down_at, done.down_wall = time.monotonic(), time.time()
+        done.back_at, done.back_wall = done.down_at, done.down_wall
+        log.warning("chaos: a second %s started (pid %s)", service, proc.pid)
+
+    def _instance(self, service: str, holder: str) -> ServiceProcess | None:
+        """The process whose instance id is ``holder``: the standby's is set, the first's is
+        ``<host>-<pid>`` (`gpuaware.runtime`'s default)."""
+        standby = self.standbys.get(service)
+        if standby is not None and holder == f"{service}-standby":
+            return standby
+        first = self.find(service)
+        if first is not None and first.pid is not None and holder.rsplit("-", 1)[-1] == str(first.pid):
+            return first
+        return None
+
+    async def _kill_leader(self, done: _Done) -> None:
+        service = done.step.target
+        if self.lease_holder is None:
+            raise ChaosError("kill-leader needs the lease's holder (no bus connection given)")
+        holder = await self.lease_holder(service)
+        proc = self._instance(service, holder or "")
+        if holder is None or proc is None or proc.proc is None or not proc.alive():
+            raise ChaosError(f"{service}: no live instance holds its lease (holder {holder!r})")
+        done.leader = holder
+        self._down.add(proc.name)
+        try:
+            proc.proc.kill()  # SIGKILL: the lease is not released, it must expire
+            killed = time.monotonic()
+            await asyncio.to_thread(proc.proc.wait, 10.0)
+            done.down_at, done.down_wall = killed, time.time()
+            log.warning("chaos: %s leader %s killed (pid %s)", service, holder, proc.pid)
+            restart = asyncio.get_running_loop().call_later(done.step.down_s, proc.start)
+            try:
+                while time.monotonic() - killed < TAKEOVER_WAIT_S:
+                    now_holder = await self.lease_holder(service)
+                    if now_holder and now_holder != holder:
+                        done.takeover_s = round(time.monotonic() - killed, 3)
+                        done.new_leader = now_holder
+                        break
+                    await asyncio.sleep(TAKEOVER_POLL_S)
+            finally:
+                restart.cancel()
+            if done.takeover_s is None:
+                log.error("chaos: no %s instance took the lease over within %gs", service, TAKEOVER_WAIT_S)
+            left = done.step.down_s - (time.monotonic() - killed)
+            if left > 0:
+                await asyncio.sleep(left)
+            if not proc.alive():
+                proc.start()
+            done.back_at, done.back_wall = time.monotonic(), time.time()
+            log.warning("chaos: %s instance %s started again (pid %s); %s leads", service, holder, proc.pid,
+                        done.new_leader or "nobody")
         finally:
             self._down.discard(proc.name)
 

@@ -14,6 +14,19 @@ must still hold, each checked against what was actually stored and decided:
 * every planned fault done and undone, and the loop deciding through or after each (the time from
   recovery to the next decision is a figure: at the quiet end of a day there may be nothing to decide).
 
+With leaders killed (``kill-leader`` steps, the ``ha`` scenario), over what the streams stored:
+
+* every leader killed was replaced within ``TAKEOVER_MAX_S`` (the lease naming another holder, timed
+  by the drill from the kill);
+* one publisher at a time: in stream order, the instance (``source``) publishing health scores, demand
+  forecasts or quota usage changes at most once per kill of that service;
+* health-scoring: no score published twice (a GPU's score at one observation time stored once), no
+  state change twice (GPU, time, state), none lost (each GPU's changes chain: every ``previous`` is
+  the state the one before it reached), and every sample on the bus acknowledged by its durable (a
+  sample is acknowledged only once its scores are stored and checkpointed);
+* forecasting: no forecast twice (subject, step, origin, GPU or series stored once), and no minute of
+  demand lost (the minute path's origins run contiguous, a minute apart, from the first to the last).
+
 It always starts its own stack in ``--data-dir`` (free ports): it kills servers, so it never touches
 one that ``NATS_URL`` / ``DATABASE_URL`` name. The same function runs in ``make test-faults``.
 """
@@ -23,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import os
 import time
@@ -37,7 +51,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuaware import bus, tsdb
-from gpuaware.cli.chaos import SCENARIOS, ChaosError, ChaosRunner, ChaosStep, parse_chaos
+from gpuaware.cli.chaos import LEASE_BUCKETS, SCENARIOS, ChaosError, ChaosRunner, ChaosStep, parse_chaos
 from gpuaware.cli.demo_analysis import analyse, rebuild_workload
 from gpuaware.cli.demo_bus import wait_for
 from gpuaware.cli.demo_config import DemoConfig, RunSpec
@@ -48,16 +62,36 @@ from gpuaware.cli.processes import ProcessGroup, ServiceProcess, service_command
 from gpuaware.cli.stack import database_env, provision_stack, service_databases
 from gpuaware.devstack import StackError, stack_down, stack_up
 from gpuaware.placement import DEFAULT_PROFILE
-from gpuaware.schemas import BINDER, GPU_SAMPLED, PLACEMENT, TELEMETRY, GpuSampled
+from gpuaware.schemas import (
+    ALERTS,
+    BINDER,
+    FORECAST,
+    GPU_SAMPLED,
+    PLACEMENT,
+    QUOTA,
+    TELEMETRY,
+    DemandPredicted,
+    GpuSampled,
+    GpuScored,
+    GpuStateChanged,
+    GpuUtilPredicted,
+    QuotaUsageReported,
+    health_durable,
+)
 
 __all__ = ["DrillResult", "drill", "run_drill", "telemetry_ledger"]
 
 console = Console()
 T = TypeVar("T")
 
-DEFAULT_DURATION_S = {"services": 40.0, "stack": 50.0, "cluster": 30.0}
+DEFAULT_DURATION_S = {"services": 40.0, "stack": 50.0, "cluster": 30.0, "ha": 40.0}
 """wall seconds replayed per scenario: the plan's last step, its down time and some decisions after"""
 CLUSTER_NODES = 3
+TAKEOVER_MAX_S = 5.0
+"""a killed leader's lease is held by another instance within this long"""
+HEALTH_DRAIN_S = 90.0
+"""how long the drill waits for health-scoring's durable to acknowledge every sample: a batch delivered
+to a leader the drill killed comes back only after the consumer's ack wait (30 s)"""
 
 
 @dataclass
@@ -219,7 +253,8 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                 procs.start("telemetry-collector", service_command("gpuaware.services.telemetry", "collector"),
                             {**common, "GPUAWARE_TELEMETRY_COLLECTOR_CLUSTER": cfg.run_id},
                             cfg.out / "logs" / "telemetry-collector.log")
-                runner = ChaosRunner(steps, find=_finder(procs), data_dir=data_dir)
+                runner = ChaosRunner(steps, find=_finder(procs), data_dir=data_dir, procs=procs,
+                                     lease_holder=functools.partial(lease_holder, nc.jetstream(), spec.cluster))
                 say(f"replaying {cfg.window_s / 3600:.0f} virtual hours in {cfg.duration_s:.0f} s with: "
                     + ", ".join(s.label for s in steps))
                 run = await run_once(cfg, spec, nc=nc, nats_url=nats_url, database_url=database_url, pool=pool,
@@ -232,16 +267,138 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                     await _collector_drained(js, collector, say)
                     await asyncio.to_thread(collector.stop, 15.0)
                 tel = await _patiently(lambda: _telemetry(js, pool, run))
+                killed = [s.target for s in steps if s.kind == "kill-leader"]
+                ha = await ha_ledger(js, spec.cluster, killed, say) if killed else None
                 replicas = {name: await _patiently(functools.partial(_replicas, js, name))
                             for name in (BINDER.name, PLACEMENT.name, TELEMETRY.name)}
         checks, figures = invariants_of(cfg, run, tel)
         figures["stream_replicas"] = replicas
+        if ha is not None:
+            ha_checks, figures["ha"] = ha_invariants(run.chaos, ha)
+            checks.update(ha_checks)
         if nats_nodes > 1:
             checks["the loop's streams replicated across the cluster (R3)"] = all(r >= 3 for r in replicas.values())
         return DrillResult(scenario=scenario, plan=", ".join(s.label for s in steps), invariants=checks,
                            figures=figures, chaos=run.chaos)
     finally:
         await pool.close()
+
+
+async def lease_holder(js: bus.JetStream, cluster: str, service: str) -> str | None:
+    """The instance holding ``service``'s lease for ``cluster`` (None: nobody, or unreadable now)."""
+    try:
+        kv = await js.key_value(LEASE_BUCKETS[service])
+        entry = await kv.get(cluster)
+    except Exception:  # absent, deleted, expired, or the server busy: nobody known to hold it
+        return None
+    return entry.value.decode() if entry.value else None
+
+
+def _switches(sources: list[str]) -> int:
+    return sum(1 for a, b in itertools.pairwise(sources) if a != b)
+
+
+async def _stored_events(js: bus.JetStream, stream: str, channels: list[bus.Channel[Any]]) -> list[Any]:
+    """Every event of ``channels`` (with routing suffixes) ``stream`` holds, in stream order."""
+    out: list[Any] = []
+    follower = await bus.follow(js, channels, lambda ev, _d: out.append(ev), stream=stream, with_suffixes=True,
+                                name=f"drill-{stream.lower()}")
+    try:
+        await follower.sync(timeout=60.0)
+    finally:
+        await follower.stop()
+    return out
+
+
+async def ha_ledger(js: bus.JetStream, cluster: str, killed: list[str], say: Callable[[str], None]) -> dict[str, Any]:
+    """What the streams hold of the leader-elected services' publications (``ha_invariants``' input)."""
+    out: dict[str, Any] = {"killed": killed}
+    if "health-scoring" in killed:
+        durable = health_durable(cluster)
+
+        async def drained() -> bool | None:
+            info = await js.consumer_info(TELEMETRY.name, durable)
+            return None if info.num_pending or info.num_ack_pending else True
+
+        try:
+            await wait_for(drained, timeout=HEALTH_DRAIN_S, what="health-scoring to acknowledge every sample",
+                           procs=[], interval=0.5)
+            out["health_drained"] = True
+        except (TimeoutError, RuntimeError) as exc:
+            say(f"health-scoring did not catch up: {exc}")
+            out["health_drained"] = False
+        events = await _patiently(lambda: _stored_events(
+            js, ALERTS.name, [bus.event_channel(GpuScored).under(cluster), bus.event_channel(GpuStateChanged).under(cluster)]))
+        out["scores"] = [e for e in events if isinstance(e, GpuScored)]
+        out["changes"] = [e for e in events if isinstance(e, GpuStateChanged)]
+    if "forecasting" in killed:
+        out["forecasts"] = await _patiently(lambda: _stored_events(
+            js, FORECAST.name, [bus.event_channel(GpuUtilPredicted).under(cluster),
+                                bus.event_channel(DemandPredicted).at(cluster)]))
+    if "quota" in killed:
+        out["usage"] = await _patiently(lambda: _stored_events(
+            js, QUOTA.name, [bus.event_channel(QuotaUsageReported).at(cluster)]))
+    return out
+
+
+def ha_invariants(chaos: list[dict[str, Any]], ha: dict[str, Any]) -> tuple[dict[str, bool], dict[str, Any]]:
+    """The high-availability invariants (module docstring) and the figures behind them."""
+    kills = [c for c in chaos if c["kind"] == "kill-leader"]
+    takeovers = {c["step"]: c.get("takeover_s") for c in kills}
+    checks = {f"every leader killed replaced within {TAKEOVER_MAX_S:g} s (takeover measured by the drill)":
+              bool(kills) and all(t is not None and t <= TAKEOVER_MAX_S for t in takeovers.values())}
+    figures: dict[str, Any] = {"takeover_s": takeovers}
+    n_kills = {s: sum(1 for c in kills if c["target"] == s) for s in ha["killed"]}
+    if "scores" in ha:
+        scores, changes = ha["scores"], ha["changes"]
+        score_keys = [(e.gpu_uuid, e.scored_at) for e in scores]
+        change_keys = [(e.gpu_uuid, e.changed_at, e.current) for e in changes]
+        broken = 0
+        last: dict[str, Any] = {}
+        for e in changes:
+            before = last.get(e.gpu_uuid)
+            if before is not None and e.previous != before:
+                broken += 1
+            last[e.gpu_uuid] = e.current
+        switches = _switches([e.source for e in scores])
+        figures["health"] = {"scores": len(scores), "state_changes": len(changes),
+                             "scores_twice": len(score_keys) - len(set(score_keys)),
+                             "changes_twice": len(change_keys) - len(set(change_keys)), "chain_breaks": broken,
+                             "publishers": sorted({e.source for e in scores}), "publisher_switches": switches,
+                             "every_sample_acknowledged": ha["health_drained"]}
+        h = figures["health"]
+        checks["health-scoring: no score or state change published twice"] = (
+            h["scores"] > 0 and h["scores_twice"] == 0 and h["changes_twice"] == 0)
+        checks["health-scoring: no state change lost (each GPU's changes chain)"] = broken == 0
+        checks["health-scoring: every sample on the bus scored and acknowledged"] = bool(ha["health_drained"])
+        checks["health-scoring: one publisher at a time"] = switches <= n_kills["health-scoring"]
+    if "forecasts" in ha:
+        fcs = ha["forecasts"]
+        keys: list[tuple[Any, ...]] = []
+        for e in fcs:
+            if isinstance(e, GpuUtilPredicted):
+                keys += [("gpu", e.node, e.step_s, e.issued_at, g.gpu_uuid, g.metric) for g in e.gpus]
+            else:
+                keys += [("demand", e.step_s, e.issued_at, s.metric, tuple(sorted(s.labels.items())))
+                         for s in e.series]
+        minutes = [e for e in fcs if isinstance(e, DemandPredicted) and e.step_s == 60.0]
+        origins = sorted({e.issued_at for e in minutes})
+        gaps = [round(b - a, 3) for a, b in itertools.pairwise(origins) if abs(b - a - 60.0) > 1e-3]
+        switches = _switches([e.source for e in minutes])
+        figures["forecasting"] = {"forecasts": len(fcs), "series_points": len(keys),
+                                  "twice": len(keys) - len(set(keys)), "demand_minutes": len(origins),
+                                  "demand_gaps": gaps[:10], "publishers": sorted({e.source for e in fcs}),
+                                  "publisher_switches": switches}
+        checks["forecasting: no forecast published twice"] = bool(keys) and len(keys) == len(set(keys))
+        checks["forecasting: no minute of demand lost (origins contiguous)"] = len(origins) > 1 and not gaps
+        checks["forecasting: one publisher at a time"] = switches <= n_kills["forecasting"]
+    if "usage" in ha:
+        usage = ha["usage"]
+        switches = _switches([e.source for e in usage])
+        figures["quota"] = {"usage_reports": len(usage), "publishers": sorted({e.source for e in usage}),
+                            "publisher_switches": switches}
+        checks["quota: one usage reporter at a time"] = bool(usage) and switches <= n_kills["quota"]
+    return checks, figures
 
 
 COLLECTOR_DURABLE = "telemetry-collector"
