@@ -28,6 +28,8 @@ from gpuaware.schemas.permissions import (
     IDENTITIES,
     LEASE_BUCKET,
     OPERATIONAL_ENDPOINTS,
+    QUOTA_ID,
+    QUOTA_LEASE_BUCKET,
     RECORDER_ID,
     SERVICE_IDENTITIES,
     TELEMETRY_COLLECTOR,
@@ -35,6 +37,7 @@ from gpuaware.schemas.permissions import (
     health_durable,
     permissions_for,
     placement_durable,
+    quota_admit_leader,
     recorder_durable,
     render_server_config,
 )
@@ -54,6 +57,7 @@ from gpuaware.services.telemetry.settings import AgentSettings, CollectorSetting
 def test_names_agree_with_the_services_defaults() -> None:
     assert PlacementSettings().durable == placement_durable("default")
     assert PlacementSettings().lease_bucket == LEASE_BUCKET
+    assert QuotaSettings().lease_bucket == QUOTA_LEASE_BUCKET
     assert BinderSettings().durable == BINDER_DURABLE
     assert CollectorSettings().durable == COLLECTOR_DURABLE
     assert OPERATIONAL_ENDPOINTS[TELEMETRY_COLLECTOR] == (COLLECTOR_STATS,)
@@ -89,6 +93,9 @@ def test_services_publish_only_contract_subjects_and_never_administer(identity: 
             assert ".STREAM.CREATE." not in subject or ".STREAM.CREATE.KV_" in subject, subject
             continue
         if head == "deadletter":
+            continue
+        if subject == quota_admit_leader("default"):  # quota.admit, relayed by a standby to its leader
+            assert identity == QUOTA_ID, subject
             continue
         base = base_subject(subject.removesuffix(".>"))
         assert base in MESSAGES or base in REQUESTS, f"{identity} publishes {subject}: not in the contract"

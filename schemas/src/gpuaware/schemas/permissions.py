@@ -102,6 +102,7 @@ __all__ = [
     "OPERATIONAL_ENDPOINTS",
     "PLACEMENT_ID",
     "QUOTA_ID",
+    "QUOTA_LEASE_BUCKET",
     "RECORDER_ID",
     "SERVICE_IDENTITIES",
     "TELEMETRY_AGENT",
@@ -115,6 +116,7 @@ __all__ = [
     "permissions_for",
     "placement_durable",
     "power_durable",
+    "quota_admit_leader",
     "recorder_durable",
     "render_server_config",
 ]
@@ -145,6 +147,7 @@ BINDER_DURABLE = "binder"
 LEASE_BUCKET = "placement-leader"
 HEALTH_LEASE_BUCKET = "health-scoring-leader"
 FORECASTING_LEASE_BUCKET = "forecasting-leader"
+QUOTA_LEASE_BUCKET = "quota-leader"
 
 JS_API = "$JS.API"
 ANY = ">"
@@ -153,6 +156,12 @@ ANY = ">"
 def placement_durable(cluster: str) -> str:
     """Placement's durable consumer of pending pods (``PlacementSettings.durable``)."""
     return consumer_name(PLACEMENT_ID, cluster)
+
+
+def quota_admit_leader(cluster: str) -> str:
+    """Where a quota standby relays the ``quota.admit`` requests it receives (the same request and reply):
+    only the instance holding its cluster's quota lease serves it, so one instance decides, never two."""
+    return f"{QUOTA_ADMIT}.leader.{cluster}"
 
 
 def recorder_durable(cluster: str) -> str:
@@ -331,11 +340,14 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                            allow_responses=True)
     if identity == QUOTA_ID:
         # follows the binder's pod events (what runs: the ledger, chargeback), answers quota.admit,
-        # publishes usage snapshots, asks forecasting.duration (backfill)
+        # publishes usage snapshots, asks forecasting.duration (backfill); two replicas share a lease
+        # (its KV bucket), and a standby relays quota.admit to the leader (quota.admit.leader.<cluster>)
         consumed = [s for f in (POD_PENDING, POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
-        pub = [*_event(QUOTA_USAGE_REPORTED), FORECAST_DURATION, *_js_base(), *_follow(BINDER),
-               *_dead_letters([*consumed, QUOTA_ADMIT])]
-        return Permissions(publish=_dedupe(pub), subscribe=_dedupe([_inbox(identity), *_micro(identity, [QUOTA_ADMIT])]),
+        leader = quota_admit_leader(cluster)
+        pub = [*_event(QUOTA_USAGE_REPORTED), FORECAST_DURATION, leader, *_js_base(), *_follow(BINDER),
+               *_kv(QUOTA_LEASE_BUCKET), *_dead_letters([*consumed, QUOTA_ADMIT, leader])]
+        return Permissions(publish=_dedupe(pub),
+                           subscribe=_dedupe([_inbox(identity), *_micro(identity, [QUOTA_ADMIT, leader])]),
                            allow_responses=True)
     if identity == FORECASTING:
         # follows its cluster's inventories (GPU models), one-minute rollups (a digital twin's samples) and

@@ -1,13 +1,16 @@
 """Quota handlers: decode (the bus), decide (``state.QuotaView`` over gpuaware.quota), publish, store.
 
     reads / serves                                           does
-    quota.admit (request/reply)                              admit / refuse with the reason / admit
-                                                             with a reclaim plan; reserves what it admits
+    quota.admit (request/reply, every instance)              the leader: admit / refuse with the reason /
+                                                             admit with a reclaim plan; reserves what it
+                                                             admits. A standby: relays it to the leader
+    quota.admit.leader.<cluster> (the leader only)           the leader answers what standbys relay
+    the lease: KV bucket quota-leader, key <cluster>         one leader per cluster (value: its instance)
     follow binder.pod.{pending,bound,bind_failed,preempted,finished}.v1[.>] (all, replayed on start)
                                                              the ledger (what runs, where, for whom;
                                                              what waits: each queue's demand);
                                                              chargeback intervals opened and closed
-    every report_interval_s                                  QuotaUsageReported (per queue: guaranteed,
+    every report_interval_s (the leader only)                QuotaUsageReported (per queue: guaranteed,
                                                              limit, used, fair share; Jain's index) ->
                                                              quota.usage.reported.v1.<cluster>, and
                                                              quota_usage rows
@@ -17,6 +20,29 @@ rebuilds the ledger exactly (each event carries its own time), and the interval 
 idempotent, so a restart neither forgets a running pod nor bills a second twice. ``quota.admit`` is
 answered only once the replay caught up (before that, a request waits for it, up to ``catch_up_s``),
 so a restarted quota cannot admit over a limit it has not re-read yet.
+
+Two replicas, one decides. Admission reserves capacity in the deciding instance's memory (an
+admitted pod counts against its queue until the binder reports it bound), so two instances that
+both decided would each admit up to a queue's limit: twice the limit. Hence only the holder of
+the lease (``bus.LeaderLease``, like placement's) decides. Every instance still serves
+``quota.admit`` in the service's queue group: a standby relays what it receives to
+``quota.admit.leader.<cluster>``, which only the leader subscribes to (from the end of its takeover
+until it steps down), so placement never finds "no responders" (which it would take as "admit
+everything") while one instance runs, and a request that arrives mid-takeover is held, up to
+``leader_wait_s``, until the new leader answers it. The leader stops deciding before its lease can be
+won elsewhere (it steps down first when it stops, and the lease's fence steps a cut-off holder down
+before the key expires), and a decision checks it still leads in the same event-loop step that
+reserves, so two instances never decide at once. Every instance follows the binder's stream all
+the time (a standby's ledger stays warm); a new leader first follows it up to now (``sync``: what
+the previous leader's admitted pods became, bound or gone, before it answers), then registers the
+leader endpoint (a NATS micro service named like the service, metadata ``role=leader``, ``term``,
+``instance``: ``$SRV.INFO.quota`` names the leader). What a takeover cannot rebuild is an admission
+the previous leader answered whose pod the binder has not bound yet: it counts again once its
+bind event arrives. A pod asked about again on the new leader is admitted once ("already
+admitted" when its bind was seen). Only the leader publishes usage reports (one per interval);
+every instance writes the chargeback intervals, which are idempotent, so a takeover loses none.
+Metrics: ``gpuaware_quota_leading``, ``..._admissions_answered`` (decided here),
+``..._admissions_relayed``, ``..._takeovers``, ``..._takeover_seconds``.
 
 The tree file is re-read when it changes (checked every report interval): a tree that does not
 validate -- cyclic, over-committed, negative or out-of-range amounts, unknown queues -- or cannot be
@@ -52,7 +78,9 @@ from gpuaware.schemas import (
     PodBound,
     PodPending,
     QuotaUsageReported,
+    quota_admit_leader,
 )
+from gpuaware.services.quota import __version__
 from gpuaware.services.quota.settings import OPEN_TREE, QuotaSettings
 from gpuaware.services.quota.state import POD_EVENT_TYPES, PodEvent, QuotaView, ended_at
 from gpuaware.services.quota.store import Writer
@@ -62,12 +90,19 @@ log = logging.getLogger(__name__)
 POD_EVENTS = [bus.event_channel(event_type) for event_type in POD_EVENT_TYPES]
 REPORTED = bus.event_channel(QuotaUsageReported)
 CATCH_UP_S = 30.0
+TAKEOVER_TRIES = 5
+"""failed tries in a row to follow the binder's stream up to now before a new leader gives the lease up"""
+CREATE_GRACE_S = 10.0
+"""how long a step-down waits for a leader endpoint still being created, to stop it"""
 
 
 class QuotaService:
-    def __init__(self, settings: QuotaSettings, js: Any, pool: Any, instance: str, *, clock: Any = time.time) -> None:
+    def __init__(self, settings: QuotaSettings, js: Any, pool: Any, instance: str, *, nc: Any = None,
+                 clock: Any = time.time) -> None:
         self.settings = settings
         self.js = js
+        self.nc = nc if nc is not None else js._nc
+        self.instance = instance
         self.pool = pool
         self.clock = clock
         self.source = f"{settings.service_name}/{instance}"
@@ -83,6 +118,21 @@ class QuotaService:
         self._lock = asyncio.Lock()
         self.queues: Any = None
         """the GPUQueue watch (``crd_tree.ConfigWatch``) in Kubernetes mode"""
+        self.lease: bus.LeaderLease | None = None
+        self.answering = asyncio.Event()
+        """set while this instance leads and has taken over: the one instance that decides admissions"""
+        self.leader_subject = quota_admit_leader(settings.cluster)
+        self.leader_service: Any = None
+        """the micro service answering ``leader_subject`` (metadata ``role=leader``) while leading"""
+        self._lead_task: asyncio.Task[None] | None = None
+        self._creating: asyncio.Future[Any] | None = None
+        self.answered = 0
+        """admissions this instance decided (as the leader), relayed ones included"""
+        self.relayed = 0
+        """admissions this instance received as a standby and the leader answered"""
+        self.takeovers = 0
+        self.takeover_s: float | None = None
+        """the last takeover: lease won -> answering (seconds)"""
 
     async def start(self) -> None:
         self.writer.start()
@@ -95,9 +145,16 @@ class QuotaService:
                                          with_suffixes=True, name="quota-pods")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.follower.caught_up.wait(), CATCH_UP_S)
+        s = self.settings
+        self.lease = bus.LeaderLease(self.js, s.lease_bucket, s.cluster, self.instance, ttl_s=s.lease_ttl_s,
+                                     poll_s=s.lease_poll_s, on_change=self._on_lease)
+        await self.lease.start()
         self._task = asyncio.create_task(self._report_loop(), name="quota report")
 
     async def stop(self) -> None:
+        await self._step_down()  # no longer answering before the key is handed over
+        if self.lease is not None:
+            await self.lease.stop(release=True)
         if self.queues is not None:
             await self.queues.stop()
         if self._task is not None:
@@ -126,18 +183,138 @@ class QuotaService:
             self.writer.closed(ended)
 
     async def admit(self, req: AdmitRequest) -> AdmitReply:
+        """``quota.admit``: decided here when this instance leads, else relayed to the leader."""
         if req.cluster != self.settings.cluster:
             raise bus.ServiceError(421, f"this quota instance serves cluster {self.settings.cluster}, not {req.cluster}")
-        if self.follower is not None and not self.follower.caught_up.is_set():
+        if self.answering.is_set():
+            return await self._decide(req)
+        return await self._relay(req)
+
+    async def _leader_admit(self, req: AdmitRequest) -> AdmitReply:
+        """``quota.admit.leader.<cluster>``: a standby's relayed request (503 once no longer leading)."""
+        if req.cluster != self.settings.cluster:
+            raise bus.ServiceError(421, f"this quota instance serves cluster {self.settings.cluster}, not {req.cluster}")
+        return await self._decide(req)
+
+    async def _relay(self, req: AdmitRequest) -> AdmitReply:
+        """A standby's answer: the leader's. While nobody leads (a takeover under way) the request is held,
+        up to ``leader_wait_s``, until a leader answers it -- this instance, should it win the lease."""
+        loop = asyncio.get_running_loop()
+        wait_s = self.settings.leader_wait_s
+        deadline = loop.time() + wait_s
+        while True:
+            if self.answering.is_set():
+                return await self._decide(req)
+            left = deadline - loop.time()
+            if left <= 0:
+                raise bus.TransientError(f"no quota leader answered within {wait_s:g}s", delay=1.0)
+            try:
+                reply = await bus.request(self.nc, self.leader_subject, req, AdmitReply, timeout=left)
+            except bus.NoResponders:
+                pass  # nobody leads right now: wait for a leader
+            except bus.RequestTimeout:
+                raise bus.TransientError(f"the quota leader did not answer within {wait_s:g}s", delay=1.0) from None
+            except bus.ServiceError as exc:
+                if exc.code != 503:  # the leader's answer, an error (as it would have been here)
+                    raise
+                # 503: it stepped down as the request came; ask whoever leads next
+            else:
+                self.relayed += 1
+                return reply
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.follower.caught_up.wait(), CATCH_UP_S)
+                await asyncio.wait_for(self.answering.wait(), min(left, self.settings.lease_poll_s))
+
+    async def _decide(self, req: AdmitRequest) -> AdmitReply:
+        """The leader's decision: reserves what it admits in this instance's ledger."""
         await self._tree_read()
+        if not self.answering.is_set():  # stepped down meanwhile: the next leader decides
+            raise bus.TransientError("this quota instance no longer leads", delay=0.2)
         reply = self.view.admit(req, self.clock())
+        self.answered += 1
         if not reply.admitted or reply.would_reclaim:
             log.info("quota.admit %s/%s queue %s: %s%s", req.pod.namespace, req.pod.pod_name, reply.queue,
                      "admitted " if reply.admitted else "refused ", reply.reason)
         return reply
 
+    # --- leadership ---------------------------------------------------------------------------------
+    async def _on_lease(self, leading: bool) -> None:
+        if leading:
+            self._lead_task = asyncio.create_task(self._lead(), name="quota takeover")
+            self._lead_task.add_done_callback(self._lead_ended)
+        else:
+            await self._step_down()
+
+    async def _lead(self) -> None:
+        """Take over: the binder's stream replayed and followed up to now (everything the previous leader
+        counted that reached the stream), then answer. Each try that fails is retried after a backoff;
+        ``TAKEOVER_TRIES`` failures in a row end the task and ``_lead_ended`` gives the lease up."""
+        won = time.monotonic()
+        follower = self.follower
+        backoff = bus.RetryPolicy(base=0.2, cap=2.0)
+        failures = 0
+        while follower is not None:
+            try:
+                await asyncio.wait_for(follower.caught_up.wait(), CATCH_UP_S)
+                if await follower.sync(timeout=CATCH_UP_S):
+                    break
+                raise TimeoutError(f"the binder's stream not followed up to now within {CATCH_UP_S:g}s")
+            except TimeoutError as exc:
+                failures += 1
+                if failures >= TAKEOVER_TRIES:
+                    raise
+                log.warning("quota takeover of cluster %s: %s (try %d of %d)", self.settings.cluster, exc or
+                            "the binder's stream not replayed", failures, TAKEOVER_TRIES)
+                await asyncio.sleep(backoff.delay(failures))
+        term = self.lease.term if self.lease is not None else 0
+        self._creating = creating = asyncio.ensure_future(bus.add_service(
+            self.nc, self.settings.service_name, __version__,
+            [bus.Endpoint(name="admit-leader", subject=self.leader_subject, request_type=AdmitRequest,
+                          handler=self._leader_admit)],
+            metadata={"instance": self.instance, "cluster": self.settings.cluster, "role": "leader",
+                      "term": str(term)}))
+        self.leader_service = await asyncio.shield(creating)  # cancelled: `_step_down` stops what it made
+        self._creating = None
+        self.answering.set()
+        self.takeovers += 1
+        self.takeover_s = time.monotonic() - won
+        log.info("quota leads cluster %s (term %d, instance %s): answering quota.admit, %.2f s after winning the "
+                 "lease", self.settings.cluster, term, self.instance, self.takeover_s)
+
+    def _lead_ended(self, task: asyncio.Task[None]) -> None:
+        """A takeover that failed gives the lease up, so a standby leads rather than nobody answering."""
+        if task.cancelled() or task is not self._lead_task:
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        log.error("quota takeover of cluster %s failed (%s: %s); giving the lease up so a standby takes over",
+                  self.settings.cluster, type(exc).__name__, exc)
+        if self.lease is not None and self.lease.leading:
+            self.lease.resign()
+
+    async def _step_down(self) -> None:
+        """Stop deciding at once (before the lease can be won elsewhere), then stop the leader endpoint."""
+        self.answering.clear()
+        task, self._lead_task = self._lead_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        creating, self._creating = self._creating, None
+        if creating is not None:  # the term ended while its endpoint was being made: it must not outlive it
+            with contextlib.suppress(Exception):
+                self.leader_service = await asyncio.wait_for(creating, CREATE_GRACE_S)
+        service, self.leader_service = self.leader_service, None
+        if service is not None:
+            with contextlib.suppress(Exception):
+                await service.stop()
+            log.info("quota of cluster %s: %s stepped down", self.settings.cluster, self.instance)
+
+    @property
+    def leading(self) -> bool:
+        return self.answering.is_set()
+
+    # --- reporting ----------------------------------------------------------------------------------
     async def report(self) -> QuotaUsageReported:
         r = self.view.report(self.clock())
         await bus.publish(self.js, REPORTED.at(self.settings.cluster), r,
@@ -203,6 +380,8 @@ class QuotaService:
                 self.reload()
             except Exception:  # reload refuses bad trees itself; this is a last guard for the loop
                 log.exception("quota tree reload failed; the running tree stays")
+            if not self.answering.is_set():
+                continue  # a standby: only the leader reports (one report per interval, not two)
             try:
                 await self.report()
             except Exception as exc:
@@ -214,7 +393,7 @@ async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endp
     pool = await tsdb.open_service_pool(settings.database_url, service=settings.service_name,
                                         env=settings.database_variable, max_size=settings.pool_size,
                                         timeout=settings.db_timeout_s)
-    service = QuotaService(settings, ctx.js, pool, ctx.instance_id)
+    service = QuotaService(settings, ctx.js, pool, ctx.instance_id, nc=ctx.nc)
     ctx.on_stop(service)
     await service.start()
     if on_service is not None:
@@ -228,6 +407,15 @@ def quota_samples(service: QuotaService) -> Iterable[Sample]:
     bounded) and fair share, pods pending; Jain's index over the queues asking; reclaims; refused trees."""
     yield counter("gpuaware_quota_trees_refused", "queue tree files refused (the running tree stayed)",
                   service.view.counts.get("tree_rejected", 0))
+    yield gauge("gpuaware_quota_leading", "1 while this instance holds the quota lease and answers", service.leading)
+    yield counter("gpuaware_quota_admissions_answered", "admissions this instance decided as the leader",
+                  service.answered)
+    yield counter("gpuaware_quota_admissions_relayed", "admissions this standby relayed to the leader",
+                  service.relayed)
+    yield counter("gpuaware_quota_takeovers", "times this instance won the lease and took over", service.takeovers)
+    if service.takeover_s is not None:
+        yield gauge("gpuaware_quota_takeover_seconds", "the last takeover: lease won -> answering",
+                    service.takeover_s)
     if service.queues is not None:
         verdicts = service.queues.objects.verdicts.values()
         yield gauge("gpuaware_quota_queue_objects_refused", "GPUQueue objects whose generation is refused",

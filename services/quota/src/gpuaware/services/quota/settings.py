@@ -18,6 +18,8 @@ Sample::
 
     GPUAWARE_QUOTA_TREE=deploy/quota/queues.yaml
     GPUAWARE_QUOTA_REPORT_INTERVAL_S=10
+
+Two replicas share one lease (``LEASE_BUCKET``, key: the cluster; ``handlers.py`` says who does what).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from msgspec import Meta
 
 from gpuaware.quota import QueueTree, QuotaConfigError, validate
 from gpuaware.runtime import DatabaseSettings, SettingsError
-from gpuaware.schemas import QUOTA_ID
+from gpuaware.schemas import QUOTA_ID, QUOTA_LEASE_BUCKET
 
 __all__ = ["OPEN_TREE", "QuotaSettings"]
 
@@ -55,9 +57,18 @@ class QuotaSettings(DatabaseSettings, frozen=True, kw_only=True):
     """a refused pod counts as its queue's demand (fair shares, Jain's index) this long after it asked"""
     max_preemptions_per_pod: Annotated[int, Meta(ge=0)] | None = 2
     """``crd`` mode: the tree's cap on preemptions per pod (a tree file says its own); ``null`` = no cap"""
+    lease_bucket: str = QUOTA_LEASE_BUCKET
+    """the NATS KV bucket of the quota leader's lease (key: the cluster; value: the holder's instance id)"""
+    lease_ttl_s: float = 3.0
+    """a leader that stops renewing (killed, cut off) loses the lease this long after its last renewal"""
+    lease_poll_s: float = 0.25
+    """how often a standby tries to win the lease"""
+    leader_wait_s: float = 5.0
+    """how long a standby holds an admission it relays while no leader answers (a takeover under way)"""
 
     def __post_init__(self) -> None:
-        self.require_positive("report_interval_s", "reservation_ttl_s", "pending_ttl_s")
+        self.require_positive("report_interval_s", "reservation_ttl_s", "pending_ttl_s", "lease_ttl_s", "lease_poll_s",
+                              "leader_wait_s")
         if self.tree_source == "crd" and self.tree:
             raise SettingsError("GPUAWARE_QUOTA_TREE names a file but GPUAWARE_QUOTA_TREE_SOURCE is crd (the tree is "
                                 "the cluster's GPUQueue objects): set one or the other")
