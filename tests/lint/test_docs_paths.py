@@ -36,6 +36,7 @@ EXTENSIONS = (".py", ".yaml", ".yml", ".json", ".md", ".txt", ".toml", ".html", 
 WRITTEN_BY = {
     "demo-out/report.html": "libs/cli/src/gpuaware/cli",
     "demo-out/report.json": "libs/cli/src/gpuaware/cli",
+    "bench/results/gpu-check.json": "bench/gpu_check.py",
 }
 """outputs the docs may name before they exist -> the source that writes them (it must name the file)"""
 FILE_FLAGS = ("-f", "--values", "--file")

@@ -16,7 +16,7 @@
     topo.nvlink_islands(), topo.numa_node(0), topo.island_ids("n1")
 
 Module docstrings explain each part: ``backend`` (the Protocol), ``frame`` (columnar samples),
-``events``, ``nvml``, ``dcgm``, ``topology``, ``simulated`` (+ ``traces``, ``faults``, ``models``).
+``events``, ``nvml`` (+ ``nvml_support``: why a metric is empty on a board), ``dcgm``, ``topology``, ``simulated`` (+ ``traces``, ``faults``, ``models``).
 GPU models come from the one catalog, ``gpuaware.schemas.gpus``, shared with placement and the twin.
 """
 
@@ -35,6 +35,7 @@ from gpuaware.gpu.faults import EccErrorGrowth, Fault, PowerCap, ThermalRunaway,
 from gpuaware.gpu.frame import COLUMNS, ColumnSpec, GpuFrame
 from gpuaware.gpu.models import MODELS, GpuModel, find_model, model
 from gpuaware.gpu.nvml import NvmlBackend
+from gpuaware.gpu.nvml_support import NOT_FROM_NVML, NVML_QUERIES, nvml_answers
 from gpuaware.gpu.simulated import FleetNode, FleetSpec, PodLoad, PodShare, SimulatedFleet, SimulatedNode
 from gpuaware.gpu.topology import Topology, parse_topo_matrix
 from gpuaware.gpu.traces import (
@@ -51,6 +52,8 @@ __all__ = [
     "APPLICATION_XIDS",
     "COLUMNS",
     "MODELS",
+    "NOT_FROM_NVML",
+    "NVML_QUERIES",
     "Clock",
     "ColumnSpec",
     "DcgmEntity",
@@ -88,6 +91,7 @@ __all__ = [
     "load_gentd26",
     "load_helios",
     "model",
+    "nvml_answers",
     "parse_dcgm_metrics",
     "parse_topo_matrix",
     "render_dcgm_metrics",
