@@ -99,6 +99,13 @@ bench-extender: $(STAMP)
 bench-soak: $(STAMP)
 	$(PY) bench/soak.py
 
+# on a GPU node: the telemetry agent on NVML for 60 s (every metric of the contract present or explained),
+# checkpoint save and restore of about 1 GB on CUDA, the forecast step; writes bench/results/gpu-check.json
+# (without an NVIDIA GPU: that it skipped, and why; exit 0)
+.PHONY: gpu-check
+gpu-check: $(STAMP)
+	$(PY) bench/gpu_check.py
+
 up: $(STAMP)
 	$(VENV)/bin/gpuaware up
 
