@@ -243,8 +243,15 @@ async def test_placement_consumes_pending_decides_leads_and_explains(connect_as:
         service = await bus.add_service(nc, PLACEMENT_ID, "0.0.1", [bus.Endpoint(
             name="explain", subject=PLACEMENT_EXPLAIN, request_type=Note, handler=_echo)])
         try:
-            reply = await bus.request(admin, PLACEMENT_EXPLAIN, Note(text="why?"), Note, timeout=2.0)
-            assert reply.text == "why?"
+            # asked until answered: on a loaded machine the first ask, moments after the endpoint's
+            # subscription was flushed, has now and then found no responder yet
+            reply = None
+            for _ in range(10):
+                with contextlib.suppress(bus.NoResponders):
+                    reply = await bus.request(admin, PLACEMENT_EXPLAIN, Note(text="why?"), Note, timeout=2.0)
+                    break
+                await asyncio.sleep(0.2)
+            assert reply is not None and reply.text == "why?"
             ping = await admin.request(f"$SRV.PING.{PLACEMENT_ID}", b"", timeout=2.0)
             assert msgspec.json.decode(ping.data)["name"] == PLACEMENT_ID
         finally:
