@@ -258,13 +258,17 @@ class ChaosRunner:
         log.warning("chaos: a second %s started (pid %s)", service, proc.pid)
 
     def _instance(self, service: str, holder: str) -> ServiceProcess | None:
-        """The process whose instance id is ``holder``: the standby's is set, the first's is
-        ``<host>-<pid>`` (`gpuaware.runtime`'s default)."""
+        """The process whose instance id is ``holder``: the standby's is set, the first's is its
+        ``<PREFIX>INSTANCE_ID`` when set (the demo sets it), else ``<host>-<pid>`` (`gpuaware.runtime`'s
+        default)."""
         standby = self.standbys.get(service)
         if standby is not None and holder == f"{service}-standby":
             return standby
         first = self.find(service)
-        if first is not None and first.pid is not None and holder.rsplit("-", 1)[-1] == str(first.pid):
+        if first is None:
+            return None
+        own = first.env.get(f"{process_named(service).env_prefix}INSTANCE_ID")
+        if own == holder or (not own and first.pid is not None and holder.rsplit("-", 1)[-1] == str(first.pid)):
             return first
         return None
 

@@ -328,12 +328,12 @@ async def ha_ledger(js: bus.JetStream, cluster: str, killed: list[str], say: Cal
             say(f"health-scoring did not catch up: {exc}")
             out["health_drained"] = False
         events = await _patiently(lambda: _stored_events(
-            js, ALERTS.name, [bus.event_channel(GpuScored).under(cluster), bus.event_channel(GpuStateChanged).under(cluster)]))
+            js, ALERTS.name, [bus.event_channel(GpuScored).at(cluster), bus.event_channel(GpuStateChanged).at(cluster)]))
         out["scores"] = [e for e in events if isinstance(e, GpuScored)]
         out["changes"] = [e for e in events if isinstance(e, GpuStateChanged)]
     if "forecasting" in killed:
         out["forecasts"] = await _patiently(lambda: _stored_events(
-            js, FORECAST.name, [bus.event_channel(GpuUtilPredicted).under(cluster),
+            js, FORECAST.name, [bus.event_channel(GpuUtilPredicted).at(cluster),
                                 bus.event_channel(DemandPredicted).at(cluster)]))
     if "quota" in killed:
         out["usage"] = await _patiently(lambda: _stored_events(
