@@ -472,12 +472,13 @@ def check(args: argparse.Namespace,
     after = run("probe", args, lim["probe"])
     before_modes = {g["uuid"]: g["mig_mode"] for g in first["gpus"]}
     after_modes = {g["uuid"]: g["mig_mode"] for g in after.get("gpus", [])}
-    report["mig"] = {"modes": before_modes, "unchanged": after_modes == before_modes,
-                     "read_again_at_the_end": after_modes}
+    report["mig"] = {"modes": before_modes,
+                     "unchanged": after_modes == before_modes if after.get("status") == "ok" else None,
+                     "read_again_at_the_end": after_modes if after.get("status") == "ok" else after}
     parts = [report[p].get("status") for p in PARTS[1:]] + [report["contract"]["status"]]
     bad = [p for p, s in zip((*PARTS[1:], "contract"), parts, strict=True) if s not in ("ok", "skipped")]
-    if not report["mig"]["unchanged"]:
-        bad.append("mig")
+    if report["mig"]["unchanged"] is not True:
+        bad.append("mig" if report["mig"]["unchanged"] is False else "mig (not read again)")
     report["status"] = "failed" if bad else "ok"
     if bad:
         report["reason"] = f"not ok: {', '.join(bad)}"

@@ -167,6 +167,9 @@ def test_the_report_of_a_gpu_machine_and_a_mig_mode_that_changed(tmp_path: Path)
     probes[:] = [probed, changed]
     report = gpu_check.check(args_for(tmp_path / "r.json"), run=run)
     assert report["status"] == "failed" and report["reason"] == "not ok: mig"
+    probes[:] = [probed, {"status": "timed_out", "limit_s": 120.0}]
+    report = gpu_check.check(args_for(tmp_path / "r.json"), run=run)
+    assert report["mig"]["unchanged"] is None and report["reason"] == "not ok: mig (not read again)"
 
 
 def test_a_part_that_hangs_is_killed_and_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
