@@ -28,7 +28,7 @@ import aiohttp
 
 from gpuaware import bus
 from gpuaware.alerting import Forwarder, WebhookBatch, WebhookError, from_webhook, parse_notification
-from gpuaware.runtime import redact_url
+from gpuaware.runtime import redact_url, supervise
 from gpuaware.schemas import ALERTS, AlertRaised, AlertResolved, subject_token
 from gpuaware.services.alert_bridge.settings import AlertBridgeSettings
 
@@ -69,8 +69,8 @@ class AlertBridge:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._follower.caught_up.wait(), self.settings.catch_up_s)
         self.forwarder.resend()  # what was open before this process started
-        self._tasks = [asyncio.create_task(self._send_loop(), name="alertmanager sender"),
-                       asyncio.create_task(self._resend_loop(), name="alertmanager resend")]
+        self._tasks = [supervise("alertmanager sender", self._send_loop),
+                       supervise("alertmanager resend", self._resend_loop)]
         self._wake.set()
         log.info("alert bridge: %d open alerts, posting to %s", len(self.forwarder.alerts.open), redact_url(self.url))
         return self

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuaware import bus
-from gpuaware.runtime import Mount, Sample, ServiceContext, consumer_samples, counter
+from gpuaware.runtime import Mount, Sample, ServiceContext, consumer_samples, counter, supervise
 from gpuaware.schemas import (
     BINDER,
     PLACEMENT,
@@ -92,7 +92,7 @@ class WorldLoop:
 
     def __init__(self, world: World, binder: Binder) -> None:
         self._stop = asyncio.Event()
-        self._task = asyncio.create_task(self._run(world, binder), name="binder world loop")
+        self._task = supervise("binder world loop", lambda: self._run(world, binder), until=self._stop.is_set)
 
     async def _run(self, world: World, binder: Binder) -> None:
         while not self._stop.is_set():

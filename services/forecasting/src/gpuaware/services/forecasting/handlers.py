@@ -87,6 +87,7 @@ async def mount(ctx: ServiceContext, *, on_service: Callable[[ForecastService], 
         return service.duration(req)
 
     ctx.metrics.source(lambda: forecasting_samples(service))
+    ctx.metrics.source(service.model_alarm.samples)
     return [bus.Endpoint(name="duration", subject=FORECAST_DURATION, request_type=DurationRequest, handler=duration),
             bus.Endpoint(name="stats", subject=FORECASTING_STATS, request_type=StatsRequest, handler=stats)]
 

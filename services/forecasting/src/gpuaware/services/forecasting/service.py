@@ -39,6 +39,7 @@ from gpuaware.forecast import (
     StreamingModel,
 )
 from gpuaware.forecast import fingerprint as job_fingerprint
+from gpuaware.runtime import ReloadAlarm, supervise
 from gpuaware.schemas import (
     BINDER,
     FORECAST,
@@ -113,6 +114,11 @@ class ForecastService:
         self.pool = pool
         self.instance = instance
         self.source = f"{settings.service_name}/{instance}"
+        self.model_alarm = ReloadAlarm(js, config="model registry", service=settings.service_name,
+                                       cluster=settings.cluster, source=self.source)
+        """a registry poll that failed, or a newest model refused, counted and alerted until one serves"""
+        self.refused: dict[str, str] = {}
+        """slot -> why its newest registry version was refused (the one served before stays)"""
         self.scaled = settings.time_scale != 1.0
         """the GPUs live faster than their telemetry's clock (a twin): windows from samples, not rollups"""
         self.close_lag = SAMPLE_GRACE_S * settings.time_scale if self.scaled else 0.0
@@ -183,12 +189,15 @@ class ForecastService:
         except ModelError as exc:
             log.warning("registry model %s refused: %s", entry.label, exc)
             self.versions[slot] = entry.version  # not retried until a newer version appears
+            self.refused[slot] = f"registry model {entry.label} refused: {exc}"
+            self.model_alarm.failed(self.refused[slot])
             if self.servers[slot].model is None:
                 self._swap(slot, Server(None, entry.label, unusable=f"{entry.label} unusable: {exc}",
                                         time_scale=scale, quantiles=QUANTILES[slot], band_window=BAND_WINDOW[slot],
                                         band_every=BAND_EVERY[slot]))
             return False
         self.versions[slot] = entry.version
+        self.refused.pop(slot, None)
         self._swap(slot, Server(model, entry.label, drift_halflife=st.drift_halflife,
                                 drift_min_points=st.drift_min_points, drift_margin=st.drift_margin,
                                 time_scale=scale, quantiles=QUANTILES[slot], band_window=BAND_WINDOW[slot],
@@ -216,8 +225,11 @@ class ForecastService:
             await asyncio.sleep(self.settings.reload_s)
             try:
                 await self.reload()
-            except Exception as exc:  # the registry unreachable: keep serving what is loaded
-                log.warning("model registry poll failed: %s: %s", type(exc).__name__, exc)
+            except Exception as exc:  # the registry unreachable, or any other failure: keep serving what is loaded
+                self.model_alarm.failed(exc)
+            else:
+                if not self.refused:
+                    self.model_alarm.succeeded()
 
     # --- rollups -------------------------------------------------------------------------------------
 
@@ -494,7 +506,7 @@ class ForecastService:
             await self.reload()
         except Exception as exc:
             log.warning("model registry unreadable at start (serving persistence): %s", exc)
-        self._reloader = asyncio.create_task(self._reload_loop())
+        self._reloader = supervise("forecasting reload", self._reload_loop)
         self.follower = await bus.follow(self.js, [INVENTORY.at(self.settings.cluster), ROLLED.at(self.settings.cluster)],
                                          self._on_telemetry, stream=TELEMETRY.name, deliver="all",
                                          with_suffixes=True, name="forecasting-rollups")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaware import bus
 from gpuaware.placement import ForecastHeadroom, SignalEffect, warm_up
-from gpuaware.runtime import ServiceContext
+from gpuaware.runtime import ReloadAlarm, ServiceContext
 from gpuaware.schemas import (
     ALERTS,
     BINDER,
@@ -95,6 +95,11 @@ class PlacementService:
         self.latency = ctx.metrics.histogram("gpuaware_placement_decision_latency_seconds",
                                              "a pending pod's event emitted -> its decision sent")
         ctx.metrics.source(lambda: placement_samples(self))
+        self.policy_alarm = ReloadAlarm(self.js, config="placement policy", service=s.service_name, cluster=s.cluster,
+                                        source=self.source)
+        """a GPUPolicy profile that failed to apply counted and alerted; resolved by the next one applied"""
+        ctx.metrics.source(self.policy_alarm.samples)
+        self._policy_in_force: tuple[str, dict[str, Any]] = (s.policy_name, dict(s.policy_config))
         typical = convert.typical_from_file(s.typical_pods_file) if s.typical_pods_file else None
         self.forecast_effect = SignalEffect("forecast")
         """how often the forecasts decided a placement (exported as gpuaware_placement_forecast_*)"""
@@ -172,7 +177,7 @@ class PlacementService:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(inv.caught_up.wait(), 30.0)
         if s.world_snapshot and not await self._world_sync(quiet=False):
-            self._world_task = asyncio.create_task(self._world_retry(), name="placement world snapshot")
+            self._world_task = self.ctx.supervise("placement world snapshot", self._world_retry, until=lambda: True)
         self.state.ensure_cluster()
         self.followers += [
             await bus.follow(self.js, [HEALTH, SCORED], self._on_event, stream=ALERTS.name, with_suffixes=True,
@@ -200,7 +205,7 @@ class PlacementService:
                                     ttl_s=s.lease_ttl_s, poll_s=s.lease_poll_s, on_change=self._on_lease)
         self.lease = lease
         await lease.start()
-        self._report_task = asyncio.create_task(self._report(), name="placement report")
+        self._report_task = self.ctx.supervise("placement report", self._report)
 
     async def stop(self) -> None:
         """Stop deciding (in-flight pods finish), hand the lease over, stop following."""
@@ -218,15 +223,26 @@ class PlacementService:
 
     def use_profile(self, profile: dict[str, Any] | None) -> None:
         """Kubernetes mode: the followed GPUPolicy's profile (None: it is gone or never validated, so the
-        settings' policy applies); the settings' queue order joins it unless it names one."""
+        settings' policy applies); the settings' queue order joins it unless it names one. A profile that
+        fails to apply, whatever the exception, is refused: the last one in force stays (and is alerted)."""
         s = self.settings
-        if profile is None:
-            name, config = s.policy_name, s.policy_config
-        else:
-            name, config = f"GPUPolicy/{s.policy_object}", dict(profile)
-            if s.queue_sort is not None:
-                config.setdefault("queue_sort", s.queue_sort)
-        self.state.use_policy(name, config)
+        try:
+            if profile is None:
+                name, config = s.policy_name, dict(s.policy_config)
+            else:
+                name, config = f"GPUPolicy/{s.policy_object}", dict(profile)
+                if s.queue_sort is not None:
+                    config.setdefault("queue_sort", s.queue_sort)
+            self.state.use_policy(name, config)
+        except Exception as exc:  # called on the event loop by the watch: raising would only be logged there
+            self.policy_alarm.failed(exc)
+            try:  # what failed may have half-replaced it
+                self.state.use_policy(*self._policy_in_force)
+            except Exception:
+                log.exception("placement: restoring policy %s failed", self._policy_in_force[0])
+            return
+        self._policy_in_force = (name, config)
+        self.policy_alarm.succeeded()
         log.info("placement decides with %s from now on", name)
 
     @property
@@ -264,9 +280,9 @@ class PlacementService:
                 max_deliver=s.pending_max_deliver, max_ack_pending=s.pending_max_ack_pending,
                 batch=s.pending_batch, poll=0.5, retry=bus.RetryPolicy(base=0.5, cap=10.0)),
             lambda consumer: consumer.stop()))
-        self._retry_task = asyncio.create_task(self._retry_loop(), name="placement retry")
+        self._retry_task = self.ctx.supervise("placement retry", self._retry_loop)
         if s.power_planner:
-            self._power_task = asyncio.create_task(self._power_loop(), name="placement power")
+            self._power_task = self.ctx.supervise("placement power", self._power_loop)
         self._retry_event.set()  # look at the parked pods a previous leader left
         self.quota.recheck_parked()  # and ask quota about them again (reclaim plans, quota_permit.py)
         log.info("placement leads cluster %s: %d nodes, %d parked pods", s.cluster, self.state.num_nodes,

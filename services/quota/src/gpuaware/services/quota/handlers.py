@@ -69,7 +69,7 @@ from typing import Any
 
 from gpuaware import bus, tsdb
 from gpuaware.quota import QueueTree, QuotaConfigError, validate
-from gpuaware.runtime import Sample, ServiceContext, counter, gauge
+from gpuaware.runtime import ReloadAlarm, Sample, ServiceContext, counter, gauge, supervise
 from gpuaware.schemas import (
     BINDER,
     QUOTA_ADMIT,
@@ -113,6 +113,9 @@ class QuotaService:
         self.reports = 0
         self.last_report: QuotaUsageReported | None = None
         self.last_tree_error = ""
+        self.tree_alarm = ReloadAlarm(js, config="quota tree", service=settings.service_name, cluster=settings.cluster,
+                                      source=self.source)
+        """a refused tree (file or GPUQueues) counted and alerted; resolved by the next tree in force"""
         self._tree_mtime = Path(settings.tree).stat().st_mtime_ns if settings.tree else None
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
@@ -149,7 +152,7 @@ class QuotaService:
         self.lease = bus.LeaderLease(self.js, s.lease_bucket, s.cluster, self.instance, ttl_s=s.lease_ttl_s,
                                      poll_s=s.lease_poll_s, on_change=self._on_lease)
         await self.lease.start()
-        self._task = asyncio.create_task(self._report_loop(), name="quota report")
+        self._task = supervise("quota report", self._report_loop)
 
     async def stop(self) -> None:
         await self._step_down()  # no longer answering before the key is handed over
@@ -334,9 +337,18 @@ class QuotaService:
                           "warnings); answering with the tree in force", CATCH_UP_S)
 
     def use_tree(self, tree: QueueTree | None) -> None:
-        """Kubernetes mode: the tree the GPUQueues make now (None: none accepted, every queue open)."""
-        tree = tree if tree is not None else validate(OPEN_TREE)
-        lost = self.view.replace_tree(tree)
+        """Kubernetes mode: the tree the GPUQueues make now (None: none accepted, every queue open). One
+        that fails to apply, whatever the exception, is refused and the running tree stays."""
+        try:
+            tree = tree if tree is not None else validate(OPEN_TREE)
+            lost = self.view.replace_tree(tree)
+        except Exception as exc:  # called on the event loop by the watch: raising would only be logged there
+            self.view.counts["tree_rejected"] += 1
+            self.last_tree_error = f"{type(exc).__name__}: {exc}"
+            self.tree_alarm.failed(exc)
+            return
+        self.last_tree_error = ""
+        self.tree_alarm.succeeded()
         log.info("quota tree from GPUQueues: %d queues (%s); %d running pods lost their queue", len(tree.specs),
                  ", ".join(sorted(tree.specs)), lost)
 
@@ -365,12 +377,14 @@ class QuotaService:
                 reason = f"{type(exc).__name__}: {exc}"
             else:
                 self.last_tree_error = ""
+                self.tree_alarm.succeeded()
                 log.info("quota tree %s reloaded (%d queues; %d running pods lost their queue)", path,
                          len(tree.specs), lost)
                 return True
         self.view.counts["tree_rejected"] += 1
         self.last_tree_error = reason
         log.error("quota tree %s refused, the running tree stays: %s", path, reason)
+        self.tree_alarm.failed(reason)
         return False
 
     async def _report_loop(self) -> None:
@@ -399,6 +413,7 @@ async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endp
     if on_service is not None:
         on_service(service)
     ctx.metrics.source(lambda: quota_samples(service))
+    ctx.metrics.source(service.tree_alarm.samples)
     return [bus.Endpoint(name="admit", subject=QUOTA_ADMIT, request_type=AdmitRequest, handler=service.admit)]
 
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuaware.quota import Interval
+from gpuaware.runtime import supervise
 from gpuaware.schemas import QuotaUsageReported
 from gpuaware.services.quota.state import Ended
 
@@ -69,7 +70,7 @@ class Writer:
         self.wake.set()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="quota writer")
+        self._task = supervise("quota writer", self._run)
 
     async def _run(self) -> None:
         while True:

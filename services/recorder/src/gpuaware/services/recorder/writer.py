@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaware import bus, tsdb
+from gpuaware.runtime import supervise
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class RowWriter:
         self._full = asyncio.Event()
         self._closing = False
         self._failing_since: float | None = None
-        self._task = asyncio.create_task(self._run(), name="placement-events-writer")
+        self._task = supervise("placement-events-writer", self._run, until=lambda: self._closing)
 
     def submit(self, rows: Sequence[tsdb.PlacementEvent]) -> asyncio.Future[None]:
         """Queue rows for the next COPY; the future resolves when they are committed (or fails with the

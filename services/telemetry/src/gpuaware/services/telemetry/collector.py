@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuaware import bus, tsdb
+from gpuaware.runtime import supervise
 from gpuaware.schemas import GpuRolledUp, GpuSampled, RollupWindow
 from gpuaware.services.telemetry.settings import CollectorSettings
 from gpuaware.telemetry import WIDTH_S, WindowClock, rollup_messages, rollup_msg_id, to_columns
@@ -83,7 +84,7 @@ class SampleWriter:
         self._slots = asyncio.Semaphore(self.writers)
         self._inflight: set[asyncio.Task[None]] = set()
         self._closing = False
-        self._task = asyncio.create_task(self._run(), name="sample-writer")
+        self._task = supervise("sample-writer", self._run, until=lambda: self._closing)
 
     def submit(self, batch: GpuSampled) -> asyncio.Future[None]:
         """Queue a batch; the future resolves when its rows are committed (or fails with the error)."""
@@ -213,7 +214,7 @@ class Maintenance:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="telemetry-maintenance")
+        self._task = supervise("telemetry-maintenance", self._loop, until=self._stop.is_set)
 
     async def stop(self) -> None:
         self._stop.set()

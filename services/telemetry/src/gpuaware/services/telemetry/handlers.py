@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuaware import bus, tsdb
-from gpuaware.runtime import Sample, ServiceContext, consumer_samples, counter, gauge
+from gpuaware.runtime import Sample, ServiceContext, consumer_samples, counter, gauge, supervise
 from gpuaware.schemas import (
     COLLECTOR_STATS,
     CollectorStats,
@@ -86,7 +86,7 @@ class CollectorHandlers:
         then what it upserted), without their ``updated_at``"""
         self._reload: asyncio.Future[None] | None = None
         self._reloaded_at = 0.0
-        self._heartbeat_task = asyncio.create_task(self._heartbeat(), name="telemetry-in-progress")
+        self._heartbeat_task = supervise("telemetry-in-progress", self._heartbeat)
 
     async def load_inventory(self) -> None:
         """What the database knows: announced before this collector started, or handled by another
