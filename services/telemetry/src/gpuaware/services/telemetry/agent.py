@@ -51,7 +51,7 @@ from gpuaware.gpu import (
     SimulatedFleet,
     system_clock,
 )
-from gpuaware.runtime import Sample, counter
+from gpuaware.runtime import Sample, counter, supervise
 from gpuaware.schemas import (
     TELEMETRY_AGENT,
     GpuSampled,
@@ -320,7 +320,7 @@ class AgentRunner:
 
     async def start(self) -> None:
         await self.agent.start()
-        self._task = asyncio.create_task(self.agent.run(self._stop), name="telemetry-agent")
+        self._task = supervise("telemetry-agent", lambda: self.agent.run(self._stop), until=self._stop.is_set)
 
     async def stop(self) -> None:
         self._stop.set()
