@@ -83,7 +83,7 @@ from gpuaware.schemas.placement import (
 from gpuaware.schemas.pods import POD_PENDING
 from gpuaware.schemas.quota import QUOTA_ADMIT, QUOTA_USAGE_REPORTED
 from gpuaware.schemas.streams import ALERTS, BINDER, FORECAST, PLACEMENT, STREAMS, TELEMETRY, StreamSpec
-from gpuaware.schemas.subjects import consumer_name
+from gpuaware.schemas.subjects import consumer_name, subject_token
 from gpuaware.schemas.telemetry import GPU_ROLLED_UP, GPU_SAMPLED
 from gpuaware.schemas.usage import POD_USAGE_REPORTED
 from gpuaware.schemas.world import WORLD_SNAPSHOT
@@ -161,7 +161,7 @@ def placement_durable(cluster: str) -> str:
 def quota_admit_leader(cluster: str) -> str:
     """Where a quota standby relays the ``quota.admit`` requests it receives (the same request and reply):
     only the instance holding its cluster's quota lease serves it, so one instance decides, never two."""
-    return f"{QUOTA_ADMIT}.leader.{cluster}"
+    return f"{QUOTA_ADMIT}.leader.{subject_token(cluster)}"
 
 
 def recorder_durable(cluster: str) -> str:
