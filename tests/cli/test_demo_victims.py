@@ -111,7 +111,7 @@ def test_summary_html_and_terminal_show_the_price_of_fairness(tmp_path: Path, mo
     # on _result's 2 GPUs the hour is contended (3.4 GPUs wanted on average); both tenants get their fair 1
     assert "Worst tenant's share of its fair share: gpuaware 1.00 (a; Jain 1.00 over 2 tenants, 1 contended" in line
     rows = dict(price_of_fairness_rows(a))
-    assert rows["elastic resizes: grows / shrinks"] == "1 / 1" and rows["victims' slowdown p50 / p95"] == "1.41 / 1.41"
+    assert rows["elastic resizes: grows / shrinks"] == "1 / 1" and rows["victims' slowdown p50 / p95"] == "1.412 / 1.412"
     cmp_ = compare(ours, base, a, b)
     assert cmp_["victims_jct_over_baseline_jct"] == {"jobs": 1, "p50": 1.0, "p95": 1.0}  # the same run twice
     for r in (a, b):

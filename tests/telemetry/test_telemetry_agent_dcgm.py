@@ -164,7 +164,6 @@ async def test_scrapes_run_together_and_off_the_loop(nats_proc) -> None:
             await ensure_streams(js)
             clock = ManualClock(T0)
             agent = Agent(settings, js, make_backends(settings, clock=clock)[0], clock=clock, instance="test")
-            await agent.start()
 
             async def spin() -> None:
                 while True:
@@ -172,6 +171,7 @@ async def test_scrapes_run_together_and_off_the_loop(nats_proc) -> None:
                     turns[0] += 1
 
             spinner = asyncio.create_task(spin())
+            await agent.start()  # waits for the four targets to answer (their inventories, scraped together)
             await agent.tick(clock.now)
             spinner.cancel()
             await agent.stop()

@@ -50,6 +50,7 @@ from gpuaware import bus, tsdb
 from gpuaware.cli.demo_analysis import busiest_window, forecast_ab, rebuild_workload
 from gpuaware.cli.demo_config import NO_FORECASTS, DemoConfig, Interrupted, RunSpec, nats_admin, nats_login
 from gpuaware.cli.demo_console import LiveView, console, print_report, with_live
+from gpuaware.cli.demo_format import plain
 from gpuaware.cli.demo_record import RunResult, SubjectCounter
 from gpuaware.cli.demo_report import (
     write_html,
@@ -440,7 +441,10 @@ def _finish(cfg: DemoConfig, report: dict[str, Any], results: dict[str, RunResul
         write_pods_csv(cfg.out / f"pods-{label}.csv", r, workload)
         write_jobs_csv(cfg.out / f"jobs-{label}.csv", r, workload, cfg.window_s)
     plots = write_plots(cfg.out, [a, b], full, cfg.window_s / 3600)
-    (cfg.out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    (cfg.out / "report.json").write_text(json.dumps(plain(report), indent=2, default=str, allow_nan=False))
     write_html(cfg.out / "report.html", report, plots)
     print_report(report, a, b, plots, cfg)
+    if not report["judgeable"]:
+        console.print("[bold yellow]the demo could not judge this run[/bold yellow] (report.json: "
+                      "\"judgeable\": false, \"reasons\"); run it longer or on a quieter machine")
     return bool(report["ok"])

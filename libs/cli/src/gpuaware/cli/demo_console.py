@@ -15,6 +15,7 @@ from rich.table import Table
 from gpuaware.cli.demo_alerts import describe_alerting
 from gpuaware.cli.demo_config import DemoConfig, RunSpec
 from gpuaware.cli.demo_forecast import HORIZON_COLUMNS, SERIES_COLUMNS, horizon_rows, series_rows
+from gpuaware.cli.demo_format import human
 from gpuaware.cli.demo_record import RunLog, RunResult, SubjectCounter
 from gpuaware.cli.demo_report import price_of_fairness_rows
 
@@ -81,16 +82,18 @@ async def with_live(view: LiveView, make: Callable[[], Awaitable[RunResult]]) ->
 def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], plots: list[Path],
                   cfg: DemoConfig) -> None:
     console.rule("report")
-    console.print(report["summary"])
+    if report.get("judgeable") is False:
+        console.print("[bold red]NOT JUDGEABLE[/bold red]: no comparison is claimed from this run. Why:")
+        for reason in report.get("reasons") or []:
+            console.print(f"  - {reason}", markup=False)
+    console.print(report["summary"], markup=False)
     t = Table(title="gpuaware vs stock Kubernetes (same workload, same services)")
     t.add_column("")
     t.add_column(f"gpuaware ({a['policy']})", justify="right")
     t.add_column(f"baseline ({b['policy']})", justify="right")
 
     def row(name: str, x: Any, y: Any) -> None:
-        def f(v: Any) -> str:
-            return ("n/a" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v)))
-        t.add_row(name, f(x), f(y))
+        t.add_row(name, human(x), human(y))
 
     row("allocation, time-weighted (asked compute held)", a["allocation"]["mean"], b["allocation"]["mean"])
     row("GPUs occupied, time-weighted", a["allocation"]["occupied_mean"], b["allocation"]["occupied_mean"])
@@ -178,7 +181,7 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
     for k, ok in report["invariants"].items():
         inv.add_row(k, "[green]ok[/green]" if ok else "[red]FAILED[/red]")
     for k, ok in report["outcomes"].items():
-        inv.add_row(f"outcome: {k}", "[green]yes[/green]" if ok else "[yellow]no[/yellow]")
+        inv.add_row(f"outcome: {k}", "not judged" if ok is None else "[green]yes[/green]" if ok else "[yellow]no[/yellow]")
     console.print(inv)
     svc = Table(title="services")
     svc.add_column("service")

@@ -14,8 +14,11 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
+
+from gpuaware.cli.demo_format import NO_DATA, human
 
 __all__ = ["render_panels"]
 
@@ -81,18 +84,23 @@ def _draw(plt: Any, p: Any, cols: list[str], rows: list[tuple]) -> Any:
             xs, ys = series.setdefault(str(d.get("metric", value)), ([], []))
             xs.append(d["time"])
             ys.append(_number(d[value]))
-        for name, (xs, ys) in sorted(series.items())[:12]:
+        drawable = {name: xy for name, xy in series.items() if len(xy[0]) >= 2}
+        for name, (xs, ys) in sorted(drawable.items())[:12]:
             ax.plot(xs, ys, linewidth=1.0, label=name)
-        if 1 < len(series) <= 12:
+        if 1 < len(drawable) <= 12:
             ax.legend(fontsize=6, loc="upper left")
         ax.set_ylabel(value, fontsize=8)
         ax.tick_params(labelsize=7)
-        if not rows:
-            ax.text(0.5, 0.5, "no data in this run", ha="center", va="center", transform=ax.transAxes)
+        if not drawable:  # no rows, or one point a series: no line, and no made-up time axis around it
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.text(0.5, 0.5, f"{NO_DATA} in this run" if not rows else f"{NO_DATA}: one point per series "
+                    f"({human(rows[0][cols.index(value)])})", ha="center", va="center", transform=ax.transAxes)
     elif p.kind == "stat":
         fig, ax = plt.subplots(figsize=(3, 1.6))
         ax.axis("off")
-        ax.text(0.5, 0.45, str(rows[0][0]) if rows else "-", ha="center", va="center", fontsize=26)
+        ax.text(0.5, 0.45, human(rows[0][0]) if rows else NO_DATA, ha="center", va="center",
+                fontsize=26 if rows else 14)
     else:
         shown = rows[:12]
         fig, ax = plt.subplots(figsize=(7, 0.45 + 0.28 * max(1, len(shown))))
@@ -113,8 +121,8 @@ def _draw(plt: Any, p: Any, cols: list[str], rows: list[tuple]) -> Any:
 
 
 def _cell(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}"
+    if isinstance(v, int | float | Decimal) and not isinstance(v, bool):
+        return human(v)
     if isinstance(v, datetime):
         return v.strftime("%m-%d %H:%M")
     text = "" if v is None else str(v)

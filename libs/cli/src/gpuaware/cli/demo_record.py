@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,6 +122,11 @@ class RunLog:
     power_recommended: list[NodePowerRecommended] = field(default_factory=list)
     power_changed: list[NodePowerChanged] = field(default_factory=list)
     """the node-power planner's recommendations and the binder's answers, in stream order"""
+    awaiting_verdict: dict[tuple[str, int], float] = field(default_factory=dict)
+    """(pod, attempt) -> wall time its pending was seen, until placement's first verdict on it"""
+    verdict_lags: list[tuple[float, float]] = field(default_factory=list)
+    """(wall time a pending was seen, wall seconds until placement's first verdict on it - decided or
+    unschedulable): how far the services trail the twin (``demo_judge.lag_figures``)"""
 
     def on_health(self, ev: Any, _subject: str) -> None:
         """health-scoring's state changes and alerts of this run's cluster."""
@@ -141,9 +147,12 @@ class RunLog:
             last[c.gpu_uuid] = c.current.value
         return {g for g, st in last.items() if st == "quarantined"}
 
-    def on_event(self, ev: Any, subject: str) -> None:
+    def on_event(self, ev: Any, subject: str, wall: float | None = None) -> None:
+        """One event of the run's cluster; ``wall``: when it was seen (now when not given)."""
         if getattr(ev, "cluster", None) != self.cluster:
             return
+        if isinstance(ev, PodPending | PlacementDecided | PodUnschedulable):
+            self._time_verdict(ev, time.time() if wall is None else wall)
         if isinstance(ev, NodePowerRecommended):  # not pod events: the recorder keeps no row of them
             self.power_recommended.append(ev)
             return
@@ -182,6 +191,15 @@ class RunLog:
             elif isinstance(ev, PodBindFailed):
                 self.bind_failed[uid] = ev
                 self.bind_failures[ev.reason] += 1
+
+    def _time_verdict(self, ev: PodPending | PlacementDecided | PodUnschedulable, wall: float) -> None:
+        key = (ev.pod_uid, ev.attempt)
+        if isinstance(ev, PodPending):
+            self.awaiting_verdict.setdefault(key, wall)
+            return
+        seen = self.awaiting_verdict.pop(key, None)
+        if seen is not None:
+            self.verdict_lags.append((seen, wall - seen))
 
     def counts(self) -> dict[str, int]:
         c = Counter(self.state.values())

@@ -15,6 +15,7 @@ from typing import Any
 from gpuaware.cli.demo_alerts import describe_alerting
 from gpuaware.cli.demo_analysis import IN_FLIGHT_S, job_shapes, pod_records
 from gpuaware.cli.demo_forecast import HORIZON_COLUMNS, SERIES_COLUMNS, horizon_rows, series_rows
+from gpuaware.cli.demo_format import NO_DATA, human, plain
 from gpuaware.cli.demo_record import RunResult
 from gpuaware.sim import SimPod, job_lives, slowdown
 
@@ -102,36 +103,36 @@ def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str,
         s = full[r["label"]]
         c = colors.get(r["label"])
         ax.step(s["t_h"], s["allocated"], where="post", color=c,
-                label=f"{r['label']} ({r['policy']}): asked compute held, mean {r['allocation']['mean']:.3f}")
+                label=f"{r['label']} ({r['policy']}): asked compute held, mean {human(r['allocation']['mean'])}")
         ax.step(s["t_h"], s["occupied"], where="post", color=c, linestyle="--", alpha=0.6,
-                label=f"{r['label']}: GPUs occupied, mean {r['allocation']['occupied_mean']:.3f}")
+                label=f"{r['label']}: GPUs occupied, mean {human(r['allocation']['occupied_mean'])}")
         util = (r.get("utilisation") or {}).get("series")
         if util and util["t_h"]:
             # None (not measured: the twin jumped over a quiet stretch) breaks the line: a gap, not a flat value
             values = [math.nan if v is None else v for v in util["utilisation"]]
             gap_h = r["utilisation"].get("not_measured_h") or 0
             ax.step(util["t_h"], values, where="post", color=c, linestyle=":", linewidth=1.6,
-                    label=f"{r['label']}: GPU utilisation measured by telemetry, mean {r['utilisation']['mean']:.3f}"
+                    label=f"{r['label']}: GPU utilisation measured by telemetry, mean {human(r['utilisation']['mean'])}"
                           + (f" ({gap_h:g} h skipped by the twin: not measured)" if gap_h else ""))
     ax.set_xlabel("virtual time (hours)")
     ax.set_xlim(0, window_h)
     ax.set_ylabel("share of the cluster's GPUs")
     ax.set_ylim(0, 1.05)
     ax.set_title("GPU allocation and measured utilisation over time")
-    ax.legend(fontsize=7, loc="lower right")
+    _legend_or_no_data(ax, any(len(full[r["label"]]["t_h"]) >= 2 for r in results), fontsize=7, loc="lower right")
     save(fig, "allocation.png")
 
     fig, ax = plt.subplots(figsize=(9, 3.5))
     for r in results:
         s = full[r["label"]]
         ax.step(s["t_h"], s["fragmentation"], where="post", color=colors.get(r["label"]),
-                label=f"{r['label']}: mean {r['allocation']['fragmentation_mean']:.3f}")
+                label=f"{r['label']}: mean {human(r['allocation']['fragmentation_mean'])}")
     ax.set_xlabel("virtual time (hours)")
     ax.set_xlim(0, window_h)
     ax.set_ylabel("free compute on partly used GPUs")
     ax.set_ylim(0, 1.05)
     ax.set_title("Fragmentation over time")
-    ax.legend(fontsize=8)
+    _legend_or_no_data(ax, any(len(full[r["label"]]["t_h"]) >= 2 for r in results), fontsize=8)
     save(fig, "fragmentation.png")
 
     classes = sorted({c for r in results for c in r["queue_delay_s"]["by_class"]})
@@ -146,7 +147,7 @@ def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str,
         ax.set_xticks([x + width / 2 for x in range(len(classes))], classes)
         ax.set_ylabel("minutes (virtual)")
         ax.set_title(f"queue delay {q} per class")
-        ax.legend(fontsize=8)
+        _legend_or_no_data(ax, bool(classes), fontsize=8)
     save(fig, "queue_delay.png")
 
     tenants = sorted({t for r in results for t in r["fairness"]["served_share"]})
@@ -154,11 +155,11 @@ def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str,
     for i, r in enumerate(results):
         vals = [r["fairness"]["served_share"].get(t) or 0.0 for t in tenants]
         ax.bar([x + i * width for x in range(len(tenants))], vals, width, color=colors.get(r["label"]),
-               label=f"{r['label']}: Jain {r['fairness']['jain']:.3f}")
+               label=f"{r['label']}: Jain {human(r['fairness']['jain'])}")
     ax.set_xticks([x + width / 2 for x in range(len(tenants))], tenants)
     ax.set_ylabel("GPU-seconds held / asked")
     ax.set_title("share of demand served per tenant")
-    ax.legend(fontsize=8)
+    _legend_or_no_data(ax, bool(tenants), fontsize=8)
     save(fig, "fairness.png")
 
     for r in results:
@@ -176,9 +177,23 @@ def write_plots(out: Path, results: Sequence[dict[str, Any]], full: Mapping[str,
     ax.set_xscale("symlog")
     ax.set_xlabel("messages during the run")
     ax.set_title("NATS messages per subject")
-    ax.legend(fontsize=8)
+    _legend_or_no_data(ax, bool(subjects), fontsize=8)
     save(fig, "messages.png")
     return paths
+
+
+def _legend_or_no_data(ax: Any, drawn: bool, **legend: Any) -> None:
+    """The legend, or "no data" across the axes when nothing was drawn (``drawn`` False: a line chart
+    whose series have fewer than two points each - one point is an empty frame with a made-up axis -, a
+    bar chart with no bars)."""
+    if drawn:
+        ax.legend(**legend)
+        return
+    for artist in [*ax.lines, *ax.patches, *ax.collections]:
+        artist.remove()
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.text(0.5, 0.5, NO_DATA, ha="center", va="center", transform=ax.transAxes, fontsize=14, color="#777")
 
 
 def _demand_plot(plt: Any, r: dict[str, Any], acc: dict[str, Any], window_h: float | None) -> Any:
@@ -240,9 +255,7 @@ def _forecast_html(runs: Mapping[str, Any]) -> str:
 
 
 def _pair(x: Any, y: Any) -> str:
-    def f(v: Any) -> str:
-        return "n/a" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
-    return f"{f(x)} / {f(y)}"
+    return f"{human(x)} / {human(y)}"
 
 
 def price_of_fairness_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -312,11 +325,28 @@ def _alertmanager_html(am: Mapping[str, Any] | None) -> str:
 
 
 def _fmt(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.3f}" if abs(v) < 100 else f"{v:,.0f}"
-    return str(v)
+    return human(v)
+
+
+def _judgement_html(report: Mapping[str, Any]) -> str:
+    """Whether the run can be judged (``demo_judge``) and how far the services trailed the twin's clock."""
+    reasons = report.get("reasons") or []
+    out = ""
+    if report.get("judgeable") is False:
+        out += ("<h2 class='bad'>Not judgeable</h2><p>No comparison is claimed from this run; the figures below "
+                "describe it. Why:</p><ul>" + "".join(f"<li class='bad'>{html.escape(r)}</li>" for r in reasons)
+                + "</ul>")
+    lags = {label: r.get("lag") for label, r in (report.get("runs") or {}).items() if r.get("lag")}
+    if lags:
+        out += ("<h3>The services against the twin's clock</h3><p>Each pod's pending to placement's first verdict "
+                "(decided or unschedulable), timed in wall seconds as the demo received them and converted to the "
+                "twin's seconds at the speed it ran then; the twin slows itself when the services fall behind.</p>"
+                + _table(["run", "pods timed", "p50 (wall s)", "p95 (wall s)", "p50 (virtual s)", "p95 (virtual s)",
+                          "speed asked", "speed run", "twin slowed"],
+                         [(label, x.get("samples"), x.get("p50_wall_s"), x.get("p95_wall_s"), x.get("p50_virtual_s"),
+                           x.get("p95_virtual_s"), x.get("nominal_speed"), x.get("effective_speed"),
+                           x.get("twin_slowed")) for label, x in lags.items()]))
+    return out
 
 
 def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> None:
@@ -332,7 +362,9 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
              f"<p>{html.escape(report['summary'])}</p>"]
     inv = {**report.get("invariants", {}),
            **{f"outcome: {k}": v for k, v in report.get("outcomes", {}).items()}}
+    parts.append(_judgement_html(report))
     parts.append("<h2>Invariants</h2><ul>" + "".join(
+        f"<li>– {html.escape(k)}: not judged</li>" if ok is None else
         f"<li class='{'ok' if ok else 'bad'}'>{'✔' if ok else '✘'} {html.escape(k)}</li>" for k, ok in inv.items())
         + "</ul>")
     ab = report.get("forecast_ab")
@@ -425,8 +457,10 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
         parts.append(f"<p>{hf['decisions_checked']} decisions checked against {hf['gpus_with_a_state']} GPUs' "
                      f"health states: {hf['decisions_on_quarantined_gpus']} on a quarantined GPU "
                      f"({hf['decisions_in_flight_at_a_quarantine']} already in flight within {IN_FLIGHT_S:g} s of a "
-                     "quarantine's publication). Transitions: "
-                     + html.escape(", ".join(f"{k} ×{v}" for k, v in sorted(hf["transitions"].items()))) + ".</p>")
+                     "quarantine's publication)."
+                     + (" Transitions: " + html.escape(", ".join(f"{k} ×{human(v)}" for k, v in
+                                                                  sorted(hf["transitions"].items()))) + "."
+                        if hf.get("transitions") else "") + "</p>")
         al = hf["alerts"]
         parts.append("<h3>Alerts</h3>")
         parts.append(_table(["rule", "severity", "GPU", "raised (virtual h)", "resolved (virtual h)", "summary"],
@@ -480,4 +514,4 @@ def write_html(path: Path, report: Mapping[str, Any], plots: Sequence[Path]) -> 
 def _pretty(v: Any) -> str:
     import json
 
-    return json.dumps(v, indent=2, default=str)
+    return json.dumps(plain(v), indent=2, default=str)

@@ -71,6 +71,7 @@ from gpuaware.cli.demo_config import (
     plan_faults,
     service_env,
 )
+from gpuaware.cli.demo_judge import effective_speed
 from gpuaware.cli.demo_record import (
     BINDER_CHANNELS,
     HEALTH_CHANNELS,
@@ -102,6 +103,9 @@ log = logging.getLogger(__name__)
 RECORDER_DRAIN_S = 90.0
 """how long a run's end waits for the recorder to store what the streams hold (a database outage of the
 fault drill included)"""
+PACED_STRETCH = 2.5
+"""a run whose twin slowed itself may take up to this many times ``--duration`` (then it stops where it
+is, and the report says it did not replay the window: not judgeable)"""
 STOPPED_AFTER_RUN = ("placement", "telemetry-agent-", "health-scoring", "quota", "forecasting", BRIDGE_NAME)
 """the processes a run starts besides the binder (stopped by name prefix at its end)"""
 
@@ -329,6 +333,7 @@ class _Run:
         repair = plan.specs[plan.repair] if plan is not None and plan.repair is not None else None
         end = VIRTUAL_EPOCH + self.cfg.window_s
         deadline = time.monotonic() + self.cfg.duration_s * 1.25 + 20.0
+        paced_deadline = time.monotonic() + self.cfg.duration_s * PACED_STRETCH + 20.0
         replay0 = time.monotonic()  # chaos steps are timed from here: every service is up
         last_count = 0.0
         while True:
@@ -353,10 +358,16 @@ class _Run:
             if self.virtual_now >= end:
                 self.reached = True
                 return
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline and not (time.monotonic() < paced_deadline and self._paced()):
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), 0.5)
+
+    def _paced(self) -> bool:
+        """The twin runs slower than asked (its pacer slowed it for services that lag): the replay gets
+        more wall time, up to ``PACED_STRETCH`` times the duration."""
+        speed = effective_speed(self.clock[-20:], self.cfg.speed)
+        return speed is not None and speed < 0.9 * self.cfg.speed
 
     def _maybe_kill_leader(self) -> None:
         """The fault drill: SIGKILL the instance that made the last decision (no hand-over, the lease

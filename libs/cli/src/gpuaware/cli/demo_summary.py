@@ -11,10 +11,12 @@ from gpuaware.cli.demo_alerts import describe_alerting
 from gpuaware.cli.demo_analysis import analyse, compare
 from gpuaware.cli.demo_config import DemoConfig
 from gpuaware.cli.demo_forecast import describe as describe_forecasting
+from gpuaware.cli.demo_format import human
+from gpuaware.cli.demo_judge import Verdict, arm_facts, judgeable, lag_figures
 from gpuaware.cli.demo_record import RunResult
 from gpuaware.sim import SimPod
 
-__all__ = ["analyse_runs", "price_of_fairness", "summarise"]
+__all__ = ["analyse_runs", "headline", "judge", "price_of_fairness", "summarise"]
 
 LOOP_SUBJECTS = ("binder.pod.pending.v1", "placement.pod.decided.v1", "binder.pod.bound.v1")
 """every run must carry messages on these (the scheduling loop's subjects)"""
@@ -28,6 +30,7 @@ def analyse_runs(cfg: DemoConfig, results: Mapping[str, RunResult], workload: Ma
     full: dict[str, Any] = {}
     for label, r in results.items():
         runs[label]["utilisation"] = telemetry.get(label, {"status": "not measured"})
+        runs[label]["lag"] = lag_figures(r.log.verdict_lags, r.clock, cfg.speed)
         del runs[label]["series"]  # the plots get the ledger's complete series instead
         ledger, _, _ = r.log.replay(r.gpus)
         full[label] = {"t_h": [(s.t - r.started_at) / 3600 for s in ledger.samples],
@@ -135,6 +138,29 @@ def price_of_fairness(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
             f"baseline {vb}. Worst tenant's share of its fair share: gpuaware {wa}, baseline {wb}.")
 
 
+def judge(cfg: DemoConfig, results: Mapping[str, RunResult], runs: Mapping[str, dict[str, Any]]) -> Verdict:
+    """Whether the runs can be compared (``demo_judge.judgeable``), every run taken into account."""
+    return judgeable([arm_facts(label, r, runs[label], cfg.window_s, cfg.speed,
+                                runs[label]["pods"].get("workload") or runs[label]["pods"]["arrived"])
+                      for label, r in results.items()], slo_s=cfg.slo_s)
+
+
+def headline(cfg: DemoConfig, a: Mapping[str, Any], b: Mapping[str, Any], cmp_: Mapping[str, Any],
+             verdict: Verdict) -> str:
+    """The summary line: what was replayed, then the comparison - or, for a run that cannot be judged,
+    why not and no comparison (a short or starved run's figures are there to diagnose, not to read as a
+    result)."""
+    scene = (f"{human(a['nodes'])} nodes / {human(a['gpus'])} GPUs, {cfg.trace} workload, "
+             f"{human(a['pods']['arrived'])} pods over {human(cfg.window_s / 3600)} virtual hours "
+             f"(speed {human(round(cfg.speed))}x).")
+    if not verdict.ok:
+        return f"{verdict.headline()} {scene} The figures below describe the run; they do not compare the policies."
+    gain = cmp_.get("allocation_gain_pct")
+    return (f"{scene} Allocation: gpuaware {human(a['allocation']['mean'] or 0.0)} vs baseline "
+            f"{human(b['allocation']['mean'] or 0.0)}" + (f" ({gain:+.1f} %)" if gain is not None else "") + ". "
+            + price_of_fairness(a, b))
+
+
 def summarise(cfg: DemoConfig, report: dict[str, Any], results: Mapping[str, RunResult],
               runs: dict[str, dict[str, Any]], services: Mapping[str, bool], started: float) -> None:
     """Add the verdict to ``report``: ``ok`` (every invariant holds), the outcome, the summary line,
@@ -145,14 +171,13 @@ def summarise(cfg: DemoConfig, report: dict[str, Any], results: Mapping[str, Run
     health_ran = hf.get("status") not in (None, "not in this run")
     invariants = _invariants(cfg, report, results, runs, cmp_, hf, health_ran)
     svc_status = _service_status(report, results, a, services, hf, health_ran)
-    summary = (f"{a['nodes']} nodes / {a['gpus']} GPUs, {cfg.trace} workload, {a['pods']['arrived']} pods over "
-               f"{cfg.window_s / 3600:.1f} virtual hours (speed {cfg.speed:.0f}x). Allocation: gpuaware "
-               f"{(a['allocation']['mean'] or 0):.3f} vs baseline {(b['allocation']['mean'] or 0):.3f}"
-               + (f" ({cmp_['allocation_gain_pct']:+.1f}%)" if cmp_["allocation_gain_pct"] is not None else "") + ". "
-               + price_of_fairness(a, b))
+    verdict = judge(cfg, results, runs)
+    summary = headline(cfg, a, b, cmp_, verdict)
     report.update({
-        "ok": all(invariants.values()),
-        "outcomes": {"gpuaware allocates more than the baseline": cmp_["gpuaware_beats_baseline"]}, "seconds": round(time.perf_counter() - started, 1), "summary": summary,
+        "ok": all(invariants.values()), **verdict.as_json(),
+        "outcomes": {"gpuaware allocates more than the baseline":
+                     cmp_["gpuaware_beats_baseline"] if verdict.ok else None},
+        "seconds": round(time.perf_counter() - started, 1), "summary": summary,
         "config": {"duration_s": cfg.duration_s, "window_s": cfg.window_s, "speed": cfg.speed, "trace": cfg.trace,
                    "nodes": cfg.nodes, "load": cfg.load, "seed": cfg.seed, "max_pods": cfg.max_pods,
                    "elastic": cfg.elastic,

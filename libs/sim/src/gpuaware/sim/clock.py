@@ -88,6 +88,15 @@ class AcceleratedClock:
         """A virtual duration in wall seconds."""
         return virtual_s / self.speed
 
+    def set_speed(self, speed: float) -> None:
+        """Run at ``speed`` from now on: virtual time goes on from where it is (no jump, never back)."""
+        if not speed > 0:
+            raise ValueError(f"speed must be > 0, got {speed}")
+        now = self()
+        self._wall0 = self._wall()
+        self.start = now - self.skipped
+        self.speed = float(speed)
+
     def skip_to(self, t: float) -> float:
         """Jump forward to ``t`` (no-op when ``t`` is not ahead); returns the virtual seconds skipped."""
         gap = t - self()

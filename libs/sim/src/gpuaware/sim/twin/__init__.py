@@ -43,6 +43,7 @@ from gpuaware.sim.twin.faults import (
     encode_faults,
     to_faults,
 )
+from gpuaware.sim.twin.pace import PaceChange, Pacer
 from gpuaware.sim.twin.power import DEFAULT_BOOT_DELAY_S, NodePower, PowerState
 from gpuaware.sim.twin.world import (
     Arrived,
@@ -75,6 +76,8 @@ __all__ = [
     "JobRate",
     "NodeKind",
     "NodePower",
+    "PaceChange",
+    "Pacer",
     "PodState",
     "PowerCapSpec",
     "PowerState",

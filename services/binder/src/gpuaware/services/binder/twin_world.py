@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gpuaware.placement import NodeSpec
@@ -51,6 +51,7 @@ from gpuaware.schemas import (
     PodOutcome,
     PodPending,
     PodPreempted,
+    PodUnschedulable,
     QosClass,
     TopologyPreference,
     WorldGpu,
@@ -67,6 +68,7 @@ from gpuaware.sim import (
     Binding,
     CheckpointAnswered,
     Finished,
+    Pacer,
     Refused,
     SimPod,
     Slice,
@@ -101,9 +103,16 @@ class TwinWorld:
     kind = "twin"
 
     def __init__(self, twin: Twin, clock: AcceleratedClock, *, source: str = "binder/twin",
-                 skip_idle: bool = True, tick_s: float = 0.25) -> None:
+                 skip_idle: bool = True, tick_s: float = 0.25, pacer: Pacer | None = None,
+                 pace_wall: Callable[[], float] = time.monotonic) -> None:
         self.twin = twin
         self.clock = clock
+        self.pacer = pacer
+        """slows ``clock`` while the services lag it (``gpuaware.sim.Pacer``); None: the speed is fixed"""
+        self.pace_wall = pace_wall
+        """the wall seconds the pacer's lags are timed in"""
+        if pacer is not None:  # the binder follows placement's verdicts for a world that has this hook
+            self.unschedulable = self._unschedulable
         self.cluster = twin.cluster
         self.source = source
         self.skip_idle = skip_idle
@@ -142,6 +151,8 @@ class TwinWorld:
                     await emit(event, msg_id)  # raises: the event stays first in line
                     self._outbox.pop(0)
                     self.published += 1
+                    if isinstance(event, PodPending):
+                        self._pending_out(event)
                 nxt = self.twin.next_event_at()
                 if nxt is not None and self.skip_idle and self._idle() and nxt > self.clock():
                     self.clock.skip_to(nxt)
@@ -158,6 +169,28 @@ class TwinWorld:
             stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await stopping
+
+    # --- pace ---------------------------------------------------------------------------------------
+
+    def _pending_out(self, pending: PodPending) -> None:
+        if self.pacer is not None:
+            self.pacer.published(pending.pod_uid, pending.attempt, self.pace_wall())
+
+    def _answered(self, pod_uid: str, attempt: int) -> None:
+        """Placement's verdict on a pending the twin published: the pacer may change the clock's speed."""
+        if self.pacer is None:
+            return
+        speed = self.pacer.answered(pod_uid, attempt, self.pace_wall())
+        if speed is not None:
+            self.clock.set_speed(speed)
+            change = self.pacer.changes[-1]
+            log.warning("the services answer %.0f virtual s after a pod's pending (median): the twin runs at %.4gx "
+                        "now (asked %.4gx)", change.lag_virtual_s, speed, self.pacer.nominal)
+
+    async def _unschedulable(self, ev: PodUnschedulable) -> None:
+        """Placement parked a pod: an answer as much as a decision (the pacer's lag ends here)."""
+        if ev.cluster == self.cluster:
+            self._answered(ev.pod_uid, ev.attempt)
 
     # --- recovery -----------------------------------------------------------------------------------
 
@@ -288,6 +321,7 @@ class TwinWorld:
         return ElasticWorkers(job.key, job.minimum, tuple(running))
 
     async def bind(self, decision: PlacementDecided) -> PodBound:
+        self._answered(decision.pod_uid, decision.attempt)
         self._sync()
         slices = [Slice(s.gpu_uuid, s.gpu_milli, s.memory_mib, s.gpu_index) for s in decision.slices]
         try:
@@ -315,7 +349,9 @@ class TwinWorld:
             decision_id=decision.decision_id, preemptor_pod_uid=decision.pod_uid, checkpointed=ev.checkpointed,
             requeued=True, slices=tuple(_gpu_slice(s) for s in ev.binding.slices),
         )
-        return preempted, self._pending(pod, ev.attempt, ev.at)
+        requeued = self._pending(pod, ev.attempt, ev.at)
+        self._pending_out(requeued)  # the binder publishes it next
+        return preempted, requeued
 
     async def request_checkpoint(self, request: CheckpointRequested) -> None:
         self._sync()
@@ -332,7 +368,9 @@ class TwinWorld:
         attempt = self.twin.requeue(pod_uid)
         pod = self.twin.pod(pod_uid)
         assert pod is not None
-        return self._pending(pod, attempt, self.now())
+        pending = self._pending(pod, attempt, self.now())
+        self._pending_out(pending)  # the binder publishes it next
+        return pending
 
     async def power(self, rec: NodePowerRecommended) -> NodePowerChanged:
         """Switch a twin node (``Twin.power_off`` / ``power_on``): off at once, or booting until ready."""
@@ -473,4 +511,4 @@ def build_world(settings: BinderSettings, *, source: str = "binder/twin") -> Twi
     start = settings.start if settings.start > 0 else time.time()
     twin = build_twin(settings, start=start)
     return TwinWorld(twin, AcceleratedClock(speed=settings.speed, start=start), source=source,
-                     skip_idle=settings.skip_idle, tick_s=settings.tick_s)
+                     skip_idle=settings.skip_idle, tick_s=settings.tick_s, pacer=Pacer(settings.speed))

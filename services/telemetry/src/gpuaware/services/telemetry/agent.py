@@ -76,6 +76,11 @@ USAGE = bus.event_channel(PodUsageReported)
 BinderEvent = PodBound | PodFinished | PodPreempted | PodPending | PodBindFailed
 BINDER_EVENTS: bus.Channel[Any] = bus.Channel("binder.pod.>", BinderEvent)  # type: ignore[arg-type]  # a union of Structs decodes; Channel's type parameter wants one class
 T = TypeVar("T")
+TARGET_WAIT_S = 60.0
+"""how long the agent waits at start for its dcgm-exporter targets to answer (then it reads what answers
+and retries the rest on every read, as before)"""
+TARGET_BACKOFF_S = (0.1, 2.0)
+"""the first pause between tries at start, doubling up to the second"""
 
 
 @dataclass
@@ -87,6 +92,8 @@ class AgentStats:
     inventories: int = 0
     publish_errors: int = 0
     read_errors: int = 0
+    refused_at_start: int = 0
+    """tries at start that found a target not up yet (``Agent.await_targets``)"""
 
 
 def _same_inventory(a: NodeInventory | None, b: NodeInventory) -> bool:
@@ -124,10 +131,38 @@ class Agent:
 
     # --- life -------------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Announce every node's inventory; follow the binder's events when they are the allocations."""
+        """Wait for the scrape targets, announce every node's inventory; follow the binder's events when
+        they are the allocations."""
         if self.allocation_mode == "binder":
             await self._follow_binder()
-        await self.check_inventory(self.clock(), force=True)
+        await self.await_targets()
+
+    async def await_targets(self, *, ceiling_s: float = TARGET_WAIT_S,
+                            backoff_s: tuple[float, float] = TARGET_BACKOFF_S) -> bool:
+        """Announce the inventory of every dcgm-exporter target, trying again with exponential back-off
+        those that did not answer yet, for at most ``ceiling_s``: an exporter that starts after the agent
+        (the twin's, served by a binder still starting; a DaemonSet's pod beside ours) costs a few tries,
+        not the samples read before its inventory was announced (a collector sets aside samples of GPUs
+        no inventory named). A target that answered is not scraped again here (its last scrape is reused).
+        True when every target was announced; False at the ceiling (logged; each read retries them and
+        the next inventory check announces them). NVML and the simulated fleet are ready at once."""
+        deadline = time.monotonic() + ceiling_s
+        pause, most = backoff_s
+        while True:
+            await self.check_inventory(self.clock(), force=True)
+            refused = [n for n, b in self.backends.items()
+                       if isinstance(b, DcgmExporterBackend) and n not in self._announced]
+            if not refused:
+                return True
+            self.stats.refused_at_start += len(refused)
+            if time.monotonic() + pause > deadline:
+                log.warning("%d of %d scrape targets still not announced after %.0f s (first: %s); reading on, "
+                            "they are retried on every read", len(refused), len(self.backends), ceiling_s, refused[0])
+                return False
+            log.info("%d scrape target(s) not up yet (first: %s); trying again in %.2g s", len(refused), refused[0],
+                     pause)
+            await asyncio.sleep(pause)
+            pause = min(most, pause * 2)
 
     async def _follow_binder(self) -> None:
         durable = consumer_name(TELEMETRY_AGENT, *sorted(self.backends))
