@@ -14,6 +14,7 @@ from service_runner import eventually
 
 from gpuaware import bus
 from gpuaware.schemas import QUOTA_ADMIT, QUOTA_LEASE_BUCKET, AdmitReply, AdmitRequest, PodPending
+from gpuaware.services.quota.handlers import quota_samples
 
 TREE = """
 capacity: {"*": {gpus: 8}}
@@ -59,6 +60,11 @@ async def test_one_decides_the_standby_relays(world: World, nats_proc: Any, clus
         assert (leader.answered, standby.answered) == (6, 0)
         assert standby.relayed >= 2
         assert standby.view.ledger.running == {} and len(leader.view.ledger.running) == 4
+        exported = {q.instance: {m.name: m.value for m in quota_samples(q)} for q in (leader, standby)}
+        assert exported[leader.instance]["gpuaware_quota_leading"] == 1.0
+        assert exported[standby.instance]["gpuaware_quota_leading"] == 0.0
+        assert exported[standby.instance]["gpuaware_quota_admissions_relayed"] == standby.relayed
+        assert exported[leader.instance]["gpuaware_quota_admissions_answered"] == 6
 
 
 async def test_takeover_rebuilds_from_the_stream_nothing_doubled(world: World, nats_proc: Any, cluster: str,
