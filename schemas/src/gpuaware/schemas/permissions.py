@@ -296,8 +296,9 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
                     POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED, PLACEMENT_DECIDED, POD_UNSCHEDULABLE,
                     NODE_POWER_CHANGED, NODE_POWER_RECOMMENDED]
         consumed = [s for f in [*followed, POD_PENDING] for s in _event(f)]
+        # raises (and resolves) an alert when a GPUPolicy profile fails to apply (config_reload_failed)
         pub = [*_event(PLACEMENT_DECIDED), *_event(POD_UNSCHEDULABLE), *_event(PLACEMENT_EXPLAINED),
-               *_event(NODE_POWER_RECOMMENDED),
+               *_event(NODE_POWER_RECOMMENDED), *_event(ALERT_RAISED), *_event(ALERT_RESOLVED),
                QUOTA_ADMIT, WORLD_SNAPSHOT, FORECAST_DURATION, *_js_base(),
                *_durable(BINDER, placement_durable(cluster)),
                *(api for s in (TELEMETRY, ALERTS, FORECAST, BINDER, PLACEMENT) for api in _follow(s)),
@@ -344,7 +345,9 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         # (its KV bucket), and a standby relays quota.admit to the leader (quota.admit.leader.<cluster>)
         consumed = [s for f in (POD_PENDING, POD_BOUND, POD_BIND_FAILED, POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
         leader = quota_admit_leader(cluster)
-        pub = [*_event(QUOTA_USAGE_REPORTED), FORECAST_DURATION, leader, *_js_base(), *_follow(BINDER),
+        # raises (and resolves) an alert when a queue tree fails to load or apply (config_reload_failed)
+        pub = [*_event(QUOTA_USAGE_REPORTED), *_event(ALERT_RAISED), *_event(ALERT_RESOLVED), FORECAST_DURATION,
+               leader, *_js_base(), *_follow(BINDER),
                *_kv(QUOTA_LEASE_BUCKET), *_dead_letters([*consumed, QUOTA_ADMIT, leader])]
         return Permissions(publish=_dedupe(pub),
                            subscribe=_dedupe([_inbox(identity), *_micro(identity, [QUOTA_ADMIT, leader])]),
