@@ -164,7 +164,17 @@ def test_two_minute_demo_keeps_its_invariants(demo: DemoRun) -> None:
         assert r["fairness"]["finish_time"]["jobs"] > 0, r["fairness"]["finish_time"]
     assert base["victims"]["all"]["victims"] == 0 and base["victims"]["resizes"]["shrinks"] == 0, base["victims"]
     assert ours["victims"]["all"]["victims"] > 0 and ours["victims"]["all"]["p50"] is not None, ours["victims"]
-    assert "Elastic resizes: gpuaware" in report["summary"] and "Worst tenant's share" in report["summary"]
+    # a run the machine's load made unjudgeable says so (the acceptance: judged, or plainly not); the
+    # comparison's own assertions below hold for a judgeable run only
+    judged = report["judgeable"]
+    assert judged or (report["reasons"] and report["summary"].startswith("NOT JUDGEABLE")), report["summary"]
+    assert judged == (report["reasons"] == [])
+    if not judged:
+        assert "could not judge" in result.output, result.output
+    if judged:
+        assert "Elastic resizes: gpuaware" in report["summary"] and "Worst tenant's share" in report["summary"]
+    for r in (ours, base):
+        assert r["lag"]["samples"] > 0 and r["lag"]["p95_virtual_s"] is not None, r["lag"]
     assert (out / "jobs-gpuaware.csv").stat().st_size > 0 and (out / "jobs-baseline.csv").stat().st_size > 0
 
     # the telemetry agent measured the twin's GPUs (dcgm-exporter text from the binder) in both runs
@@ -178,9 +188,12 @@ def test_two_minute_demo_keeps_its_invariants(demo: DemoRun) -> None:
     assert ours["workload_fingerprint"] == base["workload_fingerprint"]
     assert set(ours["decisions_by_policy"]) == {DEFAULT_PROFILE} and set(base["decisions_by_policy"]) == {"KubeDefault"}
 
-    # gpuaware allocates more of the cluster than stock Kubernetes
-    assert ours["allocation"]["mean"] > base["allocation"]["mean"], report["comparison"]
-    assert base["allocation"]["fractional_on_shared_gpu"] <= ours["allocation"]["fractional_on_shared_gpu"]
+    # gpuaware allocates more of the cluster than stock Kubernetes (when the run can be judged)
+    if judged:
+        assert ours["allocation"]["mean"] > base["allocation"]["mean"], report["comparison"]
+        assert base["allocation"]["fractional_on_shared_gpu"] <= ours["allocation"]["fractional_on_shared_gpu"]
+    else:
+        assert report["outcomes"] == {"gpuaware allocates more than the baseline": None}
 
     # the loop crossed NATS, and every decision landed in PostgreSQL
     for r in (ours, base):

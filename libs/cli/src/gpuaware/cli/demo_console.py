@@ -121,6 +121,14 @@ def print_report(report: dict[str, Any], a: dict[str, Any], b: dict[str, Any], p
         row(name, x, y)
     row("node-hours switched off (node-power planner; share of node-hours)", _power(a), _power(b))
     console.print(t)
+    for label, r in (report.get("runs") or {}).items():
+        lag = r.get("lag") or {}
+        if lag.get("samples"):
+            console.print(f"{label}: the services answered a pending pod in {human(lag['p50_wall_s'])} / "
+                          f"{human(lag['p95_wall_s'])} s wall (p50 / p95) = {human(lag['p50_virtual_s'])} / "
+                          f"{human(lag['p95_virtual_s'])} s of the twin's time; the twin ran at "
+                          f"{human(lag['effective_speed'])}x (asked {human(round(lag['nominal_speed']))}x)"
+                          + (", slowed for them" if lag.get("twin_slowed") else ""), markup=False)
     drill = a.get("failover")
     if drill:
         took = "never" if drill["takeover_s"] is None else f"{drill['takeover_s']:.2f} s later"
