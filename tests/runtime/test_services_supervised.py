@@ -53,22 +53,20 @@ SERVICES: dict[str, Spec] = {
     "telemetry_collector": Spec("telemetry", ("sample-writer", "telemetry-in-progress", "telemetry-maintenance")),
 }
 
-#: (file under services/, the task's coroutine as written) -> why it is not a long-running loop
+#: (file under services/, the function whose coroutine the task runs, as ``callee()``) -> why it is not a
+#: long-running loop
 UNSUPERVISED: dict[tuple[str, str], str] = {
     ("telemetry/src/gpuaware/services/telemetry/handlers.py", "self.load_inventory()"):
         "one inventory read, shared by the deliveries waiting on it",
-    ("telemetry/src/gpuaware/services/telemetry/collector.py", "self._flush(items)"): "one COPY of queued rows",
-    ("forecasting/src/gpuaware/services/forecasting/service.py", "self._flush_through(w)"): "one window's flush",
-    ("placement/src/gpuaware/services/placement/durations.py", "self._ask(entry.payload)"): "one request",
+    ("telemetry/src/gpuaware/services/telemetry/collector.py", "self._flush()"): "one COPY of queued rows",
+    ("forecasting/src/gpuaware/services/forecasting/service.py", "self._flush_through()"): "one window's flush",
+    ("placement/src/gpuaware/services/placement/durations.py", "self._ask()"): "one request",
     ("placement/src/gpuaware/services/placement/takeover.py", "create()"): "one consumer being created",
     ("placement/src/gpuaware/services/placement/handlers.py", "self._lead()"):
         "a finite takeover; one that fails gives the lease up (_lead_ended), so a standby leads",
     ("quota/src/gpuaware/services/quota/handlers.py", "self._lead()"):
         "a finite takeover; one that fails gives the lease up (_lead_ended), so a standby leads",
-    ("quota/src/gpuaware/services/quota/handlers.py", "bus.add_service(self.nc, self.settings.service_name, "
-     "__version__, [bus.Endpoint(name='admit-leader', subject=self.leader_subject, request_type=AdmitRequest, "
-     "handler=self._leader_admit)], metadata={'instance': self.instance, 'cluster': self.settings.cluster, "
-     "'role': 'leader', 'term': str(term)})"): "one endpoint being created",
+    ("quota/src/gpuaware/services/quota/handlers.py", "bus.add_service()"): "one endpoint being created",
     ("health_scoring/src/gpuaware/services/health_scoring/handlers.py", "self._lead()"):
         "a finite takeover; one that fails gives the lease up, so a standby leads",
     ("binder/src/gpuaware/services/binder/twin_world.py", "stop.wait()"): "a wait raced inside the world's loop",
@@ -92,7 +90,8 @@ def _calls() -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
                     f"{rel}:{node.lineno}: supervise() needs the task's name as a literal (the registry lists it)"
                 supervised[rel.split("/", 1)[0]].add(first.value)
             elif name in ("create_task", "ensure_future") and node.args:
-                bare.add((rel, ast.unparse(node.args[0])))
+                coro = node.args[0]
+                bare.add((rel, f"{ast.unparse(coro.func)}()" if isinstance(coro, ast.Call) else ast.unparse(coro)))
     return supervised, bare
 
 
