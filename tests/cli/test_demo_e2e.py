@@ -89,7 +89,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     return DemoRun(result=result, out=out, report=report, drawn=drawn, root=root)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)  # a twin that slows itself for lagging services may take 2.5x --duration a run
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it when run as root)")
 def test_every_image_of_the_report_shows_in_chromium(demo: DemoRun) -> None:
     """Open report.html in headless Chromium (Debian's `chromium`, which `make test` installs when it can):
@@ -120,7 +120,7 @@ def _children_of(pid: int) -> list[int]:
         return []
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)  # see above: a paced run may take 2.5x --duration
 def test_two_minute_demo_keeps_its_invariants(demo: DemoRun) -> None:
     result, out, report, drawn, tmp_path = demo.result, demo.out, demo.report, demo.drawn, demo.root
     runs = report["runs"]
