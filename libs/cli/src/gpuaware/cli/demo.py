@@ -13,7 +13,9 @@ What it does, in order (every step is real: servers, processes, messages, rows):
 5. run the **baseline**: the identical workload (same trace, seed, nodes, virtual start) through the
    same services with placement set to stock-Kubernetes behaviour (``KubeDefault``: whole GPUs,
    first fit, FIFO, no preemption);
-6. the report: invariants, allocation / fragmentation over time, queue delay per class, JCT,
+6. the report: whether the runs can be judged at all (``demo_judge``: enough pods decided, the whole
+   window replayed, the faults reached, the services keeping up with the twin's clock - a run that
+   cannot be judged says so in its headline and claims no comparison), invariants, allocation / fragmentation over time, queue delay per class, JCT,
    inference SLO attainment, Jain's index per tenant, the price of fairness (elastic jobs' grows and
    shrinks, the victims' slowdown per class, preemptions per job, the worst tenant's share of its fair
    share over contended hours; per job in ``<out>/jobs-<run>.csv``), messages per subject (bus, stream, database),
