@@ -24,7 +24,7 @@ from gpuaware.runtime import (
     run_service,
     supervise,
 )
-from gpuaware.runtime.supervise import install, uninstall
+from gpuaware.runtime.supervision import install, uninstall
 from gpuaware.schemas import AlertRaised, AlertResolved
 
 HERE = Path(__file__).parent

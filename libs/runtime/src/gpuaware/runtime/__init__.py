@@ -19,7 +19,7 @@ from gpuaware.runtime.service import (
 )
 from gpuaware.runtime.settings import DatabaseSettings, ServiceSettings, SettingsError, redact_url
 from gpuaware.runtime.signals import stop_on_signals
-from gpuaware.runtime.supervise import Supervisor, TaskGaveUp, supervise
+from gpuaware.runtime.supervision import Supervisor, TaskGaveUp, supervise
 from gpuaware.runtime.tracing import setup_tracing
 
 __all__ = [

@@ -41,7 +41,7 @@ from gpuaware.runtime.logs import setup_logging
 from gpuaware.runtime.metrics import ServiceMetrics
 from gpuaware.runtime.settings import ServiceSettings
 from gpuaware.runtime.signals import stop_on_signals
-from gpuaware.runtime.supervise import Factory, Supervisor, TaskGaveUp, install, uninstall
+from gpuaware.runtime.supervision import Factory, Supervisor, TaskGaveUp, install, uninstall
 from gpuaware.runtime.tracing import setup_tracing, shutdown_tracing
 from gpuaware.schemas import STREAMS, StreamSpec
 
