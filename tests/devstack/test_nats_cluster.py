@@ -93,8 +93,6 @@ async def test_the_launcher_runs_a_three_node_cluster_with_replicated_streams_an
     env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
     with pytest.raises(StackError, match="odd number"):
         stack_up(data, nats_port=0, pg_port=0, env=env, nats_nodes=2)
-    with pytest.raises(StackError, match="not supported with a NATS cluster"):
-        stack_up(data, nats_port=0, pg_port=0, env=env, nats_nodes=3, auth=True)
     stack = stack_up(data, nats_port=0, pg_port=0, env=env, nats_nodes=3)
     try:
         state = stack.state

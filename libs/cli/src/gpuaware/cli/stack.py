@@ -81,8 +81,8 @@ def up(
     nats_cluster: Annotated[int | None, typer.Option(
         "--nats-cluster", min=1, max=9, show_default=False,
         help="Run NATS as a JetStream cluster of this many nodes (odd: 3 or 5) on free loopback ports; streams "
-             "get 3 replicas, so a lost node loses nothing. 1: a single server. Default: as recorded, "
-             "else 1.")] = None,
+             "get 3 replicas, so a lost node loses nothing; --auth and --tls apply to every node and to the "
+             "routes between them. 1: a single server. Default: as recorded, else 1.")] = None,
     reset: Annotated[bool, typer.Option(
         "--reset", help="Forget how the stack in --data-dir was started, to start it over with these options: "
                         "stops what of it still runs and deletes stack.json, the NATS credentials and the "
@@ -221,7 +221,8 @@ def _print_state(state, *, title: str) -> None:
     table.add_column("managed by")
     if state.nats_nodes:
         for node in state.nats_nodes:
-            table.add_row(f"NATS node {node['name']} (cluster)", f"nats://127.0.0.1:{node['port']}", f"pid {node['pid']}")
+            table.add_row(f"NATS node {node['name']} (cluster)",
+                          f"{'tls' if state.nats_tls else 'nats'}://127.0.0.1:{node['port']}", f"pid {node['pid']}")
     else:
         table.add_row("NATS (JetStream)", state.nats_url,
                       "external" if state.nats_external else f"pid {state.nats_pid}")

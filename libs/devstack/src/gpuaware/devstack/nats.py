@@ -38,6 +38,8 @@ AUTH_CONFIG = "auth.conf"
 CREDENTIALS = "credentials.json"
 AUTH_SCOPE = "auth-scope.json"
 """the clusters the users' permissions were written for (kept so a restarted server keeps them)"""
+ROUTE_CREDENTIALS = "route-credentials.json"
+"""a NATS cluster's route user and password (its nodes authenticate each other's routes with it)"""
 STORE_CONFIG = "jetstream.conf"
 """the configuration a server without auth starts with: only the file-store limit"""
 MAX_FILE_STORE = 1 << 40
@@ -77,6 +79,8 @@ class NatsProcess:
     extra_args: tuple[str, ...] = ()
     tls_ca: Path | None = None
     """the CA certificate clients verify the server with, when it speaks TLS (`start_nats(tls=True)`)"""
+    tls_dir: Path | None = None
+    """where its certificates are, when not ``<data_dir>/tls`` (a cluster's nodes share one CA)"""
     _popen: subprocess.Popen | None = None
 
     @property
@@ -101,9 +105,10 @@ class NatsProcess:
         self.stop()
         if self.auth:
             return start_nats(self.data_dir, port=self.port, monitor_port=self.monitor_port, auth=True,
-                              tls=self.tls_ca is not None, extra_args=self.extra_args)
+                              tls=self.tls_ca is not None, extra_args=self.extra_args, tls_dir=self.tls_dir)
         return start_nats(self.data_dir, port=self.port, monitor_port=self.monitor_port,
-                          config_file=self.config_file, tls=self.tls_ca is not None, extra_args=self.extra_args)
+                          config_file=self.config_file, tls=self.tls_ca is not None, extra_args=self.extra_args,
+                          tls_dir=self.tls_dir)
 
     def credentials(self) -> dict[str, tuple[str, str]]:
         """identity -> (user, password) of an auth-enabled server (see `credentials`)."""
@@ -156,11 +161,11 @@ def write_auth_config(data_dir: Path, *, clusters: Sequence[str] | None = None) 
     config = data_dir / AUTH_CONFIG
     hashes = {identity: bcrypt.hashpw(pw.encode(), bcrypt.gensalt(BCRYPT_COST, prefix=b"2a")).decode()
               for identity, pw in passwords.items()}
-    write_private(config, _with_store_limit(json.loads(render_server_config(hashes, cluster=list(clusters)))))
+    write_private(config, with_store_limit(json.loads(render_server_config(hashes, cluster=list(clusters)))))
     return config
 
 
-def _with_store_limit(config: dict) -> str:
+def with_store_limit(config: dict) -> str:
     """`config` (a nats-server configuration as JSON, which its format accepts) with the file-store limit."""
     return json.dumps({**config, "jetstream": {"max_file_store": MAX_FILE_STORE}}, indent=2) + "\n"
 
@@ -168,7 +173,7 @@ def _with_store_limit(config: dict) -> str:
 def forget_credentials(data_dir: Path) -> list[str]:
     """Delete the credential files `start_nats(auth=True)` wrote in `data_dir`; returns their names."""
     gone = []
-    for name in (CREDENTIALS, AUTH_CONFIG, AUTH_SCOPE):
+    for name in (CREDENTIALS, AUTH_CONFIG, AUTH_SCOPE, ROUTE_CREDENTIALS):
         path = Path(data_dir) / name
         if path.exists():
             path.unlink()
@@ -178,13 +183,15 @@ def forget_credentials(data_dir: Path) -> list[str]:
 
 def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_file: Path | None = None,
                detach: bool = False, timeout: float = 20.0, auth: bool = False, tls: bool = False,
-               extra_args: tuple[str, ...] = (), auth_clusters: Sequence[str] | None = None) -> NatsProcess:
+               extra_args: tuple[str, ...] = (), auth_clusters: Sequence[str] | None = None,
+               tls_dir: Path | None = None) -> NatsProcess:
     """Start nats-server with JetStream storing under `data_dir`; port 0 picks a free one.
 
     `auth=True` requires the per-service users of `gpuaware.schemas.permissions` (see the module
     docstring); it cannot be combined with a `config_file` of your own. `tls=True` makes the server
     speak TLS only, with a certificate from a throwaway CA in `<data_dir>/tls` (`gpuaware.devstack.tls`;
-    clients trust `NatsProcess.tls_ca`, e.g. through `NATS_TLS_CA`).
+    clients trust `NatsProcess.tls_ca`, e.g. through `NATS_TLS_CA`); ``tls_dir`` puts that CA elsewhere
+    (a cluster's nodes share one, `gpuaware.devstack.cluster`).
     """
     if auth and config_file is not None:
         raise StackError("start_nats: auth=True writes its own server configuration; drop config_file")
@@ -202,7 +209,7 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
         forget_credentials(data_dir)  # a server without auth: no passwords of an earlier one stay behind
         if config_file is None:
             config_file = data_dir / STORE_CONFIG
-            config_file.write_text(_with_store_limit({}))
+            config_file.write_text(with_store_limit({}))
     args = [str(binary), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor_port), "-js",
             "-sd", str(data_dir / "jetstream")]
     if config_file is not None:
@@ -210,14 +217,15 @@ def start_nats(data_dir: Path, *, port: int = 0, monitor_port: int = 0, config_f
     args += list(extra_args)  # e.g. the cluster's routes (gpuaware.devstack.cluster)
     tls_ca: Path | None = None
     if tls:
-        files = make_server_certificates(data_dir / "tls")
+        files = make_server_certificates(tls_dir or data_dir / "tls")
         args += ["--tls", "--tlscert", str(files.cert), "--tlskey", str(files.key)]
         tls_ca = files.ca
     log = open(data_dir / "nats-server.log", "ab")  # noqa: SIM115 - handed to the child process
     popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=detach)
     log.close()
     proc = NatsProcess(port=port, data_dir=data_dir, pid=popen.pid, monitor_port=monitor_port,
-                       config_file=config_file, auth=auth, extra_args=tuple(extra_args), tls_ca=tls_ca, _popen=popen)
+                       config_file=config_file, auth=auth, extra_args=tuple(extra_args), tls_ca=tls_ca,
+                       tls_dir=tls_dir, _popen=popen)
     try:
         wait_for_listener(port, what="nats-server", timeout=timeout, alive=proc.alive)
     except StackError as exc:

@@ -30,7 +30,11 @@ service's database login has its password in `<data>/postgres-logins.json` (0600
 one server (`gpuaware.devstack.cluster`): ``nats_url`` names every node (comma-separated, clients
 move to another when theirs dies), each node is recorded with its ports, a dead node is started
 again on them by the next `stack_up` (it rejoins), and streams and KV buckets created on it get
-three replicas (`gpuaware.bus.cluster_replicas`), so losing one node loses nothing.
+three replicas (`gpuaware.bus.cluster_replicas`), so losing one node loses nothing. With `auth` /
+`tls` every node has the same users (credentials in `<data>/nats/credentials.json`, as for one
+server) and serves a certificate of the same CA (`<data>/nats/tls/ca.pem`), and the routes between
+nodes are authenticated (a route user of their own) and TLS verified both ways; a node started again
+after a death gets the same.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpuaware.devstack.cluster import start_cluster_node, start_nats_cluster
+from gpuaware.devstack.cluster import NODE_CONFIG, start_cluster_node, start_nats_cluster
 from gpuaware.devstack.errors import StackError
 from gpuaware.devstack.logins import LOGINS, forget_database_passwords
 from gpuaware.devstack.nats import NatsProcess, credentials, forget_credentials, start_nats
@@ -180,12 +184,14 @@ def describe(state: StackState) -> str:
     """How the recorded stack was started, in the `up` options that start it so."""
     if state.nats_external:
         nats = f"NATS external ({state.nats_url})"
-    elif state.nats_nodes:
-        nats = (f"NATS as a {len(state.nats_nodes)}-node cluster (--nats-cluster {len(state.nats_nodes)}) on ports "
-                + ", ".join(str(n["port"]) for n in state.nats_nodes))
     else:
         flags = [f for f, on in (("--auth", state.nats_auth), ("--tls", state.nats_tls)) if on]
-        nats = f"NATS {'with ' + ' '.join(flags) if flags else 'without --auth or --tls'} on port {state.nats_port}"
+        how = "with " + " ".join(flags) if flags else "without --auth or --tls"
+        if state.nats_nodes:
+            nats = (f"NATS as a {len(state.nats_nodes)}-node cluster (--nats-cluster {len(state.nats_nodes)}) {how} "
+                    "on ports " + ", ".join(str(n["port"]) for n in state.nats_nodes))
+        else:
+            nats = f"NATS {how} on port {state.nats_port}"
     pg = "PostgreSQL external" if state.postgres_external else f"PostgreSQL on port {state.postgres_port}"
     return f"{nats}, {pg}"
 
@@ -227,9 +233,6 @@ def stack_up(data_dir: Path = DEFAULT_DATA_DIR, *, nats_port: int | None = None,
     if nats_nodes is not None and (nats_nodes < 1 or nats_nodes > 9 or (nats_nodes > 1 and nats_nodes % 2 == 0)):
         raise StackError(f"a NATS cluster needs an odd number of nodes from 1 to 9 (a majority must survive "
                          f"a lost node), not {nats_nodes}")
-    if (nats_nodes or 1) > 1 and (auth or tls):
-        raise StackError("--auth and --tls are not supported with a NATS cluster yet (its routes would need "
-                         "the same users and certificates): start the cluster without them")
     data_dir = Path(data_dir).resolve()
     recorded = _load(data_dir)
     if recorded is not None:
@@ -264,7 +267,8 @@ def _start(data_dir: Path, *, nats_port: int, pg_port: int, env: dict[str, str],
     pg: PostgresProcess | None = None
     try:
         if not env.get("NATS_URL") and nats_nodes > 1:
-            cluster = start_nats_cluster(data_dir / "nats", size=nats_nodes, detach=True)
+            cluster = start_nats_cluster(data_dir / "nats", size=nats_nodes, detach=True, auth=auth, tls=tls,
+                                         auth_clusters=auth_clusters)
         elif not env.get("NATS_URL"):
             nats = start_nats(data_dir / "nats", port=nats_port, detach=True, auth=auth, tls=tls,
                               auth_clusters=auth_clusters)
@@ -288,8 +292,9 @@ def _start(data_dir: Path, *, nats_port: int, pg_port: int, env: dict[str, str],
         nats_monitor_port=nats.monitor_port if nats else None,
         postgres_pid=pg.pid if pg else None,
         postgres_port=pg.port if pg else None,
-        nats_auth=bool(nats and nats.auth),
-        nats_tls_ca=str(nats.tls_ca) if nats and nats.tls_ca else "",
+        nats_auth=bool(nats and nats.auth) or (cluster is not None and auth),
+        nats_tls_ca=str(nats.tls_ca) if nats and nats.tls_ca else str(cluster.tls_ca) if cluster and cluster.tls_ca
+        else "",
         nats_nodes=nodes,
         nats_started_at=started_at(nats.pid) if nats else None,
         postgres_started_at=started_at(pg.pid) if pg else None,
@@ -318,11 +323,13 @@ def _revive(data_dir: Path, state: StackState, alive: dict[str, bool],
                 wait_port_free(int(node["monitor_port"]))
                 try:
                     proc = start_cluster_node(nats_dir, i, cluster_ports=ports, port=int(node["port"]),
-                                              monitor_port=int(node["monitor_port"]), detach=True)
+                                              monitor_port=int(node["monitor_port"]), detach=True,
+                                              auth=state.nats_auth, tls=state.nats_tls, auth_clusters=auth_clusters)
                 except StackError as exc:
                     raise _again(f"NATS node {node['name']}", exc) from None
                 node["pid"], node["started_at"] = proc.pid, started_at(proc.pid)
-                state = replace(state, nats_nodes=[dict(n) for n in nodes])
+                state = replace(state, nats_nodes=[dict(n) for n in nodes],
+                                nats_tls_ca=str(proc.tls_ca) if proc.tls_ca else "")
                 _save(data_dir, state)
                 restarted.append(f"nats-{node['name']}")
     if alive.get("nats") is False:
@@ -403,6 +410,11 @@ def _forget(data_dir: Path, state: StackState | None) -> list[Path]:
     was deleted."""
     nats_dir = data_dir / (state.nats_data_dir if state is not None else "nats")
     deleted = [nats_dir / name for name in forget_credentials(nats_dir)]
+    for node in state.nats_nodes if state is not None else []:  # they hold the route password
+        config = data_dir / str(node.get("data_dir", "")) / NODE_CONFIG
+        if node.get("data_dir") and config.exists():
+            config.unlink()
+            deleted.append(config)
     if forget_database_passwords(data_dir):
         deleted.append(data_dir / LOGINS)
     if _state_file(data_dir).exists():

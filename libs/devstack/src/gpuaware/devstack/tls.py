@@ -3,7 +3,9 @@
 Why a CA of our own and not a self-signed server certificate: clients verify the server against a
 CA file (`NATS_TLS_CA`), exactly as they will against a cluster's CA in production, so the code path
 that checks certificates is the one that runs here too. The CA's key never leaves the data folder
-(0600) and is used once, to sign the server's certificate for 127.0.0.1 and localhost.
+(0600) and is used once, to sign the server's certificate for 127.0.0.1 and localhost. That certificate
+serves clients and, in a NATS cluster, the routes: a node dialling another presents it as a client
+certificate (nats-server verifies routes both ways), hence both key usages.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def make_server_certificates(folder: Path, *, hosts: tuple[str, ...] = ("127.0.0
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=VALID_DAYS))
             .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
             .sign(ca_key, hashes.SHA256()))
     _write(files.ca, ca.public_bytes(serialization.Encoding.PEM), private=False)
     _write(files.cert, cert.public_bytes(serialization.Encoding.PEM), private=False)
