@@ -9,7 +9,9 @@ episode) and DIR/escalations.csv (every transition into degraded or quarantined)
 `cordon` / `uncordon` are the manual override: a `health.cordon` request to the running health-scoring
 service, which pins the GPU's state (or gives it back to the evidence), records who, when and why in
 PostgreSQL and publishes the state change with the same in its reasons. The NATS connection is
-`--nats-url` (or NATS_URL), as `NATS_USER` / `NATS_PASSWORD` when set (an operator's identity).
+`--nats-url` (or NATS_URL), as `NATS_USER` / `NATS_PASSWORD` when set (an operator's identity); a TLS
+server is verified with `--tls-ca` (or NATS_TLS_CA, else the CA of the `gpuaware up --tls` stack running
+in .gpuaware when the URL is its own: `options.nats_connection`).
 A NATS out of reach fails within `--timeout` seconds with the connection's last error on standard
 error (exit 3); a refusal by the service exits 1.
 
@@ -27,7 +29,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -35,7 +37,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpuaware import bus
-from gpuaware.cli.options import atomic_folder, bounded, int_list, out_folder, refuse, strict_json
+from gpuaware.cli.options import (
+    atomic_folder,
+    bounded,
+    int_list,
+    nats_connection,
+    out_folder,
+    refuse,
+    strict_json,
+)
 from gpuaware.health import HealthConfig
 from gpuaware.schemas import HEALTH_CORDON, CordonAction, CordonReply, CordonRequest, HealthState
 from gpuaware.sim import HbmEvaluation, HbmFormatError, evaluate_hbm, parse_hbm_csv
@@ -144,6 +154,12 @@ Timeout = Annotated[float, typer.Option("--timeout", help="Seconds to reach NATS
                                         "each, (0, 300].", callback=bounded(0.0, 300.0, lo_open=True))]
 
 
+TlsCa = Annotated[str, typer.Option("--tls-ca", envvar="NATS_TLS_CA", show_default=False,
+                                    help="CA certificate (PEM) to verify a TLS NATS with. Default: NATS_TLS_CA, "
+                                         "else the CA of the `gpuaware up --tls` stack in .gpuaware when "
+                                         "--nats-url is its URL.")]
+
+
 class Unreachable(Exception):
     """NATS did not take the connection within the timeout; the message is the connection's last error."""
 
@@ -155,12 +171,11 @@ def _me() -> str:
         return f"uid{os.getuid()}@{socket.gethostname()}"
 
 
-async def request_override(req: CordonRequest, nats_url: str, *, timeout: float = 10.0) -> CordonReply:
+async def request_override(req: CordonRequest, nats_url: str, *, timeout: float = 10.0,
+                           tls_ca: str = "") -> CordonReply:
     """Send one ``health.cordon`` request (as NATS_USER when set) and return the service's reply.
     Raises ``Unreachable`` (with the last connection error) when NATS is not reached within ``timeout``."""
-    options: dict[str, Any] = {}
-    if os.environ.get("NATS_USER"):
-        options = {"user": os.environ["NATS_USER"], "password": os.environ.get("NATS_PASSWORD", "")}
+    options, _ca = nats_connection(nats_url, tls_ca)
     last: list[BaseException] = []
 
     async def remember(exc: Exception) -> None:  # instead of a warning per failed attempt
@@ -184,14 +199,14 @@ async def request_override(req: CordonRequest, nats_url: str, *, timeout: float 
         await connecting.__aexit__(None, None, None)
 
 
-def _override(req: CordonRequest, nats_url: str, timeout: float = 10.0) -> None:
+def _override(req: CordonRequest, nats_url: str, timeout: float = 10.0, tls_ca: str = "") -> None:
     """Send the request; every error is refused on standard error with its reason (3: NATS or the
     service out of reach, 1: the service refused)."""
     console = Console()
     if not req.reason.strip():
         raise typer.BadParameter("--reason must say why (it is kept for the audit)")
     try:
-        reply = asyncio.run(request_override(req, nats_url, timeout=timeout))
+        reply = asyncio.run(request_override(req, nats_url, timeout=timeout, tls_ca=tls_ca))
     except Unreachable as exc:
         refuse(exc, label=f"cannot reach NATS at {nats_url}", code=3)
     except bus.NoResponders:
@@ -217,11 +232,13 @@ def cordon(
     cluster: Cluster = "default",
     nats_url: NatsUrl = "nats://127.0.0.1:4222",
     timeout: Timeout = 10.0,
+    tls_ca: TlsCa = "",
 ) -> None:
     """Take a GPU away from new work by hand, whatever its telemetry says (audited)."""
     _override(CordonRequest(source="gpuaware-cli", emitted_at=time.time(), cluster=cluster, gpu_uuid=gpu,
                             reason=reason, by=by or _me(), action=CordonAction.CORDON,
-                            state=HealthState.DEGRADED if degraded else HealthState.QUARANTINED), nats_url, timeout)
+                            state=HealthState.DEGRADED if degraded else HealthState.QUARANTINED), nats_url, timeout,
+              tls_ca)
 
 
 @app.command("uncordon")
@@ -235,8 +252,9 @@ def uncordon(
     cluster: Cluster = "default",
     nats_url: NatsUrl = "nats://127.0.0.1:4222",
     timeout: Timeout = 10.0,
+    tls_ca: TlsCa = "",
 ) -> None:
     """Give a GPU back to its telemetry's verdict (with --clear: to healthy, history forgotten); audited."""
     _override(CordonRequest(source="gpuaware-cli", emitted_at=time.time(), cluster=cluster, gpu_uuid=gpu,
                             reason=reason, by=by or _me(), action=CordonAction.UNCORDON, clear=clear), nats_url,
-              timeout)
+              timeout, tls_ca)

@@ -38,8 +38,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-__all__ = ["atomic_file", "atomic_folder", "bounded", "errors", "int_list", "out_file", "out_folder", "refuse",
-           "strict_json"]
+__all__ = ["atomic_file", "atomic_folder", "bounded", "errors", "int_list", "nats_connection", "out_file",
+           "out_folder", "refuse", "strict_json"]
 
 errors = Console(stderr=True)
 """where ``bad input`` and other refusals go (standard error)"""
@@ -230,3 +230,35 @@ def strict_json(obj: Any, *, indent: int | None = 2) -> str:
     if reasons and isinstance(clean, dict):
         clean["null_reasons"] = {**(clean.get("null_reasons") or {}), **reasons}
     return json.dumps(clean, indent=indent, allow_nan=False) + "\n"
+
+
+def nats_connection(nats_url: str, tls_ca: str = "") -> tuple[dict[str, Any], str]:
+    """How an operator command connects to NATS at ``nats_url``: (the client's options, the CA file used,
+    "" for none). As NATS_USER / NATS_PASSWORD when set; a TLS server is verified with ``tls_ca`` (the
+    command's ``--tls-ca``, whose default is NATS_TLS_CA), or, without one, when ``nats_url`` names a
+    server of the embedded stack running in ``.gpuaware`` (`gpuaware up --tls`), with the CA its
+    stack.json records; an operator on the stack's machine need not look it up. A CA file that cannot be
+    used is bad input (exit 2), refused before any connection."""
+    import ssl
+    from urllib.parse import urlsplit
+
+    from gpuaware import bus
+    from gpuaware.devstack import stack_status
+
+    def servers(url: str) -> set[str]:  # host:port, whatever the scheme (nats:// reaches a TLS server too)
+        return {urlsplit(u if "://" in u else f"nats://{u}").netloc.rpartition("@")[2]
+                for u in (part.strip() for part in url.split(",")) if u}
+
+    options: dict[str, Any] = {}
+    if os.environ.get("NATS_USER"):
+        options = {"user": os.environ["NATS_USER"], "password": os.environ.get("NATS_PASSWORD", "")}
+    if not tls_ca:
+        state = stack_status()
+        if state is not None and state.nats_tls_ca and servers(nats_url) & servers(state.nats_url):
+            tls_ca = state.nats_tls_ca
+    if tls_ca:
+        try:
+            options["tls"] = bus.tls_context(tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            refuse(f"{tls_ca}: {exc.strerror or exc}", label="--tls-ca: cannot use the CA certificate")
+    return options, tls_ca
