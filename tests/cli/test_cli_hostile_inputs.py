@@ -217,3 +217,163 @@ def test_quota_report_says_when_the_database_is_out_of_reach(tmp_path: Path) -> 
                                        "--database-url", UNREACHABLE_DB]), code=3)
     assert "cannot read the chargeback intervals" in text and "127.0.0.1" in text
     assert not (tmp_path / "r.csv").exists()
+
+
+# --- the one error policy (main.py's root handler, options.py) ------------------------------------------
+
+
+def test_an_unexpected_error_is_one_line_on_stderr_without_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a command did not turn into a refusal itself: one line, exit 1, a hint at --debug."""
+    import gpuaware.cli.quota as quota
+
+    def boom(text: str, now: float) -> float:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(quota, "parse_when", boom)
+    text = refused(runner.invoke(app, ["quota", "report", "--database-url", UNREACHABLE_DB]), code=1)
+    assert "error: RuntimeError: boom second line" in text and "--debug shows the traceback" in text
+    debug = runner.invoke(app, ["--debug", "quota", "report", "--database-url", UNREACHABLE_DB])
+    assert debug.exit_code == 1 and "Traceback" in debug.stderr and "RuntimeError: boom" in debug.stderr
+
+
+def test_an_unexpected_operating_system_error_exits_3_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuaware.cli.quota as quota
+
+    def gone(given: str) -> str:
+        raise PermissionError(13, "Permission denied", "/var/run/stack.json")
+
+    monkeypatch.setattr(quota, "_database_url", gone)
+    text = refused(runner.invoke(app, ["quota", "report"]), code=3)
+    assert "/var/run/stack.json: Permission denied" in text
+
+
+@pytest.mark.parametrize(("option", "value", "why"), [
+    ("--seeds", "0-99999999999", "not within 0..4294967295"),  # was expanded into a set of 10^11 seeds
+    ("--seeds", "0-4999", "more than 1000 values"),
+    ("--seeds", "7-3", "low-high"),
+    ("--jobs", "0", "--jobs"), ("--jobs", "100000", "--jobs"),
+    ("--max-pods", "0", "--max-pods"), ("--max-pods", "-5", "--max-pods")])
+def test_eval_placement_bounds_seeds_jobs_and_max_pods_before_any_work(small_trace: tuple[Path, Path],
+                                                                       tmp_path: Path, option: str, value: str,
+                                                                       why: str) -> None:
+    nodes, pods = small_trace
+    out = tmp_path / "out"
+    text = refused(runner.invoke(app, ["eval", "placement", "--nodes", str(nodes), "--trace", str(pods),
+                                       "--policies", "fgd", option, value, "--out", str(out)]))
+    assert why in text
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("value", "why"), [("99999999", "not within 1..10080"),
+                                            (",".join(str(h) for h in range(1, 40)), "more than 32 values"),
+                                            ("0", "not within 1..10080"), ("ten", "must look like")])
+def test_forecast_horizons_are_bounded_in_value_and_count(helios_file: Path, tmp_path: Path, value: str,
+                                                          why: str) -> None:
+    out = tmp_path / "out"
+    text = refused(runner.invoke(app, ["forecast", "evaluate", "--series", str(helios_file), "--format", "helios",
+                                       "--horizons", value, "--out", str(out)]))
+    assert "--horizons" in text and why in text
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["99999999999", "-1", "1,6,8761"])
+def test_health_evaluate_lead_hours_are_bounded(tmp_path: Path, value: str) -> None:
+    f = tmp_path / "hbm.csv"
+    f.write_text("Server,Time,EccType\nA,1650690000,UER\n")
+    text = refused(runner.invoke(app, ["health", "evaluate", "--hbm-errors", str(f), "--out", str(tmp_path / "o"),
+                                       "--lead-hours", value]))
+    assert "--lead-hours" in text and "0..8760" in text
+
+
+def test_an_output_path_that_can_never_be_written_is_refused_before_any_work(small_trace: tuple[Path, Path],
+                                                                            tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    hbm = tmp_path / "hbm.csv"
+    hbm.write_text("Server,Time,EccType\nA,1650690000,UER\n")
+    cases = [
+        ["eval", "placement", "--nodes", str(nodes), "--trace", str(pods), "--out", str(a_file)],
+        ["eval", "placement", "--nodes", str(nodes), "--trace", str(pods), "--out", str(a_file / "sub")],
+        ["health", "evaluate", "--hbm-errors", str(hbm), "--out", str(a_file / "sub" / "deeper")],
+        ["forecast", "train", "--series", str(hbm), "--format", "helios", "--out", str(tmp_path)],
+        ["quota", "report", "--csv", str(a_file / "r.csv"), "--database-url", UNREACHABLE_DB],
+    ]
+    for args in cases:
+        text = refused(runner.invoke(app, args))
+        assert "cannot be written" in text, (args, text)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "hbm.csv", "nodes.csv", "pods.csv"]
+
+
+def test_a_refused_run_leaves_an_existing_output_folder_as_it_was(small_trace: tuple[Path, Path],
+                                                                  tmp_path: Path) -> None:
+    _, pods = small_trace
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text("earlier")
+    broken = tmp_path / "broken.csv"
+    broken.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1024,nan,T4\n")
+    refused(runner.invoke(app, ["eval", "placement", "--nodes", str(broken), "--trace", str(pods),
+                                "--policies", "fgd", "--seeds", "42", "--jobs", "1", "--out", str(out)]))
+    assert [p.name for p in out.iterdir()] == ["summary.json"] and (out / "summary.json").read_text() == "earlier"
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
+
+
+def test_alerts_bridge_refuses_a_non_finite_resend_interval() -> None:
+    """A float range lets nan through (every comparison with it is false): the bridge started with it."""
+    text = refused(runner.invoke(app, ["alerts", "bridge", "--listen-port", "9", "--resend-s", "nan"]))
+    assert "--resend-s must be a finite number in [1, 3600]" in text
+
+
+def test_health_cordon_errors_go_to_stderr_with_the_underlying_reason() -> None:
+    """They were printed on standard output, and a refused connection said nothing after the colon."""
+    result = runner.invoke(app, ["health", "cordon", "GPU-1", "--reason", "fuzz", "--nats-url",
+                                 "nats://127.0.0.1:1", "--timeout", "2"])
+    text = refused(result, code=3)
+    assert "cannot reach NATS at nats://127.0.0.1:1" in text
+    assert "Connect call failed" in text or "ConnectionRefusedError" in text, text
+    assert not result.stdout.strip()
+    assert "--timeout" in refused(runner.invoke(app, ["health", "uncordon", "GPU-1", "--reason", "r",
+                                                      "--timeout", "nan"]))
+
+
+def test_strict_json_writes_null_and_a_reason_for_each_non_finite_number() -> None:
+    from gpuaware.cli.options import strict_json
+
+    def no_constants(name: str) -> None:
+        raise AssertionError(f"emitted {name}")
+
+    text = strict_json({"rmse_at": {"10": float("nan"), "30": 1.5}, "runs": [float("inf")],
+                        "null_reasons": {"coverage_at.p90.10": "no test samples"}})
+    doc = json.loads(text, parse_constant=no_constants)
+    assert doc["rmse_at"] == {"10": None, "30": 1.5} and doc["runs"] == [None]
+    assert doc["null_reasons"] == {"coverage_at.p90.10": "no test samples", "rmse_at.10": "not a finite number (nan)",
+                                   "runs[0]": "not a finite number (inf)"}
+
+
+def test_a_huge_seed_range_is_refused_before_it_is_expanded() -> None:
+    """Memory follows the input's size: the range is checked against the bounds and the count first."""
+    import typer
+
+    from gpuaware.cli.options import int_list
+
+    for text in ("0-4294967295", "0-99999999999999999999999", "1,2," + "9" * 5000):
+        with pytest.raises(typer.BadParameter):
+            int_list(text, name="--seeds", lo=0, hi=2**32 - 1, most=1000, ranges=True)
+    assert int_list("42-44, 7,,42", name="--seeds", lo=0, hi=99, most=5, ranges=True) == [7, 42, 43, 44]
+
+
+def test_outputs_renamed_into_place_keep_the_usual_modes(tmp_path: Path) -> None:
+    """The temporary folder and file are owner-only when made; what is renamed into place is not."""
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        with atomic_folder(tmp_path / "out") as tmp:
+            (tmp / "summary.json").write_text("{}")
+        with atomic_file(tmp_path / "model.onnx") as tmp:
+            tmp.write_bytes(b"x")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "model.onnx").stat().st_mode & 0o777 == 0o644

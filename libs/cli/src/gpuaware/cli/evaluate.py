@@ -177,8 +177,11 @@ def placement_online(
         refuse(exc)
     results = []
     for name in names:
-        with console.status(f"{name}: replaying {trace.name} with departures"):
-            r = run_online(node_list, pods, name, time_scale=time_scale, inflation=inflation, seed=seed)
+        try:
+            with console.status(f"{name}: replaying {trace.name} with departures"):
+                r = run_online(node_list, pods, name, time_scale=time_scale, inflation=inflation, seed=seed)
+        except ValueError as exc:  # a trace the online replay cannot use (no creation / deletion times)
+            refuse(f"{trace}: {exc}")
         results.append(r)
     report = {"trace": str(trace), "nodes": str(nodes), "seed": seed, "policies": {r.policy: r.summary() for r in results}}
     with atomic_folder(out) as tmp:

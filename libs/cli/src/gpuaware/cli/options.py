@@ -150,6 +150,12 @@ def _made_parents(path: Path) -> list[Path]:
     return missing
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _unmake(parents: list[Path]) -> None:
     for p in parents:  # deepest first; a folder something else wrote into meanwhile stays
         try:
@@ -169,6 +175,7 @@ def atomic_folder(out: Path) -> Iterator[Path]:
     try:
         made = _made_parents(out)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+        tmp.chmod(0o777 & ~_umask())  # a folder's usual mode, not mkdtemp's owner-only one
     except OSError as exc:
         _unmake(made)
         refuse(f"{out}: {exc.strerror or exc}", label="cannot write", code=3)
@@ -198,6 +205,7 @@ def atomic_file(out: Path) -> Iterator[Path]:
         made = _made_parents(out)
         fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
         os.close(fd)
+        os.chmod(name, 0o666 & ~_umask())  # a file's usual mode, not mkstemp's owner-only one
     except OSError as exc:
         _unmake(made)
         refuse(f"{out}: {exc.strerror or exc}", label="cannot write", code=3)
