@@ -21,14 +21,17 @@ $(STAMP): constraints.txt requirements-dev.txt $(PYPROJECTS)
 demo: $(STAMP)
 	$(VENV)/bin/gpuaware demo
 
+# two pytest-xdist workers, tests spread one by one (those sharing a module's fixture kept together);
 # the slowest tests are listed at the end with their durations; every wall-clock ceiling in the suite is
 # scaled by the machine's measured slowdown (printed in the header)
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --durations=20 --durations-min=5
 test: $(STAMP) tools
-	$(PY) -m pytest tests --durations=20 --durations-min=5
+	$(PYTEST)
 
 # the same suite beside a CPU hog on every core: what a user's busy laptop does to it
 test-under-load: $(STAMP) tools
-	$(PY) tests/under_load.py -- $(PY) -m pytest tests --durations=20 --durations-min=5
+	$(PY) tests/under_load.py -- $(PYTEST)
 
 # Prometheus and Alertmanager (promtool, amtool) for the observe tests and Chromium for the report's
 # screenshot test, from Debian's packages, when this runs as root with apt-get; otherwise those tests

@@ -36,8 +36,31 @@ def pytest_report_header() -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Scale each test's pytest-timeout ceiling (its marker's, or the configured default) by the
-    machine's slowdown: a busy machine gets more time, never a failure for being busy."""
+    """Keep the tests that share an expensive fixture on one worker, and scale each test's
+    pytest-timeout ceiling by the machine's slowdown."""
+    _group_shared_fixtures(items)
+    _scale_timeouts(config, items)
+
+
+def _group_shared_fixtures(items: list[pytest.Item]) -> None:
+    """`make test` spreads tests over workers one by one (pytest-xdist, ``--dist loadgroup``); a test
+    using a module-, class- or package-scoped fixture (a demo run, a server of the module's own) joins
+    the group of that fixture's scope, so the fixture is built once, on one worker, as without xdist."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        groups = sorted({defs[-1].baseid if defs[-1].scope == "package" else item.nodeid.split("::")[0]
+                         for name in info.names_closure
+                         if (defs := info.name2fixturedefs.get(name)) and defs[-1].scope in ("module", "class",
+                                                                                              "package")})
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups[0] or "root"))
+
+
+def _scale_timeouts(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's pytest-timeout ceiling (its marker's, or the configured default) times the machine's
+    slowdown: a busy machine gets more time, never a failure for being busy."""
     if SLOWDOWN <= 1.0:
         return
     default = float(config.getini("timeout") or 0)

@@ -1,33 +1,54 @@
 """The fault suite's report: every scenario's invariants printed at the end of the run (also inside
-`make test`, where test output is otherwise captured), so a pass shows what held, not only that
-nothing failed."""
+`make test`, where test output is otherwise captured, and from pytest-xdist's workers: the lines travel
+with each test's report as a user property), so a pass shows what held, not only that nothing failed."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-_RESULTS: list[Any] = []
+REPORT_PROPERTY = "fault_suite_report"
+_LINES: list[str] = []
+
+
+class DrillReport:
+    """`drill_report.append(result)`: a `DrillResult`'s invariants and figures, as lines for the summary."""
+
+    def __init__(self, node: pytest.Item) -> None:
+        self.node = node
+
+    def append(self, r: Any) -> None:
+        lines = [f"{r.scenario}: {r.plan}"]
+        lines += [f"  {'ok    ' if ok else 'FAILED'} {name}" for name, ok in r.invariants.items()]
+        f = r.figures
+        tel = f.get("telemetry", {})
+        lines.append(f"  pods {f['pods']['arrived']}, decisions {f['decisions']}, telemetry samples on the bus "
+                     f"{tel.get('on_bus')} / stored {tel.get('stored')}; next decision after each recovery (s): "
+                     f"{f['first_decision_after_recovery_s']}")
+        if "ha" in f:  # the leader changes: what each took and what the streams show of it
+            lines.append(f"  leader takeovers (s): {f['ha']['takeover_s']}")
+            lines += [f"  {service}: {json.dumps(f['ha'][service], default=str)}"
+                      for service in ("health", "forecasting", "quota") if service in f["ha"]]
+        self.node.user_properties.append((REPORT_PROPERTY, "\n".join(lines)))
 
 
 @pytest.fixture
-def drill_report() -> list[Any]:
+def drill_report(request: pytest.FixtureRequest) -> DrillReport:
     """Append a `DrillResult`; it is printed in the terminal summary."""
-    return _RESULTS
+    return DrillReport(request.node)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        _LINES.extend(text for name, text in report.user_properties if name == REPORT_PROPERTY)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _RESULTS:
+    if not _LINES:
         return
     terminalreporter.section("fault suite: invariants per scenario")
-    for r in _RESULTS:
-        terminalreporter.write_line(f"{r.scenario}: {r.plan}")
-        for name, ok in r.invariants.items():
-            terminalreporter.write_line(f"  {'ok    ' if ok else 'FAILED'} {name}")
-        f = r.figures
-        tel = f.get("telemetry", {})
-        terminalreporter.write_line(
-            f"  pods {f['pods']['arrived']}, decisions {f['decisions']}, telemetry samples on the bus "
-            f"{tel.get('on_bus')} / stored {tel.get('stored')}; next decision after each recovery (s): "
-            f"{f['first_decision_after_recovery_s']}")
+    for text in _LINES:
+        for line in text.splitlines():
+            terminalreporter.write_line(line)
