@@ -94,3 +94,48 @@ async def test_undecodable_request_is_a_400_and_dead_lettered(nc, service, names
 async def test_no_responders_is_reported_at_once(nc, names: Names) -> None:
     with pytest.raises(bus.NoResponders):
         await bus.request(nc, f"{names.subject}.nobody", AdmitRequest(queue="q"), Admission, timeout=2)
+
+
+async def test_serve_answers_on_a_plain_subscription_with_micro_semantics(nc, names: Names) -> None:
+    """`bus.serve`: typed replies and the same error replies as a micro endpoint (`request` raises the same
+    `ServiceError`), a bad request dead-lettered with 400; no `$SRV` service of its own; `stop()` ends it."""
+    subject = f"{names.subject}.admit-leader"
+    dead: list = []
+
+    async def cb(msg) -> None:
+        dead.append(msg)
+
+    await nc.subscribe(dead_letter_subject(subject), cb=cb)
+
+    async def failing(req: AdmitRequest) -> Admission:
+        if req.queue == "busy":
+            raise bus.TransientError("not leading")
+        return await admit(req)
+
+    responder = await bus.serve(nc, bus.Endpoint("admit-leader", subject, AdmitRequest, failing),
+                                service=f"quota-{names.token}")
+    assert responder.serving
+    ok = await bus.request(nc, subject, AdmitRequest(queue="team-a", gpus=2), Admission, timeout=2)
+    assert ok == Admission(admitted=True, queue="team-a")
+    with pytest.raises(bus.ServiceError) as err:  # the handler's own code, passed through
+        await bus.request(nc, subject, AdmitRequest(queue="frozen"), Admission, timeout=2)
+    assert (err.value.code, err.value.description) == (409, "queue is frozen")
+    with pytest.raises(bus.ServiceError) as err:
+        await bus.request(nc, subject, AdmitRequest(queue="busy"), Admission, timeout=2)
+    assert (err.value.code, err.value.description) == (503, "not leading")
+    reply = await nc.request(subject, b"{not json", timeout=2)
+    assert reply.headers[bus.headers.SERVICE_ERROR_CODE] == "400"
+    assert "malformed" in reply.headers[bus.headers.SERVICE_ERROR]
+    await eventually(lambda: len(dead) == 1, what="dead letter")
+    assert dead[0].data == b"{not json"
+    assert dead[0].headers[HEADER_CONSUMER] == f"service:quota-{names.token}/admit-leader"
+    assert (responder.requests, responder.errors) == (4, 3)
+    # not a micro service: nothing answers discovery under its name
+    with pytest.raises(Exception):  # noqa: B017 (nats-py's NoRespondersError or a timeout, either is "none")
+        await nc.request(f"$SRV.PING.quota-{names.token}", b"", timeout=0.5)
+
+    await responder.stop()
+    await responder.stop()  # idempotent
+    assert not responder.serving
+    with pytest.raises(bus.NoResponders):
+        await bus.request(nc, subject, AdmitRequest(queue="q"), Admission, timeout=2)

@@ -7,6 +7,7 @@
         consumer = await bus.subscribe_durable(js, pods, "placement", handle_pending)
         await bus.publish(js, decisions, decision)             # stored once, traced
         reply = await bus.request(nc, QUOTA_ADMIT, ask, Admission, timeout=1.0)
+        leader = await bus.serve(nc, bus.Endpoint("admit-leader", subject, Ask, decide))  # internal, no $SRV
         view = await bus.follow(js, [bound, finished], ledger.apply)   # every instance, in order
         lease = await bus.LeaderLease(js, "placement-leader", cluster, me, on_change=...).start()
 
@@ -61,7 +62,7 @@ from gpuaware.bus.lease import LeaderLease, open_lease_bucket
 from gpuaware.bus.pipeline import PipelinedConsumer, PipelinedHandler, subscribe_pipelined
 from gpuaware.bus.publish import PubAck, publish, publish_async, publish_core
 from gpuaware.bus.retry import RetryPolicy
-from gpuaware.bus.service import Endpoint, Service, add_service, request
+from gpuaware.bus.service import Endpoint, Responder, Service, add_service, request, serve
 from gpuaware.bus.tracing import extract, inject
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "PubAck",
     "ReconnectPolicy",
     "RequestTimeout",
+    "Responder",
     "RetryPolicy",
     "Service",
     "ServiceError",
@@ -120,6 +122,7 @@ __all__ = [
     "read_stored",
     "reconnect_delay",
     "request",
+    "serve",
     "stream_compatible",
     "subscribe_batched",
     "subscribe_durable",

@@ -7,7 +7,10 @@ disconnects and reconnects are logged (nats-py would otherwise print or swallow 
 `connected()` drains: in-flight handlers finish and buffered publishes are flushed before close.
 
 The initial connection retries the same way; `initial_timeout` bounds it for tools and tests that
-would rather fail fast than wait for a server that may never come.
+would rather fail fast than wait for a server that may never come. Closing the client after a failed
+connection (a TLS handshake refused, a login refused) is bounded too (``CLOSE_TIMEOUT_S``): nats-py's
+close waits for the transport to close, which after a failed TLS handshake may never happen, and a
+failed connect must return its error, not hang.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from gpuaware.bus.retry import RetryPolicy, Uniform
 from gpuaware.schemas import inbox_prefix
 
 log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 5.0
+"""how long closing a client may take before it is abandoned (its tasks are cancelled by then)"""
 
 __all__ = ["Client", "ReconnectPolicy", "connect", "connected", "reconnect_delay", "tls_context"]
 
@@ -116,11 +122,23 @@ async def connect(url: str | Sequence[str], *, name: str, policy: ReconnectPolic
     try:
         await asyncio.wait_for(nc.connect(**opts), timeout=initial_timeout)
     except BaseException:
-        if not nc.is_closed:
-            await nc.close()
+        await _close_bounded(nc, name)
         raise
     log.info("nats %s: connected to %s", name, nc.connected_url.netloc if nc.connected_url else "?")
     return nc
+
+
+async def _close_bounded(nc: Client, name: str = "") -> None:
+    """``nc.close()``, abandoned after ``CLOSE_TIMEOUT_S`` (its status is already closed and its reading,
+    pinging and flushing tasks cancelled by then; what is left is waiting for the socket)."""
+    if nc.is_closed:
+        return
+    try:
+        await asyncio.wait_for(nc.close(), CLOSE_TIMEOUT_S)
+    except TimeoutError:
+        log.warning("nats %s: close did not finish within %g s; abandoned", name or "client", CLOSE_TIMEOUT_S)
+    except Exception as exc:
+        log.warning("nats %s: close failed: %s: %s", name or "client", type(exc).__name__, exc)
 
 
 async def close(nc: Client) -> None:
@@ -133,7 +151,7 @@ async def close(nc: Client) -> None:
             return
         except Exception as exc:  # drain can fail mid-reconnect; closing is what matters now
             log.warning("nats drain failed (%s); closing", exc)
-    await nc.close()
+    await _close_bounded(nc)
 
 
 @asynccontextmanager

@@ -13,16 +13,27 @@ outcomes map to micro error replies: `ServiceError(code, ...)` as given, `Perman
 `TransientError` -> 503 (the caller may retry), anything else -> 500 (logged with its traceback).
 `request()` is the matching client: it encodes, injects trace context, and returns the decoded
 reply or raises `ServiceError` / `NoResponders` / `RequestTimeout`.
+
+`serve()` answers one endpoint on a plain core-NATS subscription instead, with the same wrapper (decode,
+dead letter, span, error codes as the same micro headers, so `request()` raises the same errors): for
+internal endpoints that come and go while a process runs, such as the subject only a lease holder
+answers. A process keeps exactly one micro service (the one `gpuaware.runtime.run_service` registers):
+two micro services of one name on one connection both receive each `$SRV.PING|INFO|STATS` and both
+reply, and an authenticated server (responses allowed once per request) refuses both replies, so
+discovery of the service times out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.micro import add_service as _micro_add_service
@@ -42,7 +53,7 @@ log = logging.getLogger(__name__)
 Req = TypeVar("Req")
 Rep = TypeVar("Rep")
 
-__all__ = ["Endpoint", "Service", "add_service", "request"]
+__all__ = ["Endpoint", "Responder", "Service", "add_service", "request", "serve"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,67 @@ async def add_service(nc: Client, name: str, version: str, endpoints: Sequence[E
         raise
     await nc.flush()  # subscriptions are live on the server before callers are told we are up
     return service
+
+
+@dataclass(eq=False)
+class Responder:
+    """One endpoint served on a plain subscription (`serve`); `await responder.stop()` ends it."""
+
+    subject: str
+    service: str
+    requests: int = 0
+    """requests received"""
+    errors: int = 0
+    """requests answered with an error"""
+    last_error: str = ""
+    _sub: Subscription | None = field(default=None, repr=False)
+
+    @property
+    def serving(self) -> bool:
+        return self._sub is not None
+
+    async def stop(self) -> None:
+        """Unsubscribe (idempotent; a connection already closed has nothing left to end)."""
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+async def serve(nc: Client, ep: Endpoint[Any, Any], *, service: str = "") -> Responder:
+    """Answer `ep` on a plain subscription (queue group `ep.queue_group`, if any), as a micro endpoint
+    would: the same decoding, dead letters, trace span and error replies. `service` names the caller
+    in spans and dead letters (default: the endpoint's name). Returns once the server has the
+    subscription."""
+    name = service or ep.name
+    handle = _micro_handler(nc, name, ep)
+    responder = Responder(subject=ep.subject, service=name)
+
+    async def on_msg(msg: Msg) -> None:
+        req = Request(msg)
+        responder.requests += 1
+        try:
+            await handle(req)
+        except MicroServiceError as exc:  # what micro's own endpoint wrapper answers, the same headers
+            responder.errors += 1
+            responder.last_error = exc.description
+            if msg.reply:
+                try:
+                    await req.respond_error(exc.code, exc.description)
+                except Exception as send_exc:
+                    log.warning("%s on %s: error reply not sent: %s", name, ep.subject, send_exc)
+        except Exception as exc:  # the reply itself failed (no reply subject, connection gone)
+            responder.errors += 1
+            responder.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("%s on %s: reply not sent: %s", name, ep.subject, responder.last_error)
+
+    responder._sub = await nc.subscribe(ep.subject, queue=ep.queue_group or "", cb=on_msg)
+    try:
+        await nc.flush()  # live on the server before callers are told we serve
+    except BaseException:
+        await responder.stop()
+        raise
+    return responder
 
 
 async def request(nc: Client, subject: str, req: Any, reply_type: type[Rep], *, timeout: float = 2.0,
