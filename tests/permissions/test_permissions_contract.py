@@ -34,6 +34,7 @@ from gpuaware.schemas.permissions import (
     SERVICE_IDENTITIES,
     TELEMETRY_COLLECTOR,
     authorization,
+    health_cordon_leader,
     health_durable,
     permissions_for,
     placement_durable,
@@ -96,6 +97,9 @@ def test_services_publish_only_contract_subjects_and_never_administer(identity: 
             continue
         if subject == quota_admit_leader("default"):  # quota.admit, relayed by a standby to its leader
             assert identity == QUOTA_ID, subject
+            continue
+        if subject == health_cordon_leader("default"):  # health.cordon, relayed by a standby to its leader
+            assert identity == HEALTH_SCORING, subject
             continue
         base = base_subject(subject.removesuffix(".>"))
         assert base in MESSAGES or base in REQUESTS, f"{identity} publishes {subject}: not in the contract"

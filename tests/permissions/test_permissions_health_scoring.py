@@ -1,7 +1,9 @@
 """Health-scoring under least privilege: the real service, logged in as ``health-scoring`` on an
 auth-enabled server whose streams an admin provisioned, consumes its cluster's samples (durable),
 follows inventories, publishes a state change and alerts, answers health.cordon and health.stats;
-its user may not sample, decide or administer."""
+its user may not sample, decide or administer. With a leader and a standby running, another user's
+``$SRV`` discovery of ``health-scoring`` is answered (one micro service per process: the leader serves
+its cordon subject on a plain subscription) and a cordon the standby receives reaches the leader."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import time
 from typing import Any
 
 import msgspec
-from permissions_helpers import assert_publish_refused, assert_stream_admin_refused
+import pytest
+from permissions_helpers import assert_discoverable, assert_publish_refused, assert_stream_admin_refused
 from service_runner import eventually
 
 from gpuaware import bus
@@ -23,6 +26,7 @@ from gpuaware.schemas import (
     HEALTH_STATS,
     PLACEMENT_DECIDED,
     AlertRaised,
+    CordonAction,
     CordonReply,
     CordonRequest,
     GpuInfo,
@@ -35,7 +39,7 @@ from gpuaware.schemas import (
     StatsRequest,
 )
 from gpuaware.schemas.permissions import ADMIN, HEALTH_SCORING, TELEMETRY_AGENT
-from gpuaware.services.health_scoring.handlers import mount
+from gpuaware.services.health_scoring.handlers import mounter
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 
 CLUSTER = "default"  # the devstack renders the permissions for the default cluster
@@ -61,10 +65,15 @@ async def test_health_scoring_runs_as_its_own_user(provisioned: Any, connect_as:
         "nats_url": provisioned.url, "nats_user": user, "nats_password": password, "database_url": fresh_database_url,
         "cluster": CLUSTER, "instance_id": "auth1", "log_format": "console", "log_level": "WARNING",
         "checkpoint_s": 0.2, "tick_s": 0.2, "poll_s": 0.2, "inventory_wait_s": 1.0}, HealthScoringSettings)
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_service(settings, version="0.0.1", mount=mount, stop=stop, ready=ready))
+    stop, ready, standby_ready = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    got: list[Any] = []
+    task = asyncio.create_task(run_service(settings, version="0.0.1", mount=mounter(got.append), stop=stop,
+                                           ready=ready))
+    standby_task: asyncio.Task[Any] | None = None
     try:
         await asyncio.wait_for(ready.wait(), 30)
+        leader = got[0]
+        assert leader.leading
         async with connect_as(TELEMETRY_AGENT) as agent, connect_as(ADMIN) as admin:
             changes: list[GpuStateChanged] = []
             raised: list[AlertRaised] = []
@@ -89,9 +98,31 @@ async def test_health_scoring_runs_as_its_own_user(provisioned: Any, connect_as:
             stats = await bus.request(admin, HEALTH_STATS, StatsRequest(), HealthStats,
                                       timeout=5.0)
             assert stats.states["quarantined"] >= 1 and stats.checkpoints > 0
+            await assert_discoverable(admin, HEALTH_SCORING)
+            # a standby answers health.cordon too, relaying it to the leader, and discovery still answers
+            standby_task = asyncio.create_task(run_service(
+                msgspec.structs.replace(settings, instance_id="auth2"), version="0.0.1", mount=mounter(got.append),
+                stop=stop, ready=standby_ready))
+            await asyncio.wait_for(standby_ready.wait(), 30)
+            standby = got[1]
+            assert not standby.leading
+            await assert_discoverable(admin, HEALTH_SCORING)
+            relayed = await standby.cordon_request(CordonRequest(
+                source="ops", emitted_at=time.time(), gpu_uuid=gpu, reason="RMA done", by="bob",
+                action=CordonAction.UNCORDON))
+            assert (relayed.action, relayed.by) == (CordonAction.UNCORDON, "bob")
+            assert standby.relayed == 1 and leader.view.counts["uncordons"] == 1  # applied by the leader
+            for _ in range(4):  # over the wire, whichever instance answers: the leader's refusal, its code kept
+                with pytest.raises(bus.ServiceError) as err:
+                    await bus.request(admin, HEALTH_CORDON, CordonRequest(
+                        source="ops", emitted_at=time.time(), gpu_uuid=f"GPU-nope-{node}", reason="x", by="carol"),
+                        CordonReply, timeout=10.0)
+                assert err.value.code == 404, err.value
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
+        if standby_task is not None:
+            await asyncio.wait_for(standby_task, 30)
 
 
 def _collector(into: list[Any], typ: Any) -> Any:

@@ -111,6 +111,7 @@ __all__ = [
     "authorization",
     "binder_durable",
     "checkpoint_durable",
+    "health_cordon_leader",
     "health_durable",
     "inbox_prefix",
     "permissions_for",
@@ -162,6 +163,13 @@ def quota_admit_leader(cluster: str) -> str:
     """Where a quota standby relays the ``quota.admit`` requests it receives (the same request and reply):
     only the instance holding its cluster's quota lease serves it, so one instance decides, never two."""
     return f"{QUOTA_ADMIT}.leader.{subject_token(cluster)}"
+
+
+def health_cordon_leader(cluster: str) -> str:
+    """Where a health-scoring standby relays the ``health.cordon`` requests it receives (the same request
+    and reply): only the instance holding its cluster's health lease serves it, since only the leader
+    holds the GPUs' tracks an override changes."""
+    return f"{HEALTH_CORDON}.leader.{subject_token(cluster)}"
 
 
 def recorder_durable(cluster: str) -> str:
@@ -328,12 +336,13 @@ def permissions_for(identity: str, *, cluster: str = "default", lease_bucket: st
         # consumes its cluster's telemetry (samples, or rollups) through a durable, follows inventories
         # (models) and which pods hold which GPUs (decisions, the binder's pod events), publishes scores,
         # state changes, drain recommendations and alerts, answers health.cordon and health.stats; two
-        # replicas share a lease (its KV bucket): the leader consumes, publishes and answers health.cordon
+        # replicas share a lease (its KV bucket): the leader consumes, publishes and applies health.cordon,
+        # which every instance answers (a standby relays it to the leader: health.cordon.leader.<cluster>)
         consumed = [s for f in (GPU_SAMPLED, GPU_ROLLED_UP, NODE_INVENTORY, PLACEMENT_DECIDED, POD_BIND_FAILED,
                                 POD_PREEMPTED, POD_FINISHED) for s in _event(f)]
-        endpoints = [HEALTH_CORDON, *OPERATIONAL_ENDPOINTS[identity]]
+        endpoints = [HEALTH_CORDON, health_cordon_leader(cluster), *OPERATIONAL_ENDPOINTS[identity]]
         pub = [*(s for o in (GPU_SCORED, GPU_STATE_CHANGED, DRAIN_RECOMMENDED, ALERT_RAISED, ALERT_RESOLVED)
-                 for s in _event(o)),
+                 for s in _event(o)), health_cordon_leader(cluster),
                *_js_base(), *_durable(TELEMETRY, health_durable(cluster)), *_follow(TELEMETRY), *_follow(PLACEMENT),
                *_follow(BINDER), *_kv(HEALTH_LEASE_BUCKET),
                *_dead_letters([*consumed, *endpoints])]

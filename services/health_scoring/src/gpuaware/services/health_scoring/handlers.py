@@ -9,7 +9,9 @@ checkpoint (PostgreSQL), acknowledge.
     follow placement.pod.decided.v1[.>] and binder.pod.   which pods hold which GPUs (for drain
       {bind_failed,preempted,finished}.v1[.>] (all)       recommendations), rebuilt by replay on start
     every tick_s                                          stale telemetry: scored, alerted, state held
-    health.cordon (request/reply)                         cordon / uncordon, audited (who, when, why)
+    health.cordon (request/reply, every instance)         cordon / uncordon, audited (who, when, why);
+                                                          a standby relays it to the leader
+    health.cordon.leader.<cluster> (the leader only)      the leader applies what standbys relay
     health.stats  (request/reply)                         counters: states, bad input, publications
 
     publishes  health.gpu.scored.v1.<c>.<node>         once per GPU per score window, on a change
@@ -34,8 +36,13 @@ refuse or repair; it never flips a state and is counted per kind in ``health.sta
 
 Two replicas, one leader (a NATS KV lease per cluster, ``lease_bucket``, as placement's): a GPU's
 history must be in one book, so only the leader consumes the durable, ticks, checkpoints, publishes
-and answers ``health.cordon`` (its own micro service, started on leadership and stopped on a
-step-down: a standby never answers a cordon it could not apply). Every instance follows the
+and applies ``health.cordon``. Every instance answers ``health.cordon`` (an endpoint of its one micro
+service, so an operator's ``gpuaware health cordon`` always finds a responder): a standby relays the
+request to ``health.cordon.leader.<cluster>``, which only the leader serves (``bus.serve``, a plain
+subscription from its takeover to its step-down; a second micro service of the same name on one
+connection would get two replies per ``$SRV.PING``, both refused by an authenticated server), and
+holds it while nobody leads, up to ``leader_wait_s``, then answers 503. The lease's KV bucket and
+``gpuaware_health_leading`` say who leads. Every instance follows the
 inventories and the pods on GPUs, so a standby has them when it takes over. What a standby does not
 keep is the GPUs' tracks: they are the leader's, and a takeover rebuilds them from where the leader
 left them durable, not from a copy that may have drifted:
@@ -46,7 +53,7 @@ left them durable, not from a copy that may have drifted:
                                     and scored again with the same message ids (JetStream stores each
                                     publication once); then the tick
     step-down (lease lost, stop)    the consumer stopped (in-flight messages finish), the tick stopped,
-                                    a last checkpoint written, the cordon endpoint withdrawn
+                                    a last checkpoint written, the leader's cordon subject withdrawn
 
 A leader that dies leaves its unacknowledged samples to the durable's ack wait (``ack_wait_s``); the
 new leader scores them then (a sample older than what its GPU's track already holds is skipped as
@@ -82,8 +89,8 @@ from gpuaware.schemas import (
     PodFinished,
     PodPreempted,
     StatsRequest,
+    health_cordon_leader,
 )
-from gpuaware.services.health_scoring import __version__
 from gpuaware.services.health_scoring.checkpoint import Checkpointer, Outbox
 from gpuaware.services.health_scoring.settings import HealthScoringSettings
 from gpuaware.services.health_scoring.state import UnknownGpu, View
@@ -137,7 +144,11 @@ class HealthService:
         self.leading_since: float | None = None
         self.takeovers = 0
         self._lead_task: asyncio.Task[None] | None = None
-        self._cordon_service: Any = None
+        self.cordon_subject = health_cordon_leader(settings.cluster)
+        self._cordon_leader: bus.Responder | None = None
+        """what answers ``cordon_subject`` while leading (a subscription, not a second micro service)"""
+        self.relayed = 0
+        """cordons this instance received as a standby and the leader answered"""
         self._checkpointing = False
 
     # --- life ----------------------------------------------------------------------------------------
@@ -204,10 +215,9 @@ class HealthService:
             batch=s.fetch_batch, poll=s.poll_s, retry=bus.RetryPolicy(base=1.0, cap=30.0))
         self._ticker = supervise("health tick", self._tick_loop, until=self._stop.is_set)
         if self.nc is not None:
-            self._cordon_service = await bus.add_service(
-                self.nc, s.service_name, __version__,
-                [bus.Endpoint(name="cordon", subject=HEALTH_CORDON, request_type=CordonRequest, handler=self.cordon)],
-                metadata={"instance": self.instance, "cluster": s.cluster, "role": "leader"})
+            self._cordon_leader = await bus.serve(
+                self.nc, bus.Endpoint(name="cordon-leader", subject=self.cordon_subject, request_type=CordonRequest,
+                                      handler=self._leader_cordon), service=s.service_name)
         self.leading_since = time.monotonic()
         self.takeovers += 1
         log.info("health-scoring leads cluster %s (%d GPUs restored)", s.cluster, self.restored[0])
@@ -234,10 +244,9 @@ class HealthService:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._cordon_service is not None:
-            service, self._cordon_service = self._cordon_service, None
-            with contextlib.suppress(Exception):
-                await service.stop()
+        if self._cordon_leader is not None:
+            responder, self._cordon_leader = self._cordon_leader, None
+            await responder.stop()
         if self.consumer is not None:
             consumer, self.consumer = self.consumer, None
             with contextlib.suppress(Exception):
@@ -330,7 +339,52 @@ class HealthService:
         except Exception as exc:
             log.warning("health retention failed (%s: %s); next pass retries", type(exc).__name__, exc)
 
+    def _check_cluster(self, req: CordonRequest) -> None:
+        if req.cluster != self.settings.cluster:
+            raise bus.ServiceError(421, f"this health-scoring instance serves cluster {self.settings.cluster}, "
+                                        f"not {req.cluster}")
+
+    async def cordon_request(self, req: CordonRequest) -> CordonReply:
+        """``health.cordon`` (every instance): applied here when this instance leads, else relayed to the
+        leader. While nobody leads (a takeover under way) the request is held, up to ``leader_wait_s``,
+        until a leader answers it -- this instance, should it win the lease -- then refused with 503."""
+        self._check_cluster(req)
+        loop = asyncio.get_running_loop()
+        wait_s = self.settings.leader_wait_s
+        deadline = loop.time() + wait_s
+        while True:
+            if self.leading:
+                return await self.cordon(req)
+            left = deadline - loop.time()
+            if left <= 0:
+                raise bus.TransientError(f"no health-scoring leader answered within {wait_s:g}s", delay=1.0)
+            if self.nc is not None:
+                try:  # the leader may wait for its checkpoint (up to hold_s) before it answers
+                    reply = await bus.request(self.nc, self.cordon_subject, req, CordonReply,
+                                              timeout=left + self.settings.hold_s)
+                except bus.NoResponders:
+                    pass  # nobody leads right now: wait for a leader
+                except bus.RequestTimeout:
+                    raise bus.TransientError("the health-scoring leader did not answer within "
+                                             f"{wait_s + self.settings.hold_s:g}s", delay=1.0) from None
+                except bus.ServiceError as exc:
+                    if exc.code != 503:  # the leader's answer, an error (as it would have been here)
+                        raise
+                    # 503: it stepped down as the request came; ask whoever leads next
+                else:
+                    self.relayed += 1
+                    return reply
+            await asyncio.sleep(min(max(deadline - loop.time(), 0.0), self.settings.lease_poll_s))
+
+    async def _leader_cordon(self, req: CordonRequest) -> CordonReply:
+        """``health.cordon.leader.<cluster>``: a standby's relayed request (503 once no longer leading)."""
+        self._check_cluster(req)
+        if not self.leading:
+            raise bus.TransientError("this health-scoring instance no longer leads", delay=0.2)
+        return await self.cordon(req)
+
     async def cordon(self, req: CordonRequest) -> CordonReply:
+        """The leader's override: applied to its book, published and checkpointed before the reply."""
         if req.cluster != self.settings.cluster:
             raise bus.ServiceError(421, f"this health-scoring instance serves cluster {self.settings.cluster}, "
                                         f"not {req.cluster}")
@@ -377,14 +431,20 @@ async def mount(ctx: ServiceContext, *, on_service: Any = None) -> list[bus.Endp
         return service.stats()
 
     ctx.metrics.source(lambda: health_samples(service))
-    # health.cordon is the leader's alone (served while it leads: `HealthService._lead`)
-    return [bus.Endpoint(name="stats", subject=HEALTH_STATS, request_type=StatsRequest, handler=stats)]
+    # health.cordon on every instance (a standby relays it); the leader subject only while leading
+    return [bus.Endpoint(name="cordon", subject=HEALTH_CORDON, request_type=CordonRequest,
+                         handler=service.cordon_request),
+            bus.Endpoint(name="stats", subject=HEALTH_STATS, request_type=StatsRequest, handler=stats)]
 
 
 def health_samples(service: HealthService) -> Iterable[Sample]:
     """Health-scoring's Prometheus series: GPUs per state, open alerts, what it published, bad input met,
     and its durable consumer's lag and dead letters."""
     st = service.stats()
+    yield gauge("gpuaware_health_leading", "1 while this instance holds the health lease and scores",
+                service.leading)
+    yield counter("gpuaware_health_cordons_relayed", "health.cordon requests this standby relayed to the leader",
+                  service.relayed)
     for state in ("healthy", "degraded", "quarantined", *sorted(set(st.states) - {"healthy", "degraded", "quarantined"})):
         yield gauge("gpuaware_health_gpus", "GPUs per health state", st.states.get(state, 0), state=state)
     yield gauge("gpuaware_health_open_alerts", "alerts raised and not yet resolved", st.open_alerts)

@@ -122,6 +122,8 @@ class HealthScoringSettings(DatabaseSettings, frozen=True, kw_only=True):
     the last checkpoint read back and the durable consumer created)"""
     lease_poll_s: float = 0.25
     """how often a standby tries to take the lease"""
+    leader_wait_s: float = 5.0
+    """how long a standby holds a ``health.cordon`` it relays while no leader answers (a takeover under way)"""
 
     # --- output --------------------------------------------------------------------------------------
     score_window_s: float = 60.0
@@ -161,7 +163,8 @@ class HealthScoringSettings(DatabaseSettings, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if self.time_scale <= 0:
             raise SettingsError(f"GPUAWARE_HEALTH_SCORING_TIME_SCALE must be positive, got {self.time_scale}")
-        self.require_positive("score_window_s", "tick_s", "checkpoint_s", "hold_s", "lease_ttl_s", "lease_poll_s")
+        self.require_positive("score_window_s", "tick_s", "checkpoint_s", "hold_s", "lease_ttl_s", "lease_poll_s",
+                              "leader_wait_s")
         try:
             self.health_config()
         except ValueError as exc:

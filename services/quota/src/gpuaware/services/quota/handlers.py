@@ -34,9 +34,11 @@ won elsewhere (it steps down first when it stops, and the lease's fence steps a 
 before the key expires), and a decision checks it still leads in the same event-loop step that
 reserves, so two instances never decide at once. Every instance follows the binder's stream all
 the time (a standby's ledger stays warm); a new leader first follows it up to now (``sync``: what
-the previous leader's admitted pods became, bound or gone, before it answers), then registers the
-leader endpoint (a NATS micro service named like the service, metadata ``role=leader``, ``term``,
-``instance``: ``$SRV.INFO.quota`` names the leader). What a takeover cannot rebuild is an admission
+the previous leader's admitted pods became, bound or gone, before it answers), then serves the
+leader subject (``bus.serve``, a plain subscription: a process keeps one micro service, the one
+``run_service`` registers, or ``$SRV.PING.quota`` would get two replies per process and an
+authenticated server refuses both; the lease's KV bucket and ``gpuaware_quota_leading`` name the
+leader). What a takeover cannot rebuild is an admission
 the previous leader answered whose pod the binder has not bound yet: it counts again once its
 bind event arrives. A pod asked about again on the new leader is admitted once ("already
 admitted" when its bind was seen). Only the leader publishes usage reports (one per interval);
@@ -80,7 +82,6 @@ from gpuaware.schemas import (
     QuotaUsageReported,
     quota_admit_leader,
 )
-from gpuaware.services.quota import __version__
 from gpuaware.services.quota.settings import OPEN_TREE, QuotaSettings
 from gpuaware.services.quota.state import POD_EVENT_TYPES, PodEvent, QuotaView, ended_at
 from gpuaware.services.quota.store import Writer
@@ -125,10 +126,10 @@ class QuotaService:
         self.answering = asyncio.Event()
         """set while this instance leads and has taken over: the one instance that decides admissions"""
         self.leader_subject = quota_admit_leader(settings.cluster)
-        self.leader_service: Any = None
-        """the micro service answering ``leader_subject`` (metadata ``role=leader``) while leading"""
+        self.leader_service: bus.Responder | None = None
+        """what answers ``leader_subject`` while leading (a subscription, not a second micro service)"""
         self._lead_task: asyncio.Task[None] | None = None
-        self._creating: asyncio.Future[Any] | None = None
+        self._creating: asyncio.Future[bus.Responder] | None = None
         self.answered = 0
         """admissions this instance decided (as the leader), relayed ones included"""
         self.relayed = 0
@@ -269,12 +270,9 @@ class QuotaService:
                             "the binder's stream not replayed", failures, TAKEOVER_TRIES)
                 await asyncio.sleep(backoff.delay(failures))
         term = self.lease.term if self.lease is not None else 0
-        self._creating = creating = asyncio.ensure_future(bus.add_service(
-            self.nc, self.settings.service_name, __version__,
-            [bus.Endpoint(name="admit-leader", subject=self.leader_subject, request_type=AdmitRequest,
-                          handler=self._leader_admit)],
-            metadata={"instance": self.instance, "cluster": self.settings.cluster, "role": "leader",
-                      "term": str(term)}))
+        self._creating = creating = asyncio.ensure_future(bus.serve(
+            self.nc, bus.Endpoint(name="admit-leader", subject=self.leader_subject, request_type=AdmitRequest,
+                                  handler=self._leader_admit), service=self.settings.service_name))
         self.leader_service = await asyncio.shield(creating)  # cancelled: `_step_down` stops what it made
         self._creating = None
         self.answering.set()
