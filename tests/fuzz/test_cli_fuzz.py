@@ -11,7 +11,8 @@ PostgreSQL pointed at a closed port (nothing is started). The properties, the CL
 * no traceback on standard output or standard error;
 * a non-zero exit says why on standard error; exit 0 prints no error;
 * a failed run changes nothing in its working folder (no empty or half-written output), and no run
-  leaves a temporary ``*.partial`` output behind or an empty folder it made.
+  leaves a temporary ``*.partial`` output behind or an empty folder it made;
+* every JSON file it writes is strict JSON (no ``NaN`` / ``Infinity``).
 
 `up`, `demo`, `drill` and `alerts bridge` start servers or processes when their input is good, so only
 their argument validation is fuzzed: one value each draw that their declared bounds refuse.
@@ -46,9 +47,10 @@ from gpuaware.cli.main import app
 from gpuaware.sim import synthetic_nodes, synthetic_pods, write_nodes, write_pods
 
 ADDRESS_SPACE = 2 * 1024**3
-TIMEOUT_S = 90.0
-"""per draw; a draw that hits it has hung (every input here is refused or finishes in seconds)"""
 FUZZING = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
+TIMEOUT_S = 300.0 if FUZZING else 90.0
+"""per draw; a draw that hits it has hung (every input here is refused or finishes in seconds; under
+the fuzz profile a forecast may train on a short series, half a minute on a quiet machine)"""
 EXAMPLES = int(os.environ.get("GPUAWARE_CLI_FUZZ_EXAMPLES", "150" if FUZZING else "2"))
 VALIDATION_ONLY = {"up", "demo", "drill", "alerts bridge"}
 """these start servers or processes on good input: only values their bounds refuse are drawn"""
@@ -374,7 +376,11 @@ def snapshot(base: Path) -> dict[str, tuple[str, int]]:
 ERROR_WORD = re.compile(r"\b(error|traceback|exception)\b", re.IGNORECASE)
 
 
-def check(name: str, argv: list[bytes], outcome: Outcome, before: dict, after: dict) -> None:
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def check(name: str, argv: list[bytes], outcome: Outcome, base: Path, before: dict, after: dict) -> None:
     shown = f"gpuaware {name} {b' '.join(argv)!r}\n--- stdout\n{outcome.stdout[-3000:]}\n--- stderr\n" \
             f"{outcome.stderr[-3000:]}"
     assert not outcome.timed_out, f"hung for {TIMEOUT_S:.0f} s: {shown}"
@@ -392,6 +398,9 @@ def check(name: str, argv: list[bytes], outcome: Outcome, before: dict, after: d
     if outcome.rc:
         changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
         assert not changed, f"a failed run changed {sorted(changed)[:10]}: {shown}"
+    for p in after:
+        if p.endswith(".json") and after[p] != before.get(p):  # strict JSON: no NaN or Infinity
+            json.loads((base / p).read_text(), parse_constant=_no_constant)
 
 
 def run_in_workspace(driver: Driver, name: str, argv: list[bytes], files: dict[str, bytes]) -> None:
@@ -403,7 +412,7 @@ def run_in_workspace(driver: Driver, name: str, argv: list[bytes], files: dict[s
                "TMPDIR": str(root), "LANG": "C.UTF-8", "COLUMNS": "100", **UNREACHABLE}
         before = snapshot(base)
         outcome = driver.run([os.fsencode(w) for w in name.split()] + argv, base, env)
-        check(name, argv, outcome, before, snapshot(base))
+        check(name, argv, outcome, base, before, snapshot(base))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
