@@ -12,6 +12,10 @@ subject's windows in order) and publishes its kept forecasts from that window on
 each forecast carries a message id made of its subject, model, step and origin, so one the predecessor
 stored already (its last window, or every kept one when the stream could not be read in time) is
 stored once. So a window closed while nobody led is published by the new leader, and none twice.
+A mark holds only for its path, (subject, step): the demand subject carries three, on two clocks
+(the minute path and the hours path on the pod events' time, the utilisation model's per-node
+aggregates on the telemetry's), so the last forecast read there says nothing of the other two, whose
+kept forecasts are all published (the message ids keep them single).
 """
 
 from __future__ import annotations
@@ -456,13 +460,15 @@ class ForecastService:
             await self._publish_kept()
             self.publishing = self.lease is not None and self.lease.leading
 
-    async def _marks(self) -> dict[str, float] | None:
+    async def _marks(self) -> dict[tuple[str, float], float] | None:
         """FORECAST's last forecast origin per subject of this cluster (the predecessor's last window of
-        each); None when the stream could not be read within ``MARKS_TIMEOUT_S``."""
-        marks: dict[str, float] = {}
+        each), keyed by its path, (subject, step): the only path that mark speaks for (module docstring);
+        None when the stream could not be read within ``MARKS_TIMEOUT_S``."""
+        marks: dict[tuple[str, float], float] = {}
 
         def on(ev: GpuUtilPredicted | DemandPredicted, d: bus.FollowDelivery) -> None:
-            marks[d.subject] = max(marks.get(d.subject, ev.issued_at), ev.issued_at)
+            path = (d.subject, ev.step_s)
+            marks[path] = max(marks.get(path, ev.issued_at), ev.issued_at)
 
         cluster = self.settings.cluster
         try:
@@ -486,7 +492,8 @@ class ForecastService:
         """A new leader's first act: the kept forecasts its predecessor had not published (module docstring)."""
         kept, self.kept = list(self.kept), deque()
         marks = await self._marks() if kept else {}
-        todo = [ev for _t, subject, ev in kept if marks is None or ev.issued_at >= marks.get(subject, -math.inf)]
+        todo = [ev for _t, subject, ev in kept
+                if marks is None or ev.issued_at >= marks.get((subject, ev.step_s), -math.inf)]
         sent = 0
         self.publishing = True  # `_publish_each` publishes from here on
         for ev in todo:
