@@ -22,8 +22,9 @@ from typer.core import TyperGroup
 from gpuaware.cli import alerts, demo, drill, evaluate, forecast, health, quota, stack
 from gpuaware.cli.options import errors
 
-PASSED_THROUGH = (typer.Exit, typer.Abort, typer.TyperException)
-"""what a command raises on purpose: its exit status, an abort, a usage error (click prints them)"""
+PASSED_THROUGH = (typer.Exit, typer.Abort, typer.TyperException, BrokenPipeError)
+"""what a command raises on purpose: its exit status, an abort, a usage error (click prints them); and
+a reader that went away (``gpuaware ... | head``), which click ends quietly"""
 
 
 def describe(exc: BaseException) -> tuple[str, int]:
@@ -57,7 +58,9 @@ class GuardedGroup(TyperGroup):
 
 app = typer.Typer(
     name="gpuaware",
-    help="GPU-aware scheduling for Kubernetes: embedded stack, demo and evaluators.",
+    help="GPU-aware scheduling for Kubernetes: embedded stack, demo and evaluators.\n\n"
+         "Errors go to standard error. Exit status 2: input refused; 3: a service or file out of reach; "
+         "1: the work failed.",
     cls=GuardedGroup,
     no_args_is_help=True,
     add_completion=False,
@@ -70,10 +73,7 @@ def _root(
     debug: Annotated[bool, typer.Option("--debug", envvar="GPUAWARE_DEBUG",
                                         help="On an unexpected error, print its traceback too.")] = False,
 ) -> None:
-    """GPU-aware scheduling for Kubernetes: embedded stack, demo and evaluators.
-
-    Errors go to standard error; exit status 2: input refused, 3: a service or file out of reach,
-    1: the work failed."""
+    """The root's own option (``--debug``); main.py's handler reads it from the context."""
 
 
 app.command("up")(stack.up)
