@@ -3,10 +3,14 @@ malformed one refused with the reason before anything is killed."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 from typer.testing import CliRunner
 
-from gpuaware.cli.chaos import SCENARIOS, ChaosError, ChaosStep, parse_chaos
+from gpuaware.cli import chaos
+from gpuaware.cli.chaos import SCENARIOS, ChaosError, ChaosRunner, ChaosStep, _Done, parse_chaos
 from gpuaware.cli.main import app
 
 
@@ -24,7 +28,44 @@ def test_scenario_names_stand_for_their_plans() -> None:
     assert {s.kind for s in parse_chaos("stack")} == {"nats", "postgres"}
     assert max(s.down_s for s in parse_chaos("stack")) == 30.0  # PostgreSQL away for 30 s
     assert parse_chaos("cluster")[0].kind == "nats-node"
-    assert set(SCENARIOS) == {"services", "stack", "cluster"}
+    ha = parse_chaos("ha")
+    assert [s.target for s in ha if s.kind == "standby"] == ["health-scoring", "forecasting", "quota"]
+    assert [s.target for s in ha if s.kind == "kill-leader"] == ["health-scoring", "forecasting", "quota"]
+    assert set(SCENARIOS) == {"services", "stack", "cluster", "ha"}
+
+
+class _Standby:
+    def __init__(self, lives: bool = True) -> None:
+        self.lives = lives
+
+    def alive(self) -> bool:
+        return self.lives
+
+
+def _runner(answers: Any, standby: _Standby) -> ChaosRunner:
+    return ChaosRunner((), find=lambda _s: None, answers=answers, standbys={"forecasting": standby})  # type: ignore[dict-item]  # a process stand-in: only alive() is asked
+
+
+def test_a_leader_is_killed_only_once_its_standby_answers() -> None:
+    asked: list[tuple[str, str]] = []
+
+    async def answers(service: str, instance: str) -> bool:
+        asked.append((service, instance))
+        return len(asked) >= 3  # still starting for two asks
+
+    done = _Done(ChaosStep(17.0, "kill-leader", "forecasting"))
+    asyncio.run(_runner(answers, _Standby())._standby_answers(done))
+    assert asked == [("forecasting", "forecasting-standby")] * 3
+    assert done.standby_wait_s is not None and done.record(0.0)["standby_wait_s"] == done.standby_wait_s
+
+
+def test_a_standby_that_died_is_not_waited_for() -> None:
+    async def never(_service: str, _instance: str) -> bool:
+        return False
+
+    done = _Done(ChaosStep(17.0, "kill-leader", "forecasting"))
+    asyncio.run(_runner(never, _Standby(lives=False))._standby_answers(done))
+    assert done.standby_wait_s is not None and done.standby_wait_s < chaos.STANDBY_READY_S
 
 
 @pytest.mark.parametrize(("plan", "says"), [

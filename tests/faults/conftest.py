@@ -28,7 +28,8 @@ class DrillReport:
                      f"{tel.get('on_bus')} / stored {tel.get('stored')}; next decision after each recovery (s): "
                      f"{f['first_decision_after_recovery_s']}")
         if "ha" in f:  # the leader changes: what each took and what the streams show of it
-            lines.append(f"  leader takeovers (s): {f['ha']['takeover_s']}")
+            waits = {c["step"]: c.get("standby_wait_s") for c in r.chaos if c["kind"] == "kill-leader"}
+            lines.append(f"  leader takeovers (s): {f['ha']['takeover_s']}; the standby answered after (s): {waits}")
             lines += [f"  {service}: {json.dumps(f['ha'][service], default=str)}"
                       for service in ("health", "forecasting", "quota") if service in f["ha"]]
         self.node.user_properties.append((REPORT_PROPERTY, "\n".join(lines)))

@@ -21,7 +21,10 @@ command and environment, its own instance id and log) that runs to the end; ``ki
 SIGKILLs whichever instance holds ``<s>``'s lease (read from its NATS KV bucket, key = the cluster)
 and starts it again after ``down_s``. The takeover is timed from the kill to the first read of the
 key naming another holder (polled every ``TAKEOVER_POLL_S``): the lease's TTL, the standby's poll
-and the time the drill needs to see it.
+and the time the drill needs to see it. A leader is killed only once its standby answers as its
+instance (``answers``: it has started and campaigns), waiting up to ``STANDBY_READY_S`` past the
+planned time: on a loaded machine a Python service can take many seconds to start, and a kill before
+the standby runs would time its start, not a takeover.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ LEASE_BUCKETS = {"health-scoring": HEALTH_LEASE_BUCKET, "forecasting": FORECASTI
 TAKEOVER_POLL_S = 0.05
 TAKEOVER_WAIT_S = 30.0
 """how long a kill-leader step waits for another holder before it records none"""
+STANDBY_READY_S = 90.0
+"""how long a kill-leader step waits for the service's standby to answer before it kills anyway"""
 MAX_AT_S = 86_400.0
 MAX_DOWN_S = 3_600.0
 
@@ -149,6 +154,8 @@ class _Done:
     new_leader: str = ""
     takeover_s: float | None = None
     """kill-leader: the kill -> the first read of the lease naming another holder"""
+    standby_wait_s: float | None = None
+    """kill-leader: how long it waited past its planned time for the standby to answer"""
 
     def record(self, t0: float) -> dict[str, Any]:
         return {"step": self.step.label, "kind": self.step.kind, "target": self.step.target,
@@ -157,7 +164,8 @@ class _Done:
                 "down_wall": self.down_wall, "back_wall": self.back_wall,
                 "ok": self.down_at is not None and self.back_at is not None and not self.error,
                 "error": self.error,
-                **({"leader": self.leader, "new_leader": self.new_leader, "takeover_s": self.takeover_s}
+                **({"leader": self.leader, "new_leader": self.new_leader, "takeover_s": self.takeover_s,
+                    "standby_wait_s": self.standby_wait_s}
                    if self.step.kind == "kill-leader" else {})}
 
 
@@ -166,13 +174,15 @@ class ChaosRunner:
     """Runs a plan against a replay's processes and, where given, the embedded stack in ``data_dir``.
     ``find`` names a live `ServiceProcess` for a service (None when it is not running); ``procs``,
     ``lease_holder`` (service -> its lease's holder, None when none) are what ``standby`` and
-    ``kill-leader`` steps need."""
+    ``kill-leader`` steps need; ``answers`` (service, instance id -> whether that instance answers on the
+    bus now) lets a ``kill-leader`` step wait for the standby first."""
 
     steps: tuple[ChaosStep, ...]
     find: Callable[[str], ServiceProcess | None]
     data_dir: Path | None = None
     procs: ProcessGroup | None = None
     lease_holder: Callable[[str], Awaitable[str | None]] | None = None
+    answers: Callable[[str, str], Awaitable[bool]] | None = None
     standbys: dict[str, ServiceProcess] = field(default_factory=dict)
     """service -> its second instance (``standby`` steps)"""
     _t0: float | None = None
@@ -272,10 +282,27 @@ class ChaosRunner:
             return first
         return None
 
+    async def _standby_answers(self, done: _Done) -> None:
+        """Wait (up to ``STANDBY_READY_S``) until the service's standby answers as its instance."""
+        service = done.step.target
+        standby = self.standbys.get(service)
+        if self.answers is None or standby is None:
+            return
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < STANDBY_READY_S and standby.alive():
+            if await self.answers(service, f"{service}-standby"):
+                break
+            await asyncio.sleep(0.25)
+        else:
+            log.error("chaos: the %s standby did not answer within %gs; killing the leader anyway", service,
+                      STANDBY_READY_S)
+        done.standby_wait_s = round(time.monotonic() - t0, 3)
+
     async def _kill_leader(self, done: _Done) -> None:
         service = done.step.target
         if self.lease_holder is None:
             raise ChaosError("kill-leader needs the lease's holder (no bus connection given)")
+        await self._standby_answers(done)
         holder = await self.lease_holder(service)
         proc = self._instance(service, holder or "")
         if holder is None or proc is None or proc.proc is None or not proc.alive():

@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,16 +109,23 @@ PACED_STRETCH = 2.5
 is, and the report says it did not replay the window: not judgeable)"""
 STOPPED_AFTER_RUN = ("placement", "telemetry-agent-", "health-scoring", "quota", "forecasting", BRIDGE_NAME)
 """the processes a run starts besides the binder (stopped by name prefix at its end)"""
+FEEDERS = ("placement", "telemetry-agent-")
+"""what feeds the other services (decisions and admissions, samples): stopped before ``settle`` runs"""
 
 
 async def run_once(cfg: DemoConfig, spec: RunSpec, *, nc: bus.Client, nats_url: str, database_url: str,
                    pool: Any, counter: SubjectCounter, procs: ProcessGroup, progress: Progress,
-                   stop: asyncio.Event | None = None, chaos: ChaosRunner | None = None) -> RunResult:
+                   stop: asyncio.Event | None = None, chaos: ChaosRunner | None = None,
+                   settle: Callable[[], Awaitable[None]] | None = None) -> RunResult:
     """Start placement + binder for ``spec``, replay the window, stop them, return what was recorded.
     Raises ``Interrupted`` soon after ``stop`` is set (the services are stopped first). ``chaos``: planned
-    faults done during the replay (its processes found in ``procs``)."""
+    faults done during the replay (its processes found in ``procs``). ``settle``: awaited at the end of a
+    run that went well, once the binder, placement and the telemetry agents stopped (nothing new reaches
+    the other services) and before the others stop: the fault drill waits there for them to finish what
+    they were given (a health durable drained, quota's last report)."""
     run = _Run(cfg, spec, nc=nc, nats_url=nats_url, database_url=database_url, pool=pool, counter=counter,
                procs=procs, progress=progress, stop=stop or asyncio.Event(), chaos=chaos)
+    run.settle = settle
     await run.start_recording()
     try:
         await run.start_services()
@@ -179,6 +187,8 @@ class _Run:
         self.snap_pods = 0
         self.failover: dict[str, Any] | None = None
         self.chaos_done: list[dict[str, Any]] = []
+        self.settle: Callable[[], Awaitable[None]] | None = None
+        """``run_once``'s ``settle``"""
         self.forecast: dict[str, Any] = {}
 
     def _start(self, name: str, module: str, env: dict[str, str], *args: str) -> ServiceProcess:
@@ -453,6 +463,13 @@ class _Run:
         read to their end and stopped, the recorder once it stored what the streams hold, the run's
         durable consumers deleted."""
         procs = self.procs
+        if self.settle is not None and not self.failure:
+            for name in [p.name for p in procs.processes if p.name.startswith(FEEDERS)]:
+                self.exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
+            try:
+                await self.settle()
+            except Exception as exc:  # the services are stopped all the same
+                self.failure = f"settling: {type(exc).__name__}: {exc}"
         for name in [p.name for p in procs.processes if p.name.startswith(STOPPED_AFTER_RUN)]:
             self.exit_codes.update(await asyncio.to_thread(procs.stop, name, 15.0))
         if any(p.name == "binder" for p in procs.processes):  # a run cut short (stopped already otherwise)

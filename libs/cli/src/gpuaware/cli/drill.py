@@ -23,9 +23,13 @@ With leaders killed (``kill-leader`` steps, the ``ha`` scenario), over what the 
 * health-scoring: no score published twice (a GPU's score at one observation time stored once), no
   state change twice (GPU, time, state), none lost (each GPU's changes chain: every ``previous`` is
   the state the one before it reached), and every sample on the bus acknowledged by its durable (a
-  sample is acknowledged only once its scores are stored and checkpointed);
+  sample is acknowledged only once its scores are stored and checkpointed), measured once the
+  telemetry agents stopped and while both instances still run;
 * forecasting: no forecast twice (subject, step, origin, GPU or series stored once), and no minute of
-  demand lost (the minute path's origins run contiguous, a minute apart, from the first to the last).
+  demand lost (the minute path's origins, ``DEMAND_PATH_STEP_S``, run contiguous, a minute apart, from
+  the first to the last);
+* quota: no admission lost or doubled: once the binder and placement stopped, a usage report of the
+  leader counts, queue by queue, exactly the pods the binder's events left running.
 
 It always starts its own stack in ``--data-dir`` (free ports): it kills servers, so it never touches
 one that ``NATS_URL`` / ``DATABASE_URL`` name. The same function runs in ``make test-faults``.
@@ -34,6 +38,7 @@ one that ``NATS_URL`` / ``DATABASE_URL`` name. The same function runs in ``make 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import itertools
@@ -75,6 +80,10 @@ from gpuaware.schemas import (
     GpuScored,
     GpuStateChanged,
     GpuUtilPredicted,
+    PodBindFailed,
+    PodBound,
+    PodFinished,
+    PodPreempted,
     QuotaUsageReported,
     health_durable,
 )
@@ -92,6 +101,16 @@ TAKEOVER_MAX_S = 5.0
 HEALTH_DRAIN_S = 90.0
 """how long the drill waits for health-scoring's durable to acknowledge every sample: a batch delivered
 to a leader the drill killed comes back only after the consumer's ack wait (30 s)"""
+QUOTA_SETTLE_S = 90.0
+"""how long the drill waits for quota's usage report to count exactly the pods the binder left running:
+an admission placement made just before it stopped holds its queue until quota's reservation TTL (60 s)
+lapses, and the leader reports every few seconds"""
+DEMAND_PATH_STEP_S = 600.0
+"""``step_s`` of the minute path's demand forecasts (one per closed minute of demand, a path on a
+10-minute grid: ``gpuaware.forecast``'s 600 s over the demand clock's scale, 1, as demand runs on the
+pod events' own time); the hours-ahead path's step is an hour"""
+DEMAND_MINUTE_S = 60.0
+"""the minute path's origins are this far apart (each closed minute of demand: its end)"""
 
 
 @dataclass
@@ -254,12 +273,17 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                             {**common, "GPUAWARE_TELEMETRY_COLLECTOR_CLUSTER": cfg.run_id},
                             cfg.out / "logs" / "telemetry-collector.log")
                 runner = ChaosRunner(steps, find=_finder(procs), data_dir=data_dir, procs=procs,
-                                     lease_holder=functools.partial(lease_holder, nc.jetstream(), spec.cluster))
+                                     lease_holder=functools.partial(lease_holder, nc.jetstream(), spec.cluster),
+                                     answers=functools.partial(instance_answers, nc))
+                killed = [s.target for s in steps if s.kind == "kill-leader"]
+                settled: dict[str, Any] = {}
+                settle = (functools.partial(ha_settle, nc.jetstream(), spec.cluster, killed, procs, settled, say)
+                          if killed else None)
                 say(f"replaying {cfg.window_s / 3600:.0f} virtual hours in {cfg.duration_s:.0f} s with: "
                     + ", ".join(s.label for s in steps))
                 run = await run_once(cfg, spec, nc=nc, nats_url=nats_url, database_url=database_url, pool=pool,
                                      counter=SubjectCounter(), procs=procs, progress=lambda *_a: None,
-                                     chaos=runner)
+                                     chaos=runner, settle=settle)
                 say("checking the invariants")
                 js = nc.jetstream()
                 collector = _finder(procs)("telemetry-collector")
@@ -267,8 +291,7 @@ async def _drill(cfg: DemoConfig, spec: RunSpec, steps: tuple[ChaosStep, ...], s
                     await _collector_drained(js, collector, say)
                     await asyncio.to_thread(collector.stop, 15.0)
                 tel = await _patiently(lambda: _telemetry(js, pool, run))
-                killed = [s.target for s in steps if s.kind == "kill-leader"]
-                ha = await ha_ledger(js, spec.cluster, killed, say) if killed else None
+                ha = await ha_ledger(js, spec.cluster, killed, settled) if killed else None
                 replicas = {name: await _patiently(functools.partial(_replicas, js, name))
                             for name in (BINDER.name, PLACEMENT.name, TELEMETRY.name)}
         checks, figures = invariants_of(cfg, run, tel)
@@ -294,6 +317,27 @@ async def lease_holder(js: bus.JetStream, cluster: str, service: str) -> str | N
     return entry.value.decode() if entry.value else None
 
 
+async def instance_answers(nc: bus.Client, service: str, instance: str, timeout: float = 1.0) -> bool:
+    """Whether the instance ``instance`` of ``service`` answers ``$SRV.PING.<service>`` (each instance's
+    micro service carries its instance id in its metadata, registered once it has started)."""
+    found = asyncio.Event()
+
+    async def on(msg: Any) -> None:
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            if (json.loads(msg.data).get("metadata") or {}).get("instance") == instance:
+                found.set()
+
+    sub = await nc.subscribe(nc.new_inbox(), cb=on)
+    try:
+        await nc.publish(f"$SRV.PING.{service}", b"", reply=sub.subject)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(found.wait(), timeout)
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+    return found.is_set()
+
+
 def _switches(sources: list[str]) -> int:
     return sum(1 for a, b in itertools.pairwise(sources) if a != b)
 
@@ -310,23 +354,127 @@ async def _stored_events(js: bus.JetStream, stream: str, channels: list[bus.Chan
     return out
 
 
-async def ha_ledger(js: bus.JetStream, cluster: str, killed: list[str], say: Callable[[str], None]) -> dict[str, Any]:
-    """What the streams hold of the leader-elected services' publications (``ha_invariants``' input)."""
-    out: dict[str, Any] = {"killed": killed}
+async def ha_settle(js: bus.JetStream, cluster: str, killed: list[str], procs: ProcessGroup,
+                    out: dict[str, Any], say: Callable[[str], None]) -> None:
+    """``run_once``'s ``settle`` in an ``ha`` run: the binder, placement and the telemetry agents have
+    stopped, the leader-elected services still run. Waits (together) for health-scoring's durable to
+    have delivered and acknowledged every sample, and for a quota usage report that counts, queue by
+    queue, the pods the binder left running. What it saw goes in ``out`` (``ha_ledger``'s ``settled``)."""
+    waits = []
     if "health-scoring" in killed:
-        durable = health_durable(cluster)
+        waits.append(_health_settled(js, cluster, procs, out, say))
+    if "quota" in killed:
+        waits.append(_quota_settled(js, cluster, out, say))
+    await asyncio.gather(*waits)
 
-        async def drained() -> bool | None:
-            info = await js.consumer_info(TELEMETRY.name, durable)
-            return None if info.num_pending or info.num_ack_pending else True
+
+def _consumer_figures(info: Any) -> dict[str, Any]:
+    return {"pending": info.num_pending, "ack_pending": info.num_ack_pending, "redelivered": info.num_redelivered,
+            "delivered_stream_seq": info.delivered.stream_seq if info.delivered else None,
+            "ack_floor_stream_seq": info.ack_floor.stream_seq if info.ack_floor else None,
+            "max_ack_pending": info.config.max_ack_pending}
+
+
+async def _health_settled(js: bus.JetStream, cluster: str, procs: ProcessGroup, out: dict[str, Any],
+                          say: Callable[[str], None]) -> None:
+    durable = health_durable(cluster)
+    instances = [p for p in procs.processes if p.name.startswith("health-scoring")]
+    t0 = time.monotonic()
+
+    async def drained() -> bool | None:
+        info = await js.consumer_info(TELEMETRY.name, durable)
+        out["health_consumer"] = _consumer_figures(info)
+        return None if info.num_pending or info.num_ack_pending else True
+
+    try:
+        await wait_for(drained, timeout=HEALTH_DRAIN_S, what="health-scoring to acknowledge every sample",
+                       procs=instances, interval=0.5)
+        out["health_drained"] = True
+    except (TimeoutError, RuntimeError) as exc:
+        say(f"health-scoring did not catch up: {exc}")
+        out["health_drained"] = False
+        out["health_error"] = str(exc)[:1000]
+    out["health_drain_s"] = round(time.monotonic() - t0, 2)
+
+
+BINDER_POD_EVENTS = [bus.event_channel(t) for t in (PodBound, PodBindFailed, PodPreempted, PodFinished)]
+"""the binder's events that start and end a pod's run (quota's ledger follows the same)"""
+
+
+def binder_running(events: list[Any], cluster: str) -> dict[str, str]:
+    """Pod uid -> queue of every pod of ``cluster`` left running by the binder's events (in stream
+    order: bound starts a run, bind_failed, preempted and finished end it)."""
+    running: dict[str, str] = {}
+    for ev in events:
+        if ev.cluster != cluster:
+            continue
+        if isinstance(ev, PodBound):
+            running[ev.pod_uid] = ev.queue
+        else:
+            running.pop(ev.pod_uid, None)
+    return running
+
+
+def quota_mismatch(report: QuotaUsageReported, running: dict[str, str]) -> dict[str, list[int]]:
+    """Each queue whose ``running_pods`` in ``report`` differs from the pods ``running`` (uid -> queue)
+    puts there: queue -> [reported, expected]. A queue counts the pods of every queue below it, as quota
+    reports (the report's ``parent``s say which); a queue the report lacks counts as reported 0. Empty:
+    every admission counted once, none lost."""
+    parent = {q.queue: q.parent for q in report.queues}
+    expected: dict[str, int] = {}
+    for queue in running.values():
+        q: str | None = queue
+        seen: set[str] = set()
+        while q is not None and q not in seen:
+            seen.add(q)
+            expected[q] = expected.get(q, 0) + 1
+            q = parent.get(q)
+    reported = {q.queue: q.running_pods for q in report.queues}
+    return {q: [reported.get(q, 0), expected.get(q, 0)] for q in sorted(set(reported) | set(expected))
+            if reported.get(q, 0) != expected.get(q, 0)}
+
+
+async def _quota_settled(js: bus.JetStream, cluster: str, out: dict[str, Any], say: Callable[[str], None]) -> None:
+    """The binder has stopped: what it left running is final. Quota's reports from now on are read until
+    one counts exactly that (an admission placement made last lapses after quota's reservation TTL)."""
+    t0 = time.monotonic()
+    reports: list[QuotaUsageReported] = []
+    follower = await _patiently(lambda: bus.follow(
+        js, [bus.event_channel(QuotaUsageReported).at(cluster)], lambda ev, _d: reports.append(ev),
+        stream=QUOTA.name, deliver="new", with_suffixes=True, name="drill-quota-settle"))
+    try:
+        running = binder_running(await _patiently(lambda: _stored_events(js, BINDER.name, BINDER_POD_EVENTS)),
+                                 cluster)
+        mismatch: dict[str, list[int]] | None = None
+
+        async def counted() -> bool | None:
+            nonlocal mismatch
+            if not reports:
+                return None
+            mismatch = quota_mismatch(reports[-1], running)
+            return None if mismatch else True
 
         try:
-            await wait_for(drained, timeout=HEALTH_DRAIN_S, what="health-scoring to acknowledge every sample",
+            await wait_for(counted, timeout=QUOTA_SETTLE_S, what="quota to report what the binder left running",
                            procs=[], interval=0.5)
-            out["health_drained"] = True
-        except (TimeoutError, RuntimeError) as exc:
-            say(f"health-scoring did not catch up: {exc}")
-            out["health_drained"] = False
+            out["quota_settled"] = True
+        except TimeoutError as exc:
+            say(f"quota's usage never matched the binder's: {exc}")
+            out["quota_settled"] = False
+        out["quota_end"] = {"running_pods": len(running), "reports": len(reports),
+                            "mismatch": dict(list((mismatch or {}).items())[:10]),
+                            "wait_s": round(time.monotonic() - t0, 2)}
+    finally:
+        with contextlib.suppress(Exception):
+            await follower.stop(delete=True)
+
+
+async def ha_ledger(js: bus.JetStream, cluster: str, killed: list[str], settled: dict[str, Any]) -> dict[str, Any]:
+    """What the streams hold of the leader-elected services' publications, with what ``ha_settle`` saw
+    while they still ran (``ha_invariants``' input)."""
+    out: dict[str, Any] = {"killed": killed, **settled}
+    if "health-scoring" in killed:
+        out.setdefault("health_drained", False)
         events = await _patiently(lambda: _stored_events(
             js, ALERTS.name, [bus.event_channel(GpuScored).at(cluster), bus.event_channel(GpuStateChanged).at(cluster)]))
         out["scores"] = [e for e in events if isinstance(e, GpuScored)]
@@ -336,6 +484,7 @@ async def ha_ledger(js: bus.JetStream, cluster: str, killed: list[str], say: Cal
             js, FORECAST.name, [bus.event_channel(GpuUtilPredicted).at(cluster),
                                 bus.event_channel(DemandPredicted).at(cluster)]))
     if "quota" in killed:
+        out.setdefault("quota_settled", False)
         out["usage"] = await _patiently(lambda: _stored_events(
             js, QUOTA.name, [bus.event_channel(QuotaUsageReported).at(cluster)]))
     return out
@@ -365,7 +514,8 @@ def ha_invariants(chaos: list[dict[str, Any]], ha: dict[str, Any]) -> tuple[dict
                              "scores_twice": len(score_keys) - len(set(score_keys)),
                              "changes_twice": len(change_keys) - len(set(change_keys)), "chain_breaks": broken,
                              "publishers": sorted({e.source for e in scores}), "publisher_switches": switches,
-                             "every_sample_acknowledged": ha["health_drained"]}
+                             "every_sample_acknowledged": ha["health_drained"],
+                             "drain_s": ha.get("health_drain_s"), "durable": ha.get("health_consumer")}
         h = figures["health"]
         checks["health-scoring: no score or state change published twice"] = (
             h["scores"] > 0 and h["scores_twice"] == 0 and h["changes_twice"] == 0)
@@ -381,14 +531,17 @@ def ha_invariants(chaos: list[dict[str, Any]], ha: dict[str, Any]) -> tuple[dict
             else:
                 keys += [("demand", e.step_s, e.issued_at, s.metric, tuple(sorted(s.labels.items())))
                          for s in e.series]
-        minutes = [e for e in fcs if isinstance(e, DemandPredicted) and e.step_s == 60.0]
+        demand = [e for e in fcs if isinstance(e, DemandPredicted)]
+        minutes = [e for e in demand if e.step_s == DEMAND_PATH_STEP_S]
         origins = sorted({e.issued_at for e in minutes})
-        gaps = [round(b - a, 3) for a, b in itertools.pairwise(origins) if abs(b - a - 60.0) > 1e-3]
-        switches = _switches([e.source for e in minutes])
+        gaps = [[a, round(b - a, 3)] for a, b in itertools.pairwise(origins) if abs(b - a - DEMAND_MINUTE_S) > 1e-3]
+        switches = _switches([e.source for e in fcs])  # every forecast, in stream order: who published it
         figures["forecasting"] = {"forecasts": len(fcs), "series_points": len(keys),
-                                  "twice": len(keys) - len(set(keys)), "demand_minutes": len(origins),
-                                  "demand_gaps": gaps[:10], "publishers": sorted({e.source for e in fcs}),
-                                  "publisher_switches": switches}
+                                  "twice": len(keys) - len(set(keys)),
+                                  "demand_forecasts_by_step_s": {f"{k:g}": n for k, n in sorted(
+                                      collections.Counter(e.step_s for e in demand).items())},
+                                  "demand_minutes": len(origins), "demand_gaps": gaps[:10],
+                                  "publishers": sorted({e.source for e in fcs}), "publisher_switches": switches}
         checks["forecasting: no forecast published twice"] = bool(keys) and len(keys) == len(set(keys))
         checks["forecasting: no minute of demand lost (origins contiguous)"] = len(origins) > 1 and not gaps
         checks["forecasting: one publisher at a time"] = switches <= n_kills["forecasting"]
@@ -398,6 +551,9 @@ def ha_invariants(chaos: list[dict[str, Any]], ha: dict[str, Any]) -> tuple[dict
         figures["quota"] = {"usage_reports": len(usage), "publishers": sorted({e.source for e in usage}),
                             "publisher_switches": switches}
         checks["quota: one usage reporter at a time"] = bool(usage) and switches <= n_kills["quota"]
+        figures["quota"]["at_the_end"] = ha.get("quota_end")
+        checks["quota: no admission lost or doubled (its last report counts the pods the binder left running, "
+               "per queue)"] = bool(ha.get("quota_settled"))
     return checks, figures
 
 
