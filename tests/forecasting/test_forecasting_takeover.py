@@ -64,3 +64,16 @@ async def test_a_mark_on_the_demand_subject_holds_for_its_own_path_only(monkeypa
     assert [ev for ev in sent if isinstance(ev, GpuUtilPredicted)] == gpus[1:]  # from the predecessor's last on
     assert all(msg_id and msg_id.startswith("fc/") for _s, _ev, msg_id in published)
     assert svc.publishing and svc.takeovers == [{"kept": 11, "published": 9, "marks": 2}]
+
+
+async def test_a_standby_keeps_the_minutes_it_replays_and_a_leader_does_not_publish_them_again() -> None:
+    from gpuaware.forecast import DemandRow
+
+    standby = ForecastService(ForecastingSettings(hours_ahead=False), js=None, pool=None, instance="b")
+    await standby._demand_step(DemandRow(start=VIRTUAL, demand={"team-a": 2.0}), publish=False)
+    assert [ev.issued_at for _t, _s, ev in standby.kept] == [VIRTUAL + 60.0]  # a minute the leader may never reach
+
+    leader = ForecastService(ForecastingSettings(hours_ahead=False), js=None, pool=None, instance="a")
+    leader.publishing = True
+    await leader._demand_step(DemandRow(start=VIRTUAL, demand={"team-a": 2.0}), publish=False)
+    assert not leader.kept and leader.counts["demand_published"] == 0 and leader.counts["demand_minutes"] == 1

@@ -388,14 +388,17 @@ class ForecastService:
                 self._drained.set()
 
     async def _demand_step(self, row: DemandRow, *, publish: bool) -> None:
-        """One closed minute of demand: every queue's series one step, the forecast published."""
+        """One closed minute of demand: every queue's series one step, the forecast published (kept, by a
+        standby, replayed minutes included: ``_publish_kept`` publishes those past the predecessor's last)."""
         async with self.lock:
             cluster = self.settings.cluster
             server = self.demand
             result = server.step_demand(row.start, cluster, row.demand)
             self.counts["demand_minutes"] += 1
             hours = self._hours_step(row)
-            if not publish:
+            if not publish and self.publishing:
+                # a leader's replay is what it (or its predecessor) published already; a standby keeps
+                # even the minutes it replays: the leader may not have reached them when it died
                 return
             issued = row.start + server.step_s
             events = server.demand_events(result, cluster, issued, time.time(), self.source)
