@@ -83,7 +83,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
         result = CliRunner().invoke(app, [
             "demo", "--duration", "45", "--window-h", "24", "--load", "1.8", "--seed", "7", "--out", str(out),
             "--data-dir", str(root / "stack"), "--nats-port", "0", "--pg-port", "0",
-            "--kill-leader-at", "20", "--forecast-train-s", "8", "--no-forecast-ab"])
+            "--kill-leader-at", "20", "--train-s", "8", "--no-forecast-ab"])
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
     assert report, result.output
     return DemoRun(result=result, out=out, report=report, drawn=drawn, root=root)

@@ -109,10 +109,10 @@ def demo(
     slo_s: Annotated[float, typer.Option("--slo-s", callback=bounded(0.0, 1e7), help="Inference SLO: start within this many virtual "
                                                          "seconds.")] = 600.0,
     out: Annotated[Path, typer.Option(help="Folder for the report, plots and service logs.")] = Path("demo-out"),
-    keep_running: Annotated[bool, typer.Option(help="Leave the stack running afterwards.")] = False,
+    keep_running: Annotated[bool, typer.Option("--keep-running", help="Leave the stack running afterwards.")] = False,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Embedded stack data folder.")] = DEFAULT_DATA_DIR,
-    nats_port: Annotated[int, typer.Option(help="NATS port when starting the stack (0: free).")] = DEFAULT_NATS_PORT,
-    pg_port: Annotated[int, typer.Option(help="PostgreSQL port when starting the stack (0: free).")] = DEFAULT_PG_PORT,
+    nats_port: Annotated[int, typer.Option(min=0, max=65_535, help="NATS port when starting the stack (0: free).")] = DEFAULT_NATS_PORT,
+    pg_port: Annotated[int, typer.Option(min=0, max=65_535, help="PostgreSQL port when starting the stack (0: free).")] = DEFAULT_PG_PORT,
     ticks: Annotated[int, typer.Option(min=0, hidden=True, help="Only the bus round trip (N nodes x ticks).")] = 0,
     kill_leader_at: Annotated[float, typer.Option(callback=bounded(0.0, 86_400.0), help="Fault drill: run a standby placement and SIGKILL "
                                                                 "the leader this many seconds into the gpuaware "
@@ -120,7 +120,7 @@ def demo(
     auth: Annotated[bool, typer.Option("--auth/--no-auth", help="Start the demo's NATS with one least-privilege "
                                        "user per service (bcrypt-hashed, each service logs in with its own; "
                                        "passwords never printed). Ignored for a server NATS_URL names.")] = True,
-    forecast_train_s: Annotated[float, typer.Option("--forecast-train-s", callback=bounded(0.0, 3_600.0),
+    forecast_train_s: Annotated[float, typer.Option("--train-s", callback=bounded(0.0, 3_600.0),
                                                     help="Seconds to train the forecasting service's demand model "
                                                     "on the Helios traces when the registry has none (once per "
                                                     "--data-dir; 0: serve persistence).")] = 60.0,

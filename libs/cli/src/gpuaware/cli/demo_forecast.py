@@ -4,9 +4,9 @@ and afterwards the gpuaware run's demand forecasts scored against what happened.
 The demand model is the LSTM of ``gpuaware forecast train`` on the Helios virtual clusters' demand
 (running + pending GPUs per minute, CC-BY 4.0, found under ``GPUAWARE_SHARED_DATA``): the same quantity
 the service computes per queue from the binder's pod events, on the twin's virtual clock. Training
-takes ``--forecast-train-s`` (a minute by default) once per data folder: the model is kept in
+takes ``--train-s`` (a minute by default) once per data folder: the model is kept in
 ``<data-dir>/models/`` and published into the registry of every later stack. Without the Helios files
-(or with ``--forecast-train-s 0``) the registry stays empty and the service serves persistence, saying
+(or with ``--train-s 0``) the registry stays empty and the service serves persistence, saying
 so in every event; the report says which.
 
 The score: every demand forecast the service stored for the cluster's total (``forecast_points``,
@@ -81,7 +81,7 @@ def ensure_demand_model(database_url: str, data_dir: Path, shared: Path, train_s
         return {"status": "in the registry", "model": entry.label, "trained_on": entry.meta.get("series", [])}
     files = helios_files(shared)
     if train_s <= 0:
-        return {"status": "none", "reason": "--forecast-train-s 0: persistence is served"}
+        return {"status": "none", "reason": "--train-s 0: persistence is served"}
     if not files:
         return {"status": "none", "reason": f"no Helios demand series under {shared.name}/helios (set "
                                             "GPUAWARE_SHARED_DATA): persistence is served"}
@@ -92,7 +92,7 @@ def ensure_demand_model(database_url: str, data_dir: Path, shared: Path, train_s
         from gpuaware.forecast import prepare
 
         console.print(f"training the demand model on {len(files)} Helios virtual clusters for at most "
-                      f"{train_s:g} s (once per data folder; --forecast-train-s)")
+                      f"{train_s:g} s (once per data folder; --train-s)")
         try:
             blob = train_blob(prepare(files, "helios", test_days=7), HORIZONS, iters=2_000, seconds=train_s)
         except Exception as exc:  # training failed: the run goes on with persistence, saying why

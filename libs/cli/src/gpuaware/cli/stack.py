@@ -64,10 +64,10 @@ DataDir = Annotated[Path, typer.Option("--data-dir", help="Folder holding the se
 def up(
     data_dir: DataDir = DEFAULT_DATA_DIR,
     nats_port: Annotated[int | None, typer.Option(
-        help=f"NATS client port of a new stack (default {DEFAULT_NATS_PORT}; 0: a free one); a recorded stack "
+        min=0, max=65_535, help=f"NATS client port of a new stack (default {DEFAULT_NATS_PORT}; 0: a free one); a recorded stack "
              "keeps its own, and another one is refused.", show_default=False)] = None,
     pg_port: Annotated[int | None, typer.Option(
-        help=f"PostgreSQL port of a new stack (default {DEFAULT_PG_PORT}; 0: a free one); a recorded stack "
+        min=0, max=65_535, help=f"PostgreSQL port of a new stack (default {DEFAULT_PG_PORT}; 0: a free one); a recorded stack "
              "keeps its own, and another one is refused.", show_default=False)] = None,
     auth: Annotated[bool | None, typer.Option(
         "--auth/--no-auth", show_default=False,
