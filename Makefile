@@ -25,7 +25,7 @@ demo: $(STAMP)
 # the slowest tests are listed at the end with their durations; every wall-clock ceiling in the suite is
 # scaled by the machine's measured slowdown (printed in the header)
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --durations=20 --durations-min=5
+PYTEST := $(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadscope --durations=20 --durations-min=5
 test: $(STAMP) tools
 	$(PYTEST)
 
@@ -53,13 +53,13 @@ test-chart-run: $(STAMP) tools
 
 # the fault scenarios of `make test` alone (kill -9 of services and servers, outages, a lost NATS node)
 test-faults: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m faults tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m faults tests
 
 # the fuzz properties of `make test`, run longer (5,000 examples each; the CLI fuzz, a process per draw
 # under a 2 GiB address-space limit, 150 command lines per sub-command: CLI_FUZZ_EXAMPLES=N to change)
 CLI_FUZZ_EXAMPLES ?= 150
 fuzz: $(STAMP)
-	HYPOTHESIS_PROFILE=fuzz GPUAWARE_CLI_FUZZ_EXAMPLES=$(CLI_FUZZ_EXAMPLES) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/fuzz tests/k8s/test_k8s_fuzz.py
+	HYPOTHESIS_PROFILE=fuzz GPUAWARE_CLI_FUZZ_EXAMPLES=$(CLI_FUZZ_EXAMPLES) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope tests/fuzz tests/k8s/test_k8s_fuzz.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -7,12 +7,15 @@ server on purpose (kill, restart) start their own with the same devstack helpers
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -36,26 +39,36 @@ def pytest_report_header() -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the tests that share an expensive fixture on one worker, and scale each test's
-    pytest-timeout ceiling by the machine's slowdown."""
-    _group_shared_fixtures(items)
     _scale_timeouts(config, items)
 
 
-def _group_shared_fixtures(items: list[pytest.Item]) -> None:
-    """`make test` spreads tests over workers one by one (pytest-xdist, ``--dist loadgroup``); a test
-    using a module-, class- or package-scoped fixture (a demo run, a server of the module's own) joins
-    the group of that fixture's scope, so the fixture is built once, on one worker, as without xdist."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        groups = sorted({defs[-1].baseid if defs[-1].scope == "package" else item.nodeid.split("::")[0]
-                         for name in info.names_closure
-                         if (defs := info.name2fixturedefs.get(name)) and defs[-1].scope in ("module", "class",
-                                                                                              "package")})
-        if groups:
-            item.add_marker(pytest.mark.xdist_group(groups[0] or "root"))
+_SHARED_SCOPE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
+
+
+@functools.cache
+def _shares_fixtures(test_file: str) -> bool:
+    """Whether a test module, or a conftest.py above it (up to tests/), defines a module-, class- or
+    package-scoped fixture: its tests then run on one worker, so the fixture is built once."""
+    path = (REPO_ROOT / test_file).resolve()
+    tests = REPO_ROOT / "tests"
+    sources = [path, *(folder / "conftest.py" for folder in path.parents if folder != tests and tests in
+                       folder.parents)]
+    return any(_SHARED_SCOPE.search(f.read_text(errors="replace")) for f in sources if f.is_file())
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown where xdist is not loaded
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test` on pytest-xdist workers: each test is its own unit of work, spread over the workers as
+    they free up, except the tests of a module that shares a fixture (a demo run, a server of its own),
+    which go to one worker together, as ``--dist loadscope`` sends every module."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            test_file = nodeid.split("::", 1)[0]
+            return test_file if _shares_fixtures(test_file) else nodeid
+
+    return SharedFixtureScheduling(config, log)
 
 
 def _scale_timeouts(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -66,7 +66,7 @@ UNSUPERVISED: dict[tuple[str, str], str] = {
         "a finite takeover; one that fails gives the lease up (_lead_ended), so a standby leads",
     ("quota/src/gpuaware/services/quota/handlers.py", "self._lead()"):
         "a finite takeover; one that fails gives the lease up (_lead_ended), so a standby leads",
-    ("quota/src/gpuaware/services/quota/handlers.py", "bus.add_service()"): "one endpoint being created",
+    ("quota/src/gpuaware/services/quota/handlers.py", "bus.serve()"): "one endpoint being created",
     ("health_scoring/src/gpuaware/services/health_scoring/handlers.py", "self._lead()"):
         "a finite takeover; one that fails gives the lease up, so a standby leads",
     ("binder/src/gpuaware/services/binder/twin_world.py", "stop.wait()"): "a wait raced inside the world's loop",

@@ -51,3 +51,15 @@ def test_the_runner_refuses_a_missing_command() -> None:
     done = subprocess.run([sys.executable, str(TESTS / "under_load.py"), "--hogs", "1"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2 and "no command given" in done.stderr
+
+
+@pytest.mark.parametrize(("test_file", "together"), [
+    ("tests/cli/test_demo_e2e.py", True),  # its module-scoped demo run
+    ("tests/permissions/test_permissions_server.py", True),  # its folder's conftest: a server per module
+    ("tests/faults/test_fault_drill.py", False),  # each scenario its own stack: spread over the workers
+    ("tests/suite/test_suite_tools.py", False),
+])
+def test_modules_sharing_a_fixture_run_on_one_worker(test_file: str, together: bool) -> None:
+    from conftest import _shares_fixtures
+
+    assert _shares_fixtures(test_file) is together
