@@ -7,9 +7,7 @@ server on purpose (kill, restart) start their own with the same devstack helpers
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import shutil
 import tempfile
 import uuid
@@ -20,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 from machine_speed import SLOWDOWN
+from worker_scopes import shares_fixtures
 
 from gpuaware.devstack import NatsProcess, PostgresProcess, start_nats, start_postgres
 
@@ -42,20 +41,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _scale_timeouts(config, items)
 
 
-_SHARED_SCOPE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
-
-
-@functools.cache
-def _shares_fixtures(test_file: str) -> bool:
-    """Whether a test module, or a conftest.py above it (up to tests/), defines a module-, class- or
-    package-scoped fixture: its tests then run on one worker, so the fixture is built once."""
-    path = (REPO_ROOT / test_file).resolve()
-    tests = REPO_ROOT / "tests"
-    sources = [path, *(folder / "conftest.py" for folder in path.parents if folder != tests and tests in
-                       folder.parents)]
-    return any(_SHARED_SCOPE.search(f.read_text(errors="replace")) for f in sources if f.is_file())
-
-
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown where xdist is not loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`make test` on pytest-xdist workers: each test is its own unit of work, spread over the workers as
@@ -66,7 +51,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class SharedFixtureScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             test_file = nodeid.split("::", 1)[0]
-            return test_file if _shares_fixtures(test_file) else nodeid
+            return test_file if shares_fixtures(test_file) else nodeid
 
     return SharedFixtureScheduling(config, log)
 

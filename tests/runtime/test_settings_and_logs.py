@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import pytest
 
-from gpuaware.runtime.logs import JsonFormatter, scrub
+from gpuaware.runtime.logs import JsonFormatter, scrub, setup_logging
 from gpuaware.runtime.settings import DatabaseSettings, ServiceSettings, SettingsError, redact_url
 
 
@@ -136,3 +136,22 @@ def test_nats_password_never_reaches_a_log_line() -> None:
     line = stream.getvalue()
     assert secret not in line
     assert json.loads(line)["settings"]["nats_password"] == "***"
+
+
+def test_log_lines_go_to_the_standard_error_of_the_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command run in-process swaps standard error and closes its own afterwards: later lines go to the
+    stream of the moment, never to the closed one (a 'Logging error' traceback)."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    first, second = io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr("sys.stderr", first)
+        setup_logging("t", "INFO", "json")
+        logging.getLogger("x").info("one")
+        first.close()
+        monkeypatch.setattr("sys.stderr", second)
+        logging.getLogger("x").info("two")
+        assert json.loads(second.getvalue())["msg"] == "two"
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)

@@ -10,6 +10,7 @@ from pathlib import Path
 import machine_speed
 import psutil
 import pytest
+from worker_scopes import shares_fixtures
 
 TESTS = Path(__file__).resolve().parent.parent
 
@@ -60,6 +61,4 @@ def test_the_runner_refuses_a_missing_command() -> None:
     ("tests/suite/test_suite_tools.py", False),
 ])
 def test_modules_sharing_a_fixture_run_on_one_worker(test_file: str, together: bool) -> None:
-    from conftest import _shares_fixtures
-
-    assert _shares_fixtures(test_file) is together
+    assert shares_fixtures(test_file) is together

@@ -12,6 +12,7 @@ import logging
 import re
 import sys
 import time
+from typing import Any
 
 _SECRET_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@", re.IGNORECASE)
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
@@ -51,8 +52,23 @@ class ConsoleFormatter(logging.Formatter):
         return scrub(text)
 
 
+class _StandardError(logging.StreamHandler):
+    """A handler on whatever ``sys.stderr`` is when a record is written, not the stream it was when logging
+    was set up: a command run in-process (a test's CliRunner, a tool embedding the CLI) swaps standard
+    error and closes its own afterwards, and a handler holding that closed stream turns every later log
+    line into a 'Logging error' traceback."""
+
+    @property  # read-only by design: the stream is always the current one
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def setup_logging(service: str, level: str = "INFO", fmt: str = "json") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StandardError()
     handler.setFormatter(JsonFormatter(service) if fmt == "json" else ConsoleFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
