@@ -69,6 +69,27 @@ def _scale_timeouts(config: pytest.Config, items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(seconds * SLOWDOWN), append=False)
 
 
+FAULT_REPORT_PROPERTY = "fault_suite_report"
+"""the user property a fault scenario's report lines travel in (tests/faults/conftest.py writes them)"""
+_FAULT_LINES: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        _FAULT_LINES.extend(text for name, text in report.user_properties if name == FAULT_REPORT_PROPERTY)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fault suite's invariants per scenario, at the end of the run (here, in the root conftest: with
+    pytest-xdist only the controller prints, and it loads no conftest below this one)."""
+    if not _FAULT_LINES:
+        return
+    terminalreporter.section("fault suite: invariants per scenario")
+    for text in _FAULT_LINES:
+        for line in str(text).splitlines():
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def stack_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="gpuaware-tests-"))

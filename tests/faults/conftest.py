@@ -1,6 +1,7 @@
 """The fault suite's report: every scenario's invariants printed at the end of the run (also inside
 `make test`, where test output is otherwise captured, and from pytest-xdist's workers: the lines travel
-with each test's report as a user property), so a pass shows what held, not only that nothing failed."""
+with each test's report as a user property, printed by tests/conftest.py, which the controller loads), so
+a pass shows what held, not only that nothing failed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 REPORT_PROPERTY = "fault_suite_report"
-_LINES: list[str] = []
+"""the user property the lines travel in (tests/conftest.py's FAULT_REPORT_PROPERTY)"""
 
 
 class DrillReport:
@@ -39,17 +40,3 @@ class DrillReport:
 def drill_report(request: pytest.FixtureRequest) -> DrillReport:
     """Append a `DrillResult`; it is printed in the terminal summary."""
     return DrillReport(request.node)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "call":
-        _LINES.extend(text for name, text in report.user_properties if name == REPORT_PROPERTY)
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _LINES:
-        return
-    terminalreporter.section("fault suite: invariants per scenario")
-    for text in _LINES:
-        for line in text.splitlines():
-            terminalreporter.write_line(line)
