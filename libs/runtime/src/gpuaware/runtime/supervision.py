@@ -39,6 +39,7 @@ __all__ = ["Supervisor", "TaskGaveUp", "supervise"]
 log = logging.getLogger(__name__)
 
 Factory = Callable[[], Awaitable[Any]]
+KEPT_DELAYS = 64
 
 _current: contextvars.ContextVar[Supervisor | None] = contextvars.ContextVar("gpuaware_supervisor", default=None)
 
@@ -74,7 +75,7 @@ class Supervisor:
         """the latest task started under each name"""
         self.restarts: Counter[str] = Counter()
         self.delays: dict[str, list[float]] = {}
-        """each task's back-off pauses, in order (what a test checks is bounded)"""
+        """each task's latest back-off pauses (the last ``KEPT_DELAYS``), in order: what a test checks is bounded"""
         self.failure: TaskGaveUp | None = None
         """set when the supervisor gave up on a task"""
         self.gave_up = asyncio.Event()
@@ -141,6 +142,7 @@ class Supervisor:
             delay = min(self.max_delay_s, self.base_delay_s * 2 ** streak)
             streak += 1
             delays.append(delay)
+            del delays[:-KEPT_DELAYS]  # a loop failing now and then for months keeps its list short
             self.restarts[name] += 1
             log.warning("task %s restarts in %.2f s (failure %d of %d allowed within %g s)", name, delay,
                         len(failures), self.max_failures - 1, self.window_s, extra={"task": name})
